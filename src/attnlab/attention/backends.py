@@ -1,0 +1,130 @@
+"""Attention kernels: one signature, the kernel that actually ran is returned beside the output.
+
+q, k, v are (B, H, T, d_k). ``scale`` is a float or a per-head (H,) tensor.
+Backends:
+  naive, scaled  explicit softmax(s QK^T + M) V (they differ only in their default scaling rule)
+  sdpa           F.scaled_dot_product_attention, PyTorch picks the kernel
+  flash          FlashAttention, forced: flash_attn on CUDA when installed, else PyTorch's
+                 FLASH_ATTENTION kernel (CUDA or CPU). Never falls back silently.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from ..errors import KernelUnavailable
+from .masks import allowed_mask, fill_value
+
+BACKENDS = ("naive", "scaled", "sdpa", "flash")
+
+
+def _per_head(scale: float | torch.Tensor, like: torch.Tensor) -> float | torch.Tensor:
+    return scale.to(like.dtype).view(1, -1, 1, 1) if torch.is_tensor(scale) else scale
+
+
+def _fold_scale(q: torch.Tensor, scale: float | torch.Tensor) -> tuple[torch.Tensor, float]:
+    """Fused kernels take a float scale only: fold a per-head tensor into q."""
+    if torch.is_tensor(scale):
+        return q * _per_head(scale, q), 1.0
+    return q, float(scale)
+
+
+def attention_logits(q, k, scale, causal=True, key_padding_mask=None, mask_fill="-inf"):
+    """Scaled, masked logits s * q.k^T (B, H, Tq, Tk) and the boolean mask used (or None)."""
+    logits = (q @ k.transpose(-2, -1)) * _per_head(scale, q)
+    mask = allowed_mask(q.shape[-2], k.shape[-2], causal, key_padding_mask, q.device)
+    if mask is not None:
+        logits = logits.masked_fill(~mask, fill_value(mask_fill, logits.dtype))
+    return logits, mask
+
+
+def attention_probs(q, k, scale, causal=True, key_padding_mask=None, mask_fill="-inf"):
+    """Softmax probabilities; rows with no visible key are all zero (as SDPA outputs zeros there)."""
+    logits, mask = attention_logits(q, k, scale, causal, key_padding_mask, mask_fill)
+    probs = torch.softmax(logits, dim=-1)
+    if key_padding_mask is not None:
+        probs = probs.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return probs
+
+
+def explicit_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fill="-inf", dropout_p=0.0):
+    probs = attention_probs(q, k, scale, causal, key_padding_mask, mask_fill)
+    if dropout_p > 0:
+        probs = F.dropout(probs, p=dropout_p)
+    return probs.to(v.dtype) @ v, "eager"
+
+
+def _sdpa_args(q, k, causal, key_padding_mask):
+    """is_causal when only causality masks, else an explicit boolean mask."""
+    if key_padding_mask is None:
+        return None, causal
+    return allowed_mask(q.shape[-2], k.shape[-2], causal, key_padding_mask, q.device), False
+
+
+def sdpa_kernel_name(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None) -> str:
+    """Which kernel SDPA dispatches to for these inputs (asks PyTorch's own selector)."""
+    try:
+        idx = torch._fused_sdp_choice(q, k, v, attn_mask, dropout_p, is_causal, scale=scale)
+        return "sdpa:" + SDPBackend(idx).name.lower().replace("_attention", "")
+    except Exception:  # private API: an unknown answer is better than a crash
+        return "sdpa:unknown"
+
+
+def sdpa_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fill="-inf", dropout_p=0.0):
+    q, s = _fold_scale(q, scale)
+    attn_mask, is_causal = _sdpa_args(q, k, causal, key_padding_mask)
+    kernel = sdpa_kernel_name(q, k, v, attn_mask, dropout_p, is_causal, s)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=s)
+    return out, kernel
+
+
+def flash_attn_package():
+    """The flash_attn function if the package imports, else None."""
+    try:
+        from flash_attn import flash_attn_func
+    except Exception:
+        return None
+    return flash_attn_func
+
+
+def flash_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fill="-inf", dropout_p=0.0):
+    q, s = _fold_scale(q, scale)
+    flash_attn_func = flash_attn_package() if q.is_cuda else None
+    if flash_attn_func is not None:
+        if q.dtype not in (torch.float16, torch.bfloat16):
+            raise KernelUnavailable(
+                f"flash_attn needs fp16/bf16 inputs, got {q.dtype}: use trainer.precision=bf16-mixed or attention=sdpa"
+            )
+        if key_padding_mask is not None:
+            raise KernelUnavailable("flash_attn_func takes no padding mask: use attention=sdpa for padded batches")
+        out = flash_attn_func(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), dropout_p=dropout_p, softmax_scale=s, causal=causal
+        )
+        return out.transpose(1, 2), "flash_attn"
+    attn_mask, is_causal = _sdpa_args(q, k, causal, key_padding_mask)
+    try:
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=s
+            )
+    except RuntimeError as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise KernelUnavailable(
+            f"attention=flash cannot run on {q.device.type} with {q.dtype}"
+            f"{' and a padding mask' if attn_mask is not None else ''} ({reason}); use attention=sdpa"
+        ) from None
+    return out, "sdpa:flash"
+
+
+KERNELS = {"naive": explicit_attention, "scaled": explicit_attention, "sdpa": sdpa_attention, "flash": flash_attention}
+DEFAULT_SCALING = {"naive": "none", "scaled": "inv_sqrt_d", "sdpa": "inv_sqrt_d", "flash": "inv_sqrt_d"}
+
+
+def attend(backend: str, q, k, v, scale, **kwargs) -> tuple[torch.Tensor, str]:
+    """Run ``backend`` and return (output, name of the kernel that ran)."""
+    try:
+        kernel = KERNELS[backend]
+    except KeyError:
+        raise KernelUnavailable(f"model.attention.backend={backend!r}; expected one of {', '.join(BACKENDS)}") from None
+    return kernel(q, k, v, scale, **kwargs)

