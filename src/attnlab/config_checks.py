@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from .attention import BACKENDS, MASK_FILLS, SCALINGS
@@ -78,7 +79,10 @@ def check_config(cfg: DictConfig) -> None:
     precision = str(cfg.trainer.get("precision", "32"))
     if precision not in PRECISIONS:
         raise ConfigError("trainer.precision", cfg.trainer.precision, "one of " + ", ".join(PRECISIONS))
-    if cfg.trainer.get("accelerator") == "cpu" and precision.startswith("16"):
+    accelerator = cfg.trainer.get("accelerator", "auto")
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError("trainer.accelerator", accelerator, "cpu or auto on a machine without CUDA (trainer=cpu)")
+    if accelerator == "cpu" and precision.startswith("16"):
         raise ConfigError("trainer.precision", precision, "32, 64 or bf16-mixed on CPU (16-mixed needs a GPU)")
     if cfg.model.d_k is None and cfg.model.d_model % cfg.model.n_head:
         raise ConfigError(

@@ -7,6 +7,7 @@ import time
 import lightning as L
 import torch
 from torchmetrics import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
 from .model import GPT, GPTConfig
@@ -29,9 +30,10 @@ class LitGPT(L.LightningModule):
         self.model = GPT(GPTConfig(**model))
         self.val_loss = MeanMetric()
         self.val_ppl = Perplexity(ignore_index=-100)
+        # next-token accuracy over the scored positions (all of them for text; answers only for tasks)
+        self.val_acc = MulticlassAccuracy(num_classes=model["vocab_size"], average="micro", ignore_index=-100)
         self.last_val_step = -1
-        self._tokens = 0
-        self._train_seconds = 0.0
+        self._step_rates: list[float] = []
 
     def forward(self, idx, targets=None):
         return self.model(idx, targets)
@@ -47,28 +49,29 @@ class LitGPT(L.LightningModule):
         self._t0 = time.perf_counter()
 
     def on_train_batch_end(self, outputs, batch, batch_idx):
-        dt = time.perf_counter() - self._t0
-        tokens = batch[0].numel()
-        self._tokens += tokens
-        self._train_seconds += dt
-        self.log("perf/tokens_per_s", tokens / dt)
+        rate = batch[0].numel() / (time.perf_counter() - self._t0)
+        self._step_rates.append(rate)
+        self.log("perf/tokens_per_s", rate)
 
     @property
-    def mean_tokens_per_s(self) -> float:
-        """Tokens per second over all training steps so far (forward, backward, optimizer)."""
-        return self._tokens / self._train_seconds if self._train_seconds else float("nan")
+    def median_tokens_per_s(self) -> float:
+        """Median over steps of tokens/s (forward, backward, optimizer, callbacks); the median keeps
+        the occasional profiled or checkpointing step from skewing it."""
+        return float(torch.tensor(self._step_rates).median()) if self._step_rates else float("nan")
 
     def validation_step(self, batch, batch_idx):
         x, y = batch
         logits, loss = self.model(x, y)
         self.val_loss.update(loss, weight=(y != -100).sum())
         self.val_ppl.update(logits.float(), y)
+        self.val_acc.update(logits.argmax(-1).flatten(), y.flatten())
 
     def on_validation_epoch_end(self):
         self.log("val/loss", self.val_loss.compute(), prog_bar=True)
         self.log("val/ppl", self.val_ppl.compute())
-        self.val_loss.reset()
-        self.val_ppl.reset()
+        self.log("val/acc", self.val_acc.compute())
+        for metric in (self.val_loss, self.val_ppl, self.val_acc):
+            metric.reset()
         self.last_val_step = self.global_step
 
     def configure_optimizers(self):

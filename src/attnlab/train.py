@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import hydra
@@ -18,12 +19,14 @@ from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from .config import CONF_DIR
 from .config_checks import check_config
 from .errors import AttnlabError
 from .module import LitGPT
 from .results import RunRecord, git_sha, hydra_overrides
 
 log = logging.getLogger("attnlab")
+warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
 
 # Top-level W&B config fields, so the UI can group and filter runs by the ablation axes.
 AXES = {
@@ -97,9 +100,12 @@ def check_kernel_runs(module: LitGPT, cfg: DictConfig, trainer: L.Trainer) -> No
         model(x)
 
 
-def final_metrics(trainer: L.Trainer, module: LitGPT) -> dict:
+def final_metrics(trainer: L.Trainer, module: LitGPT, callbacks: list) -> dict:
+    """Last logged values, the run-mean tokens/s, and each callback's ``summary()``."""
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if torch.is_tensor(v) and v.numel() == 1}
-    metrics["perf/tokens_per_s"] = module.mean_tokens_per_s
+    for callback in callbacks:
+        metrics.update(callback.summary() if hasattr(callback, "summary") else {})
+    metrics["perf/tokens_per_s"] = module.median_tokens_per_s
     metrics["step"] = trainer.global_step
     return metrics
 
@@ -120,10 +126,11 @@ def train(cfg: DictConfig) -> dict:
         model_cfg = OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": dm.vocab_size}
         module = LitGPT(model_cfg, OmegaConf.to_container(cfg.optim, resolve=True), max_steps, vocab=dm.vocab())
         loggers = build_loggers(cfg, run_dir)
+        callbacks = build_callbacks(cfg)
         trainer = instantiate(
             cfg.trainer,
             logger=loggers or False,
-            callbacks=build_callbacks(cfg),
+            callbacks=callbacks,
             default_root_dir=str(run_dir),
             val_check_interval=min(cfg.trainer.val_check_interval, max_steps),
         )
@@ -135,7 +142,7 @@ def train(cfg: DictConfig) -> dict:
         trainer.fit(module, datamodule=dm)
         if module.last_val_step != trainer.global_step:
             trainer.validate(module, datamodule=dm, verbose=False)
-        metrics = final_metrics(trainer, module)
+        metrics = final_metrics(trainer, module, callbacks)
         record.data["attention"]["kernel"] = kernels_used(module)
         record.finish("ok", metrics)
         return metrics
@@ -160,7 +167,7 @@ def finish_wandb(loggers: list, failed: bool) -> None:
         wandb.finish(exit_code=1 if failed else 0)
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="train")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def hydra_entry(cfg: DictConfig) -> float | None:
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:

@@ -1,0 +1,64 @@
+"""Per-layer and per-head attention statistics on a fixed probe batch, every N steps.
+
+Works for every backend: the probabilities are recomputed from the q and k that reach each
+attention layer, in query blocks (``attnlab.attention.stats``), so fused kernels are measured the
+same way as explicit ones. Logged as ``attn/L{i}/{stat}`` and ``attn/L{i}/H{h}/{stat}`` to every
+logger, appended to ``attention_stats.jsonl`` in the run dir, and the final per-layer values go
+into results.json (``summary()``).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import lightning as L
+import torch
+
+from ..attention.stats import attention_stats, layer_values
+from .cadence import log_metrics, should_run
+from .probe import probe, probe_batch
+
+
+class AttentionStats(L.Callback):
+    def __init__(self, every_n_steps: int = 100, probe_size: int = 8, block: int = 128, per_head: bool = True):
+        self.every_n_steps, self.probe_size, self.block, self.per_head = every_n_steps, probe_size, block, per_head
+        self.history: list[dict] = []
+        self._x: torch.Tensor | None = None
+
+    def measure(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
+        """All statistics of the current model on the probe batch, as flat metric keys."""
+        if self._x is None:
+            self._x = probe_batch(trainer, self.probe_size)
+        metrics: dict[str, float] = {}
+        for i, (q, k, scale) in enumerate(probe(pl_module.model, self._x.to(pl_module.device))):
+            per_head = attention_stats(q, k, scale, causal=True, block=self.block)
+            metrics.update({f"attn/L{i}/{name}": v for name, v in layer_values(per_head).items()})
+            if self.per_head:
+                for name, values in per_head.items():
+                    metrics.update({f"attn/L{i}/H{h}/{name}": float(v) for h, v in enumerate(values)})
+        return metrics
+
+    def _record(self, trainer, metrics):
+        step = trainer.global_step
+        self.history.append({"step": step, **{k: v for k, v in metrics.items() if k.count("/") == 2}})
+        if trainer.is_global_zero and trainer.default_root_dir:
+            with open(Path(trainer.default_root_dir) / "attention_stats.jsonl", "a") as f:
+                f.write(json.dumps(self.history[-1]) + "\n")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if not should_run(trainer, self.every_n_steps):
+            return
+        metrics = self.measure(trainer, pl_module)
+        log_metrics(trainer, metrics)
+        self._record(trainer, metrics)
+
+    def on_train_end(self, trainer, pl_module):
+        metrics = self.measure(trainer, pl_module)
+        if not self.history or self.history[-1]["step"] != trainer.global_step:
+            self._record(trainer, metrics)
+            log_metrics(trainer, metrics)
+        self.final = metrics
+
+    def summary(self) -> dict[str, float]:
+        """Final per-layer values for results.json."""
+        return {k: v for k, v in getattr(self, "final", {}).items() if k.count("/") == 2}

@@ -1,0 +1,48 @@
+"""The probe pass shared by the statistics and map callbacks: q, k and scale of every layer."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import lightning as L
+import torch
+
+from ..model import GPT
+
+
+@contextmanager
+def capture_qk(model: GPT):
+    """Collect (q, k, scale) from each attention layer's forward, in layer order."""
+    captured: list[tuple[torch.Tensor, torch.Tensor, float | torch.Tensor]] = []
+
+    def hook(module, args, kwargs):
+        q, k = args[0], args[1]
+        captured.append((q.detach(), k.detach(), module.softmax_scale()))
+
+    handles = [layer.register_forward_pre_hook(hook, with_kwargs=True) for layer in model.attention_layers()]
+    try:
+        yield captured
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@torch.no_grad()
+def probe(model: GPT, x: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor, float | torch.Tensor]]:
+    """Run ``x`` through the model in eval mode (restored afterwards) and return per-layer (q, k, scale)."""
+    was_training = model.training
+    model.eval()
+    try:
+        with capture_qk(model) as captured:
+            model(x)
+    finally:
+        model.train(was_training)
+    return [(q, k, s.detach() if torch.is_tensor(s) else s) for q, k, s in captured]
+
+
+def probe_batch(trainer: L.Trainer, size: int) -> torch.Tensor:
+    """A fixed probe batch: the first ``size`` validation sequences (same for every run of a data config)."""
+    dm = trainer.datamodule
+    x, _ = next(iter(dm.val_dataloader()))
+    if len(x) < size:
+        x = torch.cat([x] * (size // len(x) + 1))
+    return x[:size]

@@ -1,0 +1,19 @@
+"""Compose the training config from Python (tests, repro, bench) exactly as the CLI does."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, open_dict
+
+CONF_DIR = Path(__file__).parent / "conf"
+
+
+def compose_config(overrides: list[str] | tuple[str, ...] = (), output_dir: str | Path | None = None) -> DictConfig:
+    """The config ``python -m attnlab.train *overrides`` would run, with its output dir set."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=list(overrides))
+    if output_dir is not None:
+        with open_dict(cfg):
+            cfg.paths.output_dir = str(output_dir)
+    return cfg

@@ -1,0 +1,57 @@
+"""Peak tensor memory of a piece of work, on CPU and CUDA.
+
+CPU: every allocation and free is recorded by ``torch.profiler`` (profile_memory=True); summing
+them in time order gives the running total of tensor memory, and its maximum is the peak above
+the level at the start. psutil's RSS is too coarse (allocator caching, page granularity) and
+tracemalloc does not see tensor storage. CUDA: the caching allocator's own peak counter.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # keep the profiler's start/stop lines off stderr
+
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+
+class PeakMemory:
+    """``with PeakMemory(device) as m: work()`` then ``m.peak_bytes``: peak tensor bytes above the start level."""
+
+    def __init__(self, device: torch.device | str = "cpu"):
+        self.device = torch.device(device)
+        self.peak_bytes: int | None = None
+        self.cuda_max_allocated: int | None = None
+
+    def __enter__(self) -> "PeakMemory":
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._start = torch.cuda.memory_allocated(self.device)
+        else:
+            self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+            self._prof.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self.cuda_max_allocated = torch.cuda.max_memory_allocated(self.device)
+            self.peak_bytes = self.cuda_max_allocated - self._start
+            return
+        self._prof.__exit__(*exc)
+        events = [e for e in self._prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+        events.sort(key=lambda e: e.start_ns())
+        running = peak = 0
+        for event in events:
+            running += event.nbytes()
+            peak = max(peak, running)
+        self.peak_bytes = peak
+
+
+def peak_bytes(fn: Callable[[], object], device: torch.device | str = "cpu") -> int:
+    """Peak tensor memory (bytes above the start level) while ``fn()`` runs."""
+    with PeakMemory(device) as mem:
+        fn()
+    return mem.peak_bytes

@@ -1,0 +1,77 @@
+"""Bad input through the real entry point: one clear line naming the key, non-zero exit, no traceback."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+
+from attnlab.train import main
+
+SMOKE = ["debug=smoke", "logger=none", "callbacks=none"]
+
+BAD = {
+    "unknown backend": (["attention=foo"], "attention"),
+    "unknown backend key": (["model.attention.backend=foo"], "model.attention.backend"),
+    "d_k zero": (["model.d_k=0"], "model.d_k"),
+    "d_k negative": (["model.d_k=-8"], "model.d_k"),
+    "d_k not an integer": (["model.d_k=2.5"], "model.d_k"),
+    "unknown scaling": (["model.attention.scaling=huge"], "model.attention.scaling"),
+    "missing data file": (["data=textfile", "data.path=/nonexistent/corpus.txt"], "data.path"),
+    "gpu without cuda": (["trainer=gpu"], "trainer.accelerator"),
+    "fp16 on cpu": (["trainer.precision=16-mixed"], "trainer.precision"),
+    "bad wandb mode": (["logger=wandb", "logger.wandb.mode=sometimes"], "logger.wandb.mode"),
+}
+
+
+def assert_one_line_error(returncode: int, stderr: str, key: str):
+    assert returncode != 0
+    assert "Traceback" not in stderr
+    errors = [line for line in stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1, stderr
+    assert key in errors[0], errors[0]
+
+
+def run_main(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """The console entry point in-process (saves the interpreter start of a subprocess)."""
+    monkeypatch.setattr("sys.argv", ["attnlab-train", *args])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    out = capsys.readouterr()
+    return exit_info.value.code, out.out, out.err
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_config_one_line(case, tmp_path, monkeypatch, capsys):
+    overrides, key = BAD[case]
+    code, _, err = run_main(monkeypatch, capsys, *SMOKE, *overrides, f"hydra.run.dir={tmp_path}/run")
+    assert_one_line_error(code, err, key)
+    results = Path(tmp_path) / "run" / "results.json"
+    if results.exists():
+        assert json.loads(results.read_text())["status"] == "failed"
+
+
+def test_bad_config_in_a_real_process(tmp_path):
+    proc = run_cli(*SMOKE, "model.d_k=-1", f"hydra.run.dir={tmp_path}/run")
+    assert_one_line_error(proc.returncode, proc.stderr, "model.d_k")
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["status"] == "failed"
+
+
+def test_empty_data_file(tmp_path, monkeypatch, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("   \n")
+    code, _, err = run_main(monkeypatch, capsys, *SMOKE, "data=textfile", f"data.path={empty}", f"hydra.run.dir={tmp_path}/run")
+    assert_one_line_error(code, err, "data.path")
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["status"] == "failed"
+
+
+def test_textfile_trains_on_any_utf8_file(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the quick brown fox jumps over the lazy dog. " * 200, encoding="utf-8")
+    proc = run_cli(*SMOKE, "data=textfile", f"data.path={corpus}", f"hydra.run.dir={tmp_path}/run")
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["status"] == "ok" and f"data.path={corpus}" in results["overrides"]
+    assert "results in" in proc.stdout

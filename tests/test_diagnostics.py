@@ -1,0 +1,178 @@
+"""Attention statistics, peak memory, gradient norms and the non-finite guard (issue 3)."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from attnlab.attention import BACKENDS, attention_probs
+from attnlab.attention.stats import STATS, attention_stats
+from attnlab.callbacks.probe import probe
+from attnlab.model import GPT, GPTConfig
+from attnlab.profiling import peak_bytes
+from attnlab.train import train
+
+BIG = 1e4  # a logit gap that makes softmax one-hot to fp32 precision
+
+
+def test_uniform_rows_have_normalised_entropy_one():
+    q = torch.zeros(2, 3, 20, 8)
+    s = attention_stats(q, torch.randn(2, 3, 20, 8), 1.0, block=7)
+    assert torch.allclose(s["entropy_norm"], torch.ones(3), atol=1e-6)
+    assert torch.allclose(s["max_logit"], torch.zeros(3))
+    expected_sink = sum(1 / (i + 1) for i in range(20)) / 20  # uniform over i + 1 visible keys
+    assert torch.allclose(s["sink_mass"], torch.full((3,), expected_sink), atol=1e-6)
+
+
+def test_one_hot_rows_have_entropy_zero_and_max_prob_one():
+    t = d = 16
+    q = k = (torch.eye(t) * math.sqrt(BIG)).expand(1, 2, t, d)  # each query sees only itself
+    s = attention_stats(q, k, 1.0, block=5)
+    assert torch.allclose(s["entropy_norm"], torch.zeros(2), atol=1e-6)
+    assert torch.allclose(s["entropy"], torch.zeros(2), atol=1e-6)
+    assert torch.allclose(s["max_prob"], torch.ones(2)) and torch.allclose(s["max_prob_max"], torch.ones(2))
+    assert torch.allclose(s["max_logit"], torch.full((2,), BIG))
+
+
+def test_all_weight_on_first_token_is_sink_mass_one():
+    t, d = 12, 4
+    q = torch.zeros(1, 1, t, d)
+    q[..., 0] = 1.0
+    k = torch.zeros(1, 1, t, d)
+    k[:, :, 0, 0] = BIG
+    s = attention_stats(q, k, 1.0, block=4)
+    assert s["sink_mass"].item() == pytest.approx(1.0)
+    assert s["entropy_norm"].item() == pytest.approx(0.0, abs=1e-6)
+
+
+def explicit_reference(q, k, scale):
+    """The metric definitions applied to the full T x T probabilities of the explicit backend."""
+    p = attention_probs(q.double(), k.double(), scale if not torch.is_tensor(scale) else scale.double()).float()
+    logits = (q.double() @ k.double().transpose(-2, -1)) * (scale.double().view(1, -1, 1, 1) if torch.is_tensor(scale) else scale)
+    t = q.shape[-2]
+    visible = torch.ones(t, t, dtype=torch.bool).tril()
+    ent = -(p * p.clamp_min(1e-30).log()).sum(-1)  # (B, H, T)
+    n = torch.arange(1, t + 1)
+    return {
+        "entropy": ent.mean((0, 2)),
+        "entropy_norm": (ent[..., 1:] / n[1:].log()).mean((0, 2)),
+        "max_prob": p.amax(-1).mean((0, 2)),
+        "max_prob_max": p.amax(-1).amax((0, 2)),
+        "max_logit": logits.masked_fill(~visible, -math.inf).amax((0, 2, 3)).float(),
+        "sink_mass": p[..., 0].mean((0, 2)),
+    }
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("block", [1, 5, 16, 64])
+def test_blockwise_stats_equal_explicit_ones(backend, block):
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=30, block_size=33, n_layer=2, n_head=3, d_model=48, attention={"backend": backend, "scaling": "learned" if backend == "sdpa" else "inv_sqrt_d"})
+    model = GPT(cfg)
+    x = torch.randint(0, 30, (2, 33))
+    for q, k, scale in probe(model, x):
+        got = attention_stats(q, k, scale, block=block)
+        ref = explicit_reference(q, k, scale)
+        for name in STATS:
+            torch.testing.assert_close(got[name], ref[name].float(), atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_blockwise_stats_never_allocate_t_by_t():
+    t = 4096
+    q, k = torch.randn(1, 1, t, 16), torch.randn(1, 1, t, 16)
+    full_matrix = t * t * 4
+    peak = peak_bytes(lambda: attention_stats(q, k, 0.25, block=128))
+    assert peak < full_matrix / 4, f"peak {peak / 2**20:.1f} MiB vs T^2 fp32 {full_matrix / 2**20:.0f} MiB"
+
+
+def fwd_bwd_peak(backend: str, t: int) -> int:
+    q, k, v = (torch.randn(1, 4, t, 64, requires_grad=True) for _ in range(3))
+
+    def step():
+        from attnlab.attention import attend
+
+        out, _ = attend(backend, q, k, v, 0.125)
+        out.sum().backward()
+
+    return peak_bytes(step)
+
+
+@pytest.mark.parametrize("backend,low,high", [("naive", 1.7, 2.3), ("scaled", 1.7, 2.3), ("sdpa", 0.7, 1.3), ("flash", 0.7, 1.3)])
+def test_peak_memory_exponent(backend, low, high):
+    ts = [512, 1024, 2048]
+    peaks = [fwd_bwd_peak(backend, t) for t in ts]
+    slope = np.polyfit(np.log(ts), np.log(peaks), 1)[0]
+    assert low < slope < high, f"{backend}: peak ~ T^{slope:.2f} ({peaks})"
+
+
+def test_smoke_training_logs_every_metric_for_every_layer(make_cfg):
+    cfg = make_cfg("callbacks=default", "logger=csv", "callbacks.attention_stats.every_n_steps=2", "callbacks.peak_memory.every_n_steps=3")
+    metrics = train(cfg)
+    out = Path(cfg.paths.output_dir)
+    for layer in range(cfg.model.n_layer):
+        for name in ("entropy", "entropy_norm", "max_prob", "max_logit", "sink_mass"):
+            assert math.isfinite(metrics[f"attn/L{layer}/{name}"])
+        assert metrics[f"grad/L{layer}/q_norm"] > 0 and metrics[f"grad/L{layer}/k_norm"] > 0
+    assert metrics["mem/peak_bytes"] > 0 and metrics["mem/attn_matrix_bytes"] == 12 * 4 * 64 * 64 * 4
+    history = [json.loads(line) for line in (out / "attention_stats.jsonl").read_text().splitlines()]
+    assert [h["step"] for h in history] == [1, 3, 5, 6]
+    csv = (out / "csv" / "version_0" / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert "attn/L0/H0/entropy_norm" in csv and "attn/L3/sink_mass" in csv and "mem/peak_bytes" in csv
+    assert list((out / "attention_maps").glob("step*.png"))
+    results = json.loads((out / "results.json").read_text())
+    assert results["metrics"]["attn/L3/sink_mass"] == pytest.approx(metrics["attn/L3/sink_mass"])
+
+
+def test_probe_restores_training_mode():
+    model = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=2, d_model=16)).train()
+    probe(model, torch.randint(0, 10, (1, 8)))
+    assert model.training
+
+
+class InjectNaN:
+    """A forward hook that turns layer ``layer``'s attention output into NaN from step ``step`` on."""
+
+    def __init__(self, layer: int, step: int):
+        self.layer, self.step = layer, step
+
+    def install(self, trainer, module):
+        target = module.model.attention_layers()[self.layer]
+
+        def hook(mod, args, output):
+            return output * float("nan") if trainer.global_step >= self.step and mod.training else output
+
+        target.register_forward_hook(hook)
+
+
+def test_guard_names_step_layer_and_tensor_and_leaves_loadable_checkpoint(make_cfg, monkeypatch):
+    import lightning as L
+
+    from attnlab.callbacks import NonFiniteError
+    from attnlab.module import LitGPT
+
+    injector = InjectNaN(layer=2, step=3)
+
+    class Injector(L.Callback):
+        def on_fit_start(self, trainer, pl_module):
+            injector.install(trainer, pl_module)
+
+    import attnlab.train as train_module
+
+    original = train_module.build_callbacks
+    monkeypatch.setattr(train_module, "build_callbacks", lambda cfg: [Injector(), *original(cfg)])
+    cfg = make_cfg("callbacks=default", "logger=csv")
+    with pytest.raises(NonFiniteError) as err:
+        train(cfg)
+    message = str(err.value)
+    assert "layer 2" in message and "step 3" in message and "NaN" in message and "\n" not in message
+    out = Path(cfg.paths.output_dir)
+    results = json.loads((out / "results.json").read_text())
+    assert results["status"] == "failed" and "layer 2" in results["error"]
+    ckpt = out / "checkpoints" / "last-finite.ckpt"
+    restored = LitGPT.load_from_checkpoint(ckpt, map_location="cpu")
+    assert all(torch.isfinite(p).all() for p in restored.parameters())
+    assert (out / "csv" / "version_0" / "metrics.csv").exists()  # what was logged before is kept

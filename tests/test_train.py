@@ -1,0 +1,105 @@
+"""Training end to end through train(cfg): composition, determinism, results.json, loggers."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from attnlab.attention import BACKENDS
+from attnlab.config import CONF_DIR, compose_config
+from attnlab.train import train
+
+GROUPS = ["attention", "model", "data", "trainer", "logger", "callbacks"]
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_every_group_option_composes(group, tmp_path):
+    extra = {"data": {"textfile": ["data.path=x.txt"]}}
+    for option in options(group):
+        cfg = compose_config([f"{group}={option}", *extra.get(group, {}).get(option, [])], tmp_path)
+        assert cfg.model.attention.backend in BACKENDS
+
+
+def test_attention_presets_set_defaults_only(tmp_path):
+    cfg = compose_config(["attention=naive"], tmp_path)
+    assert (cfg.model.attention.backend, cfg.model.attention.scaling) == ("naive", "none")
+    cfg = compose_config(["attention=sdpa", "model.attention.scaling=none"], tmp_path)
+    assert (cfg.model.attention.backend, cfg.model.attention.scaling) == ("sdpa", "none")
+
+
+def test_tiny_preset_is_nanogpt_cpu_preset(tmp_path):
+    cfg = compose_config([], tmp_path)
+    m = cfg.model
+    assert (m.n_layer, m.n_head, m.d_model, m.block_size, m.dropout) == (4, 4, 128, 64, 0.0)
+    assert (cfg.data.batch_size, cfg.trainer.max_steps, cfg.trainer.gradient_clip_val) == (12, 2000, 1.0)
+    assert (cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, cfg.optim.betas[1]) == (1e-3, 1e-4, 100, 0.99)
+    small = compose_config(["model=small"], tmp_path)
+    assert small.model.d_model > m.d_model and small.trainer.max_steps == 5000
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_smoke_training_every_backend_writes_results(backend, make_cfg):
+    cfg = make_cfg(f"attention={backend}", "callbacks=none")
+    metrics = train(cfg)
+    results = json.loads((Path(cfg.paths.output_dir) / "results.json").read_text())
+    assert results["status"] == "ok" and results["error"] is None
+    assert results["attention"]["backend"] == backend
+    expected_kernel = {"naive": "eager", "scaled": "eager", "flash": "sdpa:flash"}.get(backend)
+    if expected_kernel:
+        assert results["attention"]["kernel"] == expected_kernel
+    else:
+        assert results["attention"]["kernel"].startswith("sdpa:")
+    for key in ("train/loss", "val/loss", "val/ppl", "val/acc", "perf/tokens_per_s"):
+        assert key in results["metrics"] and results["metrics"][key] == pytest.approx(metrics[key])
+    assert results["config"]["model"]["attention"]["backend"] == backend
+    assert set(results) >= {"status", "error", "overrides", "config", "attention", "metrics", "wall_s", "git_sha"}
+
+
+def test_same_seed_same_loss(make_cfg):
+    a = train(make_cfg("callbacks=none", "seed=7"))
+    b = train(make_cfg("callbacks=none", "seed=7"))
+    c = train(make_cfg("callbacks=none", "seed=8"))
+    assert a["train/loss"] == b["train/loss"] and a["val/loss"] == b["val/loss"]
+    assert a["val/loss"] != c["val/loss"]
+
+
+def test_final_validation_always_runs(make_cfg):
+    m = train(make_cfg("callbacks=none", "trainer.max_steps=7", "trainer.val_check_interval=5"))
+    assert m["step"] == 7 and "val/loss" in m
+
+
+def test_training_lowers_the_loss(make_cfg):
+    m = train(make_cfg("callbacks=none", "trainer.max_steps=60", "optim.warmup_steps=5"))
+    # uniform guess over ~70 characters is ln(70) = 4.25 nats; 60 steps learn character frequencies
+    assert m["val/loss"] < 3.3
+
+
+@pytest.mark.parametrize("logger", ["csv", "tensorboard", "wandb", "none"])
+def test_each_logger_runs(logger, make_cfg):
+    cfg = make_cfg("callbacks=none", f"logger={logger}", "trainer.max_steps=2", fast=False)
+    cfg.trainer.enable_progress_bar = False
+    train(cfg)
+    out = Path(cfg.paths.output_dir)
+    expected = {"csv": "csv", "tensorboard": "tensorboard", "wandb": "wandb"}.get(logger)
+    if expected:
+        assert (out / expected).is_dir()
+    if logger == "wandb":
+        assert list((out / "wandb").glob("offline-run-*")), "W&B must default to offline mode"
+
+
+def test_wandb_disabled_truly_disables(make_cfg):
+    cfg = make_cfg("callbacks=none", "logger=wandb", "logger.wandb.mode=disabled", "trainer.max_steps=2", fast=False)
+    train(cfg)
+    assert not (Path(cfg.paths.output_dir) / "wandb").exists()
+
+
+def test_vocab_saved_with_run(make_cfg):
+    cfg = make_cfg("callbacks=none")
+    train(cfg)
+    vocab = json.loads((Path(cfg.paths.output_dir) / "vocab.json").read_text())["chars"]
+    assert "a" in vocab and len(vocab) == len(set(vocab))
