@@ -60,7 +60,8 @@ dashboard: $(STAMP) ## create a W&B workspace for the runs (prints the plan when
 	$(PY) -m attnlab.dashboard $(ARGS)
 
 sync: $(STAMP) ## upload offline W&B runs under logs/ (needs network and a W&B login)
-	$(BIN)/wandb sync --include-offline logs/**/wandb/offline-run-*
+	@runs=$$(find logs -type d -name 'offline-run-*' 2>/dev/null); \
+	if [ -z "$$runs" ]; then echo "no offline W&B runs under logs/"; else $(BIN)/wandb sync --include-offline $$runs; fi
 
 clean: ## remove logs/, caches and the virtual environment
 	rm -rf logs outputs multirun .pytest_cache .hypothesis $(VENV)

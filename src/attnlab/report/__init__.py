@@ -1,0 +1,100 @@
+"""Results of runs -> Markdown/CSV/HTML tables and PNG plots under reports/<study>/."""
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+
+from ..results import atomic_write_text
+from .aggregate import group_cells, load_runs, lr_sensitivity, n_layers, short, swept_axes
+from .plots import layer_stat_vs_axis, max_logit_over_training, metric_vs_axis
+from .tables import csv_text, html_table, markdown, rows
+
+__all__ = ["build_report", "latest_sweep"]
+
+
+def latest_sweep(root: Path = Path("logs")) -> Path | None:
+    """The most recent multirun dir under ``root`` (by modification time)."""
+    dirs = [p for p in root.glob("*/multiruns/*") if p.is_dir()]
+    return max(dirs, key=lambda p: p.stat().st_mtime) if dirs else None
+
+
+def study_name(sweep_dir: Path, runs) -> str:
+    for run in runs:
+        study = run.results.get("config", {}).get("study")
+        if study:
+            return study
+    return sweep_dir.name
+
+
+def build_report(sweep_dir: Path, reports: Path = Path("reports")) -> dict:
+    """Write ablation.md/.csv, plots and index.html for one sweep; return a short summary."""
+    sweep_dir = Path(sweep_dir)
+    runs = load_runs(sweep_dir)
+    if not runs:
+        raise SystemExit(f"attnlab: error: DIR={str(sweep_dir)!r} holds no results.json; expected a sweep dir under logs/")
+    axes = swept_axes(runs)
+    cells = group_cells(runs, axes)
+    layers = n_layers(runs)
+    name = study_name(sweep_dir, runs)
+    out = reports / name
+    out.mkdir(parents=True, exist_ok=True)
+
+    plots = []
+    if "model.d_k" in axes:
+        plots.append(metric_vs_axis(cells, "model.d_k", "val/loss", out / "val_loss_vs_dk.png", ylabel="final val loss"))
+        plots.append(layer_stat_vs_axis(cells, "model.d_k", "entropy_norm", layers, out / "entropy_norm_vs_dk.png"))
+    sensitivity = {}
+    if "optim.lr" in axes:
+        plots.append(metric_vs_axis(cells, "optim.lr", "val/loss", out / "lr_sensitivity.png", logx=True, ylabel="final val loss"))
+        sensitivity = lr_sensitivity(cells)
+    for axis in axes:
+        if axis not in ("model.d_k", "optim.lr"):
+            plots.append(metric_vs_axis(cells, axis, "val/loss", out / f"val_loss_vs_{short(axis)}.png"))
+    plots.append(max_logit_over_training(cells, out / "max_logit_over_training.png"))
+    plots = [p for p in plots if p is not None]
+
+    header, body = rows(cells, axes, layers)
+    failed = sum(len(c.failed) for c in cells)
+    lines = [
+        f"# {name}: ablation table",
+        "",
+        f"Sweep: `{sweep_dir}` ({len(runs)} runs, {len(cells)} cells, {failed} failed). "
+        "Values are mean ± std over seeds of the final metrics; per-layer columns list layers 0 to "
+        f"{layers - 1}. Peak MiB is the peak tensor memory of a training step above its start level.",
+        "",
+        markdown(header, body),
+    ]
+    if sensitivity:
+        lines += ["", "## LR sensitivity (Wortsman et al. 2023)", "",
+                  "mean over the LR grid of min(loss, initial loss) - best loss; initial loss = ln(vocab). Lower is more robust.", "",
+                  "| variant | LR sensitivity |", "|---|---|"]
+        lines += [f"| {k} | {v:.3f} |" for k, v in sorted(sensitivity.items(), key=lambda kv: kv[1])]
+    errors = [f"- {r.dir.name}: {r.results.get('error')}" for c in cells for r in c.failed]
+    if errors:
+        lines += ["", "## Failed runs", "", *errors]
+    lines += ["", *[f"![{p.stem}]({p.name})" for p in plots], ""]
+    atomic_write_text(out / "ablation.md", "\n".join(lines))
+    atomic_write_text(out / "ablation.csv", csv_text(cells, axes, layers))
+    atomic_write_text(out / "index.html", index_html(name, lines[2], header, body, sensitivity, plots))
+    summary = {"study": name, "sweep_dir": str(sweep_dir), "runs": len(runs), "cells": len(cells), "failed": failed, "out": str(out)}
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
+    print(f"attnlab: {len(cells)} cells ({failed} failed runs) -> {out}/ablation.md, index.html")
+    return summary
+
+
+def index_html(name, intro, header, body, sensitivity, plots) -> str:
+    """A single self-contained page (plots inlined as base64) for browsing offline."""
+    imgs = "".join(
+        f'<figure><img src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}"><figcaption>{html.escape(p.stem)}</figcaption></figure>'
+        for p in plots
+    )
+    sens = ""
+    if sensitivity:
+        sens = "<h2>LR sensitivity</h2>" + html_table(["variant", "LR sensitivity"], [[k, f"{v:.3f}"] for k, v in sensitivity.items()])
+    style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px}"
+             "td,th{border:1px solid #ccc;padding:3px 6px}tr.failed{background:#fdd}figure{display:inline-block;margin:1em}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>attnlab: {html.escape(name)}</title>"
+            f"<style>{style}</style></head><body><h1>attnlab: {html.escape(name)}</h1><p>{html.escape(intro)}</p>"
+            f"{html_table(header, body)}{sens}{imgs}</body></html>")

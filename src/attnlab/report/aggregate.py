@@ -1,0 +1,130 @@
+"""Read the results.json files of a sweep and reduce them to one row per cell (mean +- std over seeds)."""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# per-layer statistics shown in the table, and run-level metrics
+LAYER_STATS = ("entropy_norm", "max_prob", "max_logit", "sink_mass")
+RUN_METRICS = ("val/loss", "val/acc", "perf/tokens_per_s", "mem/peak_bytes")
+IGNORED_AXES = {"seed"}
+
+
+@dataclass
+class Run:
+    dir: Path
+    results: dict
+
+    @property
+    def ok(self) -> bool:
+        return self.results.get("status") == "ok"
+
+    @property
+    def overrides(self) -> dict[str, str]:
+        pairs = (o.lstrip("+~").split("=", 1) for o in self.results.get("overrides", []) if "=" in o)
+        return {k: v for k, v in pairs if not k.startswith("hydra")}
+
+    def metric(self, key: str) -> float | None:
+        value = self.results.get("metrics", {}).get(key)
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            return None
+        return value if math.isfinite(value) else None
+
+
+@dataclass
+class Cell:
+    axes: dict[str, str]
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def ok_runs(self) -> list[Run]:
+        return [r for r in self.runs if r.ok]
+
+    @property
+    def failed(self) -> list[Run]:
+        return [r for r in self.runs if not r.ok]
+
+    def values(self, key: str) -> list[float]:
+        return [v for r in self.ok_runs if (v := r.metric(key)) is not None]
+
+    def mean(self, key: str) -> float | None:
+        vals = self.values(key)
+        return statistics.fmean(vals) if vals else None
+
+    def std(self, key: str) -> float | None:
+        vals = self.values(key)
+        return statistics.stdev(vals) if len(vals) > 1 else (0.0 if vals else None)
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{short(k)}={v}" for k, v in self.axes.items()) or "all"
+
+
+def short(key: str) -> str:
+    """model.attention.scaling -> scaling: the last name of a key is what people call the axis."""
+    return key.rsplit(".", 1)[-1]
+
+
+def load_runs(sweep_dir: Path) -> list[Run]:
+    runs = []
+    for path in sorted(Path(sweep_dir).glob("**/results.json")):
+        try:
+            runs.append(Run(path.parent, json.loads(path.read_text())))
+        except (OSError, json.JSONDecodeError):
+            continue  # a results.json being written right now; atomic writes make this rare
+    return runs
+
+
+def swept_axes(runs: list[Run]) -> list[str]:
+    """Override keys whose values differ between runs (seeds excluded), in first-seen order."""
+    keys: dict[str, set] = {}
+    for run in runs:
+        for k, v in run.overrides.items():
+            keys.setdefault(k, set()).add(v)
+    missing = {k for k in keys if any(k not in r.overrides for r in runs)}
+    return [k for k, vals in keys.items() if k not in IGNORED_AXES and (len(vals) > 1 or k in missing)]
+
+
+def _sort_key(value: str):
+    try:
+        return (0, float(value), "")
+    except ValueError:
+        return (1, 0.0, value)
+
+
+def group_cells(runs: list[Run], axes: list[str]) -> list[Cell]:
+    cells: dict[tuple, Cell] = {}
+    for run in runs:
+        key = tuple(run.overrides.get(a, "-") for a in axes)
+        cells.setdefault(key, Cell(dict(zip(axes, key)))).runs.append(run)
+    return [cells[k] for k in sorted(cells, key=lambda key: [_sort_key(v) for v in key])]
+
+
+def n_layers(runs: list[Run]) -> int:
+    return max((r.results.get("config", {}).get("model", {}).get("n_layer", 0) for r in runs), default=0)
+
+
+def initial_loss(run: Run) -> float:
+    """Loss of a uniform prediction, ln(vocab size): what a freshly initialised model scores."""
+    vocab = run.dir / "vocab.json"
+    return math.log(len(json.loads(vocab.read_text())["chars"])) if vocab.exists() else math.nan
+
+
+def lr_sensitivity(cells: list[Cell], lr_axis: str = "optim.lr") -> dict[str, float]:
+    """Wortsman et al. 2023: mean over the LR grid of min(loss, initial loss) minus the best loss,
+    for each combination of the other axes. A failed or diverged cell counts as the initial loss."""
+    groups: dict[str, list[Cell]] = {}
+    for cell in cells:
+        rest = ", ".join(f"{short(k)}={v}" for k, v in cell.axes.items() if k != lr_axis) or "all"
+        groups.setdefault(rest, []).append(cell)
+    out = {}
+    for name, group in groups.items():
+        init = next((initial_loss(r) for c in group for r in c.runs), math.nan)
+        losses = [min(c.mean("val/loss") if c.mean("val/loss") is not None else init, init) for c in group]
+        out[name] = statistics.fmean(losses) - min(losses)
+    return out

@@ -1,0 +1,108 @@
+"""Plots of a sweep: a metric against a numeric axis (one line per other-axes combination),
+per-layer entropy against d_k, and max logit over training from each run's attention_stats.jsonl."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from .aggregate import Cell, short  # noqa: E402
+
+
+def _numeric(value: str) -> float | None:
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def _series(cells: list[Cell], x_axis: str) -> dict[str, list[Cell]]:
+    out: dict[str, list[Cell]] = {}
+    for cell in cells:
+        rest = ", ".join(f"{short(k)}={v}" for k, v in cell.axes.items() if k != x_axis) or "all"
+        out.setdefault(rest, []).append(cell)
+    return out
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def metric_vs_axis(cells: list[Cell], x_axis: str, metric: str, path: Path, logx: bool = False, ylabel: str | None = None) -> Path | None:
+    """``metric`` (mean, std as error bar) against a numeric axis, one line per other-axes combination."""
+    if not cells or any(_numeric(c.axes[x_axis]) is None for c in cells):
+        return None
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    drawn = False
+    for name, group in _series(cells, x_axis).items():
+        pts = sorted((_numeric(c.axes[x_axis]), c.mean(metric), c.std(metric)) for c in group if c.mean(metric) is not None)
+        if pts:
+            xs, ys, es = zip(*pts)
+            ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=name)
+            drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.set_xscale("log", base=10 if logx else 2)
+    ax.set_xlabel(short(x_axis))
+    ax.set_ylabel(ylabel or metric)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def layer_stat_vs_axis(cells: list[Cell], x_axis: str, stat: str, layers: int, path: Path) -> Path | None:
+    """One panel per other-axes combination, one line per layer."""
+    if not cells or any(_numeric(c.axes[x_axis]) is None for c in cells):
+        return None
+    series = _series(cells, x_axis)
+    fig, axes = plt.subplots(1, len(series), figsize=(4.2 * len(series), 3.4), squeeze=False, sharey=True)
+    drawn = False
+    for ax, (name, group) in zip(axes[0], series.items()):
+        for i in range(layers):
+            pts = sorted((_numeric(c.axes[x_axis]), c.mean(f"attn/L{i}/{stat}")) for c in group if c.mean(f"attn/L{i}/{stat}") is not None)
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=f"layer {i}")
+                drawn = True
+        ax.set_xscale("log", base=2)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel(short(x_axis))
+        ax.grid(alpha=0.3)
+    if not drawn:
+        plt.close(fig)
+        return None
+    axes[0][0].set_ylabel(stat)
+    axes[0][0].legend(fontsize=7)
+    return _save(fig, path)
+
+
+def max_logit_over_training(cells: list[Cell], path: Path) -> Path | None:
+    """Max over layers of the max logit, against the step, one line per cell (first ok seed)."""
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    drawn = False
+    for cell in cells:
+        run = next(iter(cell.ok_runs), None)
+        history = run.dir / "attention_stats.jsonl" if run else None
+        if not history or not history.exists():
+            continue
+        points = [json.loads(line) for line in history.read_text().splitlines() if line.strip()]
+        steps = [p["step"] for p in points]
+        values = [max(v for k, v in p.items() if k.endswith("/max_logit")) for p in points]
+        ax.plot(steps, values, label=cell.label)
+        drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.set_xlabel("step")
+    ax.set_ylabel("max logit (max over layers)")
+    ax.set_yscale("symlog")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, ncol=2)
+    return _save(fig, path)

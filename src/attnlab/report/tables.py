@@ -1,0 +1,77 @@
+"""The ablation table as Markdown, CSV and HTML."""
+from __future__ import annotations
+
+import csv
+import html
+import io
+
+from .aggregate import LAYER_STATS, RUN_METRICS, Cell, short
+
+LABELS = {"val/loss": "val loss", "val/acc": "val acc", "perf/tokens_per_s": "tokens/s", "mem/peak_bytes": "peak MiB"}
+SCALE = {"mem/peak_bytes": 1 / 2**20}
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.{digits}g}" if abs(value) < 0.01 else f"{value:.{digits}f}"
+
+
+def _mean_std(cell: Cell, key: str) -> str:
+    m, s = cell.mean(key), cell.std(key)
+    if m is None:
+        return "-"
+    k = SCALE.get(key, 1)
+    return _fmt(m * k) + (f" ± {_fmt(s * k)}" if s else "")
+
+
+def _per_layer(cell: Cell, stat: str, layers: int) -> str:
+    return " / ".join(_fmt(cell.mean(f"attn/L{i}/{stat}"), 2) for i in range(layers))
+
+
+def _status(cell: Cell) -> str:
+    ok, failed = len(cell.ok_runs), len(cell.failed)
+    return f"ok {ok}" + (f", FAILED {failed}" if failed else "")
+
+
+def rows(cells: list[Cell], axes: list[str], layers: int) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the human-readable table (per-layer values as L0 / L1 / ...)."""
+    header = [short(a) for a in axes] + ["runs"] + [LABELS[m] for m in RUN_METRICS]
+    header += [f"{s} (L0/…/L{layers - 1})" for s in LAYER_STATS]
+    body = []
+    for cell in cells:
+        row = [cell.axes[a] for a in axes] + [_status(cell)]
+        row += [_mean_std(cell, m) for m in RUN_METRICS]
+        row += [_per_layer(cell, s, layers) for s in LAYER_STATS]
+        body.append(row)
+    return header, body
+
+
+def markdown(header: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in body]
+    return "\n".join(lines)
+
+
+def html_table(header: list[str], body: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    trs = []
+    for r in body:
+        cls = ' class="failed"' if any("FAILED" in c for c in r) else ""
+        trs.append(f"<tr{cls}>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(trs)}</tbody></table>"
+
+
+def csv_text(cells: list[Cell], axes: list[str], layers: int) -> str:
+    """Machine-readable: every metric as mean and std columns, one row per cell."""
+    keys = list(RUN_METRICS) + [f"attn/L{i}/{s}" for s in LAYER_STATS for i in range(layers)]
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(axes + ["n_ok", "n_failed", "errors"] + [f"{k}_{x}" for k in keys for x in ("mean", "std")])
+    for cell in cells:
+        errors = " | ".join(sorted({r.results.get("error") or "?" for r in cell.failed}))
+        row = [cell.axes[a] for a in axes] + [len(cell.ok_runs), len(cell.failed), errors]
+        for k in keys:
+            row += [cell.mean(k), cell.std(k)]
+        writer.writerow(["" if v is None else v for v in row])
+    return buf.getvalue()

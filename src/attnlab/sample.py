@@ -1,0 +1,62 @@
+"""Generate text from a trained run: ``python -m attnlab.sample [RUN_DIR] [--tokens N] [--prompt TEXT]``.
+
+Without RUN_DIR it takes the most recent run under logs/ that has ``checkpoints/last.ckpt``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from .data.text import CharTokenizer
+from .module import LitGPT
+
+
+def latest_checkpoint(root: Path = Path("logs")) -> Path | None:
+    ckpts = sorted(root.glob("**/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
+    return ckpts[-1] if ckpts else None
+
+
+def resolve_checkpoint(run: str | None) -> Path:
+    if run is None:
+        ckpt = latest_checkpoint()
+        if ckpt is None:
+            raise SystemExit("attnlab: error: no checkpoints/last.ckpt under logs/; run `make train` first")
+        return ckpt
+    path = Path(run)
+    ckpt = path if path.suffix == ".ckpt" else path / "checkpoints" / "last.ckpt"
+    if not ckpt.is_file():
+        raise SystemExit(f"attnlab: error: RUN={run!r} has no checkpoint at {ckpt}; expected a run dir or a .ckpt file")
+    return ckpt
+
+
+def sample(ckpt: Path, prompt: str = "\n", tokens: int = 500, temperature: float = 0.8, top_k: int | None = 40, seed: int = 0) -> str:
+    module = LitGPT.load_from_checkpoint(ckpt, map_location="cpu", weights_only=True).eval()
+    tokenizer = CharTokenizer(module.hparams.vocab)
+    unknown = sorted(set(prompt) - set(tokenizer.chars))
+    if unknown:
+        raise SystemExit(f"attnlab: error: --prompt has characters outside the run's vocabulary: {unknown!r}")
+    idx = torch.tensor([tokenizer.encode(prompt)], dtype=torch.long)
+    gen = torch.Generator().manual_seed(seed)
+    out = module.model.generate(idx, tokens, temperature=temperature, top_k=top_k, generator=gen)
+    return tokenizer.decode(out[0].tolist())
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run", nargs="?", help="run dir or .ckpt file (default: the latest under logs/)")
+    parser.add_argument("--tokens", type=int, default=500)
+    parser.add_argument("--prompt", default="\n")
+    parser.add_argument("--temperature", type=float, default=0.8)
+    parser.add_argument("--top-k", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    ckpt = resolve_checkpoint(args.run)
+    print(f"# sampled from {ckpt}", file=sys.stderr)
+    print(sample(ckpt, args.prompt, args.tokens, args.temperature, args.top_k, args.seed))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""``make sweep``: run a study as a Hydra multirun, then aggregate it into reports/<study>/.
+
+    python -m attnlab.sweep --study dk_scaling --seeds 3 --jobs 2 [extra hydra overrides]
+
+Equivalent to ``python -m attnlab.train -m experiment=<study> seed=0,1,2`` with a known sweep dir,
+followed by ``python -m attnlab.report <sweep dir>``. Failed cells do not stop the others; the
+exit code is non-zero if any cell failed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .config import CONF_DIR
+
+
+def studies() -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
+
+
+def sweep_command(study: str, seeds: int, jobs: int, sweep_dir: Path, extra: list[str]) -> list[str]:
+    cmd = [sys.executable, "-m", "attnlab.train", "-m", f"experiment={study}", f"hydra.sweep.dir={sweep_dir}"]
+    if seeds > 1:
+        cmd.append(f"seed=range(0,{seeds})")
+    if jobs > 1:
+        # each job gets its share of the cores instead of all of them fighting for every core
+        cmd += ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={jobs}"]
+    return cmd + extra
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run a study (Hydra multirun) and build its report.")
+    parser.add_argument("--study", default="dk_scaling", help="one of: " + ", ".join(studies()))
+    parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--jobs", type=int, default=1, help="parallel jobs (joblib launcher) when > 1")
+    parser.add_argument("--logs", default="logs/train/multiruns")
+    args, extra = parser.parse_known_args(argv)
+    if args.study not in studies():
+        print(f"attnlab: error: SWEEP={args.study!r} is not a study; expected one of {', '.join(studies())}", file=sys.stderr)
+        return 2
+    if args.seeds < 1 or args.jobs < 1:
+        print("attnlab: error: SEEDS and JOBS must be positive integers", file=sys.stderr)
+        return 2
+    sweep_dir = Path(args.logs) / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{args.study}"
+    cmd = sweep_command(args.study, args.seeds, args.jobs, sweep_dir, extra)
+    print("attnlab: " + " ".join(cmd[1:]), flush=True)
+    started = time.perf_counter()
+    env = dict(os.environ)
+    if args.jobs > 1:  # share the cores: torch would otherwise start one thread per core in every job
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.jobs)))
+    proc = subprocess.run(cmd, env=env)
+    print(f"attnlab: sweep took {time.perf_counter() - started:.0f} s", flush=True)
+    if not sweep_dir.exists():
+        return proc.returncode or 1
+    from .report import build_report
+
+    summary = build_report(sweep_dir)
+    return 1 if proc.returncode or summary["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
