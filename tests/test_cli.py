@@ -23,6 +23,25 @@ BAD = {
     "gpu without cuda": (["trainer=gpu"], "trainer.accelerator"),
     "fp16 on cpu": (["trainer.precision=16-mixed"], "trainer.precision"),
     "bad wandb mode": (["logger=wandb", "logger.wandb.mode=sometimes"], "logger.wandb.mode"),
+    "unknown model size": (["model=huge"], "model"),
+    "unknown data option": (["data=imagenet"], "data"),
+    "unknown logger": (["logger=mlflow"], "logger"),
+    "zero heads": (["model.n_head=0"], "model.n_head"),
+    "negative layers": (["model.n_layer=-2"], "model.n_layer"),
+    "d_model not divisible by heads": (["model.d_model=130"], "model.d_model"),
+    "zero batch": (["data.batch_size=0"], "data.batch_size"),
+    "zero steps": (["trainer.max_steps=0"], "trainer.max_steps"),
+    "sweep value of the wrong type": (["model.d_k=abc"], "model.d_k"),
+    "negative learning rate": (["optim.lr=-0.001"], "optim.lr"),
+    "dropout of one": (["model.dropout=1.0"], "model.dropout"),
+    "bad init": (["model.init_std=xavier"], "model.init_std"),
+    "bad mask fill": (["model.attention.mask_fill=zero"], "model.attention.mask_fill"),
+    "bad precision": (["trainer.precision=8"], "trainer.precision"),
+    "qk_norm not a bool": (["model.attention.qk_norm=maybe"], "model.attention.qk_norm"),
+    "unknown key": (["model.heads=4"], "model.heads"),
+    "resume without a checkpoint": (["resume=true"], "resume"),
+    "missing ckpt_path": (["ckpt_path=/nonexistent/last.ckpt"], "ckpt_path"),
+    "flash with 16-bit on cpu": (["attention=flash", "trainer.precision=16-mixed"], "trainer.precision"),
 }
 
 
@@ -51,6 +70,28 @@ def test_bad_config_one_line(case, tmp_path, monkeypatch, capsys):
     results = Path(tmp_path) / "run" / "results.json"
     if results.exists():
         assert json.loads(results.read_text())["status"] == "failed"
+
+
+def test_block_size_larger_than_the_data(tmp_path, monkeypatch, capsys):
+    small = tmp_path / "small.txt"
+    small.write_text("to be or not to be, " * 20)
+    code, _, err = run_main(monkeypatch, capsys, *SMOKE, "data=textfile", f"data.path={small}", "model.block_size=512",
+                            f"hydra.run.dir={tmp_path}/run")
+    assert_one_line_error(code, err, "model.block_size")
+
+
+def test_binary_data_file(tmp_path, monkeypatch, capsys):
+    binary = tmp_path / "data.bin"
+    binary.write_bytes(bytes(range(256)) * 10)
+    code, _, err = run_main(monkeypatch, capsys, *SMOKE, "data=textfile", f"data.path={binary}", f"hydra.run.dir={tmp_path}/run")
+    assert_one_line_error(code, err, "data.path")
+
+
+def test_unwritable_output_dir(tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where a directory should go")
+    code, _, err = run_main(monkeypatch, capsys, *SMOKE, f"hydra.run.dir={blocker}/run")
+    assert_one_line_error(code, err, "hydra.run.dir")
 
 
 def test_bad_config_in_a_real_process(tmp_path):

@@ -10,6 +10,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
+from .checkpointing import rng_state, set_rng_state
 from .model import GPT, GPTConfig
 
 
@@ -41,7 +42,8 @@ class LitGPT(L.LightningModule):
     def training_step(self, batch, batch_idx):
         x, y = batch
         _, loss = self.model(x, y)
-        self.log("train/loss", loss, prog_bar=True)
+        # under DDP, log the mean over processes (the loss the update actually follows), not rank 0's share
+        self.log("train/loss", loss, prog_bar=True, sync_dist=self.trainer.world_size > 1)
         self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"])
         return loss
 
@@ -73,6 +75,13 @@ class LitGPT(L.LightningModule):
         for metric in (self.val_loss, self.val_ppl, self.val_acc):
             metric.reset()
         self.last_val_step = self.global_step
+
+    def on_save_checkpoint(self, checkpoint):
+        checkpoint["rng"] = rng_state()  # dropout and any sampling continue identically on resume
+
+    def on_load_checkpoint(self, checkpoint):
+        if "rng" in checkpoint:
+            set_rng_state(checkpoint["rng"])
 
     def configure_optimizers(self):
         o = self.hparams.optim

@@ -9,11 +9,23 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from contextlib import contextmanager
 
-os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # keep the profiler's start/stop lines off stderr
+import torch
+from torch.profiler import ProfilerActivity, profile
 
-import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+@contextmanager
+def quiet_stderr():
+    """The profiler's C++ side prints start/stop lines to file descriptor 2; keep logs readable."""
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 class PeakMemory:
@@ -31,7 +43,8 @@ class PeakMemory:
             self._start = torch.cuda.memory_allocated(self.device)
         else:
             self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-            self._prof.__enter__()
+            with quiet_stderr():
+                self._prof.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
@@ -40,8 +53,12 @@ class PeakMemory:
             self.cuda_max_allocated = torch.cuda.max_memory_allocated(self.device)
             self.peak_bytes = self.cuda_max_allocated - self._start
             return
-        self._prof.__exit__(*exc)
-        events = [e for e in self._prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+        with quiet_stderr():
+            self._prof.__exit__(*exc)
+        events = [
+            e for e in self._prof.profiler.kineto_results.events()
+            if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU
+        ]
         events.sort(key=lambda e: e.start_ns())
         running = peak = 0
         for event in events:

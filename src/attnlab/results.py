@@ -26,6 +26,11 @@ def git_sha(cwd: str | Path | None = None) -> str | None:
         return None
 
 
+def is_rank_zero() -> bool:
+    """True in the main process (also before Lightning has set up distributed training)."""
+    return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0
+
+
 def hydra_overrides() -> list[str]:
     """The command-line overrides of this job ([] outside a Hydra app)."""
     from hydra.core.hydra_config import HydraConfig
@@ -87,7 +92,8 @@ class RunRecord:
         self.data.update(status=status, error=error, wall_s=round(time.perf_counter() - self.started, 3), **extra)
         if metrics:
             self.data["metrics"].update(metrics)
-        atomic_write_text(self.path, json.dumps(_json_safe(self.data), indent=2))
+        if is_rank_zero():  # one results.json per run, also under DDP
+            atomic_write_text(self.path, json.dumps(_json_safe(self.data), indent=2))
 
 
 def load_results(path: Path) -> dict:

@@ -19,11 +19,13 @@ from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from .callbacks.interrupt import GracefulInterrupt, Interrupted
+from .checkpointing import AtomicCheckpointIO
 from .config import CONF_DIR
 from .config_checks import check_config
-from .errors import AttnlabError
+from .errors import AttnlabError, ConfigError
 from .module import LitGPT
-from .results import RunRecord, git_sha, hydra_overrides
+from .results import RunRecord, git_sha, is_rank_zero
 
 log = logging.getLogger("attnlab")
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
@@ -61,6 +63,20 @@ def run_group(cfg: DictConfig) -> str | None:
     return None
 
 
+def wandb_run_id(run_dir: Path) -> str:
+    """The run dir's W&B id, created once: a resumed run continues the same W&B run."""
+    path = run_dir / "wandb_run_id"
+    if path.exists():
+        return path.read_text().strip()
+    import secrets
+    import string
+
+    run_id = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))  # W&B's id alphabet
+    if is_rank_zero():
+        path.write_text(run_id)
+    return run_id
+
+
 def build_loggers(cfg: DictConfig, run_dir: Path) -> list:
     loggers = []
     for name, lg_cfg in (cfg.get("logger") or {}).items():
@@ -72,6 +88,7 @@ def build_loggers(cfg: DictConfig, run_dir: Path) -> list:
                 instantiate(
                     lg_cfg,
                     save_dir=str(run_dir),
+                    id=wandb_run_id(run_dir),
                     name=lg_cfg.name or f"{a['backend']}-{a['scaling']}-dk{a['d_k']}-s{a['seed']}",
                     group=run_group(cfg),
                     tags=list(lg_cfg.tags) + [a["backend"], a["scaling"]],
@@ -100,6 +117,20 @@ def check_kernel_runs(module: LitGPT, cfg: DictConfig, trainer: L.Trainer) -> No
         model(x)
 
 
+def resume_checkpoint(cfg: DictConfig, run_dir: Path) -> str | None:
+    """The checkpoint to continue from: ``ckpt_path``, or with ``resume=true`` the run dir's last.ckpt."""
+    if cfg.get("ckpt_path"):
+        if not Path(cfg.ckpt_path).is_file():
+            raise ConfigError("ckpt_path", cfg.ckpt_path, "an existing checkpoint file")
+        return str(cfg.ckpt_path)
+    if cfg.get("resume"):
+        last = run_dir / "checkpoints" / "last.ckpt"
+        if not last.is_file():
+            raise ConfigError("resume", True, f"a run dir holding checkpoints/last.ckpt (resume=true hydra.run.dir=<run dir>); {last} does not exist")
+        return str(last)
+    return None
+
+
 def final_metrics(trainer: L.Trainer, module: LitGPT, callbacks: list) -> dict:
     """Last logged values, the run-mean tokens/s, and each callback's ``summary()``."""
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if torch.is_tensor(v) and v.numel() == 1}
@@ -125,12 +156,14 @@ def train(cfg: DictConfig) -> dict:
         dm.tokenizer.save(run_dir / "vocab.json")
         model_cfg = OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": dm.vocab_size}
         module = LitGPT(model_cfg, OmegaConf.to_container(cfg.optim, resolve=True), max_steps, vocab=dm.vocab())
+        ckpt_path = resume_checkpoint(cfg, run_dir)
         loggers = build_loggers(cfg, run_dir)
-        callbacks = build_callbacks(cfg)
+        callbacks = [*build_callbacks(cfg), GracefulInterrupt(run_dir / "checkpoints" / "last.ckpt")]
         trainer = instantiate(
             cfg.trainer,
             logger=loggers or False,
             callbacks=callbacks,
+            plugins=[AtomicCheckpointIO()],
             default_root_dir=str(run_dir),
             val_check_interval=min(cfg.trainer.val_check_interval, max_steps),
         )
@@ -139,15 +172,16 @@ def train(cfg: DictConfig) -> dict:
             lg.log_hyperparams(
                 {**axes(cfg), "config": record.data["config"], "overrides": record.data["overrides"], "git_sha": git_sha()}
             )
-        trainer.fit(module, datamodule=dm)
+        trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
         if module.last_val_step != trainer.global_step:
             trainer.validate(module, datamodule=dm, verbose=False)
         metrics = final_metrics(trainer, module, callbacks)
         record.data["attention"]["kernel"] = kernels_used(module)
-        record.finish("ok", metrics)
+        extra = {k: v for cb in callbacks if hasattr(cb, "results_fields") for k, v in cb.results_fields().items()}
+        record.finish("ok", metrics, **extra)
         return metrics
-    except KeyboardInterrupt:
-        record.finish("interrupted", error="interrupted")
+    except (KeyboardInterrupt, Interrupted) as err:
+        record.finish("interrupted", error=str(err) or "interrupted")
         raise
     except AttnlabError as err:
         record.finish("failed", error=str(err))
@@ -172,6 +206,9 @@ def hydra_entry(cfg: DictConfig) -> float | None:
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         metrics = train(cfg)
+    except Interrupted as err:
+        print(f"attnlab: interrupted: {err}", file=sys.stderr)
+        sys.exit(130)  # also ends a multirun: the user asked to stop
     except AttnlabError as err:
         print(f"attnlab: error: {err}", file=sys.stderr)
         if multirun:
@@ -198,6 +235,10 @@ def main() -> None:
     except (HydraException, OmegaConfBaseException) as err:
         text = str(err).split("\nConfig search path")[0]
         print("attnlab: error: " + " ".join(text.split()), file=sys.stderr)
+        sys.exit(2)
+    except OSError as err:  # e.g. the output dir cannot be created
+        print(f"attnlab: error: cannot write {err.filename}: {err.strerror}; expected a writable "
+              "hydra.run.dir (or paths.log_dir)", file=sys.stderr)
         sys.exit(2)
 
 

@@ -40,9 +40,8 @@ def probe(model: GPT, x: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor,
 
 
 def probe_batch(trainer: L.Trainer, size: int) -> torch.Tensor:
-    """A fixed probe batch: the first ``size`` validation sequences (same for every run of a data config)."""
-    dm = trainer.datamodule
-    x, _ = next(iter(dm.val_dataloader()))
-    if len(x) < size:
-        x = torch.cat([x] * (size // len(x) + 1))
-    return x[:size]
+    """A fixed probe batch from the data module (the same for every run of a data config).
+
+    Built from the datasets directly: iterating a DataLoader would draw from the global RNG.
+    """
+    return trainer.datamodule.probe_batch(size)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from ..errors import DataError
 
@@ -104,7 +104,65 @@ class RandomWindows(Dataset):
         return chunk[:-1], chunk[1:]
 
 
-class TextDataModule(L.LightningDataModule):
+class Shifted(Dataset):
+    """``base`` read from index ``shift`` on, with the length unchanged.
+
+    Lightning counts batches of a resumed epoch from where it stopped and ends the epoch at the
+    loader's length, so the loader must keep its full length while starting ``shift`` samples in.
+    """
+
+    def __init__(self, base: Dataset, shift: int):
+        self.base, self.shift = base, shift
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, i):
+        return self.base[(i + self.shift) % len(self.base)]
+
+
+class ResumableDataModule(L.LightningDataModule):
+    """Saves how many training samples the optimizer has consumed, and skips them on resume.
+
+    Lightning restarts a plain DataLoader from its first batch when resuming mid-epoch; every
+    attnlab run is one pass over a fixed, seeded list of samples, so skipping the consumed prefix
+    reproduces the uninterrupted data order exactly (with DDP too: the skip counts all ranks).
+    """
+
+    consumed_samples = 0
+
+    @property
+    def global_batch(self) -> int:
+        """Samples per optimizer step over all processes."""
+        trainer = getattr(self, "trainer", None)
+        return self.batch_size * (trainer.world_size if trainer is not None else 1)
+
+    def state_dict(self) -> dict:
+        trainer = getattr(self, "trainer", None)
+        return {} if trainer is None else {"consumed_samples": trainer.global_step * self.global_batch}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.consumed_samples = int(state.get("consumed_samples", 0))
+
+    def loader(self, dataset: Dataset) -> DataLoader:
+        """A DataLoader with its own generator: creating its iterator must not draw from the global
+        RNG, or a resumed run (which creates iterators at other moments) would see other dropout masks.
+
+        Under DDP each process reads every world_size-th sample in order (the trainer's automatic
+        sampler would shuffle), so a step sees the same global batch as one process would.
+        """
+        trainer = getattr(self, "trainer", None)
+        sampler = None
+        if trainer is not None and trainer.world_size > 1:
+            sampler = DistributedSampler(dataset, num_replicas=trainer.world_size, rank=trainer.global_rank, shuffle=False)
+        return DataLoader(dataset, batch_size=self.batch_size, shuffle=False, sampler=sampler,
+                          num_workers=self.num_workers, generator=torch.Generator().manual_seed(0))
+
+    def train_loader(self, dataset: Dataset) -> DataLoader:
+        return self.loader(Shifted(dataset, self.consumed_samples) if self.consumed_samples else dataset)
+
+
+class TextDataModule(ResumableDataModule):
     """Character-level LM data. ``steps`` x ``batch_size`` training windows, ``val_batches`` fixed val batches."""
 
     def __init__(
@@ -136,8 +194,8 @@ class TextDataModule(L.LightningDataModule):
         ids = torch.tensor(self.tokenizer.encode(text), dtype=torch.long)
         n_val = max(int(len(ids) * self.val_fraction), self.block_size + 2)
         self.train_ids, self.val_ids = ids[:-n_val], ids[-n_val:]
-        self.train_set = RandomWindows(self.train_ids, self.block_size, self.steps * self.batch_size, self.seed)
         self.val_set = RandomWindows(self.val_ids, self.block_size, self.val_batches * self.batch_size, self.seed + 1)
+        RandomWindows(self.train_ids, self.block_size, 0, self.seed)  # fail now if the split is too short
 
     @property
     def vocab_size(self) -> int:
@@ -147,7 +205,13 @@ class TextDataModule(L.LightningDataModule):
         return self.tokenizer.chars
 
     def train_dataloader(self):
-        return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers)
+        # built here, once the trainer is attached: every process of a DDP run draws the same list
+        self.train_set = RandomWindows(self.train_ids, self.block_size, self.steps * self.global_batch, self.seed)
+        return self.train_loader(self.train_set)
 
     def val_dataloader(self):
-        return DataLoader(self.val_set, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers)
+        return self.loader(self.val_set)
+
+    def probe_batch(self, n: int, seed: int = 0) -> torch.Tensor:
+        """The first ``n`` validation windows: a fixed batch for attention statistics and head analysis."""
+        return torch.stack([self.val_set[i % len(self.val_set)][0] for i in range(n)])

@@ -1,0 +1,285 @@
+"""Head types: per layer x head scores from attention probabilities, and a type from thresholds.
+
+Scores (per head, from probabilities p of shape (B, H, T, T), causal; query row 0 is left out of
+every score because it can only see itself):
+  previous_token  mean over queries i >= 1 of p[i, i-1]
+  sink            mean over queries i >= 1 of p[i, 0] (StreamingLLM's first-token weight)
+  positional      how much of the pattern an offset-only pattern explains: m[d] is the head's
+                  mean weight at offset d = i - j (over the probe batch and all queries), q_i is m
+                  over the keys query i sees, renormalised, and the score is the mean overlap
+                  sum_j min(p_ij, q_ij) = 1 - total variation distance. 1: the head attends by
+                  offset alone, whatever the content.
+  entropy_norm    mean over queries i >= 1 of H(p_i) / log(i + 1); 1 = uniform over visible keys
+  induction       on random sequences r r (r of L tokens): mean over second-half queries i of
+                  p[i, i - L + 1], the weight on the token after the query's first occurrence
+                  (Olsson et al. 2022). L varies over the probe rows (random filler before the
+                  first r), so a head attending at one fixed offset cannot score high.
+previous_token, sink, positional and entropy_norm are measured on a "plain" probe (real text, or
+the task's own sequences without repeats); induction on the repeated probe. They must differ:
+on a repeat an induction head attends at a fixed offset and would look positional.
+
+  induction_control  the same weights on control rows whose second r is fresh tokens: what a
+                  head gets there it gets by position alone (short probes let a local head
+                  reach the target often)
+
+Type, the first rule that holds (thresholds in THRESHOLDS, chosen before any run):
+  induction       induction - induction_control >= 0.3  (uniform attention: about 1/(1.5 L) each)
+  previous_token  previous_token >= 0.5  (most of the weight on the token before)
+  sink            sink >= 0.3            (Gu et al. 2024's threshold for a sink head)
+  uniform         entropy_norm >= 0.9    (near-uniform averaging over the context)
+  positional      positional >= 0.7      (another content-independent pattern, e.g. offset 2)
+  content         otherwise: where the head looks depends on what the tokens are (the article's
+                  "syntactic" heads would be here; a character model has no syntax to name)
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from ..attention import attention_probs
+
+SCORES = ("previous_token", "induction", "induction_control", "sink", "positional", "entropy_norm")
+THRESHOLDS = {"induction": 0.3, "previous_token": 0.5, "sink": 0.3, "uniform": 0.9, "positional": 0.7}
+TYPES = ("induction", "previous_token", "sink", "uniform", "positional", "content")
+BOS = "<bos>"
+
+
+def _rows(p: torch.Tensor) -> torch.Tensor:
+    """Query rows 1..T-1 (row 0 sees only itself)."""
+    return p[..., 1:, :]
+
+
+def previous_token_score(p: torch.Tensor) -> torch.Tensor:
+    """(B, H, T, T) -> (H,): mean weight on the previous token."""
+    return torch.diagonal(p, offset=-1, dim1=-2, dim2=-1).mean(dim=(0, 2))
+
+
+def sink_score(p: torch.Tensor) -> torch.Tensor:
+    """(B, H, T, T) -> (H,): mean weight on the first token."""
+    return _rows(p)[..., 0].mean(dim=(0, 2))
+
+
+def entropy_norm_score(p: torch.Tensor) -> torch.Tensor:
+    """(B, H, T, T) -> (H,): mean entropy over log(number of visible keys)."""
+    t = p.shape[-1]
+    ent = -torch.special.xlogy(p, p).sum(-1)[..., 1:]  # (B, H, T-1)
+    visible = torch.arange(2, t + 1, device=p.device, dtype=p.dtype).log()
+    return (ent / visible).mean(dim=(0, 2))
+
+
+def offset_pattern(p: torch.Tensor) -> torch.Tensor:
+    """(B, H, T, T) -> (H, T, T): each head's mean weight by offset i - j, renormalised per row."""
+    b, h, t, _ = p.shape
+    m = torch.stack(
+        [torch.diagonal(p, offset=-d, dim1=-2, dim2=-1)[..., (1 if d == 0 else 0) :].mean(dim=(0, 2)) for d in range(t)],
+        dim=-1,
+    )  # (H, T): m[h, d]; d = 0 leaves out row 0
+    i, j = torch.arange(t).view(-1, 1), torch.arange(t).view(1, -1)
+    offsets = (i - j).clamp(min=0).to(p.device)
+    q = m[:, offsets] * (j <= i).to(p.device)  # (H, T, T)
+    return q / q.sum(-1, keepdim=True).clamp_min(1e-12)
+
+
+def positional_score(p: torch.Tensor) -> torch.Tensor:
+    """(B, H, T, T) -> (H,): overlap of each row with the offset-only pattern (1 - TV distance)."""
+    q = offset_pattern(p)
+    return _rows(torch.minimum(p, q.unsqueeze(0))).sum(-1).mean(dim=(0, 2))
+
+
+def induction_score(p: torch.Tensor, half, start) -> torch.Tensor:
+    """(B, H, T, T) -> (H,): mean weight from each second-half query to the token after its first
+    occurrence, on rows holding r r with r of ``half`` tokens starting at ``start`` (ints, or one
+    per row)."""
+    b = p.shape[0]
+    half, start = torch.as_tensor(half).expand(b), torch.as_tensor(start).expand(b)
+    totals = []
+    for row in range(b):
+        queries = torch.arange(int(start[row] + half[row]), int(start[row] + 2 * half[row]), device=p.device)
+        totals.append(p[row][:, queries, queries - int(half[row]) + 1].mean(-1))
+    return torch.stack(totals).mean(0)
+
+
+def classify(scores: dict[str, float], thresholds: dict[str, float] = THRESHOLDS) -> str:
+    """The first type whose rule holds (order and thresholds documented in the module docstring)."""
+    if scores["induction"] - scores.get("induction_control", 0.0) >= thresholds["induction"]:
+        return "induction"
+    if scores["previous_token"] >= thresholds["previous_token"]:
+        return "previous_token"
+    if scores["sink"] >= thresholds["sink"]:
+        return "sink"
+    if scores["entropy_norm"] >= thresholds["uniform"]:
+        return "uniform"
+    if scores["positional"] >= thresholds["positional"]:
+        return "positional"
+    return "content"
+
+
+def head_scores(plain: torch.Tensor, repeat: torch.Tensor, half, start, control: torch.Tensor | None = None) -> dict:
+    """All scores of one layer's heads, from its probabilities on the plain, the repeated and the
+    control probe (``half``, ``start``: the repeat's length and first position, ints or per row)."""
+    plain, repeat = plain.float(), repeat.float()
+    ctrl = induction_score(control.float(), half, start) if control is not None else torch.zeros(repeat.shape[1])
+    return {
+        "previous_token": previous_token_score(plain),
+        "induction": induction_score(repeat, half, start),
+        "induction_control": ctrl.to(repeat.device),
+        "sink": sink_score(plain),
+        "positional": positional_score(plain),
+        "entropy_norm": entropy_norm_score(plain),
+    }
+
+
+@dataclass
+class Probes:
+    """Inputs for the analysis: plain (B, T) ids, and repeated (B, T') ids whose row b holds
+    r r with r of half[b] tokens from position start[b]."""
+
+    plain: torch.Tensor
+    repeat: torch.Tensor
+    half: torch.Tensor
+    start: torch.Tensor
+    control: torch.Tensor
+    plain_source: str = "random"
+
+
+def repeated_probe(vocab: list[str] | int, length: int, n: int = 16, seed: int = 0):
+    """Rows [<bos>?] f r r: r random tokens, f random filler, no token twice where the vocabulary allows.
+
+    The length L of r varies over the rows (from about length/4 to length/2), so that a head
+    attending at a fixed offset matches the induction target in few rows and scores low; only
+    a head that finds the previous occurrence of the current token scores high on all of them.
+    A vocabulary with a "<bos>" token (the induction task's) gets it in front, as in training.
+    The control rows are the same but for the second r, which is replaced by fresh tokens: a
+    head that hits the induction target there too does so by position, not by matching.
+    Returns (ids (n, length'), half (n,), start (n,), control ids (n, length')).
+    """
+    tokens = list(vocab) if not isinstance(vocab, int) else [str(i) for i in range(vocab)]
+    prefix = [tokens.index(BOS)] if BOS in tokens else []
+    candidates = torch.tensor([i for i in range(len(tokens)) if i not in prefix])
+    body = length - len(prefix)
+    longest, shortest = body // 2, max(2, body // 4)
+    if longest < 2:
+        raise ValueError(f"a repeated probe needs length >= {len(prefix) + 4}, got {length}")
+    gen = torch.Generator().manual_seed(seed)
+    halves = torch.linspace(shortest, longest, n).round().long()  # spread evenly over the rows
+    width = body - int(halves.min()) + int(halves.max())  # filler + r + the control's fresh r
+    rows, starts, controls = [], [], []
+    for half in halves.tolist():
+        if len(candidates) >= width:
+            fresh = candidates[torch.randperm(len(candidates), generator=gen)[:width]]
+        else:
+            fresh = candidates[torch.randint(len(candidates), (width,), generator=gen)]
+        filler = body - 2 * half
+        unique, other = fresh[: filler + half], fresh[filler + half : filler + 2 * half]
+        head = torch.tensor(prefix, dtype=torch.long)
+        rows.append(torch.cat([head, unique, unique[filler:]]))
+        controls.append(torch.cat([head, unique, other]))
+        starts.append(len(prefix) + filler)
+    return torch.stack(rows), halves, torch.tensor(starts), torch.stack(controls)
+
+
+def random_probe(vocab_size: int, length: int, n: int = 16, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed + 1)
+    return torch.randint(vocab_size, (n, length), generator=gen)
+
+
+def build_probes(model, vocab: list[str] | None, datamodule=None, n: int = 16, seed: int = 0) -> Probes:
+    """The plain probe from the data (a task's ``probe_batch``, else its first validation batch,
+    else random tokens) and the repeated probe over the model's vocabulary and block size."""
+    block = model.cfg.block_size
+    vocab = vocab or model.cfg.vocab_size
+    repeat, half, start, control = repeated_probe(vocab, block, n, seed)
+    plain, source = None, "random"
+    if datamodule is not None:
+        if hasattr(datamodule, "probe_batch"):
+            plain, source = datamodule.probe_batch(n, seed), "task"
+        else:
+            plain, source = next(iter(datamodule.val_dataloader()))[0], "validation"
+        plain = plain[:n, :block]
+    if plain is None:
+        plain = random_probe(model.cfg.vocab_size, block, n, seed)
+    return Probes(plain.long(), repeat, half, start, control, source)
+
+
+@contextmanager
+def captured_qk(model):
+    """Collect (q, k, softmax scale) of every attention layer during the forwards inside the block."""
+    layers = model.attention_layers()
+    captured: list[list] = [[] for _ in layers]
+
+    def hook_for(i, layer):
+        def hook(module, args, kwargs, output):
+            q, k = args[0], args[1]
+            captured[i].append((q.detach(), k.detach(), layer.softmax_scale(), kwargs.get("key_padding_mask")))
+
+        return hook
+
+    handles = [layer.register_forward_hook(hook_for(i, layer), with_kwargs=True) for i, layer in enumerate(layers)]
+    try:
+        yield captured
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@torch.no_grad()
+def layer_probs(model, idx: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Attention probabilities (B, H, T, T) of every layer for inputs idx, in fp32, and the logits."""
+    was_training = model.training
+    model.eval()
+    try:
+        with captured_qk(model) as captured:
+            logits, _ = model(idx)
+    finally:
+        model.train(was_training)
+    probs = []
+    for calls in captured:
+        q, k, scale, mask = calls[-1]
+        scale = scale.detach().float() if torch.is_tensor(scale) else scale
+        probs.append(attention_probs(q.float(), k.float(), scale, causal=True, key_padding_mask=mask))
+    return probs, logits
+
+
+def repeat_accuracy(logits: torch.Tensor, idx: torch.Tensor, half: torch.Tensor, start: torch.Tensor) -> float:
+    """Next-token accuracy on the predictable part of the repeats (the model copying in context):
+    from the first repeated token on, each position predicts the next token of the repeat."""
+    hits, total = 0, 0
+    for row in range(len(idx)):
+        first, end = int(start[row] + half[row]), int(start[row] + 2 * half[row])
+        pred = logits[row, first : end - 1].argmax(-1)
+        hits += int((pred == idx[row, first + 1 : end]).sum())
+        total += end - 1 - first
+    return hits / max(total, 1)
+
+
+@torch.no_grad()
+def analyze_heads(model, probes: Probes, thresholds: dict[str, float] = THRESHOLDS) -> tuple[list[dict], dict]:
+    """Per-head records [{"layer", "head", "type", "scores"}] and a summary (maxima, type counts)."""
+    device = next(model.parameters()).device
+    plain_probs, _ = layer_probs(model, probes.plain.to(device))
+    repeat_probs, logits = layer_probs(model, probes.repeat.to(device))
+    control_probs, _ = layer_probs(model, probes.control.to(device))
+    heads = []
+    for layer, (plain, repeat, control) in enumerate(zip(plain_probs, repeat_probs, control_probs)):
+        scores = head_scores(plain, repeat, probes.half, probes.start, control)
+        for h in range(plain.shape[1]):
+            values = {name: round(float(v[h]), 4) for name, v in scores.items()}
+            heads.append({"layer": layer, "head": h, "type": classify(values, thresholds), "scores": values})
+    summary = summarize(heads)
+    summary["repeat_acc"] = repeat_accuracy(logits, probes.repeat.to(device), probes.half, probes.start)
+    return heads, summary
+
+
+def summarize(heads: list[dict]) -> dict:
+    """Maxima of each score (overall and per layer) and how many heads of each type."""
+    out = {}
+    layers = sorted({h["layer"] for h in heads})
+    for name in SCORES:
+        out[f"{name}_max"] = max(h["scores"][name] for h in heads)
+        for layer in layers:
+            out[f"L{layer}/{name}_max"] = max(h["scores"][name] for h in heads if h["layer"] == layer)
+    for kind in TYPES:
+        out[f"n_{kind}"] = sum(h["type"] == kind for h in heads)
+    return out

@@ -1,0 +1,85 @@
+"""HeadAnalysis: head-type scores over training, and the head table at its end.
+
+Every ``every_n_steps`` steps (and at step 0) it scores every head on a fixed probe
+(``attnlab.analysis.heads``) and logs the maxima as ``heads/<score>_max`` and
+``heads/L{i}/<score>_max``, plus ``heads/repeat_acc`` (copying accuracy on the repeated probe),
+so one can see whether an induction score jumps together with accuracy. At the end of training
+it classifies every head and writes heads.json, heads.md and heads.png in the run dir, logs a
+W&B Table when a WandbLogger is attached, and keeps the list on ``self.heads``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+
+from ..analysis.heads import THRESHOLDS, Probes, analyze_heads, build_probes
+from ..analysis.outputs import TABLE_COLUMNS, table_rows, write_outputs
+from .cadence import log_metrics
+
+
+class HeadAnalysis(Callback):
+    def __init__(
+        self,
+        every_n_steps: int = 100,
+        n_probe: int = 16,
+        seed: int = 0,
+        output_dir: str | None = None,
+        plot: bool = True,
+        thresholds: dict | None = None,
+    ):
+        self.every_n_steps, self.n_probe, self.seed = every_n_steps, n_probe, seed
+        self.output_dir, self.plot = output_dir, plot
+        self.thresholds = {**THRESHOLDS, **(thresholds or {})}
+        self.probes: Probes | None = None
+        self.heads: list[dict] = []
+        self.final: dict = {}  # summary of the last measurement
+        self.history: list[dict] = []
+
+    def _measure(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict:
+        if self.probes is None:
+            vocab = pl_module.hparams.get("vocab") if hasattr(pl_module, "hparams") else None
+            self.probes = build_probes(pl_module.model, vocab, getattr(trainer, "datamodule", None), self.n_probe, self.seed)
+        self.heads, self.final = analyze_heads(pl_module.model, self.probes, self.thresholds)
+        self.history.append({"step": trainer.global_step, **self.final})
+        return self.summary()
+
+    def summary(self) -> dict[str, float]:
+        """The last measurement as flat metrics (``heads/induction_max``, ...), for results.json."""
+        return {f"heads/{k}": float(v) for k, v in self.final.items()}
+
+    def results_fields(self) -> dict:
+        """Top-level fields for results.json: the classified heads."""
+        return {"heads": self.heads}
+
+    def on_train_start(self, trainer, pl_module):
+        if trainer.is_global_zero and self.every_n_steps:
+            log_metrics(trainer, self._measure(trainer, pl_module))
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        step = trainer.global_step
+        if not (self.every_n_steps and step % self.every_n_steps == 0 and trainer.is_global_zero):
+            return
+        if self.history and self.history[-1]["step"] == step:
+            return  # gradient accumulation: one measurement per optimizer step
+        log_metrics(trainer, self._measure(trainer, pl_module))
+
+    def on_train_end(self, trainer, pl_module):
+        if not trainer.is_global_zero:
+            return
+        if not self.history or self.history[-1]["step"] != trainer.global_step:
+            log_metrics(trainer, self._measure(trainer, pl_module))
+        out_dir = Path(self.output_dir or trainer.default_root_dir)
+        meta = {"plain": self.probes.plain_source, "n": self.n_probe, "half": f"{int(self.probes.half.min())}..{int(self.probes.half.max())}", "step": trainer.global_step}
+        paths = write_outputs(self.heads, self.final, out_dir, self.history, meta, plot=self.plot)
+        self._log_wandb(trainer, paths.get("png"))
+
+    def _log_wandb(self, trainer, png: Path | None) -> None:
+        from lightning.pytorch.loggers import WandbLogger
+
+        for logger in trainer.loggers:
+            if isinstance(logger, WandbLogger):
+                logger.log_table(key="heads/table", columns=TABLE_COLUMNS, data=table_rows(self.heads))
+                if png is not None:
+                    logger.log_image(key="heads/heatmap", images=[str(png)])

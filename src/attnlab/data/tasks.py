@@ -1,0 +1,285 @@
+"""Generated attention tasks: multi-query associative recall (MQAR) and induction (copy a repeat).
+
+Both are synthetic probes of what attention can do, generated on the fly from a seed:
+batch i of the training stream is a pure function of (seed, i), so a run's data is
+reproducible and resuming at step s only has to skip s batches. Validation batches come from
+a separate stream, and any training sequence equal to a validation sequence is redrawn, so the
+two are disjoint by construction (not just with high probability).
+
+Batches are (x, y) LongTensors of shape (B, T); y is -100 wherever the next token is not
+scored, so the loss and ``val/acc`` cover the answer positions only.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from ..errors import DataError
+from .text import CharTokenizer, ResumableDataModule, Shifted
+
+IGNORE = -100
+TRAIN_STREAM, VAL_STREAM, PROBE_STREAM = 0, 1, 2
+
+
+class TokenTokenizer(CharTokenizer):
+    """A CharTokenizer whose tokens are whole words ("k3", "<bos>"), decoded with spaces between."""
+
+    def decode(self, ids) -> str:
+        return " ".join(self.chars[int(i)] for i in ids)
+
+
+def rng_for(seed: int, stream: int, index: int) -> np.random.Generator:
+    """An independent generator per (seed, stream, batch index)."""
+    return np.random.default_rng(np.random.SeedSequence([seed, stream, index]))
+
+
+def distinct_draws(rng: np.random.Generator, n: int, k: int, low: int, high: int) -> np.ndarray:
+    """(n, k) integers from [low, high), distinct within each row."""
+    return np.argsort(rng.random((n, high - low)), axis=1)[:, :k] + low
+
+
+class GeneratedBatches(Dataset):
+    """``n_batches`` batches of a task, batch i drawn from rng_for(seed, stream, i).
+
+    Rows whose full token sequence is in ``exclude`` (a set of row bytes) are redrawn.
+    """
+
+    def __init__(self, task: "TaskDataModule", n_batches: int, stream: int, exclude: set[bytes] | None = None):
+        self.task, self.n_batches, self.stream, self.exclude = task, n_batches, stream, exclude or set()
+
+    def __len__(self) -> int:
+        return self.n_batches
+
+    def sequences(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        rng = rng_for(self.task.seed, self.stream, i)
+        seq, scored = self.task.generate(rng, self.task.batch_size)
+        for _ in range(100):
+            clash = np.array([row.tobytes() in self.exclude for row in seq])
+            if not clash.any():
+                return seq, scored
+            seq[clash], scored[clash] = self.task.generate(rng, int(clash.sum()))
+        raise DataError("could not draw training sequences disjoint from validation; raise data.vocab_size")
+
+    def __getitem__(self, i: int):
+        seq, scored = self.sequences(i)
+        return to_xy(seq, scored)
+
+
+def to_xy(seq: np.ndarray, scored: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences (B, T+1) and a mask (B, T) of scored next tokens -> inputs x and targets y."""
+    seq = torch.from_numpy(seq.astype(np.int64))
+    x, y = seq[:, :-1].clone(), seq[:, 1:].clone()
+    y[~torch.from_numpy(scored)] = IGNORE
+    return x, y
+
+
+class TaskDataModule(ResumableDataModule):
+    """Shared machinery: seeded streams, disjoint train/val, a tokenizer, the block-size check.
+
+    Subclasses define ``tokens()`` (the vocabulary as strings), ``check()`` and
+    ``generate(rng, n) -> (seq (n, T+1) int, scored (n, T) bool)``.
+    """
+
+    name = "task"
+
+    def __init__(
+        self,
+        vocab_size: int,
+        seq_len: int | None = None,
+        block_size: int = 64,
+        batch_size: int = 32,
+        steps: int = 1000,
+        val_batches: int = 8,
+        seed: int = 1337,
+        num_workers: int = 0,
+    ):
+        super().__init__()
+        self.n_tokens = vocab_size
+        self.seq_len = seq_len or block_size
+        self.block_size, self.batch_size, self.steps = block_size, batch_size, steps
+        self.val_batches, self.seed, self.num_workers = val_batches, seed, num_workers
+        self.tokenizer: TokenTokenizer | None = None
+        if self.seq_len > block_size:
+            raise DataError(
+                f"data.seq_len={self.seq_len} does not fit model.block_size={block_size}; "
+                f"expected data.seq_len <= {block_size} (or null for the block size)"
+            )
+        self.check()
+
+    # subclass hooks
+    def tokens(self) -> list[str]:
+        raise NotImplementedError
+
+    def check(self) -> None:
+        """Raise DataError naming the key if the task cannot be built."""
+
+    def generate(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.tokenizer is not None:
+            return
+        self.tokenizer = TokenTokenizer(self.tokens())
+        self.val_set = GeneratedBatches(self, self.val_batches, VAL_STREAM)
+        val_rows = {row.tobytes() for i in range(self.val_batches) for row in self.val_set.sequences(i)[0]}
+        self.train_set = GeneratedBatches(self, self.steps, TRAIN_STREAM, exclude=val_rows)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.n_tokens
+
+    def vocab(self) -> list[str]:
+        return self.tokenizer.chars
+
+    def probe_batch(self, n: int, seed: int = 0) -> torch.Tensor:
+        """Inputs (n, T) for head analysis on this task's own distribution (a separate stream)."""
+        seq, scored = self.generate(rng_for(self.seed + seed, PROBE_STREAM, 0), n)
+        return to_xy(seq, scored)[0]
+
+    def batch_loader(self, batches: Dataset) -> DataLoader:
+        """Items are whole batches; an own generator keeps the global RNG untouched (see ResumableDataModule)."""
+        return DataLoader(batches, batch_size=None, shuffle=False, num_workers=self.num_workers,
+                          generator=torch.Generator().manual_seed(0))
+
+    def train_dataloader(self):
+        skip = self.consumed_samples // self.global_batch  # optimizer steps already taken
+        return self.batch_loader(Shifted(self.train_set, skip) if skip else self.train_set)
+
+    def val_dataloader(self):
+        return self.batch_loader(self.val_set)
+
+
+class MQARDataModule(TaskDataModule):
+    """Multi-query associative recall (Zoology, Arora et al. 2023).
+
+    A sequence of T+1 tokens: ``num_pairs`` key-value pairs ``k1 v1 k2 v2 ...`` (keys distinct,
+    values drawn with replacement), then ``num_queries`` queries ``k v`` of earlier keys placed in
+    random 2-token slots of the rest, filler token ``_`` (id 0) elsewhere. Ids: 0 filler,
+    1..K keys, K+1..V-1 values, K = (V-1)//2. Scored: the value after each query key, so every
+    answer is in the context and a lookup solves the task exactly.
+    """
+
+    name = "mqar"
+
+    def __init__(self, vocab_size: int = 64, num_pairs: int = 8, num_queries: int | None = None, **kwargs):
+        self.num_pairs = num_pairs
+        self.num_queries = num_pairs if num_queries is None else num_queries
+        super().__init__(vocab_size, **kwargs)
+
+    @property
+    def n_keys(self) -> int:
+        return (self.n_tokens - 1) // 2
+
+    def check(self) -> None:
+        if self.n_tokens < 5:
+            raise DataError(f"data.vocab_size={self.n_tokens} is too small for MQAR; expected at least 5")
+        if not 1 <= self.num_pairs <= self.n_keys:
+            raise DataError(
+                f"data.num_pairs={self.num_pairs} is not possible with data.vocab_size={self.n_tokens}; "
+                f"expected 1..{self.n_keys} (the number of key tokens)"
+            )
+        if not 1 <= self.num_queries <= self.num_pairs:
+            raise DataError(f"data.num_queries={self.num_queries}; expected 1..data.num_pairs={self.num_pairs}")
+        slots = (self.seq_len + 1 - 2 * self.num_pairs) // 2
+        if self.num_queries > slots:
+            raise DataError(
+                f"data.seq_len={self.seq_len} is too short for {self.num_pairs} pairs and {self.num_queries} "
+                f"queries; expected data.seq_len >= {2 * (self.num_pairs + self.num_queries) - 1}"
+            )
+
+    def tokens(self) -> list[str]:
+        k = self.n_keys
+        return ["_"] + [f"k{i}" for i in range(k)] + [f"v{i}" for i in range(self.n_tokens - 1 - k)]
+
+    def generate(self, rng, n):
+        t, p, q, k = self.seq_len, self.num_pairs, self.num_queries, self.n_keys
+        rows = np.arange(n)[:, None]
+        keys = distinct_draws(rng, n, p, 1, 1 + k)
+        values = rng.integers(1 + k, self.n_tokens, size=(n, p))
+        seq = np.zeros((n, t + 1), dtype=np.int64)
+        seq[:, 0 : 2 * p : 2], seq[:, 1 : 2 * p : 2] = keys, values
+        asked = distinct_draws(rng, n, q, 0, p)  # which pairs are queried, in query order
+        n_slots = (t + 1 - 2 * p) // 2
+        slots = np.sort(distinct_draws(rng, n, q, 0, n_slots), axis=1)
+        key_pos = 2 * p + 2 * slots
+        seq[rows, key_pos], seq[rows, key_pos + 1] = keys[rows, asked], values[rows, asked]
+        scored = np.zeros((n, t), dtype=bool)
+        scored[rows, key_pos] = True  # x[key_pos] is the query key; y[key_pos] is its value
+        return seq, scored
+
+
+class InductionDataModule(TaskDataModule):
+    """A random token sequence followed by its exact repeat; scored on the repeat.
+
+    A sequence of T+1 tokens: ``<bos>`` (id 0), a random prefix of T - 2L tokens, L random
+    tokens r, and r again. L is drawn per sequence from [min_half, max_half], so where the
+    repeat starts varies and a fixed-offset (positional) head cannot solve the task; only
+    matching the previous occurrence of the current token (an induction head) can. With
+    ``distinct`` (default) the prefix and r hold no token twice, so the answer is unique.
+    Scored: every token of the repeat after its first (the first cannot be predicted).
+    min_half = max_half = seq_len // 2 gives the classic fixed layout with no prefix.
+    """
+
+    name = "induction"
+
+    def __init__(
+        self, vocab_size: int = 64, min_half: int | None = None, max_half: int | None = None, distinct: bool = True, **kwargs
+    ):
+        self.min_half_arg, self.max_half_arg, self.distinct = min_half, max_half, distinct
+        super().__init__(vocab_size, **kwargs)
+
+    @property
+    def max_half(self) -> int:
+        return self.max_half_arg or self.seq_len // 2
+
+    @property
+    def min_half(self) -> int:
+        return self.min_half_arg or max(2, self.seq_len // 4)
+
+    def check(self) -> None:
+        if self.n_tokens < 3:
+            raise DataError(f"data.vocab_size={self.n_tokens} is too small; expected at least 3")
+        if not 2 <= self.min_half <= self.max_half <= self.seq_len // 2:
+            raise DataError(
+                f"data.min_half={self.min_half}, data.max_half={self.max_half} with data.seq_len={self.seq_len}; "
+                f"expected 2 <= min_half <= max_half <= {self.seq_len // 2}"
+            )
+        unique_needed = self.seq_len - self.min_half  # prefix + one copy, at the shortest half
+        if self.distinct and self.n_tokens - 1 < unique_needed:
+            raise DataError(
+                f"data.vocab_size={self.n_tokens} is too small for distinct tokens in sequences of "
+                f"{self.seq_len}; expected data.vocab_size >= {unique_needed + 1} (or data.distinct=false)"
+            )
+
+    def tokens(self) -> list[str]:
+        return ["<bos>"] + [f"t{i}" for i in range(self.n_tokens - 1)]
+
+    def generate(self, rng, n):
+        t = self.seq_len
+        halves = rng.integers(self.min_half, self.max_half + 1, size=n)
+        width = t - self.min_half  # the most unique tokens any row needs
+        if self.distinct:
+            fresh = distinct_draws(rng, n, width, 1, self.n_tokens)
+        else:
+            fresh = rng.integers(1, self.n_tokens, size=(n, width))
+        seq = np.zeros((n, t + 1), dtype=np.int64)
+        scored = np.zeros((n, t), dtype=bool)
+        for row, half in enumerate(halves):
+            prefix = t - 2 * half
+            unique = fresh[row, : prefix + half]
+            seq[row, 1 : 1 + prefix + half] = unique
+            seq[row, 1 + prefix + half :] = unique[prefix:]
+            # y[j] = seq[j+1]; the repeat occupies seq[1+prefix+half :], its first token is unpredictable
+            scored[row, prefix + half + 1 :] = True
+        return seq, scored
+
+    def probe_batch(self, n: int, seed: int = 0) -> torch.Tensor:
+        """<bos> then random tokens with no repeat, so no head can score by copying a repeat."""
+        rng = rng_for(self.seed + seed, PROBE_STREAM, 0)
+        t = self.seq_len
+        if self.n_tokens - 1 >= t - 1:
+            body = distinct_draws(rng, n, t - 1, 1, self.n_tokens)
+        else:
+            body = rng.integers(1, self.n_tokens, size=(n, t - 1))
+        return torch.from_numpy(np.concatenate([np.zeros((n, 1), dtype=np.int64), body], axis=1))

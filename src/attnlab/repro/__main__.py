@@ -1,0 +1,22 @@
+"""``python -m attnlab.repro --mode fast|full [--out DIR]``: reproduce and check the source claims."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .runner import MODES, main
+
+
+def cli(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attnlab.repro", description=__doc__)
+    parser.add_argument("--mode", choices=sorted(MODES), default="full",
+                        help="fast: no training, under a minute; full: all 15 claims, training runs included")
+    parser.add_argument("--out", type=Path, default=Path("reports/repro"), help="output directory (default reports/repro)")
+    args = parser.parse_args(argv)
+    main(args.mode, args.out, log=lambda msg: print(msg, flush=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

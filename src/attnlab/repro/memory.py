@@ -1,0 +1,172 @@
+"""Claims 6, 14 and 15: the attention matrix's memory, analytic and measured (peak bytes vs T).
+
+Measured on this machine's CPU: fwd+bwd of one causal attention, naive (explicit T x T softmax)
+vs SDPA vs PyTorch's FlashAttention kernel. Anything beyond the measured T is labelled extrapolation.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from ..profiling import peak_bytes as cpu_peak_bytes
+from .verdict import Claim, Table, combine, fmt, within
+
+GB, MiB = 1e9, 2**20
+
+
+def _inputs(t: int, d: int, heads: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(1, heads, t, d, generator=g, requires_grad=True) for _ in range(3)]
+
+
+def attention_step(kind: str, t: int, d: int = 64, heads: int = 4):
+    """A closure running fwd+bwd of one causal attention: naive | sdpa | flash (forced)."""
+    q, k, v = _inputs(t, d, heads)
+
+    def run():
+        if kind == "naive":
+            allowed = torch.ones(t, t, dtype=torch.bool).tril()
+            s = (q @ k.transpose(-2, -1)) / math.sqrt(d)
+            out = s.masked_fill(~allowed, float("-inf")).softmax(-1) @ v
+        elif kind == "sdpa":
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out.sum().backward()
+
+    return run
+
+
+def peak_vs_t(ts, kinds=("naive", "sdpa", "flash"), d: int = 64, heads: int = 4) -> list[dict]:
+    return [{"T": t, "d": d, **{kind: cpu_peak_bytes(attention_step(kind, t, d, heads)) for kind in kinds}} for t in ts]
+
+
+def loglog_slope(xs, ys) -> float:
+    """Least-squares slope of log y on log x: the exponent of a power law."""
+    return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
+
+
+def attention_matrix_bytes(batch: int, heads: int, t: int, bytes_per: int) -> int:
+    """Bytes of one (batch, heads, t, t) attention matrix."""
+    return batch * heads * t * t * bytes_per
+
+
+# FlashAttention (Dao et al. 2022, Theorem 2): HBM accesses, N tokens, head dim d, SRAM size M (elements).
+def hbm_standard(n: int, d: int) -> float:
+    return n * d + n * n
+
+
+def hbm_flash(n: int, d: int, m: int) -> float:
+    return n * n * d * d / m
+
+
+def memory_measurements(ts, d: int = 64, heads: int = 4) -> dict:
+    rows = peak_vs_t(ts, d=d, heads=heads)
+    t_mid = ts[-1]
+    by_d = {dd: cpu_peak_bytes(attention_step("naive", t_mid, dd, heads)) for dd in (16, 64, 256)}
+    return {"rows": rows, "naive_by_d": by_d, "t_by_d": t_mid, "heads": heads, "d": d}
+
+
+def memory_table(mem: dict) -> Table:
+    rows = mem["rows"]
+    ts = [r["T"] for r in rows]
+    slopes = {k: loglog_slope(ts, [r[k] for r in rows]) for k in ("naive", "sdpa", "flash")}
+    table = Table(
+        f"Measured CPU peak memory (MiB), fwd+bwd of one causal attention, B=1, H={mem['heads']}, d={mem['d']}, fp32",
+        ["T", "naive", "SDPA", "flash (forced)", "one T x T fp32 matrix x H", "naive / matrix"],
+        [[r["T"], fmt(r["naive"] / MiB, 2), fmt(r["sdpa"] / MiB, 2), fmt(r["flash"] / MiB, 2),
+          fmt(attention_matrix_bytes(1, mem["heads"], r["T"], 4) / MiB, 2), fmt(r["naive"] / attention_matrix_bytes(1, mem["heads"], r["T"], 4), 2)] for r in rows]
+        + [["log-log slope", fmt(slopes["naive"], 2), fmt(slopes["sdpa"], 2), fmt(slopes["flash"], 2), "2.00", ""]],
+        note=f"Naive peak at T={mem['t_by_d']} for d = " + ", ".join(f"{dd}: {b / MiB:.1f} MiB" for dd, b in mem["naive_by_d"].items())
+        + " (memory hardly depends on d). Measured with cpu_peak_bytes (profiler allocation events in time order). "
+        "On CPU, SDPA with is_causal and no mask dispatches to its flash kernel, hence the same numbers.",
+    )
+    return table
+
+
+def claim_6(mem: dict) -> Claim:
+    per_layer = attention_matrix_bytes(2, 32, 4096, 2)
+    total = 32 * per_layer
+    rows = mem["rows"]
+    held = rows[-1]["naive"] / attention_matrix_bytes(1, mem["heads"], rows[-1]["T"], 4)
+    ok = within(2.1, per_layer / GB, abs_tol=0.05) and within(68, total / GB, abs_tol=1.0)
+    t = Table("LLaMA-7B attention matrix, batch 2, 32 heads, 4096 tokens, fp16", ["quantity", "source", "ours"], [
+        ["one layer's attention matrix", "2.1 GB", f"{per_layer / GB:.3f} GB = {per_layer / 2**30:.2f} GiB"],
+        ["32 layers", "68 GB", f"{total / GB:.1f} GB = {total / 2**30:.1f} GiB"],
+        ["naive fwd+bwd peak / one matrix (measured, CPU fp32)", "-", f"{held:.2f}"],
+        ["extrapolation: naive training, one layer's T x T tensors", "-", f"about {held * per_layer / GB:.1f} GB (= {held:.1f} x 2.147 GB)"],
+    ], note="The last row is an extrapolation: the measured ratio of peak to one matrix (fp32, CPU) applied to the fp16 LLaMA shape.")
+    return Claim(
+        6, "LLaMA-7B, 4096 tokens, batch 2, 32 heads, fp16: 2.1 GB per layer for the attention matrix, 68 GB over 32 layers",
+        {"per_layer_GB": 2.1, "all_layers_GB": 68},
+        {"per_layer_GB": per_layer / GB, "all_layers_GB": total / GB, "naive_peak_over_one_matrix": held},
+        "agrees" if ok else "differs",
+        f"The arithmetic is right: 2 x 32 x 4096^2 x 2 B = {per_layer / GB:.3f} GB (2.0 GiB) per layer, {total / GB:.1f} GB over 32 layers. "
+        f"Two caveats: this is one matrix per layer; a naive forward+backward holds about {held:.1f} T x T tensors at its peak (measured), "
+        "and all 32 layers' matrices are alive together only when training (inference frees each layer's before the next).",
+        [t],
+    )
+
+
+def claim_14(mem: dict) -> Claim:
+    head_bytes = 8192 * 8192 * 2
+    rows = mem["rows"]
+    ts = [r["T"] for r in rows]
+    slope = loglog_slope(ts, [r["naive"] for r in rows])
+    by_d = mem["naive_by_d"]
+    d_ratio = by_d[256] / by_d[16]
+    v, why = combine({
+        "n = 8192 fp16 matrix is 128 MB per head": within(128, head_bytes / MiB, abs_tol=0.5),
+        "naive memory grows as n^2": abs(slope - 2) < 0.25,
+        "naive memory is O(n^2 d) (grows with d)": d_ratio > 4,
+    })
+    t = Table("Naive attention cost", ["quantity", "source", "ours"], [
+        ["8192^2 x 2 B, one head", "about 128 MB", f"{head_bytes / MiB:.0f} MiB = {head_bytes / 1e6:.0f} MB"],
+        ["time", "O(n^2 d)", "O(n^2 d): 4 n^2 d multiply-adds forward (QK^T and PV)"],
+        ["memory", "O(n^2 d)", f"O(n^2 + n d): measured exponent of T {slope:.2f}; peak x{d_ratio:.2f} from d=16 to d=256 at T={mem['t_by_d']}"],
+    ])
+    return Claim(
+        14, "Naive attention is O(n^2 d) in time and memory; n = 8192 gives a 128 MB attention matrix per head (fp16)",
+        {"matrix_per_head_MB": 128, "time": "O(n^2 d)", "memory": "O(n^2 d)"},
+        {"matrix_per_head_MiB": head_bytes / MiB, "naive_peak_exponent_T": slope, "naive_peak_ratio_d256_over_d16": d_ratio},
+        v,
+        f"128 MB per head is right (8192^2 x 2 B = 128 MiB) and time is O(n^2 d), but memory is O(n^2 + n d), not O(n^2 d): "
+        f"the measured peak grows as T^{slope:.2f} and changes only x{d_ratio:.2f} when d goes from 16 to 256. {why}.",
+        [t],
+    )
+
+
+def claim_15(mem: dict, sram_elems: int = 192 * 1024 // 2) -> Claim:
+    rows = mem["rows"]
+    ts = [r["T"] for r in rows]
+    slope = loglog_slope(ts, [r["flash"] for r in rows])
+    last = rows[-1]
+    n, d = 8192, 128
+    reduction = hbm_standard(n, d) / hbm_flash(n, d, sram_elems)
+    v, why = combine({
+        "FlashAttention never materialises the T x T matrix (memory linear in T)": slope < 1.3,
+        # the published bound (Dao et al. 2022, Thm 2) against the source's O(n^2/M): they differ by d^2
+        "HBM traffic O(n^2/M)": within(n * n / sram_elems, hbm_flash(n, d, sram_elems), rel_tol=0.5),
+    })
+    t = Table("FlashAttention: memory (measured) and HBM traffic (analytic, Dao et al. 2022 Thm 2)", ["quantity", "source", "ours"], [
+        ["peak memory vs T (CPU flash kernel, measured)", "no T x T matrix", f"exponent {slope:.2f}; {last['flash'] / MiB:.1f} MiB vs naive {last['naive'] / MiB:.0f} MiB at T={last['T']}"],
+        ["HBM accesses, standard attention", "O(n^2)", "Theta(n d + n^2)"],
+        ["HBM accesses, FlashAttention", "O(n^2 / M)", "Theta(n^2 d^2 / M)"],
+        [f"reduction at n={n}, d={d}, M={sram_elems:,} fp16 elements (192 KB SRAM, A100)", "about M-fold", f"{reduction:.1f}x (analytic)"],
+    ], note="HBM traffic cannot be measured on a CPU; the last three rows are the published bound evaluated, not a measurement.")
+    return Claim(
+        15, "FlashAttention never materialises the attention matrix; HBM traffic drops from O(n^2) to O(n^2/M)",
+        {"materialises": False, "hbm": "O(n^2) -> O(n^2/M)"},
+        {"flash_peak_exponent_T": slope, "flash_peak_MiB_at_Tmax": last["flash"] / MiB, "naive_peak_MiB_at_Tmax": last["naive"] / MiB,
+         "hbm_bound": "Theta(n^2 d^2 / M)", "reduction_n8192_d128_M192KB": reduction},
+        v,
+        f"No T x T matrix: the flash kernel's peak grows as T^{slope:.2f} ({last['flash'] / MiB:.1f} MiB at T={last['T']} vs {last['naive'] / MiB:.0f} MiB naive). "
+        f"But the traffic bound is misquoted: FlashAttention's is Theta(n^2 d^2 / M) (standard: Theta(n d + n^2)); the d^2 matters: at n=8192, d=128 "
+        f"and 192 KB of SRAM (A100) the bound's saving is about {reduction:.0f}x, not M-fold. {why}.",
+        [t],
+    )

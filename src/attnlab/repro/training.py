@@ -1,0 +1,383 @@
+"""Claims 8, 10, 12 and 13 from real training runs of this project (short runs, fixed seed).
+
+Every run goes through ``attnlab.train.train(compose_config([...]))`` exactly as the CLI would,
+with a callback that keeps the initial and final weights, so the same model can be probed before
+and after training: loss on fixed validation batches, gradient norms reaching the q/k projections,
+attention statistics (``attention_stats`` on the hooked q, k) and head scores.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import lightning as L
+import torch
+
+from ..attention import attention_probs
+from ..attention.stats import attention_stats, layer_values
+from ..config import compose_config
+from ..data import TextDataModule
+from ..model import GPT, GPTConfig
+from ..train import train
+from .verdict import Claim, Table, combine, fmt, verdict
+
+SEED = 1337
+
+
+class KeepWeights(L.Callback):
+    """Saves the model's weights before the first step and after the last (init.pt, final.pt in ``path``)."""
+
+    def __init__(self, path: str):
+        self.path = Path(path)
+
+    def on_train_start(self, trainer, pl_module):
+        self.path.mkdir(parents=True, exist_ok=True)
+        torch.save(pl_module.model.state_dict(), self.path / "init.pt")
+
+    def on_train_end(self, trainer, pl_module):
+        torch.save(pl_module.model.state_dict(), self.path / "final.pt")
+
+
+@dataclass
+class Run:
+    """A finished run: its label, overrides, train() metrics, model config and both models."""
+
+    label: str
+    overrides: list[str]
+    metrics: dict
+    model_cfg: dict
+    init: GPT
+    final: GPT
+    wall_s: float
+
+
+def _load(model_cfg: dict, path: Path) -> GPT:
+    model = GPT(GPTConfig(**model_cfg))
+    model.load_state_dict(torch.load(path, weights_only=True))
+    return model.eval()
+
+
+def train_run(label: str, overrides: list[str], steps: int, work_dir: Path) -> Run:
+    """One short training run through the project's own entry point."""
+    out = Path(work_dir) / label
+    keep = out / "weights"
+    base = [
+        "logger=none", "callbacks=none", f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps}",
+        "trainer.enable_progress_bar=false", "data.val_batches=4", f"optim.warmup_steps={max(steps // 10, 1)}", f"seed={SEED}",
+        "+callbacks.keep_weights._target_=attnlab.repro.training.KeepWeights", f"+callbacks.keep_weights.path={keep}",
+    ]
+    cfg = compose_config(base + list(overrides), out)
+    t0 = time.perf_counter()
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    metrics = train(cfg)
+    from omegaconf import OmegaConf
+
+    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
+    state = torch.load(keep / "final.pt", weights_only=True)
+    model_cfg["vocab_size"] = state["wte.weight"].shape[0]
+    return Run(label, list(overrides), metrics, model_cfg, _load(model_cfg, keep / "init.pt"), _load(model_cfg, keep / "final.pt"),
+               time.perf_counter() - t0)
+
+
+def probe_batches(block_size: int = 64, n: int = 4) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The first ``n`` validation batches of the Shakespeare data, as training sees them (seeded)."""
+    dm = TextDataModule(block_size=block_size, batch_size=12, steps=1, val_batches=n, seed=SEED)
+    dm.setup("fit")
+    return list(dm.val_dataloader())
+
+
+@torch.no_grad()
+def mean_loss(model: GPT, batches) -> float:
+    return sum(float(model(x, y)[1]) for x, y in batches) / len(batches)
+
+
+def qk_grad_norms(model: GPT, batch) -> dict:
+    """Frobenius norms of dL/dW_q and dL/dW_k per layer for one batch (the gradient that reaches q, k)."""
+    model.zero_grad(set_to_none=True)
+    x, y = batch
+    model(x, y)[1].backward()
+    q = [float(b.attn.q_proj.weight.grad.norm()) for b in model.blocks]
+    k = [float(b.attn.k_proj.weight.grad.norm()) for b in model.blocks]
+    model.zero_grad(set_to_none=True)
+    return {"q": q, "k": k, "qk_mean": (sum(q) + sum(k)) / (2 * len(q))}
+
+
+@torch.no_grad()
+def capture_qk(model: GPT, idx: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor, object]]:
+    """(q, k, softmax scale) entering each Attention module, via forward hooks (works for every backend)."""
+    seen = []
+    hooks = [layer.register_forward_hook(lambda m, args, out: seen.append((args[0], args[1], m.softmax_scale())))
+             for layer in model.attention_layers()]
+    try:
+        model(idx)
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen
+
+
+def layer_stats(model: GPT, idx: torch.Tensor) -> list[dict]:
+    """Per layer: per-head attention statistics (attention_stats) and the unscaled-logit std."""
+    out = []
+    for q, k, scale in capture_qk(model, idx):
+        per_head = attention_stats(q, k, scale)
+        s = float(scale) if not torch.is_tensor(scale) else scale.view(1, -1, 1, 1)
+        logits = (q @ k.transpose(-2, -1)) * s
+        causal = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool).tril()
+        out.append({"per_head": per_head, "layer": layer_values(per_head), "logit_std": float(logits[..., causal].std())})
+    return out
+
+
+def head_scores(probs: torch.Tensor, induction_probs: torch.Tensor | None = None, half: int | None = None) -> dict:
+    """Per-head scores from attention maps (B, H, T, T) (DESIGN.md, head scores):
+    prev (mean p[i, i-1]), positional (mean p[i, i-1] + p[i, i-2], i >= 2: 'the previous 1-2 tokens'),
+    sink (mean p[i, 0], all queries), induction (on a random sequence repeated twice, mean weight from
+    a second-half token to the token after its first occurrence, second half only)."""
+    t = probs.shape[-1]
+    i = torch.arange(t)
+    scores = {
+        "prev": probs[..., i[1:], i[1:] - 1].mean((0, 2)),
+        "positional": (probs[..., i[2:], i[2:] - 1] + probs[..., i[2:], i[2:] - 2]).mean((0, 2)),
+        "sink": probs[..., :, 0].mean((0, 2)),
+    }
+    if induction_probs is not None:
+        half = half or induction_probs.shape[-1] // 2
+        rows = torch.arange(half, 2 * half)
+        scores["induction"] = induction_probs[..., rows, rows - half + 1].mean((0, 2))
+    return scores
+
+
+THRESHOLDS = {"positional": 0.5, "induction": 0.3, "sink": 0.3}  # sink: Gu et al. 2024's 0.3
+
+
+def classify_heads(scores_by_layer: list[dict]) -> list[dict]:
+    """Per layer, the heads whose score passes THRESHOLDS (a head may have several types)."""
+    return [{kind: [h for h, v in enumerate(s[kind].tolist()) if v > thr] for kind, thr in THRESHOLDS.items() if kind in s}
+            for s in scores_by_layer]
+
+
+@torch.no_grad()
+def model_head_scores(model: GPT, text_idx: torch.Tensor, vocab_size: int, half: int = 32, seed: int = 0) -> list[dict]:
+    g = torch.Generator().manual_seed(seed)
+    first = torch.randint(0, vocab_size, (text_idx.shape[0], half), generator=g)
+    rep = torch.cat([first, first], dim=1)
+    text = capture_qk(model, text_idx)
+    ind = capture_qk(model, rep)
+    return [head_scores(attention_probs(q, k, s), attention_probs(qi, ki, si), half)
+            for (q, k, s), (qi, ki, si) in zip(text, ind)]
+
+
+def uniform_sink_mass(t: int) -> float:
+    """Sink mass of uniform causal attention: mean over queries i of 1/(i+1)."""
+    return sum(1.0 / (i + 1) for i in range(t)) / t
+
+
+def summarize(run: Run, batches) -> dict:
+    """Loss, q/k gradient norms and attention statistics of a run's model before and after training."""
+    probe = batches[0][0]
+    out = {"label": run.label, "overrides": run.overrides, "val_loss_train": run.metrics.get("val/loss"), "wall_s": run.wall_s,
+           "steps": run.metrics.get("step")}
+    for tag, model in (("init", run.init), ("final", run.final)):
+        stats = layer_stats(model, probe)
+        out[tag] = {
+            "loss": mean_loss(model, batches),
+            "grad": qk_grad_norms(model, batches[0]),
+            "max_prob": sum(s["layer"]["max_prob"] for s in stats) / len(stats),
+            "entropy_norm": sum(s["layer"]["entropy_norm"] for s in stats) / len(stats),
+            "logit_std": sum(s["logit_std"] for s in stats) / len(stats),
+            "sink_mass": [s["layer"]["sink_mass"] for s in stats],
+        }
+    return out
+
+
+# ---------------------------------------------------------------- the runs
+# (label, overrides): the unscaled/scaled pairs of claim 8, the sigma rule of claim 10.
+ABLATION_RUNS = [
+    ("naive-dk16", ["attention=naive", "model.d_k=16"]),
+    ("scaled-dk16", ["attention=scaled", "model.d_k=16"]),
+    ("naive-dk128", ["attention=naive", "model.d_k=128"]),
+    ("scaled-dk128", ["attention=scaled", "model.d_k=128"]),
+    ("naive-dk128-fanin", ["attention=naive", "model.d_k=128", "model.init_std=fan_in"]),
+    ("scaled-dk128-fanin", ["attention=scaled", "model.d_k=128", "model.init_std=fan_in"]),
+    ("sigma-dk128", ["attention=scaled", "model.attention.scaling=sigma", "model.d_k=128"]),
+]
+PAIRS = [("naive-dk16", "scaled-dk16"), ("naive-dk128", "scaled-dk128"), ("naive-dk128-fanin", "scaled-dk128-fanin")]
+HEADS_RUN = ("heads-tiny", ["attention=scaled"])  # the tiny preset as it is: 4 layers, 4 heads, d_k 32
+
+
+def run_all(work: Path, ablation_steps: int, heads_steps: int, ablation_layers: int = 2, log=print) -> dict:
+    """Train every run and summarise it; returns {"ablation": [...], "heads": {...}, "settings": {...}}."""
+    batches = probe_batches()
+    ablation = []
+    for label, ov in ABLATION_RUNS:
+        run = train_run(label, ov + [f"model.n_layer={ablation_layers}"], ablation_steps, work)
+        ablation.append(summarize(run, batches))
+        log(f"  trained {label}: {ablation_steps} steps, {run.wall_s:.0f} s, val/loss {run.metrics.get('val/loss', float('nan')):.3f}")
+    label, ov = HEADS_RUN
+    run = train_run(label, ov, heads_steps, work)
+    log(f"  trained {label}: {heads_steps} steps, {run.wall_s:.0f} s, val/loss {run.metrics.get('val/loss', float('nan')):.3f}")
+    probe = batches[0][0]
+    heads = {
+        "summary": summarize(run, batches),
+        "scores_final": model_head_scores(run.final, probe, run.model_cfg["vocab_size"]),
+        "scores_init": model_head_scores(run.init, probe, run.model_cfg["vocab_size"]),
+        "sink_final": [s["per_head"]["sink_mass"] for s in layer_stats(run.final, probe)],
+        "sink_init": [s["per_head"]["sink_mass"] for s in layer_stats(run.init, probe)],
+        "block_size": run.model_cfg["block_size"],
+    }
+    settings = {"seed": SEED, "ablation_steps": ablation_steps, "ablation_layers": ablation_layers, "heads_steps": heads_steps,
+                "batch": "12 x 64 characters of Shakespeare", "probe": "4 fixed validation batches"}
+    return {"ablation": ablation, "heads": heads, "settings": settings}
+
+
+# ---------------------------------------------------------------- claims
+def _by_label(res: dict) -> dict:
+    return {a["label"]: a for a in res["ablation"]}
+
+
+def progress_ratio(unscaled: dict, scaled: dict) -> float:
+    """Share of the scaled run's loss drop that the unscaled run achieved (1 = as good, 0 = no learning)."""
+    drop_s = scaled["init"]["loss"] - scaled["final"]["loss"]
+    return (unscaled["init"]["loss"] - unscaled["final"]["loss"]) / drop_s if drop_s > 0 else float("nan")
+
+
+def training_table(res: dict) -> Table:
+    s = res["settings"]
+    return Table(
+        f"Training runs: tiny GPT with {s['ablation_layers']} layers, {s['ablation_steps']} steps, seed {s['seed']}, {s['batch']}; "
+        f"measured on {s['probe']}",
+        ["run", "logit std init", "max p init", "|dL/dW_qk| init", "|dL/dW_qk| final", "logit std final", "max p final", "loss init", "loss final"],
+        [[a["label"], fmt(a["init"]["logit_std"], 3), fmt(a["init"]["max_prob"], 3), fmt(a["init"]["grad"]["qk_mean"]), fmt(a["final"]["grad"]["qk_mean"]),
+          fmt(a["final"]["logit_std"], 2), fmt(a["final"]["max_prob"], 3), fmt(a["init"]["loss"], 3), fmt(a["final"]["loss"], 3)] for a in res["ablation"]],
+        note="naive = no scaling, scaled = 1/sqrt(d_k), sigma = 1/(sigma_q sigma_k sqrt d_k) with sigma the q/k component std at init; "
+        "fanin = weights N(0, 1/fan_in), which gives unit-variance q, k (logit std sqrt(d_k) unscaled). |dL/dW_qk|: Frobenius norm of "
+        "the loss gradient on W_q and W_k, mean over layers, one probe batch. Loss: mean cross-entropy (nats), ln 65 = 4.17 is chance.",
+    )
+
+
+def claim_8(res: dict, jac_rows: list[dict], jac_n: int) -> Claim:
+    from .jacobian import jacobian_table
+
+    runs = _by_label(res)
+    ratios = {f"{u} vs {s}": progress_ratio(runs[u], runs[s]) for u, s in PAIRS}
+    gaps = {f"{u} vs {s}": runs[u]["final"]["loss"] - runs[s]["final"]["loss"] for u, s in PAIRS}
+    fails = {k: r < 0.5 for k, r in ratios.items()}
+    sat = runs["naive-dk128-fanin"]
+    grad_ratio = sat["init"]["grad"]["qk_mean"] / runs["scaled-dk128-fanin"]["init"]["grad"]["qk_mean"]
+    j1 = next(r for r in jac_rows if r["logit_std"] == 1.0)
+    jbig = max(jac_rows, key=lambda r: r["logit_std"])
+    jpeak = max(jac_rows, key=lambda r: r["jac_fro"])
+    j11 = min(jac_rows, key=lambda r: abs(r["logit_std"] - 11.3))
+    v, why = combine({"training fails without scaling (unscaled run reaches < 50 % of the scaled run's loss drop)": all(fails.values())})
+    pair_table = Table("Unscaled vs scaled: share of the scaled run's loss drop reached, and final loss gap",
+                       ["pair", "progress ratio", "final loss gap (nats)"],
+                       [[k, fmt(ratios[k], 3), fmt(gaps[k], 3)] for k in ratios])
+    return Claim(
+        8, "Without scaling, training fails through softmax saturation and vanishing gradients (Jacobian diag(p) - pp^T -> 0)",
+        {"unscaled_training": "fails", "mechanism": "saturated softmax, vanishing gradient"},
+        {"progress_ratio": ratios, "final_loss_gap": gaps, "runs": res["ablation"], "jacobian": jac_rows, "settings": res["settings"]},
+        v,
+        f"The Jacobian does vanish as p -> one-hot, but slowly and not where the article puts it: over n = {jac_n} keys "
+        f"||diag(p) - pp^T||_F is {j1['jac_fro']:.2f} at logit std 1 (scaled), peaks at {jpeak['jac_fro']:.2f} at std {jpeak['logit_std']:g}, "
+        f"is still {j11['jac_fro']:.2f} at std 11.3 (unscaled, d_k = 128) and {jbig['jac_fro']:.3f} at std {jbig['logit_std']:g}. "
+        "And training does not fail: "
+        + "; ".join(f"{k}: {ratios[k]:.0%} of the loss drop, gap {gaps[k]:+.3f}" for k in ratios)
+        + f" ({res['settings']['ablation_steps']} steps). With the usual init (std 0.02) q, k are small, so even unscaled logits start "
+        f"with std {runs['naive-dk128']['init']['logit_std']:.2f} at d_k = 128 and nothing saturates. Only when q, k start at unit variance "
+        f"(fan-in init: unscaled logit std {sat['init']['logit_std']:.1f}, max p {sat['init']['max_prob']:.2f}) is the unscaled run worse, "
+        f"and even then its q/k weight gradient at init is {grad_ratio:.1f}x the scaled run's, not vanishing: the missing 1/sqrt(d) factor "
+        f"multiplies the gradient too. Slower, not failed. {why}.",
+        [jacobian_table(jac_rows, jac_n), training_table(res), pair_table],
+        ["jacobian.png"],
+    )
+
+
+def claim_10_full(res: dict, samples: int) -> Claim:
+    from .numerics import CLAIM_10, SOURCE_10, claim_10_math
+
+    measured, tables, ok, detail = claim_10_math(samples)
+    runs = _by_label(res)
+    sig, sc = runs["sigma-dk128"], runs["scaled-dk128"]
+    measured["training"] = {"sigma-dk128": sig, "scaled-dk128": sc}
+    tables.append(Table(
+        f"Training with the sigma rule vs 1/sqrt(d_k) (init std 0.02, d_k 128, {res['settings']['ablation_steps']} steps, seed {res['settings']['seed']})",
+        ["run", "scale", "logit std init", "max p init", "loss final", "logit std final", "max p final"],
+        [[a["label"], "1/(sigma^2 sqrt d)" if a is sig else "1/sqrt d", fmt(a["init"]["logit_std"], 3), fmt(a["init"]["max_prob"], 3),
+          fmt(a["final"]["loss"], 3), fmt(a["final"]["logit_std"], 2), fmt(a["final"]["max_prob"], 3)] for a in (sig, sc)],
+        note="sigma = q/k component std at init = 0.02 sqrt(128) = 0.226, so the sigma rule multiplies 1/sqrt(d) by 1/sigma^2 = 19.5.",
+    ))
+    detail += (
+        f" Training: the sigma rule does give unit logit std at init ({sig['init']['logit_std']:.2f} vs {sc['init']['logit_std']:.3f}) "
+        f"and ends at loss {sig['final']['loss']:.3f} vs {sc['final']['loss']:.3f} for 1/sqrt(d); it only holds at init, since the q/k scale "
+        f"moves in training (logit std {sig['final']['logit_std']:.1f} at the end)."
+    )
+    return Claim(10, CLAIM_10, SOURCE_10, measured, verdict(ok), detail, tables)
+
+
+def claim_12(res: dict) -> Claim:
+    h = res["heads"]
+    scores = h["scores_final"]
+    kinds = classify_heads(scores)
+    n_layer = len(scores)
+    counts = {kind: [len(k[kind]) for k in kinds] for kind in THRESHOLDS}
+    parts = {
+        "positional heads in the shallow layers": sum(counts["positional"]) > 0,
+        "sink heads in every layer": all(c > 0 for c in counts["sink"]),
+        "induction heads in the later layers": sum(counts["induction"][1:]) > 0,
+    }
+    v, why = combine(parts)
+    rows = []
+    for layer, s in enumerate(scores):
+        for head in range(len(s["prev"])):
+            rows.append([layer, head] + [fmt(float(s[k][head]), 3) for k in ("prev", "positional", "sink", "induction")]
+                        + [", ".join(kind for kind in THRESHOLDS if head in kinds[layer][kind]) or "-"])
+    t = Table(
+        f"Head scores after {res['settings']['heads_steps']} steps (tiny GPT: {n_layer} layers x 4 heads, d_k 32, seed {res['settings']['seed']})",
+        ["layer", "head", "prev-token", "previous 1-2 tokens", "sink (first token)", "induction", "type"], rows,
+        note="Types: positional if > 0.5 of the weight is on the previous 1-2 tokens, sink if the mean first-token weight > 0.3 "
+        "(Gu et al. 2024), induction if > 0.3 (random tokens repeated twice). Uniform causal attention gives a sink score of "
+        f"{uniform_sink_mass(h['block_size']):.3f}. Syntactic heads cannot be scored on characters and are not tested.",
+    )
+    return Claim(
+        12, "Head types in trained models: positional (layers 1-4), syntactic (5-16), induction (middle-late), sink (every layer)",
+        {"positional": "layers 1-4", "syntactic": "layers 5-16", "induction": "middle-late layers", "sink": "every layer"},
+        {"counts_per_layer": counts, "scores": [{k: v.tolist() for k, v in s.items()} for s in scores], "steps": res["settings"]["heads_steps"]},
+        v,
+        f"In our {n_layer}-layer character model after {res['settings']['heads_steps']} steps (val loss {h['summary']['final']['loss']:.2f}), "
+        "heads per layer: " + "; ".join(f"{kind} {counts[kind]}" for kind in THRESHOLDS)
+        + f"; the strongest previous-token weight is {max(float(s['prev'].max()) for s in scores):.2f}, the strongest first-token "
+        f"weight {max(float(s['sink'].max()) for s in scores):.2f}, the strongest induction score {max(float(s['induction'].max()) for s in scores):.2f}. "
+        f"{why}. This is a weak test of a claim about large trained LMs: it says only that a small, briefly trained model "
+        "does not show these head types yet.",
+        [t],
+        ["heads.png"],
+    )
+
+
+def claim_13(res: dict) -> Claim:
+    h = res["heads"]
+    base = uniform_sink_mass(h["block_size"])
+    final = [float(x.mean()) for x in h["sink_final"]]
+    init = [float(x.mean()) for x in h["sink_init"]]
+    top = max(float(x.max()) for x in h["sink_final"])
+    parts = {"the first token absorbs weight after training (a head with mean first-token weight > 0.3)": top > 0.3}
+    v, why = combine(parts)
+    t = Table(f"Sink mass (mean weight on position 0) per layer, tiny GPT, {res['settings']['heads_steps']} steps",
+              ["layer", "at init", "after training", "max over heads after", "uniform attention"],
+              [[i, fmt(a, 3), fmt(b, 3), fmt(float(x.max()), 3), fmt(base, 3)] for i, (a, b, x) in enumerate(zip(init, final, h["sink_final"]))],
+              note="Training windows start at random offsets, so position 0 is an arbitrary character, not a BOS token.")
+    return Claim(
+        13, "Attention sink: the first token absorbs weight because softmax must sum to 1",
+        {"sink": "first token absorbs a large share of attention", "cause": "softmax sums to 1"},
+        {"sink_mass_init": init, "sink_mass_final": final, "max_head_sink_final": top, "uniform_baseline": base},
+        v,
+        f"No sink in our model: no head puts more than 0.3 of its weight on the first token (largest head {top:.3f}); sink mass per layer "
+        f"goes from {', '.join(f'{x:.3f}' for x in init)} at init to {', '.join(f'{x:.3f}' for x in final)} after "
+        f"{res['settings']['heads_steps']} steps, below uniform attention's {base:.3f}. This small character model's windows start at a "
+        "random character (no BOS token), so it is a weak test of the phenomenon; the cause ('softmax must sum to 1', the explanation "
+        "of StreamingLLM and Gu et al. 2024) is not tested here at all.",
+        [t],
+    )

@@ -1,0 +1,217 @@
+"""Head scores and types on hand-built attention patterns; the callback and the CLI on real runs."""
+import json
+
+import pytest
+import torch
+
+from attnlab.analysis.heads import (
+    THRESHOLDS, analyze_heads, build_probes, classify, head_scores, induction_score, layer_probs,
+    positional_score, previous_token_score, repeated_probe, sink_score,
+)
+from attnlab.model import GPT, GPTConfig
+
+T, L = 24, 12  # a plain probe of T tokens; a repeated probe r r with |r| = L
+
+
+def pattern(columns, t=T, batch=2) -> torch.Tensor:
+    """(B, 1, t, t) one-hot attention: query i attends columns[i] (<= i)."""
+    p = torch.zeros(batch, 1, t, t)
+    for i, j in enumerate(columns):
+        assert 0 <= j <= i
+        p[:, 0, i, j] = 1.0
+    return p
+
+
+def uniform(t=T) -> torch.Tensor:
+    p = torch.tril(torch.ones(t, t))
+    return (p / p.sum(-1, keepdim=True)).expand(2, 1, t, t).clone()
+
+
+def scores_of(plain, repeat=None, control=None):
+    repeat = plain if repeat is None else repeat
+    return {k: float(v[0]) for k, v in head_scores(plain, repeat, L, 0, control).items()}
+
+
+PREVIOUS = pattern([max(i - 1, 0) for i in range(T)])
+SINK = pattern([0] * T)
+INDUCTION = pattern([0 if i < L else i - L + 1 for i in range(T)])  # first half parks on token 0
+
+
+def test_previous_token_pattern_is_classed_previous_token():
+    s = scores_of(PREVIOUS)
+    assert s["previous_token"] == pytest.approx(1.0) and s["positional"] == pytest.approx(1.0)
+    assert classify(s) == "previous_token"
+
+
+def test_induction_pattern_is_classed_induction():
+    s = scores_of(plain=uniform(), repeat=INDUCTION, control=SINK)
+    assert s["induction"] == pytest.approx(1.0) and s["induction_control"] == 0.0
+    assert classify(s) == "induction"
+    # the same pattern on the plain probe as well still reads induction (it is checked first)
+    assert classify(scores_of(INDUCTION, INDUCTION, SINK)) == "induction"
+
+
+def test_all_on_first_token_is_classed_sink():
+    s = scores_of(SINK)
+    assert s["sink"] == pytest.approx(1.0) and s["previous_token"] < 0.1
+    assert classify(s) == "sink"
+
+
+def test_uniform_offset_and_content_patterns():
+    assert classify(scores_of(uniform())) == "uniform"
+    offset2 = pattern([max(i - 2, 0) for i in range(T)])
+    s = scores_of(offset2)
+    assert s["positional"] > 0.95 and classify(s) == "positional"
+    gen = torch.Generator().manual_seed(0)
+    scattered = torch.zeros(8, 1, T, T)  # one random earlier key per query, different per sequence
+    for b in range(8):
+        for i in range(T):
+            scattered[b, 0, i, int(torch.randint(i + 1, (1,), generator=gen))] = 1
+    s = scores_of(scattered)
+    assert s["positional"] < 0.5 and classify(s) == "content"
+
+
+def test_fixed_offset_head_is_not_induction_when_control_matches():
+    # a head that hits the induction target by position hits it on the control rows too
+    s = scores_of(plain=uniform(), repeat=INDUCTION, control=INDUCTION)
+    assert s["induction"] == pytest.approx(1.0) and classify(s) != "induction"
+
+
+def test_scores_per_head_are_independent():
+    p = torch.cat([PREVIOUS, SINK], dim=1)
+    assert previous_token_score(p).tolist() == pytest.approx([1.0, 1 / (T - 1)])
+    assert sink_score(p).tolist() == pytest.approx([1 / (T - 1), 1.0])
+    assert positional_score(p)[0] == pytest.approx(1.0) and positional_score(p)[1] < 0.5
+
+
+def test_induction_score_per_row_layout():
+    # two rows with different |r| and start; each row's own target is used
+    p = torch.zeros(2, 1, 10, 10)
+    for i in range(10):
+        p[:, 0, i, 0] = 1
+    p[0, 0, 6:10, 6 - 4 + 1 : 10 - 4 + 1] = torch.eye(4)  # row 0: r of 4 at 2..5, repeat at 6..9
+    p[0, 0, 6:10, 0] = 0
+    p[1, 0, 7:10, 7 - 3 + 1 : 10 - 3 + 1] = torch.eye(3)  # row 1: r of 3 at 4..6, repeat at 7..9
+    p[1, 0, 7:10, 0] = 0
+    assert induction_score(p, torch.tensor([4, 3]), torch.tensor([2, 4])).item() == pytest.approx(1.0)
+    assert induction_score(p, 4, 2).item() < 1.0
+
+
+def test_repeated_probe_layout():
+    vocab = ["<bos>"] + [f"t{i}" for i in range(63)]
+    ids, half, start, control = repeated_probe(vocab, 32, n=6, seed=0)
+    assert (ids[:, 0] == 0).all() and len(set(half.tolist())) > 3
+    for row, c, h, s in zip(ids, control, half.tolist(), start.tolist()):
+        assert s + 2 * h == 32
+        assert torch.equal(row[s : s + h], row[s + h :])
+        assert torch.equal(c[: s + h], row[: s + h]) and not (set(c[s + h :].tolist()) & set(row[: s + h].tolist()))
+
+
+def test_analysis_of_a_model_covers_every_layer_and_head():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=20, block_size=16, n_layer=2, n_head=3, d_model=24,
+                          attention=dict(backend="sdpa", scaling="learned")))
+    probes = build_probes(model, None, None, n=4)
+    heads, summary = analyze_heads(model, probes)
+    assert [(h["layer"], h["head"]) for h in heads] == [(l, h) for l in range(2) for h in range(3)]
+    assert all(0 <= v <= 1 + 1e-5 for h in heads for v in h["scores"].values())
+    assert summary["n_uniform"] + summary["n_content"] + summary["n_positional"] + summary["n_sink"] \
+        + summary["n_previous_token"] + summary["n_induction"] == 6
+    assert model.training  # restored
+    probs, _ = layer_probs(model, probes.plain)
+    assert len(probs) == 2 and torch.allclose(probs[0].sum(-1), torch.ones(4, 3, 16), atol=1e-5)
+
+
+def test_probabilities_agree_across_backends():
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=20, block_size=16, n_layer=1, n_head=2, d_model=16)
+    naive = GPT(GPTConfig(**cfg, attention=dict(backend="scaled", scaling="inv_sqrt_d")))
+    sdpa = GPT(GPTConfig(**cfg, attention=dict(backend="sdpa", scaling="inv_sqrt_d")))
+    sdpa.load_state_dict(naive.state_dict())
+    x = torch.randint(20, (2, 16))
+    assert torch.allclose(layer_probs(naive, x)[0][0], layer_probs(sdpa, x)[0][0], atol=1e-6)
+
+
+def test_thresholds_are_documented_in_the_module():
+    import attnlab.analysis.heads as heads
+
+    for name, value in THRESHOLDS.items():
+        assert str(value) in heads.__doc__ and name in heads.__doc__
+
+
+def smoke_overrides(tmp_path, extra=()):
+    return ["debug=smoke", "logger=csv", "callbacks=none", "data=induction", "model.attn_only=true",
+            "model.n_layer=2", "model.d_model=32", "model.n_head=2", "model.block_size=16", "data.vocab_size=32",
+            "+callbacks.heads._target_=attnlab.callbacks.heads.HeadAnalysis", "+callbacks.heads.every_n_steps=2",
+            f"+callbacks.heads.output_dir={tmp_path}",
+            "+callbacks.ckpt._target_=lightning.pytorch.callbacks.ModelCheckpoint",
+            f"+callbacks.ckpt.dirpath={tmp_path}/checkpoints", "+callbacks.ckpt.save_last=true", *extra]
+
+
+def test_callback_and_cli_write_the_head_table(tmp_path, capsys):
+    from attnlab.analyze import main
+    from attnlab.config import compose_config
+    from attnlab.train import train
+
+    metrics = train(compose_config(smoke_overrides(tmp_path), tmp_path))
+    assert "heads/induction_max" in metrics
+    data = json.loads((tmp_path / "heads.json").read_text())
+    assert len(data["heads"]) == 4 and {"layer", "head", "type", "scores"} <= set(data["heads"][0])
+    assert [h["step"] for h in data["history"]] == [0, 2, 4, 6]
+    assert (tmp_path / "heads.png").stat().st_size > 1000 and "| layer | head | type |" in (tmp_path / "heads.md").read_text()
+    csv = next(tmp_path.glob("csv/version_0/metrics.csv")).read_text()
+    assert "heads/induction_max" in csv.splitlines()[0]
+
+    out = tmp_path / "cli"
+    main([str(tmp_path), "--out", str(out)])
+    cli = json.loads((out / "heads.json").read_text())
+    assert cli["probe"]["plain"] == "task" and cli["probe"]["step"] == 6
+    # the same model and probe give the same scores from the callback and from the checkpoint
+    assert [h["scores"] for h in cli["heads"]] == [h["scores"] for h in data["heads"]]
+    assert "| layer | head | type |" in capsys.readouterr().out
+
+
+def test_cli_missing_path_is_one_line(tmp_path, capsys):
+    from attnlab.analyze import main
+
+    with pytest.raises(SystemExit) as err:
+        main([str(tmp_path / "nope")])
+    assert err.value.code == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+INDUCTION_RUN = [
+    "logger=none", "callbacks=none", "data=induction", "model.attn_only=true", "model.n_layer=2",
+    "model.d_model=128", "model.n_head=4", "model.block_size=16", "model.init_std=fan_in",
+    "data.vocab_size=64", "data.distinct=false", "data.batch_size=64", "trainer.max_steps=1200",
+    "trainer.val_check_interval=1200", "trainer.enable_progress_bar=false", "optim.lr=3e-3",
+    "optim.warmup_steps=50", "+callbacks.heads._target_=attnlab.callbacks.heads.HeadAnalysis",
+    "+callbacks.heads.every_n_steps=0", "+callbacks.heads.plot=false",
+]
+
+
+@pytest.fixture(scope="module")
+def induction_run(tmp_path_factory):
+    """A 2-layer attention-only model trained on the induction task (about 1-2.5 min on 1 CPU thread)."""
+    from attnlab.config import compose_config
+    from attnlab.train import train
+
+    out = tmp_path_factory.mktemp("induction")
+    torch.set_num_threads(1)
+    metrics = train(compose_config([*INDUCTION_RUN, f"+callbacks.heads.output_dir={out}"], out))
+    return metrics, json.loads((out / "heads.json").read_text())["heads"]
+
+
+@pytest.mark.slow
+def test_two_layer_attention_only_model_learns_the_repeat(induction_run):
+    metrics, _ = induction_run
+    assert metrics["val/acc"] >= 0.9
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(reason="measured: 97% accuracy, yet no head passes induction - control >= 0.3; layer-1 heads "
+                          "put ~0 weight on the induction target, layer-0 heads 0.43 (0.18 on control rows). "
+                          "See the report/README; a longer run or another recipe may form a canonical head.")
+def test_two_layer_model_has_an_induction_head(induction_run):
+    _, heads = induction_run
+    assert any(h["type"] == "induction" for h in heads), heads

@@ -1,0 +1,134 @@
+"""The generated tasks: structure promised in their docstrings, seeds, disjoint splits, errors."""
+import pytest
+import torch
+
+from attnlab.config import compose_config
+from attnlab.data.tasks import IGNORE, InductionDataModule, MQARDataModule
+from attnlab.errors import DataError
+
+
+def batches(loader, n=None):
+    out = []
+    for i, batch in enumerate(loader):
+        if n is not None and i >= n:
+            break
+        out.append(batch)
+    return out
+
+
+def lookup_answers(x: torch.Tensor, y: torch.Tensor, n_pairs: int) -> torch.Tensor:
+    """Solve MQAR by lookup: the value after the query key's occurrence among the pairs."""
+    pred = torch.full_like(y, IGNORE)
+    for b, t in (y != IGNORE).nonzero().tolist():
+        pairs = x[b, : 2 * n_pairs]
+        hits = (pairs[0::2] == x[b, t]).nonzero()
+        assert len(hits) == 1, "each queried key occurs exactly once among the pairs"
+        pred[b, t] = pairs[2 * int(hits[0]) + 1]
+    return pred
+
+
+@pytest.fixture
+def mqar():
+    dm = MQARDataModule(vocab_size=32, num_pairs=6, block_size=32, batch_size=16, steps=20, val_batches=4, seed=3)
+    dm.setup("fit")
+    return dm
+
+
+def test_mqar_lookup_solves_every_answer(mqar):
+    for x, y in batches(mqar.train_dataloader(), 5) + batches(mqar.val_dataloader()):
+        assert x.shape == y.shape == (16, 32)
+        scored = y != IGNORE
+        assert (scored.sum(1) == 6).all()  # every pair queried once
+        pred = lookup_answers(x, y, 6)
+        assert torch.equal(pred[scored], y[scored])
+
+
+def test_mqar_token_roles(mqar):
+    x, y = next(iter(mqar.val_dataloader()))
+    k = mqar.n_keys
+    keys, values = x[:, 0:12:2], x[:, 1:12:2]
+    assert ((keys >= 1) & (keys <= k)).all() and ((values > k) & (values < 32)).all()
+    assert all(len(set(row.tolist())) == 6 for row in keys)  # keys distinct within a sequence
+    answers = y[y != IGNORE]
+    assert ((answers > k) & (answers < 32)).all()
+    assert mqar.vocab()[0] == "_" and len(mqar.vocab()) == mqar.vocab_size == 32
+
+
+def test_task_data_is_a_function_of_the_seed_and_train_val_disjoint(mqar):
+    again = MQARDataModule(vocab_size=32, num_pairs=6, block_size=32, batch_size=16, steps=20, val_batches=4, seed=3)
+    again.setup("fit")
+    assert torch.equal(mqar.train_set[7][0], again.train_set[7][0])
+    other = MQARDataModule(vocab_size=32, num_pairs=6, block_size=32, batch_size=16, steps=20, val_batches=4, seed=4)
+    other.setup("fit")
+    assert not torch.equal(mqar.train_set[7][0], other.train_set[7][0])
+    val = {tuple(row.tolist()) for x, _ in batches(mqar.val_dataloader()) for row in x}
+    train = {tuple(row.tolist()) for x, _ in batches(mqar.train_dataloader()) for row in x}
+    assert val and train and not (val & train)
+
+
+def test_disjointness_is_enforced_not_just_likely():
+    # two symbols, [bos a b a b]: only 4 distinct sequences exist, so clashes with validation are certain
+    dm = InductionDataModule(vocab_size=3, seq_len=4, block_size=4, batch_size=4, steps=5, val_batches=1, seed=0,
+                             min_half=2, max_half=2, distinct=False)
+    dm.setup("fit")
+    val = {tuple(r.tolist()) for r in dm.val_set.sequences(0)[0]}
+    for i in range(5):
+        seq, _ = dm.train_set.sequences(i)
+        assert not ({tuple(r.tolist()) for r in seq} & val)
+
+
+def test_induction_structure():
+    dm = InductionDataModule(vocab_size=64, block_size=32, batch_size=16, steps=4, val_batches=2, seed=1)
+    dm.setup("fit")
+    halves = set()
+    for x, y in batches(dm.train_dataloader()) + batches(dm.val_dataloader()):
+        assert x.shape == (16, 32) and (x[:, 0] == 0).all()  # <bos>
+        full = torch.cat([x, y[:, -1:]], dim=1)  # the last target is always scored: the full sequence
+        for row, targets in zip(full, y):
+            scored = (targets != IGNORE).nonzero().flatten()
+            half = len(scored) + 1
+            halves.add(half)
+            assert 8 <= half <= 16
+            first, second = row[33 - 2 * half : 33 - half], row[33 - half :]
+            assert torch.equal(first, second)  # an exact repeat at the end
+            assert len(set(row[1 : 33 - half].tolist())) == 32 - half  # no token twice before the repeat
+            assert scored[0] == 33 - half  # scored from the second repeated token on
+            assert torch.equal(targets[scored], second[1:])
+    assert len(halves) > 3  # L varies, so no fixed offset solves it
+
+
+def test_induction_probe_has_no_repeats():
+    dm = InductionDataModule(vocab_size=64, block_size=32, seed=1)
+    dm.setup("fit")
+    probe = dm.probe_batch(4)
+    assert probe.shape == (4, 32) and (probe[:, 0] == 0).all()
+    assert all(len(set(row.tolist())) == 32 for row in probe)
+
+
+@pytest.mark.parametrize(
+    "make, key",
+    [
+        (lambda: MQARDataModule(vocab_size=64, num_pairs=8, seq_len=128, block_size=64), "data.seq_len"),
+        (lambda: MQARDataModule(vocab_size=9, num_pairs=5, block_size=64), "data.num_pairs"),
+        (lambda: MQARDataModule(vocab_size=64, num_pairs=8, block_size=16), "data.seq_len"),
+        (lambda: InductionDataModule(vocab_size=16, block_size=64), "data.vocab_size"),
+        (lambda: InductionDataModule(vocab_size=64, min_half=40, block_size=64), "data.min_half"),
+    ],
+)
+def test_bad_settings_fail_with_one_line_naming_the_key(make, key):
+    with pytest.raises(DataError) as err:
+        make()
+    assert key in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("data", ["mqar", "induction"])
+def test_data_configs_instantiate_like_train_does(data, tmp_path):
+    from hydra.utils import instantiate
+
+    cfg = compose_config([f"data={data}"], tmp_path)
+    dm = instantiate(cfg.data, block_size=cfg.model.block_size, steps=3, seed=cfg.seed)
+    dm.setup("fit")
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.shape == (cfg.data.batch_size, cfg.model.block_size) and (y != IGNORE).any()
+    dm.tokenizer.save(tmp_path / "vocab.json")
+    assert (tmp_path / "vocab.json").read_text().count('"') > 2 * dm.vocab_size
