@@ -6,31 +6,20 @@ it and renames it over the target: a reader sees the old checkpoint or the new o
 """
 from __future__ import annotations
 
-import os
 import random
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from .results import atomic_file
+
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(checkpoint, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_file(path, "wb") as f:
+            torch.save(checkpoint, f)
 
     def load_checkpoint(self, path, map_location: Any | None = None, weights_only: bool | None = None) -> dict[str, Any]:
         # everything attnlab stores is tensors and plain Python values: no pickled objects needed

@@ -7,6 +7,7 @@ import os
 import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -40,21 +41,31 @@ def hydra_overrides() -> list[str]:
     return list(HydraConfig.get().overrides.task)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write to a temp file in the same dir, fsync, rename: readers see the old or the new file."""
+@contextmanager
+def atomic_file(path: Path, mode: str = "w"):
+    """Open a temp file beside ``path``; on success fsync and rename it over ``path``.
+
+    Readers see the old file or the new one, never a half-written one; on any error (a kill
+    between steps included) the temp file is removed and ``path`` is untouched.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, mode) as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    with atomic_file(path) as f:
+        f.write(text)
 
 
 def _json_safe(value):

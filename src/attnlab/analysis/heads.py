@@ -33,12 +33,12 @@ Type, the first rule that holds (thresholds in THRESHOLDS, chosen before any run
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
 from ..attention import attention_probs
+from ..callbacks.probe import probe_with_logits
 
 SCORES = ("previous_token", "induction", "induction_control", "sink", "positional", "entropy_norm")
 THRESHOLDS = {"induction": 0.3, "previous_token": 0.5, "sink": 0.3, "uniform": 0.9, "positional": 0.7}
@@ -203,43 +203,10 @@ def build_probes(model, vocab: list[str] | None, datamodule=None, n: int = 16, s
     return Probes(plain.long(), repeat, half, start, control, source)
 
 
-@contextmanager
-def captured_qk(model):
-    """Collect (q, k, softmax scale) of every attention layer during the forwards inside the block."""
-    layers = model.attention_layers()
-    captured: list[list] = [[] for _ in layers]
-
-    def hook_for(i, layer):
-        def hook(module, args, kwargs, output):
-            q, k = args[0], args[1]
-            captured[i].append((q.detach(), k.detach(), layer.softmax_scale(), kwargs.get("key_padding_mask")))
-
-        return hook
-
-    handles = [layer.register_forward_hook(hook_for(i, layer), with_kwargs=True) for i, layer in enumerate(layers)]
-    try:
-        yield captured
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-@torch.no_grad()
 def layer_probs(model, idx: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Attention probabilities (B, H, T, T) of every layer for inputs idx, in fp32, and the logits."""
-    was_training = model.training
-    model.eval()
-    try:
-        with captured_qk(model) as captured:
-            logits, _ = model(idx)
-    finally:
-        model.train(was_training)
-    probs = []
-    for calls in captured:
-        q, k, scale, mask = calls[-1]
-        scale = scale.detach().float() if torch.is_tensor(scale) else scale
-        probs.append(attention_probs(q.float(), k.float(), scale, causal=True, key_padding_mask=mask))
-    return probs, logits
+    layers, logits = probe_with_logits(model, idx)
+    return [attention_probs(q.float(), k.float(), s, causal=True) for q, k, s in layers], logits
 
 
 def repeat_accuracy(logits: torch.Tensor, idx: torch.Tensor, half: torch.Tensor, start: torch.Tensor) -> float:

@@ -27,16 +27,21 @@ def capture_qk(model: GPT):
 
 
 @torch.no_grad()
-def probe(model: GPT, x: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor, float | torch.Tensor]]:
-    """Run ``x`` through the model in eval mode (restored afterwards) and return per-layer (q, k, scale)."""
+def probe_with_logits(model: GPT, x: torch.Tensor):
+    """Run ``x`` through the model in eval mode (restored afterwards): per-layer (q, k, scale), and the logits."""
     was_training = model.training
     model.eval()
     try:
         with capture_qk(model) as captured:
-            model(x)
+            logits, _ = model(x)
     finally:
         model.train(was_training)
-    return [(q, k, s.detach() if torch.is_tensor(s) else s) for q, k, s in captured]
+    return [(q, k, s.detach() if torch.is_tensor(s) else s) for q, k, s in captured], logits
+
+
+def probe(model: GPT, x: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor, float | torch.Tensor]]:
+    """Per-layer (q, k, softmax scale) of ``x`` in eval mode."""
+    return probe_with_logits(model, x)[0]
 
 
 def probe_batch(trainer: L.Trainer, size: int) -> torch.Tensor:

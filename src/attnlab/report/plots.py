@@ -106,3 +106,25 @@ def max_logit_over_training(cells: list[Cell], path: Path) -> Path | None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6, ncol=2)
     return _save(fig, path)
+
+
+def stats_over_training(runs: dict[str, Path], stats: tuple[str, ...], path: Path) -> Path | None:
+    """Per-layer statistics against the step for a few runs side by side (one panel per statistic)."""
+    fig, axes = plt.subplots(1, len(stats), figsize=(4.2 * len(stats), 3.4), squeeze=False)
+    styles = ["-", "--", ":", "-."]
+    for (label, run_dir), style in zip(runs.items(), styles):
+        history = Path(run_dir) / "attention_stats.jsonl"
+        if not history.exists():
+            continue
+        points = [json.loads(line) for line in history.read_text().splitlines() if line.strip()]
+        layers = sorted({k.split("/")[1] for k in points[0] if k.startswith("attn/L")})
+        for ax, stat in zip(axes[0], stats):
+            for i, layer in enumerate(layers):
+                ax.plot([p["step"] for p in points], [p[f"attn/{layer}/{stat}"] for p in points], style,
+                        color=f"C{i}", label=f"{label} {layer}")
+    for ax, stat in zip(axes[0], stats):
+        ax.set_xlabel("step")
+        ax.set_title(stat, fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=6, ncol=2)
+    return _save(fig, path)
