@@ -48,10 +48,10 @@ table: $(STAMP) ## aggregate results.json files into reports/<sweep>/ (DIR=a swe
 	$(PY) -m attnlab.report $(DIR)
 
 repro: $(STAMP) ## reproduce and check the source articles' claims (REPRO=fast skips training claims)
-	$(PY) -m attnlab.repro --mode $(REPRO)
+	$(PY) -m attnlab.repro --mode $(REPRO) $(ARGS)
 
 bench: $(STAMP) ## kernel, memory and throughput benchmarks into reports/bench/ (BENCH=fast for a small run)
-	$(PY) -m attnlab.bench --mode $(BENCH)
+	$(PY) -m attnlab.bench --mode $(BENCH) $(ARGS)
 
 sample: $(STAMP) ## generate text from the last trained checkpoint (RUN=a run dir, default the latest)
 	$(PY) -m attnlab.sample $(RUN) $(ARGS)

@@ -176,3 +176,20 @@ def test_guard_names_step_layer_and_tensor_and_leaves_loadable_checkpoint(make_c
     restored = LitGPT.load_from_checkpoint(ckpt, map_location="cpu")
     assert all(torch.isfinite(p).all() for p in restored.parameters())
     assert (out / "csv" / "version_0" / "metrics.csv").exists()  # what was logged before is kept
+
+
+def test_guard_catches_a_non_finite_gradient_before_the_step(make_cfg, monkeypatch):
+    import lightning as L
+
+    from attnlab.callbacks import NonFiniteError
+    import attnlab.train as train_module
+
+    class PoisonGradient(L.Callback):
+        def on_after_backward(self, trainer, pl_module):
+            if trainer.global_step == 2:
+                pl_module.model.blocks[1].attn.k_proj.weight.grad[0, 0] = float("inf")
+
+    original = train_module.build_callbacks
+    monkeypatch.setattr(train_module, "build_callbacks", lambda cfg: [PoisonGradient(), *original(cfg)])
+    with pytest.raises(NonFiniteError, match=r"Inf in gradient of model\.blocks\.1\.attn\.k_proj\.weight at step 2"):
+        train(make_cfg("callbacks=default", "logger=none"))

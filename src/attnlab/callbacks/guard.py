@@ -63,6 +63,9 @@ class NonFiniteGuard(L.Callback):
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         if not self._active(trainer):
             return
+        grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
+        if not grads or torch.isfinite(torch.nn.utils.get_total_norm(grads)):
+            return  # one fused norm over all gradients: a single check per step
         for name, p in pl_module.named_parameters():
             if p.grad is not None and not torch.isfinite(p.grad).all():
                 self._fire(trainer, f"gradient of {name}", p.grad)

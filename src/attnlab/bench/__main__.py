@@ -1,0 +1,176 @@
+"""``python -m attnlab.bench --mode full|fast|tiny [--out DIR]``: kernel, memory and training benchmarks.
+
+full  T = 256..8192 on CPU (512..32768 on CUDA), 5 repeats, training throughput, callback cost
+      over the callbacks' common period (1000 steps at the default intervals); several minutes.
+fast  the same measurements, smaller: T up to 2048 timed, memory up to 8192; under 2 minutes idle.
+tiny  for tests only: T 128 and 256, two repeats of a few training steps; numbers mean little.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from ..attention import BACKENDS
+from ..attention.backends import flash_attn_package
+from ..results import git_sha
+from .kernels import KernelPlan, matmul_peak_gflops, run_kernels
+from .report import memory_summary, write_json, write_markdown, write_plots
+from .throughput import callback_overhead, train_throughput
+
+SECTIONS = ("kernels", "train", "callbacks")
+
+
+def kernel_plan(mode: str, device: torch.device) -> KernelPlan:
+    if device.type == "cuda":
+        shape = dict(batch=2, heads=16, head_dim=64, dtype=torch.bfloat16)
+        if mode == "full":
+            return KernelPlan(tuple(2**i for i in range(9, 16)), (), repeats=10, warmup=3, min_sample_s=0.02,
+                              matmul_n=8192, **shape)
+        if mode == "fast":
+            return KernelPlan((512, 1024, 2048, 4096, 8192), (), repeats=5, warmup=2, min_sample_s=0.01,
+                              matmul_n=8192, **shape)
+        return KernelPlan((128, 256), (), repeats=5, warmup=1, min_sample_s=0.0, matmul_n=1024, **shape)
+    shape = dict(batch=1, heads=4, head_dim=64, dtype=torch.float32)
+    if mode == "full":
+        return KernelPlan((256, 512, 1024, 2048, 4096, 8192), (), repeats=5, warmup=1, min_sample_s=0.1,
+                          matmul_n=2048, **shape)
+    if mode == "fast":
+        return KernelPlan((256, 512, 1024, 2048), (4096, 8192), repeats=5, warmup=1, min_sample_s=0.02,
+                          matmul_n=1024, **shape)
+    return KernelPlan((128, 256), (), repeats=5, warmup=1, min_sample_s=0.0, matmul_n=256, **shape)
+
+
+TRAIN = {"full": dict(steps=60, warmup=10, repeats=5), "fast": dict(steps=15, warmup=3, repeats=5),
+         "tiny": dict(steps=6, warmup=2, repeats=2)}
+CALLBACKS = {"full": dict(steps=None, warmup=10, repeats=5), "fast": dict(steps=30, warmup=3, repeats=5),
+             "tiny": dict(steps=6, warmup=2, repeats=2)}
+
+
+SECTION_KEYS = {"kernels": ("machine", "kernel_setup", "kernels", "memory_exponent", "memory_ratio_8192_1024", "memory_fit_T"),
+                "train": ("train",), "callbacks": ("callbacks",)}
+
+
+def merge_previous(bench: dict, out: Path, sections: list[str]) -> dict:
+    """With --merge: keep the sections not rerun from the bench.json already in ``out``."""
+    path = out / "bench.json"
+    if not path.exists():
+        return bench
+    prior = json.loads(path.read_text())
+    for section, keys in SECTION_KEYS.items():
+        if section not in sections:
+            for key in keys:
+                if key in prior:
+                    bench[key] = prior[key]
+    pm = prior.get("machine") or {}
+    bench["merged"] = {"kept_from": prior.get("created"), "rerun": sections, "previous_wall_s": prior.get("wall_s"),
+                       "previous_section_s": prior.get("section_s"),
+                       "previous_load": [pm.get("load_before"), pm.get("load_after")]}
+    return bench
+
+
+def machine_info(device: torch.device, plan: KernelPlan) -> dict:
+    info = {"device": device.type, "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "python": platform.python_version(), "cpu": _cpu_name(), "cpu_count": os.cpu_count(),
+            "load_before": list(os.getloadavg())}
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+        info["flash_attn"] = flash_attn_package() is not None
+    n = plan.matmul_n
+    mm = matmul_peak_gflops(device, plan.dtype, n, repeats=5)
+    info.update(matmul_gflops=mm["median"], matmul_gflops_range=[mm["min"], mm["max"]], matmul_n=n, matmul_dtype=mm["dtype"])
+    return info
+
+
+def _cpu_name() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m attnlab.bench", description=__doc__.splitlines()[0])
+    p.add_argument("--mode", choices=("full", "fast", "tiny"), default="full")
+    p.add_argument("--out", default="reports/bench", help="output directory (default reports/bench)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own choice)")
+    p.add_argument("--callback-steps", type=int, default=None,
+                   help="measured steps per callback run (default: full mode the callbacks' common period, else the mode's)")
+    p.add_argument("--merge", action="store_true",
+                   help="keep the sections not in --sections from the bench.json already in --out (rerun one section)")
+    p.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        print(f"attnlab.bench: error: --sections {','.join(unknown)}: expected a subset of {','.join(SECTIONS)}", file=sys.stderr)
+        return 2
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("attnlab.bench: error: --device cuda but CUDA is not available", file=sys.stderr)
+        return 2
+    device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    plan = kernel_plan(args.mode, device)
+    load_before = list(os.getloadavg())
+    print(f"attnlab.bench: mode {args.mode} on {device.type}, {torch.get_num_threads()} thread(s), load {os.getloadavg()[0]:.2f}")
+    reuse_machine = args.merge and "kernels" not in sections and (out / "bench.json").exists()
+    bench = {"mode": args.mode, "git_sha": git_sha(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+             "machine": {} if reuse_machine else machine_info(device, plan),
+             "kernel_setup": {"batch": plan.batch, "heads": plan.heads, "head_dim": plan.head_dim, "causal": plan.causal,
+                              "dtype": str(plan.dtype).removeprefix("torch."), "repeats": plan.repeats, "warmup": plan.warmup,
+                              "timed_T": list(plan.timed_seq_lens), "memory_T": list(plan.seq_lens)},
+             "kernels": [], "memory_exponent": {}, "memory_ratio_8192_1024": {}, "memory_fit_T": {},
+             "train": [], "callbacks": {}}
+    if args.merge:
+        bench = merge_previous(bench, out, sections)
+    print(f"  matmul {bench['machine']['matmul_n']}: {bench['machine']['matmul_gflops']:.1f} GFLOP/s")
+    section_s = bench["section_s"] = {}
+    if "kernels" in sections:
+        t = time.perf_counter()
+        bench["kernels"] = run_kernels(plan, device)
+        bench.update(memory_summary(bench["kernels"]))
+        section_s["kernels"] = time.perf_counter() - t
+        write_json(bench, out)
+    if "train" in sections:
+        t = time.perf_counter()
+        bench["train"] = train_throughput(BACKENDS, device=device, **TRAIN[args.mode])
+        section_s["train"] = time.perf_counter() - t
+        write_json(bench, out)
+    if "callbacks" in sections:
+        t = time.perf_counter()
+        settings = CALLBACKS[args.mode] | ({"steps": args.callback_steps} if args.callback_steps else {})
+        bench["callbacks"] = callback_overhead(device=device, **settings)
+        section_s["callbacks"] = time.perf_counter() - t
+    if "kernels" in sections:
+        bench["machine"]["load_after"] = list(os.getloadavg())
+    if "merged" in bench:
+        bench["merged"]["load"] = [load_before, list(os.getloadavg())]
+    bench["wall_s"] = time.perf_counter() - t0
+    write_json(bench, out)
+    write_markdown(bench, out)
+    if bench["kernels"]:
+        write_plots(bench, out)
+    print(f"attnlab.bench: wrote {out / 'bench.json'}, {out / 'bench.md'} and plots in {bench['wall_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

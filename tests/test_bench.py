@@ -1,0 +1,251 @@
+"""attnlab.bench: the FLOP count, the exponent fit, the peak-memory probe, pairing, and the CLI's bench.json."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from attnlab.bench import attention_flops, fit_exponent, paired_ratios, peak_bytes, summarize
+from attnlab.bench.__main__ import main as bench_main
+from attnlab.bench import kernels as kernels_mod
+from attnlab.bench.kernels import KernelPlan, bench_one, kernel_variants, run_kernels
+from attnlab.errors import KernelUnavailable
+from attnlab.bench.report import memory_summary, write_json, write_markdown, write_plots
+from attnlab.bench.throughput import callback_intervals, representative_window, seconds_per_step
+from attnlab.bench.timing import measure
+from attnlab.config import compose_config
+
+BACKENDS = ("naive", "scaled", "sdpa", "flash")
+KERNEL_FIELDS = ("backend", "T", "fwd_ms", "fwd_bwd_ms", "peak_bytes", "gflops")
+TRAIN_FIELDS = ("backend", "lightning_tokens_per_s", "plain_tokens_per_s", "ratio", "ratio_to_scaled")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def multiply_adds(batch, heads, t, d, causal):
+    """Count multiply-adds of QK^T and PV one query at a time (causal: query i sees i+1 keys)."""
+    per_query = [(i + 1 if causal else t) for i in range(t)]
+    return batch * heads * sum(2 * keys * d for keys in per_query)  # QK^T row + PV row
+
+
+@pytest.mark.parametrize("t,d", [(16, 8), (64, 64), (100, 32)])
+def test_attention_flops_matches_counted_work(t, d):
+    b, h = 2, 3
+    assert attention_flops(b, h, t, d, causal=False) == 2 * multiply_adds(b, h, t, d, causal=False)
+    # the causal count is the usual T^2/2 convention; the exact count has T(T+1)/2 visible pairs
+    exact = 2 * multiply_adds(b, h, t, d, causal=True)
+    assert attention_flops(b, h, t, d, causal=True) == pytest.approx(exact * t / (t + 1))
+    assert attention_flops(b, h, t, d, causal=True, backward=True) == pytest.approx(3.5 * attention_flops(b, h, t, d))
+
+
+def test_fit_exponent_recovers_known_powers():
+    xs = [256, 512, 1024, 4096]
+    assert fit_exponent(xs, [3.0 * x**2 for x in xs]) == pytest.approx(2.0)
+    assert fit_exponent(xs, [0.5 * x**1.25 for x in xs]) == pytest.approx(1.25)
+    # a constant plus a quadratic: the slope lies between 0 and 2 and rises with the quadratic's weight
+    low = fit_exponent(xs, [1e7 + x**2 for x in xs])
+    high = fit_exponent(xs, [1e5 + x**2 for x in xs])
+    assert 0 < low < high < 2
+    assert math.isnan(fit_exponent([1024], [5.0]))
+
+
+def test_memory_summary_exponent_and_ratio():
+    rows = [{"backend": b, "T": t, "peak_bytes": c * t**p} for b, c, p in (("naive", 16, 2), ("sdpa", 1000, 1))
+            for t in (256, 1024, 2048, 8192)]
+    s = memory_summary(rows)
+    assert s["memory_exponent"]["naive"] == pytest.approx(2.0)
+    assert s["memory_exponent"]["sdpa"] == pytest.approx(1.0)
+    assert s["memory_ratio_8192_1024"] == {"naive": pytest.approx(64.0), "sdpa": pytest.approx(8.0)}
+    assert s["memory_fit_T"]["naive"] == [1024, 8192]  # the asymptotic range only
+
+
+def test_cpu_peak_bytes_sums_allocations_in_time_order():
+    existing = torch.ones(1 << 20, dtype=torch.uint8)  # allocated before: not part of the peak
+
+    def work():
+        a = torch.empty(1 << 20, dtype=torch.uint8)
+        b = torch.empty(1 << 19, dtype=torch.uint8)
+        del a
+        c = torch.empty(1 << 18, dtype=torch.uint8)
+        return b, c
+
+    assert peak_bytes(work) == (1 << 20) + (1 << 19)
+    assert existing.numel() == 1 << 20
+
+
+def test_explicit_attention_peak_holds_the_matrix_and_sdpa_does_not():
+    plan = KernelPlan((), (2048,), batch=1, heads=4, head_dim=64)
+    variants = kernel_variants(torch.device("cpu"))
+    rows = {b: bench_one(b, variants[b], 2048, plan, torch.device("cpu"), timed=False) for b in ("scaled", "sdpa")}
+    matrix = 4 * 2048 * 2048 * 4  # H x T x T fp32
+    assert rows["scaled"]["peak_bytes"] >= 2 * matrix  # logits and probabilities at least
+    assert rows["sdpa"]["peak_bytes"] < matrix / 2
+    assert rows["sdpa"]["kernel"].startswith("sdpa:")
+
+
+def test_bench_one_reports_time_rate_and_memory():
+    plan = KernelPlan((64,), (), repeats=5, warmup=1, min_sample_s=0.0)
+    for name, kernel in kernel_variants(torch.device("cpu")).items():
+        row = bench_one(name, kernel, 64, plan, torch.device("cpu"), timed=True)
+        assert row["error"] is None, row
+        assert row["fwd_ms"] > 0 and row["fwd_bwd_ms"] > 0
+        assert row["fwd_ms_range"][0] <= row["fwd_ms"] <= row["fwd_ms_range"][1]
+        expected = attention_flops(1, 4, 64, 64, backward=True) / (row["fwd_bwd_ms"] / 1e3) / 1e9
+        assert row["gflops"] == pytest.approx(expected)
+        assert row["peak_bytes"] > 0
+
+
+def test_run_kernels_records_failures_and_stops_growing(monkeypatch):
+    def grows_out_of_memory(q, k, v, scale, causal=True):
+        if q.shape[-2] >= 64:
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory")
+        return q.clone(), "fake"
+
+    def unavailable(q, k, v, scale, causal=True):
+        raise KernelUnavailable("not on this device")
+
+    monkeypatch.setattr(kernels_mod, "kernel_variants", lambda device: {"oom": grows_out_of_memory, "none": unavailable})
+    plan = KernelPlan((32, 64, 128), (), repeats=5, warmup=1, min_sample_s=0.0)
+    rows = {(r["backend"], r["T"]): r for r in run_kernels(plan, torch.device("cpu"), log=lambda line: None)}
+    assert rows[("oom", 32)]["error"] is None and rows[("oom", 32)]["kernel"] == "fake"
+    assert rows[("oom", 64)]["error"] == "out of memory"
+    assert rows[("oom", 128)]["error"].startswith("skipped") and rows[("oom", 128)]["peak_bytes"] is None
+    assert all(rows[("none", t)]["error"] == "not on this device" for t in (32, 64, 128))
+
+
+def test_paired_ratios_and_summary():
+    s = paired_ratios([2.0, 4.0, 9.0], [1.0, 2.0, 3.0])
+    assert (s["median"], s["min"], s["max"], s["n"]) == (2.0, 2.0, 3.0, 3)
+    with pytest.raises(ValueError):
+        paired_ratios([1.0], [1.0, 2.0])
+    assert summarize([5.0, 1.0, 3.0, 100.0, 2.0])["median"] == 3.0
+
+
+def test_measure_batches_short_calls():
+    calls = []
+    samples = measure(lambda: calls.append(1), torch.device("cpu"), repeats=5, warmup=1, min_sample_s=0.001)
+    assert len(samples) == 5
+    assert len(calls) > 6  # a call far shorter than 1 ms is repeated within each sample
+
+
+def test_seconds_per_step_skips_warmup():
+    assert seconds_per_step([0.0, 10.0, 11.0, 13.0], warmup=2) == pytest.approx(1.5)
+    with pytest.raises(ValueError):
+        seconds_per_step([0.0, 1.0], warmup=2)
+
+
+def test_representative_window_is_the_common_period():
+    assert representative_window({"a": 10, "b": 100, "c": 250, "d": 500, "e": 1000, "f": 1}, cap=2000) == 1000
+    assert representative_window({"a": 7, "b": 11}, cap=2000) == 77
+    assert representative_window({"a": 999, "b": 1000}, cap=2000) == 1000  # lcm too long: the longest interval
+
+
+def test_callback_intervals_come_from_the_composed_config():
+    intervals = callback_intervals(compose_config(["callbacks=default"]))
+    assert intervals and all(v > 0 for v in intervals.values())
+    window = representative_window(intervals, cap=10**9)
+    assert all(window % v == 0 for v in intervals.values())
+    assert callback_intervals(compose_config(["callbacks=none"])) == {}
+
+
+def synthetic_bench():
+    kernels = [{"backend": b, "T": t, "kernel": "eager", "fwd_ms": 1.0, "fwd_ms_range": [0.9, 1.1], "fwd_bwd_ms": 3.0,
+                "fwd_bwd_ms_range": [2.9, 3.2], "fwd_gflops": 10.0, "gflops": 12.0, "peak_bytes": t**2, "fwd_peak_bytes": t,
+                "error": None} for b in BACKENDS for t in (1024, 8192)]
+    kernels.append({"backend": "naive", "T": 16384, "kernel": None, "error": "out of memory", "peak_bytes": None})
+    bench = {"mode": "tiny", "wall_s": 1.0,
+             "machine": {"device": "cpu", "cpu": "x", "threads": 1, "torch": "t", "load_before": [1.0, 1, 1],
+                         "load_after": [float("nan")], "matmul_gflops": 50.0, "matmul_gflops_range": [40.0, 60.0],
+                         "matmul_n": 512, "matmul_dtype": "float32"},
+             "kernel_setup": {"batch": 1, "heads": 4, "head_dim": 64, "dtype": "float32", "repeats": 5},
+             "kernels": kernels, "train": [], "callbacks": {"overhead_ratio": 1.02, "representative": True}}
+    bench.update(memory_summary(kernels))
+    return bench
+
+
+def test_report_files(tmp_path):
+    bench = synthetic_bench()
+    data = json.loads(write_json(bench, tmp_path).read_text())
+    assert data["machine"]["load_after"] == [None]  # NaN becomes null, the file stays valid JSON
+    md = write_markdown(bench, tmp_path).read_text()
+    assert "| naive | eager | 8192 |" in md and "out of memory" in md and "1.020" in md
+    for png in write_plots(bench, tmp_path):
+        assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size < 200_000
+
+
+def test_cli_kernels_only(tmp_path, capsys):
+    assert bench_main(["--mode", "tiny", "--out", str(tmp_path), "--device", "cpu", "--sections", "kernels"]) == 0
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert {r["backend"] for r in data["kernels"]} == set(BACKENDS)
+    assert data["machine"]["matmul_gflops"] > 0
+    assert all(r["peak_fraction"] == pytest.approx(r["gflops"] / r["matmul_gflops"]) for r in data["kernels"])
+    assert [r["backend"] for r in data["kernels"][:4]] == list(BACKENDS)  # backends alternate within each T
+    assert set(data["memory_exponent"]) == set(BACKENDS)
+    assert (tmp_path / "time_vs_T.png").exists() and (tmp_path / "memory_vs_T.png").exists()
+
+
+def test_cli_merge_keeps_sections_not_rerun(tmp_path):
+    kept_train = [{"backend": b, "lightning_tokens_per_s": 1.0, "plain_tokens_per_s": 1.0, "ratio": 1.0, "ratio_to_scaled": 1.0,
+                   "setup": {"batch_size": 1, "block_size": 1, "tokens_per_step": 1, "precision": "32", "steps": 2,
+                             "warmup_steps": 1, "repeats": 5}} for b in BACKENDS]
+    (tmp_path / "bench.json").write_text(json.dumps({"created": "before", "train": kept_train, "kernels": [],
+                                                     "callbacks": {"overhead_ratio": 1.5}}))
+    assert bench_main(["--mode", "tiny", "--out", str(tmp_path), "--device", "cpu", "--sections", "kernels", "--merge"]) == 0
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert data["train"] == kept_train and data["callbacks"] == {"overhead_ratio": 1.5}
+    assert {r["backend"] for r in data["kernels"]} == set(BACKENDS)  # the rerun section is new
+    assert data["merged"]["kept_from"] == "before"
+
+
+def test_cli_rejects_unknown_section(tmp_path, capsys):
+    assert bench_main(["--out", str(tmp_path), "--sections", "kernels,bogus"]) == 2
+    assert "bogus" in capsys.readouterr().err
+
+
+def check_bench_json(data: dict, full_memory: bool) -> None:
+    assert data["machine"]["matmul_gflops"] > 0 and data["machine"]["threads"] >= 1
+    assert {r["backend"] for r in data["kernels"]} >= set(BACKENDS)
+    for row in data["kernels"]:
+        assert all(k in row for k in KERNEL_FIELDS), row
+        if row["timed"]:
+            assert row["fwd_ms"] > 0 and row["fwd_bwd_ms"] > 0 and row["gflops"] > 0 and row["peak_bytes"] > 0
+    for backend in BACKENDS:
+        assert math.isfinite(data["memory_exponent"][backend])
+        assert backend in data["memory_ratio_8192_1024"]
+        if full_memory:
+            assert data["memory_ratio_8192_1024"][backend] > 1
+    assert {r["backend"] for r in data["train"]} == set(BACKENDS)
+    for row in data["train"]:
+        assert all(row[k] is not None and row[k] > 0 for k in TRAIN_FIELDS[1:]), row
+    assert next(r for r in data["train"] if r["backend"] == "scaled")["ratio_to_scaled"] == pytest.approx(1.0)
+    assert data["callbacks"]["overhead_ratio"] > 0
+
+
+@pytest.mark.slow
+def test_cli_tiny_writes_every_field(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "attnlab.bench", "--mode", "tiny", "--out", str(tmp_path), "--device", "cpu",
+                          "--threads", "1"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    check_bench_json(json.loads((tmp_path / "bench.json").read_text()), full_memory=False)
+    assert "USDT" not in run.stderr  # the profiler's start/stop chatter is silenced
+    assert (tmp_path / "bench.md").read_text().startswith("# attnlab benchmarks")
+
+
+@pytest.mark.slow
+def test_cli_fast_writes_every_field(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "attnlab.bench", "--mode", "fast", "--out", str(tmp_path), "--device", "cpu"],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    data = json.loads((tmp_path / "bench.json").read_text())
+    check_bench_json(data, full_memory=True)
+    assert data["memory_exponent"]["scaled"] > 1.6 and data["memory_exponent"]["sdpa"] < 1.3
