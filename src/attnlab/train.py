@@ -25,7 +25,7 @@ from .config import CONF_DIR
 from .config_checks import check_config
 from .errors import AttnlabError, ConfigError
 from .module import LitGPT
-from .results import RunRecord, git_sha, is_rank_zero
+from .results import RunRecord, is_rank_zero
 
 log = logging.getLogger("attnlab")
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
@@ -132,7 +132,7 @@ def resume_checkpoint(cfg: DictConfig, run_dir: Path) -> str | None:
 
 
 def final_metrics(trainer: L.Trainer, module: LitGPT, callbacks: list) -> dict:
-    """Last logged values, the run-mean tokens/s, and each callback's ``summary()``."""
+    """Last logged values, the median tokens/s over steps, and each callback's ``summary()``."""
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if torch.is_tensor(v) and v.numel() == 1}
     for callback in callbacks:
         metrics.update(callback.summary() if hasattr(callback, "summary") else {})
@@ -168,10 +168,9 @@ def train(cfg: DictConfig) -> dict:
             val_check_interval=min(cfg.trainer.val_check_interval, max_steps),
         )
         check_kernel_runs(module, cfg, trainer)
+        provenance = {k: record.data[k] for k in ("config", "overrides", "git_sha")}
         for lg in loggers:
-            lg.log_hyperparams(
-                {**axes(cfg), "config": record.data["config"], "overrides": record.data["overrides"], "git_sha": git_sha()}
-            )
+            lg.log_hyperparams({**axes(cfg), **provenance})
         trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
         if module.last_val_step != trainer.global_step:
             trainer.validate(module, datamodule=dm, verbose=False)
