@@ -1,7 +1,9 @@
 """Stop at the first NaN/Inf in a loss, the logits or an attention output, keeping the last finite state.
 
-Checks run in forward hooks and before the optimizer step, so the parameters are still those of
-the last finite step when the guard fires: it saves them to ``checkpoints/last-finite.ckpt`` and
+The loss is checked every step (a NaN or Inf in any attention output or in the logits reaches
+it; the offending layer is then found by re-running the step's forward with hooks), and the
+gradients before the optimizer step, so the parameters are still those of the last finite step
+when the guard fires: it saves them to ``checkpoints/last-finite.ckpt`` and
 raises ``NonFiniteError`` naming the step, the layer and the tensor. train() turns that into
 results.json status "failed" and one line on stderr; loggers are finalised by Lightning as usual.
 """
@@ -26,7 +28,8 @@ def _kind(t: torch.Tensor) -> str:
 class NonFiniteGuard(L.Callback):
     def __init__(self, check_every_n_steps: int = 1):
         self.every = check_every_n_steps
-        self._handles: list = []
+        self._batch = None
+        self._kind: str | None = None
         self.checkpoint_path: Path | None = None
 
     def _active(self, trainer) -> bool:
@@ -38,27 +41,45 @@ class NonFiniteGuard(L.Callback):
         path.parent.mkdir(parents=True, exist_ok=True)
         trainer.save_checkpoint(path)
         self.checkpoint_path = path
-        raise NonFiniteError(f"{_kind(tensor)} in {where} at step {step}; last finite state saved to {path}")
+        kind, self._kind = self._kind or _kind(tensor), None
+        raise NonFiniteError(f"{kind} in {where} at step {step}; last finite state saved to {path}")
 
-    def on_fit_start(self, trainer, pl_module):
-        model = pl_module.model
-
-        def attn_hook(index):
-            def hook(module, args, output):
-                if self._active(trainer) and not torch.isfinite(output).all():
-                    self._fire(trainer, f"layer {index} attention output (attn/L{index})", output)
-            return hook
-
-        def logits_hook(module, args, output):
-            if self._active(trainer) and not torch.isfinite(output).all():
-                self._fire(trainer, "logits (lm_head output)", output)
-
-        self._handles = [layer.register_forward_hook(attn_hook(i)) for i, layer in enumerate(model.attention_layers())]
-        self._handles.append(model.lm_head.register_forward_hook(logits_hook))
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._batch = batch  # kept to locate the first bad tensor if this step's loss is non-finite
 
     def on_before_backward(self, trainer, pl_module, loss):
         if self._active(trainer) and not torch.isfinite(loss).all():
-            self._fire(trainer, "train/loss", loss)
+            where = self._locate(pl_module) or "train/loss"
+            self._fire(trainer, where, loss)
+
+    @torch.no_grad()
+    def _locate(self, pl_module) -> str | None:
+        """Re-run this step's forward with hooks and name the first layer whose output is non-finite.
+
+        Checking only the loss each step is cheap (one scalar); a NaN or Inf in any attention output
+        or in the logits reaches the loss, so nothing is missed, and the search runs only on failure.
+        """
+        model, found = pl_module.model, []
+
+        def watch(name):
+            def hook(module, args, output):
+                if not found and not torch.isfinite(output).all():
+                    found.append((name, output))
+            return hook
+
+        names = [(layer, f"layer {i} attention output (attn/L{i})") for i, layer in enumerate(model.attention_layers())]
+        names.append((model.lm_head, "logits (lm_head output)"))
+        handles = [module.register_forward_hook(watch(name)) for module, name in names]
+        try:
+            x, y = self._batch
+            model(x, y)
+        finally:
+            for handle in handles:
+                handle.remove()
+        if found:
+            self._kind = _kind(found[0][1])
+            return found[0][0]
+        return None
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         if not self._active(trainer):
@@ -70,7 +91,3 @@ class NonFiniteGuard(L.Callback):
             if p.grad is not None and not torch.isfinite(p.grad).all():
                 self._fire(trainer, f"gradient of {name}", p.grad)
 
-    def teardown(self, trainer, pl_module, stage):
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
