@@ -13,7 +13,7 @@ DIR    ?=
 REPRO  ?= full
 BENCH  ?= full
 RUN    ?=
-JOBS   ?= 1
+JOBS   ?= 2
 
 .DEFAULT_GOAL := help
 .PHONY: help install train test test-all sweep table repro bench sample dashboard sync clean
@@ -41,7 +41,7 @@ test: $(STAMP) ## run the fast test suite (no network, no GPU)
 test-all: $(STAMP) ## run every test, the slow ones too
 	$(BIN)/pytest -q -n 2 $(ARGS)
 
-sweep: $(STAMP) ## Hydra multirun of a study (SWEEP=dk_scaling|backends|init_scale|lr_sensitivity|smoke..., SEEDS=n, JOBS=n), then make table
+sweep: $(STAMP) ## Hydra multirun of a study (SWEEP=dk_scaling|backends|..., SEEDS=n, JOBS=2 parallel jobs of 1 thread), then make table
 	$(PY) -m attnlab.sweep --study $(SWEEP) --seeds $(SEEDS) --jobs $(JOBS) $(ARGS)
 
 table: $(STAMP) ## aggregate results.json files into reports/<sweep>/ (DIR=a sweep dir, default the latest)
