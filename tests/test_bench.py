@@ -231,7 +231,6 @@ def check_bench_json(data: dict, full_memory: bool) -> None:
     assert data["callbacks"]["overhead_ratio"] > 0
 
 
-@pytest.mark.slow
 def test_cli_tiny_writes_every_field(tmp_path):
     run = subprocess.run([sys.executable, "-m", "attnlab.bench", "--mode", "tiny", "--out", str(tmp_path), "--device", "cpu",
                           "--threads", "1"], capture_output=True, text=True, timeout=300)
