@@ -123,3 +123,18 @@ def test_dashboard_without_login_prints_plan_and_exits_zero(monkeypatch, capsys,
     assert dashboard_main(["--layers", "2"]) == 0
     out = capsys.readouterr().out
     assert "attn/L1/max_logit" in out and "Not logged in" in out
+
+
+def test_compare_plots_runs_side_by_side(tmp_path, monkeypatch):
+    from attnlab.report.__main__ import main as report_main
+
+    for name in ("a", "b"):
+        run = tmp_path / name
+        run.mkdir()
+        lines = [{"step": s, **{f"attn/L{i}/{k}": 0.1 * s + i for i in range(2) for k in ("entropy_norm", "max_logit", "sink_mass")}}
+                 for s in (1, 101)]
+        (run / "attention_stats.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
+    monkeypatch.chdir(tmp_path)
+    assert report_main(["--compare", f"a={tmp_path / 'a'}", f"b={tmp_path / 'b'}"]) == 0
+    assert (tmp_path / "reports" / "compare" / "stats_over_training.png").stat().st_size > 0
+    assert report_main(["--compare", "no-label"]) == 2

@@ -105,7 +105,3 @@ class RunRecord:
             self.data["metrics"].update(metrics)
         if is_rank_zero():  # one results.json per run, also under DDP
             atomic_write_text(self.path, json.dumps(_json_safe(self.data), indent=2))
-
-
-def load_results(path: Path) -> dict:
-    return json.loads(Path(path).read_text())

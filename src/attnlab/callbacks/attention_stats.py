@@ -18,6 +18,16 @@ from ..attention.stats import attention_stats, layer_values
 from .cadence import log_metrics, should_run
 from .probe import probe, probe_batch
 
+HISTORY_FILE = "attention_stats.jsonl"  # one JSON line of per-layer statistics per probe step
+
+
+def read_history(run_dir: Path) -> list[dict]:
+    """The statistics a run recorded over training ([] if it recorded none)."""
+    path = Path(run_dir) / HISTORY_FILE
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
 
 class AttentionStats(L.Callback):
     def __init__(self, every_n_steps: int = 100, probe_size: int = 8, block: int = 128, per_head: bool = True):
@@ -42,7 +52,7 @@ class AttentionStats(L.Callback):
         step = trainer.global_step
         self.history.append({"step": step, **{k: v for k, v in metrics.items() if k.count("/") == 2}})
         if trainer.is_global_zero and trainer.default_root_dir:
-            with open(Path(trainer.default_root_dir) / "attention_stats.jsonl", "a") as f:
+            with open(Path(trainer.default_root_dir) / HISTORY_FILE, "a") as f:
                 f.write(json.dumps(self.history[-1]) + "\n")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):

@@ -1,11 +1,29 @@
-"""``python -m attnlab.report [SWEEP_DIR]``: aggregate a sweep (default: the latest under logs/)."""
+"""``python -m attnlab.report [SWEEP_DIR]``: aggregate a sweep (default: the latest under logs/).
+
+``python -m attnlab.report --compare LABEL=RUN_DIR ...``: per-layer entropy_norm, max logit and sink
+mass over training of a few runs side by side, into reports/compare/stats_over_training.png.
+"""
 import sys
 from pathlib import Path
 
 from . import build_report, latest_sweep
+from .plots import stats_over_training
+
+
+def compare(pairs: list[str], out: Path = Path("reports/compare")) -> int:
+    runs = dict(p.split("=", 1) for p in pairs if "=" in p)
+    if len(runs) != len(pairs) or not runs:
+        print("attnlab: error: --compare takes LABEL=RUN_DIR pairs, e.g. naive=logs/train/runs/<run>", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    path = stats_over_training({k: Path(v) for k, v in runs.items()}, ("entropy_norm", "max_logit", "sink_mass"), out / "stats_over_training.png")
+    print(f"attnlab: {path}")
+    return 0
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--compare"]:
+        return compare(argv[1:])
     target = Path(argv[0]) if argv else latest_sweep()
     if target is None:
         print("attnlab: error: DIR is not set and logs/ holds no sweep; run `make sweep` first", file=sys.stderr)

@@ -2,7 +2,6 @@
 per-layer entropy against d_k, and max logit over training from each run's attention_stats.jsonl."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import matplotlib
@@ -10,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ..callbacks.attention_stats import read_history  # noqa: E402
 from .aggregate import Cell, short  # noqa: E402
 
 
@@ -89,10 +89,9 @@ def max_logit_over_training(cells: list[Cell], path: Path) -> Path | None:
     drawn = False
     for cell in cells:
         run = next(iter(cell.ok_runs), None)
-        history = run.dir / "attention_stats.jsonl" if run else None
-        if not history or not history.exists():
+        points = read_history(run.dir) if run else []
+        if not points:
             continue
-        points = [json.loads(line) for line in history.read_text().splitlines() if line.strip()]
         steps = [p["step"] for p in points]
         values = [max(v for k, v in p.items() if k.endswith("/max_logit")) for p in points]
         ax.plot(steps, values, label=cell.label)
@@ -113,10 +112,9 @@ def stats_over_training(runs: dict[str, Path], stats: tuple[str, ...], path: Pat
     fig, axes = plt.subplots(1, len(stats), figsize=(4.2 * len(stats), 3.4), squeeze=False)
     styles = ["-", "--", ":", "-."]
     for (label, run_dir), style in zip(runs.items(), styles):
-        history = Path(run_dir) / "attention_stats.jsonl"
-        if not history.exists():
+        points = read_history(run_dir)
+        if not points:
             continue
-        points = [json.loads(line) for line in history.read_text().splitlines() if line.strip()]
         layers = sorted({k.split("/")[1] for k in points[0] if k.startswith("attn/L")})
         for ax, stat in zip(axes[0], stats):
             for i, layer in enumerate(layers):
