@@ -6,8 +6,10 @@ import torch
 
 from attnlab.analysis.heads import (
     THRESHOLDS, analyze_heads, build_probes, classify, head_scores, induction_score, layer_probs,
+    answer_probability, cut_edges, induction_edges, induction_knockout,
     positional_score, previous_token_score, repeated_probe, sink_score,
 )
+from attnlab.attention import Attention
 from attnlab.model import GPT, GPTConfig
 
 T, L = 24, 12  # a plain probe of T tokens; a repeated probe r r with |r| = L
@@ -100,11 +102,77 @@ def test_induction_score_per_row_layout():
 def test_repeated_probe_layout():
     vocab = ["<bos>"] + [f"t{i}" for i in range(63)]
     ids, half, start, control = repeated_probe(vocab, 32, n=6, seed=0)
-    assert (ids[:, 0] == 0).all() and len(set(half.tolist())) > 3
+    assert ids.shape == control.shape == (6, 32) and (ids[:, 0] == 0).all() and len(set(half.tolist())) > 3
+    assert len({s + 2 * h for s, h in zip(start.tolist(), half.tolist())}) > 1  # the repeat does not always end last
     for row, c, h, s in zip(ids, control, half.tolist(), start.tolist()):
-        assert s + 2 * h == 32
-        assert torch.equal(row[s : s + h], row[s + h :])
-        assert torch.equal(c[: s + h], row[: s + h]) and not (set(c[s + h :].tolist()) & set(row[: s + h].tolist()))
+        end = s + 2 * h
+        assert torch.equal(row[s : s + h], row[s + h : end])
+        once = torch.cat([row[1 : s + h], row[end:]])
+        assert len(set(once.tolist())) == len(once)  # the repeat is the only token seen twice
+        # the control is the row with a fresh second r: same prefix, r and suffix
+        assert torch.equal(c[: s + h], row[: s + h]) and torch.equal(c[end:], row[end:])
+        assert not (set(c[s + h : end].tolist()) & set(once.tolist()))
+
+
+def test_cut_edges_removes_exactly_the_given_edges_of_one_head():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=20, block_size=12, n_layer=2, n_head=3, d_model=24,
+                          attention=dict(backend="sdpa", scaling="inv_sqrt_d"))).eval()
+    idx = torch.randint(20, (2, 12))
+    seen = {}
+    layer = model.attention_layers()[1]
+    capture = lambda m, args, out: seen.update(v=args[2], out=out)  # noqa: E731
+    with torch.no_grad():
+        handle = layer.register_forward_hook(capture)
+        base_logits, _ = model(idx)
+        handle.remove()
+        base = seen["out"]
+        off_diagonal = ~torch.eye(12, dtype=torch.bool).expand(2, 12, 12)
+        with cut_edges(model, 1, 2, torch.zeros(2, 12, 12, dtype=torch.bool)):
+            same, _ = model(idx)
+        with cut_edges(model, 1, 2, off_diagonal):  # every query keeps only itself
+            handle = layer.register_forward_hook(capture)  # after the cut's hook: sees its output
+            model(idx)
+            handle.remove()
+    assert torch.allclose(same, base_logits, atol=1e-5)  # nothing cut: the same model
+    assert torch.allclose(seen["out"][:, 2], seen["v"][:, 2], atol=1e-6)  # head 2 now copies its own value
+    assert torch.equal(seen["out"][:, :2], base[:, :2])  # the other heads untouched
+    assert not torch.allclose(seen["out"][:, 2], base[:, 2])
+
+
+class ToyCopier(torch.nn.Module):
+    """One attention layer, two heads: head 0 attends exactly to each query's induction target
+    (hard-wired from the probe's layout), head 1 to the query itself; the logits are the
+    attended tokens' one-hot codes. A stand-in for a model with one perfect induction head."""
+
+    def __init__(self, edges: torch.Tensor, vocab: int):
+        super().__init__()
+        self.attn = Attention("scaled", "none", n_head=2, d_k=edges.shape[-1])
+        self.edges, self.vocab = edges, vocab
+
+    def attention_layers(self):
+        return [self.attn]
+
+    def forward(self, idx):
+        b, t = idx.shape
+        eye = torch.eye(t).expand(b, t, t)
+        target = torch.where(self.edges.any(-1, keepdim=True), self.edges.float(), eye)
+        q = torch.stack([30 * target, 30 * eye], dim=1)  # (B, 2, T, T): row i points at its key
+        k = eye.unsqueeze(1).expand(b, 2, t, t)
+        v = torch.nn.functional.one_hot(idx, self.vocab).float().unsqueeze(1).expand(b, 2, t, self.vocab)
+        out = self.attn(q, k, v)
+        return 20 * out[:, 0] + 0.1 * out[:, 1], None
+
+
+def test_knockout_names_the_head_that_reads_the_induction_target():
+    vocab = ["<bos>"] + [f"t{i}" for i in range(31)]
+    ids, half, start, control = repeated_probe(vocab, 24, n=4, seed=0)
+    edges = induction_edges(half, start, 24)
+    assert edges.sum() == sum(int(h) - 1 for h in half)  # one edge per scored query
+    model = ToyCopier(edges, len(vocab))
+    assert answer_probability(model(ids)[0], ids, half, start) > 0.99
+    drop = induction_knockout(model, ids, half, start, n_head=2)
+    assert drop[0, 0] > 0.9 and abs(drop[0, 1]) < 1e-6  # only the copying head's edges matter
 
 
 def test_analysis_of_a_model_covers_every_layer_and_head():
@@ -114,7 +182,8 @@ def test_analysis_of_a_model_covers_every_layer_and_head():
     probes = build_probes(model, None, None, n=4)
     heads, summary = analyze_heads(model, probes)
     assert [(h["layer"], h["head"]) for h in heads] == [(l, h) for l in range(2) for h in range(3)]
-    assert all(0 <= v <= 1 + 1e-5 for h in heads for v in h["scores"].values())
+    assert all(0 <= v <= 1 + 1e-5 for h in heads for k, v in h["scores"].items() if k != "induction_knockout")
+    assert all(-1 <= h["scores"]["induction_knockout"] <= 1 for h in heads)  # a difference of probabilities
     assert summary["n_uniform"] + summary["n_content"] + summary["n_positional"] + summary["n_sink"] \
         + summary["n_previous_token"] + summary["n_induction"] == 6
     assert model.training  # restored

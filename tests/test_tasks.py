@@ -80,21 +80,25 @@ def test_disjointness_is_enforced_not_just_likely():
 def test_induction_structure():
     dm = InductionDataModule(vocab_size=64, block_size=32, batch_size=16, steps=4, val_batches=2, seed=1)
     dm.setup("fit")
-    halves = set()
+    halves, ends = set(), set()
     for x, y in batches(dm.train_dataloader()) + batches(dm.val_dataloader()):
         assert x.shape == (16, 32) and (x[:, 0] == 0).all()  # <bos>
-        full = torch.cat([x, y[:, -1:]], dim=1)  # the last target is always scored: the full sequence
-        for row, targets in zip(full, y):
+        for xs, targets in zip(x, y):
+            full = torch.cat([xs, targets[-1:]])  # the whole sequence if the last target is scored
             scored = (targets != IGNORE).nonzero().flatten()
-            half = len(scored) + 1
-            halves.add(half)
+            first, last = int(scored[0]), int(scored[-1])
+            half = last - first + 2
+            assert torch.equal(scored, torch.arange(first, last + 1))  # one contiguous run
             assert 8 <= half <= 16
-            first, second = row[33 - 2 * half : 33 - half], row[33 - half :]
-            assert torch.equal(first, second)  # an exact repeat at the end
-            assert len(set(row[1 : 33 - half].tolist())) == 32 - half  # no token twice before the repeat
-            assert scored[0] == 33 - half  # scored from the second repeated token on
-            assert torch.equal(targets[scored], second[1:])
+            second = full[first : first + half]
+            assert torch.equal(full[first - half : first], second)  # an exact repeat
+            assert torch.equal(targets[scored], second[1:])  # scored from the second repeated token on
+            once = torch.cat([xs[1:first], xs[first + half :]])  # prefix, r, suffix (as far as x holds it)
+            assert len(set(once.tolist())) == len(once) >= 31 - half  # no token twice outside the repeat
+            halves.add(half)
+            ends.add(first + half)
     assert len(halves) > 3  # L varies, so no fixed offset solves it
+    assert len(ends) > 3  # and so does where the repeat ends: no position-only shortcut
 
 
 def test_induction_probe_has_no_repeats():

@@ -21,6 +21,11 @@ on a repeat an induction head attends at a fixed offset and would look positiona
   induction_control  the same weights on control rows whose second r is fresh tokens: what a
                   head gets there it gets by position alone (short probes let a local head
                   reach the target often)
+  induction_knockout  causal, not a weight: how much the model's probability of the right next
+                  token on the repeat falls when this head's edges from each second-half query
+                  to its induction target are cut (weights renormalised over the other keys).
+                  Measured because a model can read the target through broad, low-weight
+                  attention that no weight score names (README, "Tasks").
 
 Type, the first rule that holds (thresholds in THRESHOLDS, chosen before any run):
   induction       induction - induction_control >= 0.3  (uniform attention: about 1/(1.5 L) each)
@@ -33,6 +38,7 @@ Type, the first rule that holds (thresholds in THRESHOLDS, chosen before any run
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -40,7 +46,7 @@ import torch
 from ..attention import attention_probs
 from ..callbacks.probe import probe_with_logits
 
-SCORES = ("previous_token", "induction", "induction_control", "sink", "positional", "entropy_norm")
+SCORES = ("previous_token", "induction", "induction_control", "induction_knockout", "sink", "positional", "entropy_norm")
 THRESHOLDS = {"induction": 0.3, "previous_token": 0.5, "sink": 0.3, "uniform": 0.9, "positional": 0.7}
 TYPES = ("induction", "previous_token", "sink", "uniform", "positional", "content")
 BOS = "<bos>"
@@ -101,6 +107,66 @@ def induction_score(p: torch.Tensor, half, start) -> torch.Tensor:
     return torch.stack(totals).mean(0)
 
 
+def induction_edges(half: torch.Tensor, start: torch.Tensor, t: int) -> torch.Tensor:
+    """(B, T, T) bool: query i -> key i - L + 1 for every second-half query whose next token is
+    part of the repeat (the positions ``repeat_accuracy`` scores)."""
+    edges = torch.zeros(len(half), t, t, dtype=torch.bool)
+    for row, (h, s) in enumerate(zip(half.tolist(), start.tolist())):
+        queries = torch.arange(s + h, s + 2 * h - 1)
+        edges[row, queries, queries - h + 1] = True
+    return edges
+
+
+@contextmanager
+def cut_edges(model, layer: int, head: int, edges: torch.Tensor):
+    """Within the block, ``layer``'s ``head`` attends as before minus the given (B, T, T) edges
+    (its remaining weights renormalised); every other head's output is left untouched."""
+
+    def hook(module, args, kwargs, output):
+        one = slice(head, head + 1)
+        q, k, v = args[0][:, one], args[1][:, one], args[2][:, one]
+        scale = module.softmax_scale()
+        if torch.is_tensor(scale) and scale.numel() > 1:
+            scale = scale[one]  # a per-head scale (scaling=learned)
+        p = attention_probs(q.float(), k.float(), scale, causal=True)
+        p = p.masked_fill(edges.to(p.device).unsqueeze(1), 0.0)
+        p = p / p.sum(-1, keepdim=True).clamp_min(1e-12)
+        out = output.clone()
+        out[:, one] = (p @ v.float()).to(out.dtype)
+        return out
+
+    handle = model.attention_layers()[layer].register_forward_hook(hook, with_kwargs=True)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def answer_probability(logits: torch.Tensor, idx: torch.Tensor, half: torch.Tensor, start: torch.Tensor) -> float:
+    """Mean probability of the right next token over the positions ``repeat_accuracy`` scores."""
+    probs = logits.float().softmax(-1)
+    total, count = 0.0, 0
+    for row, (h, s) in enumerate(zip(half.tolist(), start.tolist())):
+        queries = torch.arange(s + h, s + 2 * h - 1, device=idx.device)
+        total += float(probs[row, queries, idx[row, queries + 1]].sum())
+        count += len(queries)
+    return total / max(count, 1)
+
+
+def induction_knockout(model, idx: torch.Tensor, half: torch.Tensor, start: torch.Tensor, n_head: int) -> torch.Tensor:
+    """(n_layer, n_head): drop in the right token's probability on the repeated rows ``idx`` when
+    one head's induction edges are cut."""
+    edges = induction_edges(half, start, idx.shape[1])
+    base = answer_probability(model(idx)[0], idx, half, start)
+    n_layer = len(model.attention_layers())
+    drop = torch.zeros(n_layer, n_head)
+    for layer in range(n_layer):
+        for head in range(n_head):
+            with cut_edges(model, layer, head, edges):
+                drop[layer, head] = base - answer_probability(model(idx)[0], idx, half, start)
+    return drop
+
+
 def classify(scores: dict[str, float], thresholds: dict[str, float] = THRESHOLDS) -> str:
     """The first type whose rule holds (order and thresholds documented in the module docstring)."""
     if scores["induction"] - scores.get("induction_control", 0.0) >= thresholds["induction"]:
@@ -145,10 +211,12 @@ class Probes:
 
 
 def repeated_probe(vocab: list[str] | int, length: int, n: int = 16, seed: int = 0):
-    """Rows [<bos>?] f r r: r random tokens, f random filler, no token twice where the vocabulary allows.
+    """Rows [<bos>?] f r r g: r random tokens, f and g random filler (their split drawn per row), no
+    token twice where the vocabulary allows.
 
     The length L of r varies over the rows (from about length/4 to length/2), so that a head
-    attending at a fixed offset matches the induction target in few rows and scores low; only
+    attending at a fixed offset matches the induction target in few rows and scores low (and
+    where the repeat sits varies too, as in the induction task's data); only
     a head that finds the previous occurrence of the current token scores high on all of them.
     A vocabulary with a "<bos>" token (the induction task's) gets it in front, as in training.
     The control rows are the same but for the second r, which is replaced by fresh tokens: a
@@ -172,11 +240,13 @@ def repeated_probe(vocab: list[str] | int, length: int, n: int = 16, seed: int =
         else:
             fresh = candidates[torch.randint(len(candidates), (width,), generator=gen)]
         filler = body - 2 * half
-        unique, other = fresh[: filler + half], fresh[filler + half : filler + 2 * half]
+        before = int(torch.randint(filler + 1, (1,), generator=gen))
+        pre, r, post = fresh[:before], fresh[before : before + half], fresh[before + half : filler + half]
+        other = fresh[filler + half : filler + 2 * half]
         head = torch.tensor(prefix, dtype=torch.long)
-        rows.append(torch.cat([head, unique, unique[filler:]]))
-        controls.append(torch.cat([head, unique, other]))
-        starts.append(len(prefix) + filler)
+        rows.append(torch.cat([head, pre, r, r, post]))
+        controls.append(torch.cat([head, pre, r, other, post]))
+        starts.append(len(prefix) + before)
     return torch.stack(rows), halves, torch.tensor(starts), torch.stack(controls)
 
 
@@ -228,9 +298,16 @@ def analyze_heads(model, probes: Probes, thresholds: dict[str, float] = THRESHOL
     plain_probs, _ = layer_probs(model, probes.plain.to(device))
     repeat_probs, logits = layer_probs(model, probes.repeat.to(device))
     control_probs, _ = layer_probs(model, probes.control.to(device))
+    was_training = model.training
+    model.eval()
+    try:
+        knockout = induction_knockout(model, probes.repeat.to(device), probes.half, probes.start, plain_probs[0].shape[1])
+    finally:
+        model.train(was_training)
     heads = []
     for layer, (plain, repeat, control) in enumerate(zip(plain_probs, repeat_probs, control_probs)):
         scores = head_scores(plain, repeat, probes.half, probes.start, control)
+        scores["induction_knockout"] = knockout[layer]
         for h in range(plain.shape[1]):
             values = {name: round(float(v[h]), 4) for name, v in scores.items()}
             heads.append({"layer": layer, "head": h, "type": classify(values, thresholds), "scores": values})
