@@ -118,12 +118,12 @@ def induction_edges(half: torch.Tensor, start: torch.Tensor, t: int) -> torch.Te
 
 
 @contextmanager
-def cut_edges(model, layer: int, head: int, edges: torch.Tensor):
-    """Within the block, ``layer``'s ``head`` attends as before minus the given (B, T, T) edges
-    (its remaining weights renormalised); every other head's output is left untouched."""
+def cut_edges(model, layer: int, head: int | None, edges: torch.Tensor):
+    """Within the block, ``layer``'s ``head`` (None: every head) attends as before minus the given
+    (B, T, T) edges (its remaining weights renormalised); other heads' outputs are left untouched."""
 
     def hook(module, args, kwargs, output):
-        one = slice(head, head + 1)
+        one = slice(None) if head is None else slice(head, head + 1)
         q, k, v = args[0][:, one], args[1][:, one], args[2][:, one]
         scale = module.softmax_scale()
         if torch.is_tensor(scale) and scale.numel() > 1:
@@ -154,16 +154,17 @@ def answer_probability(logits: torch.Tensor, idx: torch.Tensor, half: torch.Tens
 
 
 def induction_knockout(model, idx: torch.Tensor, half: torch.Tensor, start: torch.Tensor, n_head: int) -> torch.Tensor:
-    """(n_layer, n_head): drop in the right token's probability on the repeated rows ``idx`` when
-    one head's induction edges are cut."""
+    """(n_layer, n_head + 1): drop in the right token's probability on the repeated rows ``idx``
+    when one head's induction edges are cut; the last column cuts them in every head of the layer
+    at once (heads that share the work each look dispensable alone)."""
     edges = induction_edges(half, start, idx.shape[1])
     base = answer_probability(model(idx)[0], idx, half, start)
     n_layer = len(model.attention_layers())
-    drop = torch.zeros(n_layer, n_head)
+    drop = torch.zeros(n_layer, n_head + 1)
     for layer in range(n_layer):
-        for head in range(n_head):
+        for column, head in enumerate([*range(n_head), None]):
             with cut_edges(model, layer, head, edges):
-                drop[layer, head] = base - answer_probability(model(idx)[0], idx, half, start)
+                drop[layer, column] = base - answer_probability(model(idx)[0], idx, half, start)
     return drop
 
 
@@ -264,7 +265,7 @@ def build_probes(model, vocab: list[str] | None, datamodule=None, n: int = 16, s
     plain, source = None, "random"
     if datamodule is not None:
         if hasattr(datamodule, "probe_batch"):
-            plain, source = datamodule.probe_batch(n, seed), "task"
+            plain, source = datamodule.probe_batch(n, seed), "data"
         else:
             plain, source = next(iter(datamodule.val_dataloader()))[0], "validation"
         plain = plain[:n, :block]
@@ -307,11 +308,13 @@ def analyze_heads(model, probes: Probes, thresholds: dict[str, float] = THRESHOL
     heads = []
     for layer, (plain, repeat, control) in enumerate(zip(plain_probs, repeat_probs, control_probs)):
         scores = head_scores(plain, repeat, probes.half, probes.start, control)
-        scores["induction_knockout"] = knockout[layer]
+        scores["induction_knockout"] = knockout[layer, :-1]
         for h in range(plain.shape[1]):
             values = {name: round(float(v[h]), 4) for name, v in scores.items()}
             heads.append({"layer": layer, "head": h, "type": classify(values, thresholds), "scores": values})
     summary = summarize(heads)
+    for layer, drop in enumerate(knockout[:, -1].tolist()):
+        summary[f"L{layer}/induction_knockout_all_heads"] = round(drop, 4)
     summary["repeat_acc"] = repeat_accuracy(logits, probes.repeat.to(device), probes.half, probes.start)
     return heads, summary
 

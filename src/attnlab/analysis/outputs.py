@@ -30,6 +30,9 @@ def heads_markdown(heads: list[dict], summary: dict, title: str = "Head types", 
         lines.append(f"| {layer} | " + " | ".join(map(str, counts)) + " |")
     if "repeat_acc" in summary:
         lines += ["", f"Accuracy of copying the repeated probe: {summary['repeat_acc']:.3f}"]
+    layer_drops = [f"L{layer} {summary[key]:.3f}" for layer in range(n_layer) if (key := f"L{layer}/induction_knockout_all_heads") in summary]
+    if layer_drops:
+        lines += ["", "Induction knockout with every head of a layer cut at once: " + ", ".join(layer_drops)]
     rules = ", ".join(f"{k} >= {v}" for k, v in THRESHOLDS.items()).replace("induction >=", "induction - induction_control >=")
     lines += [
         "",
