@@ -49,10 +49,12 @@ def test_smoke_sweep_end_to_end_with_a_failing_cell(tmp_path):
     assert (report / "val_loss_vs_dk.png").exists() and (report / "max_logit_over_training.png").exists()
 
 
-def fake_run(root: Path, name: str, overrides: list[str], loss: float | None, n_layer: int = 2, vocab: int = 10):
+def fake_run(root: Path, name: str, overrides: list[str], loss: float | None, n_layer: int = 2, vocab: int = 10,
+             extra: dict | None = None):
     run = root / name
     run.mkdir(parents=True)
     metrics = {"val/loss": loss, **{f"attn/L{i}/entropy_norm": 0.5 + i for i in range(n_layer)}} if loss is not None else {}
+    metrics.update(extra or {})
     results = {"status": "ok" if loss is not None else "failed", "error": None if loss is not None else "boom",
                "overrides": overrides, "config": {"study": "fake", "model": {"n_layer": n_layer}}, "metrics": metrics}
     (run / "results.json").write_text(json.dumps(results))
@@ -77,6 +79,27 @@ def test_aggregation_means_and_std_over_seeds(tmp_path):
     assert summary["cells"] == 4 and summary["failed"] == 1
     md = (tmp_path / "reports" / "fake" / "ablation.md").read_text()
     assert f"{statistics.fmean(losses[('16', 'none')]):.3f} ± {statistics.stdev(losses[('16', 'none')]):.3f}" in md
+
+
+def test_head_columns_appear_only_when_the_runs_logged_them(tmp_path):
+    heads = {"heads/repeat_acc": 0.9, "heads/induction_max": 0.12, "heads/induction_control_max": 0.1,
+             "heads/L0/induction_knockout_all_heads": 0.78, "heads/L1/induction_knockout_all_heads": -0.001}
+    fake_run(tmp_path / "tasks", "a", ["model.n_layer=2"], 0.5, extra=heads)
+    fake_run(tmp_path / "text", "a", ["model.n_layer=2"], 0.5)
+    history = [{"step": s, "repeat_acc": s / 10, "L0/induction_max": 0.1, "L1/induction_max": 0.0,
+                "L0/induction_knockout_all_heads": s / 20, "L1/induction_knockout_all_heads": 0.0} for s in (0, 5, 10)]
+    (tmp_path / "tasks" / "a" / "heads.json").write_text(json.dumps({"heads": [], "history": history}))
+    build_report(tmp_path / "tasks", reports=tmp_path / "r1")
+    assert (tmp_path / "r1" / "fake" / "heads_over_training.png").stat().st_size > 0
+    build_report(tmp_path / "text", reports=tmp_path / "r2")
+    md = (tmp_path / "r1" / "fake" / "ablation.md").read_text()
+    assert "| repeat acc (probe) | induction (best head) | control (best head) |" in md
+    assert "| 0.78 / -0.001 |" in md  # knockout per layer, L0 then L1
+    csv_header = (tmp_path / "r1" / "fake" / "ablation.csv").read_text().splitlines()[0]
+    assert "heads/L1/induction_knockout_all_heads_mean" in csv_header
+    plain = (tmp_path / "r2" / "fake" / "ablation.md").read_text()
+    assert "repeat acc" not in plain and "knockout" not in plain
+    assert not (tmp_path / "r2" / "fake" / "heads_over_training.png").exists()
 
 
 def test_lr_sensitivity_definition(tmp_path):

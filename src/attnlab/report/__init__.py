@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..results import atomic_write_text
 from .aggregate import group_cells, load_runs, lr_sensitivity, n_layers, short, swept_axes
-from .plots import layer_stat_vs_axis, max_logit_over_training, metric_vs_axis
+from .plots import heads_over_training, layer_stat_vs_axis, max_logit_over_training, metric_vs_axis
 from .tables import csv_text, html_table, markdown, rows
 
 __all__ = ["build_report", "latest_sweep"]
@@ -53,6 +53,7 @@ def build_report(sweep_dir: Path, reports: Path = Path("reports")) -> dict:
         if axis not in ("model.d_k", "optim.lr"):
             plots.append(metric_vs_axis(cells, axis, "val/loss", out / f"val_loss_vs_{short(axis)}.png"))
     plots.append(max_logit_over_training(cells, out / "max_logit_over_training.png"))
+    plots.append(heads_over_training(cells, out / "heads_over_training.png"))
     plots = [p for p in plots if p is not None]
 
     header, body = rows(cells, axes, layers)

@@ -1,7 +1,9 @@
 """Plots of a sweep: a metric against a numeric axis (one line per other-axes combination),
-per-layer entropy against d_k, and max logit over training from each run's attention_stats.jsonl."""
+per-layer entropy against d_k, max logit over training from each run's attention_stats.jsonl,
+and the head analysis over training from each run's heads.json."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import matplotlib
@@ -9,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ..analysis.outputs import HEADS_JSON  # noqa: E402
 from ..callbacks.attention_stats import read_history  # noqa: E402
 from .aggregate import Cell, short  # noqa: E402
 
@@ -125,4 +128,37 @@ def stats_over_training(runs: dict[str, Path], stats: tuple[str, ...], path: Pat
         ax.set_title(stat, fontsize=9)
         ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=6, ncol=2)
+    return _save(fig, path)
+
+
+HEAD_PANELS = {"repeat_acc": "copying accuracy on the probe", "induction_max": "induction score (best head of L{i})",
+               "induction_knockout_all_heads": "knockout, all heads of L{i}"}
+
+
+def heads_over_training(cells: list[Cell], path: Path) -> Path | None:
+    """The head analysis' history (heads.json) of each cell: copying accuracy, then per layer the
+    best induction score and the knockout of the whole layer, against the step; None if no run has one."""
+    histories = {}
+    for cell in cells:
+        run = next(iter(cell.ok_runs), None)
+        file = run.dir / HEADS_JSON if run else None
+        if file and file.is_file():
+            history = json.loads(file.read_text()).get("history") or []
+            if len(history) > 1:
+                histories[cell.label] = history
+    if not histories:
+        return None
+    fig, axes = plt.subplots(1, len(HEAD_PANELS), figsize=(4.2 * len(HEAD_PANELS), 3.4), squeeze=False)
+    for colour, (label, history) in enumerate(histories.items()):
+        steps = [p["step"] for p in history]
+        axes[0][0].plot(steps, [p["repeat_acc"] for p in history], color=f"C{colour}", label=label)
+        for ax, stat in zip(axes[0][1:], list(HEAD_PANELS)[1:]):
+            layers = sorted({k.split("/")[0] for k in history[-1] if k.startswith("L") and k.endswith(f"/{stat}")})
+            for style, layer in zip(["-", "--", ":", "-."], layers):
+                ax.plot(steps, [p.get(f"{layer}/{stat}") for p in history], style, color=f"C{colour}")
+    for ax, title in zip(axes[0], HEAD_PANELS.values()):
+        ax.set_xlabel("step")
+        ax.set_title(title.replace("L{i}", "each layer") + (" (solid L0, dashed L1, ...)" if "{i}" in title else ""), fontsize=8)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=6)
     return _save(fig, path)

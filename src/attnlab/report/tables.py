@@ -9,6 +9,11 @@ from .aggregate import LAYER_STATS, RUN_METRICS, Cell, short
 
 LABELS = {"val/loss": "val loss", "val/acc": "val acc", "perf/tokens_per_s": "tokens/s", "mem/peak_bytes": "peak MiB"}
 SCALE = {"mem/peak_bytes": 1 / 2**20}
+# Head-analysis columns, shown when the runs logged them (the task studies)
+HEAD_METRICS = {"heads/repeat_acc": "repeat acc (probe)", "heads/induction_max": "induction (best head)",
+                "heads/induction_control_max": "control (best head)"}
+HEAD_LAYER_STATS = {"induction_knockout_all_heads": "heads/L{i}/induction_knockout_all_heads"}
+ATTN_LAYER_STATS = {s: f"attn/L{{i}}/{s}" for s in LAYER_STATS}
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -25,8 +30,19 @@ def _mean_std(cell: Cell, key: str) -> str:
     return _fmt(m * k) + (f" ± {_fmt(s * k)}" if s else "")
 
 
-def _per_layer(cell: Cell, stat: str, layers: int) -> str:
-    return " / ".join(_fmt(cell.mean(f"attn/L{i}/{stat}"), 2) for i in range(layers))
+def _per_layer(cell: Cell, template: str, layers: int) -> str:
+    return " / ".join(_fmt(cell.mean(template.format(i=i)), 2) for i in range(layers))
+
+
+def _present(cells: list[Cell], keys) -> list[str]:
+    """The keys (metric names or per-layer templates) that some cell has a value for."""
+    return [k for k in keys if any(c.mean(k.format(i=0)) is not None for c in cells)]
+
+
+def _layer_columns(cells: list[Cell]) -> dict[str, str]:
+    """Per-layer columns: the attention statistics, then the head knockouts when present."""
+    heads = {name: t for name, t in HEAD_LAYER_STATS.items() if _present(cells, [t])}
+    return {**ATTN_LAYER_STATS, **heads}
 
 
 def _status(cell: Cell) -> str:
@@ -36,13 +52,15 @@ def _status(cell: Cell) -> str:
 
 def rows(cells: list[Cell], axes: list[str], layers: int) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the human-readable table (per-layer values as L0 / L1 / ...)."""
-    header = [short(a) for a in axes] + ["runs"] + [LABELS[m] for m in RUN_METRICS]
-    header += [f"{s} (L0/…/L{layers - 1})" for s in LAYER_STATS]
+    metrics = [*RUN_METRICS, *_present(cells, HEAD_METRICS)]
+    per_layer = _layer_columns(cells)
+    header = [short(a) for a in axes] + ["runs"] + [LABELS.get(m) or HEAD_METRICS[m] for m in metrics]
+    header += [f"{s} (L0/…/L{layers - 1})" for s in per_layer]
     body = []
     for cell in cells:
         row = [cell.axes[a] for a in axes] + [_status(cell)]
-        row += [_mean_std(cell, m) for m in RUN_METRICS]
-        row += [_per_layer(cell, s, layers) for s in LAYER_STATS]
+        row += [_mean_std(cell, m) for m in metrics]
+        row += [_per_layer(cell, t, layers) for t in per_layer.values()]
         body.append(row)
     return header, body
 
@@ -64,7 +82,8 @@ def html_table(header: list[str], body: list[list[str]]) -> str:
 
 def csv_text(cells: list[Cell], axes: list[str], layers: int) -> str:
     """Machine-readable: every metric as mean and std columns, one row per cell."""
-    keys = list(RUN_METRICS) + [f"attn/L{i}/{s}" for s in LAYER_STATS for i in range(layers)]
+    keys = [*RUN_METRICS, *_present(cells, HEAD_METRICS)]
+    keys += [t.format(i=i) for t in _layer_columns(cells).values() for i in range(layers)]
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(axes + ["n_ok", "n_failed", "errors"] + [f"{k}_{x}" for k in keys for x in ("mean", "std")])
