@@ -36,18 +36,24 @@ def results(run_dir: Path) -> dict:
     return json.loads((run_dir / "results.json").read_text())
 
 
-def start_and_signal(run_dir: Path, sig: int, *args: str) -> subprocess.Popen:
-    """Start a run, wait for its first last.ckpt, then send ``sig`` while it is still training."""
-    proc = subprocess.Popen(cli(*RUN, *args, f"hydra.run.dir={run_dir}"), cwd=ROOT, env=env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    ckpt = run_dir / "checkpoints" / "last.ckpt"
-    deadline = time.time() + 240
-    while not ckpt.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.02)
-    assert proc.poll() is None, "the run finished before it could be interrupted: " + proc.stderr.read()[-2000:]
-    proc.send_signal(sig)
-    proc.wait(timeout=240)
-    return proc
+def start_and_signal(run_dir: Path, sig: int, *args: str) -> subprocess.CompletedProcess:
+    """Start a run, wait for its first last.ckpt, then send ``sig`` while it is still training.
+
+    Output goes to files, not pipes: a child that fills an unread pipe blocks, and a loaded
+    machine must not turn that into a timeout."""
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    out, err = run_dir.parent / f"{run_dir.name}.stdout", run_dir.parent / f"{run_dir.name}.stderr"
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        proc = subprocess.Popen(cli(*RUN, *args, f"hydra.run.dir={run_dir}"), cwd=ROOT, env=env(),
+                                stdout=stdout, stderr=stderr, text=True)
+        ckpt = run_dir / "checkpoints" / "last.ckpt"
+        deadline = time.time() + 240
+        while not ckpt.exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.02)
+        assert proc.poll() is None, "the run finished before it could be interrupted: " + err.read_text()[-2000:]
+        proc.send_signal(sig)
+        proc.wait(timeout=240)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out.read_text(), err.read_text())
 
 
 def train_losses(run_dir: Path) -> dict[int, float]:
@@ -88,9 +94,8 @@ def test_resume_continues_the_same_wandb_run(tmp_path):
 def test_sigterm_saves_checkpoint_and_marks_interrupted(tmp_path):
     run_dir = tmp_path / "run"
     proc = start_and_signal(run_dir, signal.SIGTERM, "trainer.max_steps=300")
-    assert proc.returncode == 130
-    stderr = proc.stderr.read()
-    assert "Traceback" not in stderr and "SIGTERM at step" in stderr
+    assert proc.returncode == 130, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "SIGTERM at step" in proc.stderr
     record = results(run_dir)
     assert record["status"] == "interrupted" and "SIGTERM" in record["error"]
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
@@ -100,7 +105,8 @@ def test_sigterm_saves_checkpoint_and_marks_interrupted(tmp_path):
 def test_sigint_is_graceful_too(tmp_path):
     run_dir = tmp_path / "run"
     proc = start_and_signal(run_dir, signal.SIGINT, "trainer.max_steps=300")
-    assert proc.returncode == 130 and results(run_dir)["status"] == "interrupted"
+    assert proc.returncode == 130, proc.stderr[-2000:]
+    assert results(run_dir)["status"] == "interrupted"
 
 
 def test_interrupted_save_leaves_previous_checkpoint_intact(tmp_path, monkeypatch):
