@@ -7,7 +7,7 @@ import torch
 from attnlab.analysis.heads import (
     THRESHOLDS, analyze_heads, build_probes, classify, head_scores, induction_score, layer_probs,
     answer_probability, cut_edges, induction_edges, induction_knockout,
-    positional_score, previous_token_score, repeated_probe, sink_score,
+    positional_score, previous_token_score, repeat_accuracy, repeated_probe, sink_score,
 )
 from attnlab.attention import Attention
 from attnlab.model import GPT, GPTConfig
@@ -171,6 +171,8 @@ def test_knockout_names_the_head_that_reads_the_induction_target():
     assert edges.sum() == sum(int(h) - 1 for h in half)  # one edge per scored query
     model = ToyCopier(edges, len(vocab))
     assert answer_probability(model(ids)[0], ids, half, start) > 0.99
+    assert repeat_accuracy(model(ids)[0], ids, half, start) == 1.0
+    assert repeat_accuracy(model(control)[0], control, half, start) == 0.0  # the control's r is fresh
     drop = induction_knockout(model, ids, half, start, n_head=2)
     assert drop[0, 0] > 0.9 and abs(drop[0, 1]) < 1e-6  # only the copying head's edges matter
     assert float(drop[0, 2]) == pytest.approx(float(drop[0, 0]), abs=1e-6)  # all heads at once: the same here

@@ -107,12 +107,16 @@ def induction_score(p: torch.Tensor, half, start) -> torch.Tensor:
     return torch.stack(totals).mean(0)
 
 
+def copying_queries(half: torch.Tensor, start: torch.Tensor) -> list[tuple[int, int, torch.Tensor]]:
+    """Per row (row, L, queries): the second-half positions whose next token is part of the repeat,
+    i.e. where a model copying in context predicts the token after the first occurrence."""
+    return [(row, h, torch.arange(s + h, s + 2 * h - 1)) for row, (h, s) in enumerate(zip(half.tolist(), start.tolist()))]
+
+
 def induction_edges(half: torch.Tensor, start: torch.Tensor, t: int) -> torch.Tensor:
-    """(B, T, T) bool: query i -> key i - L + 1 for every second-half query whose next token is
-    part of the repeat (the positions ``repeat_accuracy`` scores)."""
+    """(B, T, T) bool: query i -> key i - L + 1 for every copying query."""
     edges = torch.zeros(len(half), t, t, dtype=torch.bool)
-    for row, (h, s) in enumerate(zip(half.tolist(), start.tolist())):
-        queries = torch.arange(s + h, s + 2 * h - 1)
+    for row, h, queries in copying_queries(half, start):
         edges[row, queries, queries - h + 1] = True
     return edges
 
@@ -143,11 +147,11 @@ def cut_edges(model, layer: int, head: int | None, edges: torch.Tensor):
 
 
 def answer_probability(logits: torch.Tensor, idx: torch.Tensor, half: torch.Tensor, start: torch.Tensor) -> float:
-    """Mean probability of the right next token over the positions ``repeat_accuracy`` scores."""
+    """Mean probability of the right next token over the copying queries."""
     probs = logits.float().softmax(-1)
     total, count = 0.0, 0
-    for row, (h, s) in enumerate(zip(half.tolist(), start.tolist())):
-        queries = torch.arange(s + h, s + 2 * h - 1, device=idx.device)
+    for row, _, queries in copying_queries(half, start):
+        queries = queries.to(idx.device)
         total += float(probs[row, queries, idx[row, queries + 1]].sum())
         count += len(queries)
     return total / max(count, 1)
@@ -281,14 +285,12 @@ def layer_probs(model, idx: torch.Tensor) -> tuple[list[torch.Tensor], torch.Ten
 
 
 def repeat_accuracy(logits: torch.Tensor, idx: torch.Tensor, half: torch.Tensor, start: torch.Tensor) -> float:
-    """Next-token accuracy on the predictable part of the repeats (the model copying in context):
-    from the first repeated token on, each position predicts the next token of the repeat."""
+    """Next-token accuracy over the copying queries (the model copying in context)."""
     hits, total = 0, 0
-    for row in range(len(idx)):
-        first, end = int(start[row] + half[row]), int(start[row] + 2 * half[row])
-        pred = logits[row, first : end - 1].argmax(-1)
-        hits += int((pred == idx[row, first + 1 : end]).sum())
-        total += end - 1 - first
+    for row, _, queries in copying_queries(half, start):
+        queries = queries.to(idx.device)
+        hits += int((logits[row, queries].argmax(-1) == idx[row, queries + 1]).sum())
+        total += len(queries)
     return hits / max(total, 1)
 
 
