@@ -37,6 +37,7 @@ BAD = {
     "bad init": (["model.init_std=xavier"], "model.init_std"),
     "bad mask fill": (["model.attention.mask_fill=zero"], "model.attention.mask_fill"),
     "bad precision": (["trainer.precision=8"], "trainer.precision"),
+    "bad knockout": (["callbacks.heads.knockout=sometimes"], "callbacks.heads.knockout"),
     "qk_norm not a bool": (["model.attention.qk_norm=maybe"], "model.attention.qk_norm"),
     "unknown key": (["model.heads=4"], "model.heads"),
     "resume without a checkpoint": (["resume=true"], "resume"),

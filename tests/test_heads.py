@@ -230,6 +230,9 @@ def test_callback_and_cli_write_the_head_table(tmp_path, capsys):
     data = json.loads((tmp_path / "heads.json").read_text())
     assert len(data["heads"]) == 4 and {"layer", "head", "type", "scores"} <= set(data["heads"][0])
     assert [h["step"] for h in data["history"]] == [0, 2, 4, 6]
+    # knockout=final (default): only the final analysis pays for the knockout forwards
+    assert ["L0/induction_knockout_all_heads" in h for h in data["history"]] == [False, False, False, True]
+    assert all("induction_knockout" in h["scores"] for h in data["heads"])
     assert (tmp_path / "heads.png").stat().st_size > 1000 and "| layer | head | type |" in (tmp_path / "heads.md").read_text()
     csv = next(tmp_path.glob("csv/version_0/metrics.csv")).read_text()
     assert "heads/induction_max" in csv.splitlines()[0]
@@ -241,6 +244,17 @@ def test_callback_and_cli_write_the_head_table(tmp_path, capsys):
     # the same model and probe give the same scores from the callback and from the checkpoint
     assert [h["scores"] for h in cli["heads"]] == [h["scores"] for h in data["heads"]]
     assert "| layer | head | type |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("knockout, expected", [("always", [True] * 4), ("never", [False] * 4)])
+def test_callback_knockout_modes(knockout, expected, tmp_path):
+    from attnlab.config import compose_config
+    from attnlab.train import train
+
+    train(compose_config(smoke_overrides(tmp_path, [f"+callbacks.heads.knockout={knockout}"]), tmp_path))
+    data = json.loads((tmp_path / "heads.json").read_text())
+    assert ["L0/induction_knockout_all_heads" in h for h in data["history"]] == expected
+    assert ("induction_knockout" in (tmp_path / "heads.md").read_text()) == expected[-1]
 
 
 def test_cli_missing_path_is_one_line(tmp_path, capsys):

@@ -6,6 +6,7 @@ from collections.abc import Callable
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from .analysis.heads import KNOCKOUT
 from .attention import BACKENDS, MASK_FILLS, SCALINGS
 from .errors import ConfigError
 
@@ -67,6 +68,7 @@ RULES: list[tuple[str, tuple[Callable, str]]] = [
     ("optim.warmup_steps", (lambda v: _is_int(v) and v >= 0, "an integer >= 0")),
     ("optim.weight_decay", non_negative_number),
     ("seed", (lambda v: _is_int(v) and v >= 0, "an integer >= 0")),
+    ("callbacks.heads.knockout", (lambda v: v is None or v in KNOCKOUT, "one of " + ", ".join(KNOCKOUT))),
 ]
 
 

@@ -49,6 +49,7 @@ from ..callbacks.probe import probe_with_logits
 SCORES = ("previous_token", "induction", "induction_control", "induction_knockout", "sink", "positional", "entropy_norm")
 THRESHOLDS = {"induction": 0.3, "previous_token": 0.5, "sink": 0.3, "uniform": 0.9, "positional": 0.7}
 TYPES = ("induction", "previous_token", "sink", "uniform", "positional", "content")
+KNOCKOUT = ("final", "always", "never")  # when the callback measures induction_knockout
 BOS = "<bos>"
 
 
@@ -295,27 +296,31 @@ def repeat_accuracy(logits: torch.Tensor, idx: torch.Tensor, half: torch.Tensor,
 
 
 @torch.no_grad()
-def analyze_heads(model, probes: Probes, thresholds: dict[str, float] = THRESHOLDS) -> tuple[list[dict], dict]:
-    """Per-head records [{"layer", "head", "type", "scores"}] and a summary (maxima, type counts)."""
+def analyze_heads(model, probes: Probes, thresholds: dict[str, float] = THRESHOLDS, knockout: bool = True) -> tuple[list[dict], dict]:
+    """Per-head records [{"layer", "head", "type", "scores"}] and a summary (maxima, type counts).
+    ``knockout=False`` skips induction_knockout (n_layer x (n_head + 1) extra forward passes)."""
     device = next(model.parameters()).device
     plain_probs, _ = layer_probs(model, probes.plain.to(device))
     repeat_probs, logits = layer_probs(model, probes.repeat.to(device))
     control_probs, _ = layer_probs(model, probes.control.to(device))
-    was_training = model.training
-    model.eval()
-    try:
-        knockout = induction_knockout(model, probes.repeat.to(device), probes.half, probes.start, plain_probs[0].shape[1])
-    finally:
-        model.train(was_training)
+    drops = None
+    if knockout:
+        was_training = model.training
+        model.eval()
+        try:
+            drops = induction_knockout(model, probes.repeat.to(device), probes.half, probes.start, plain_probs[0].shape[1])
+        finally:
+            model.train(was_training)
     heads = []
     for layer, (plain, repeat, control) in enumerate(zip(plain_probs, repeat_probs, control_probs)):
         scores = head_scores(plain, repeat, probes.half, probes.start, control)
-        scores["induction_knockout"] = knockout[layer, :-1]
+        if drops is not None:
+            scores["induction_knockout"] = drops[layer, :-1]
         for h in range(plain.shape[1]):
             values = {name: round(float(v[h]), 4) for name, v in scores.items()}
             heads.append({"layer": layer, "head": h, "type": classify(values, thresholds), "scores": values})
     summary = summarize(heads)
-    for layer, drop in enumerate(knockout[:, -1].tolist()):
+    for layer, drop in enumerate(drops[:, -1].tolist() if drops is not None else []):
         summary[f"L{layer}/induction_knockout_all_heads"] = round(drop, 4)
     summary["repeat_acc"] = repeat_accuracy(logits, probes.repeat.to(device), probes.half, probes.start)
     return heads, summary
@@ -325,7 +330,7 @@ def summarize(heads: list[dict]) -> dict:
     """Maxima of each score (overall and per layer) and how many heads of each type."""
     out = {}
     layers = sorted({h["layer"] for h in heads})
-    for name in SCORES:
+    for name in (n for n in SCORES if n in heads[0]["scores"]):
         out[f"{name}_max"] = max(h["scores"][name] for h in heads)
         for layer in layers:
             out[f"L{layer}/{name}_max"] = max(h["scores"][name] for h in heads if h["layer"] == layer)

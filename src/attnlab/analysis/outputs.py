@@ -8,12 +8,21 @@ from ..results import atomic_write_text
 from .heads import SCORES, THRESHOLDS, TYPES
 
 HEADS_JSON, HEADS_MD, HEADS_PNG = "heads.json", "heads.md", "heads.png"
-TABLE_COLUMNS = ["layer", "head", "type", *SCORES]
+
+
+def score_names(heads: list[dict]) -> list[str]:
+    """The scores these heads carry, in SCORES order (induction_knockout is optional)."""
+    return [s for s in SCORES if s in heads[0]["scores"]]
+
+
+def table_columns(heads: list[dict]) -> list[str]:
+    return ["layer", "head", "type", *score_names(heads)]
 
 
 def table_rows(heads: list[dict]) -> list[list]:
-    """One row per head in TABLE_COLUMNS order (for the W&B Table and the Markdown)."""
-    return [[h["layer"], h["head"], h["type"], *(h["scores"][s] for s in SCORES)] for h in heads]
+    """One row per head in table_columns order (for the W&B Table and the Markdown)."""
+    names = score_names(heads)
+    return [[h["layer"], h["head"], h["type"], *(h["scores"][s] for s in names)] for h in heads]
 
 
 def heads_markdown(heads: list[dict], summary: dict, title: str = "Head types", note: str = "") -> str:
@@ -21,7 +30,8 @@ def heads_markdown(heads: list[dict], summary: dict, title: str = "Head types", 
     lines = [f"# {title}", ""]
     if note:
         lines += [note, ""]
-    lines += ["| " + " | ".join(TABLE_COLUMNS) + " |", "|" + "---|" * len(TABLE_COLUMNS)]
+    columns = table_columns(heads)
+    lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in table_rows(heads):
         lines.append("| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in row) + " |")
     lines += ["", "Types per layer:", "", "| layer | " + " | ".join(TYPES) + " |", "|" + "---|" * (len(TYPES) + 1)]
@@ -53,9 +63,10 @@ def plot_heads(heads: list[dict], path: Path, title: str = "") -> None:
 
     n_layer = max(h["layer"] for h in heads) + 1
     n_head = max(h["head"] for h in heads) + 1
-    panels = len(SCORES) + 1
+    names = score_names(heads)
+    panels = len(names) + 1
     fig, axes = plt.subplots(1, panels, figsize=(2.2 + 0.55 * n_head * panels, 1.2 + 0.5 * n_layer), squeeze=False)
-    for ax, name in zip(axes[0], SCORES):
+    for ax, name in zip(axes[0], names):
         grid = np.zeros((n_layer, n_head))
         for h in heads:
             grid[h["layer"], h["head"]] = h["scores"][name]
