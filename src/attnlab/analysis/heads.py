@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import torch
 
 from ..attention import attention_probs
-from ..callbacks.probe import probe_with_logits
+from ..callbacks.probe import eval_mode, probe_with_logits
 
 SCORES = ("previous_token", "induction", "induction_control", "induction_knockout", "sink", "positional", "entropy_norm")
 THRESHOLDS = {"induction": 0.3, "previous_token": 0.5, "sink": 0.3, "uniform": 0.9, "positional": 0.7}
@@ -158,12 +158,15 @@ def answer_probability(logits: torch.Tensor, idx: torch.Tensor, half: torch.Tens
     return total / max(count, 1)
 
 
-def induction_knockout(model, idx: torch.Tensor, half: torch.Tensor, start: torch.Tensor, n_head: int) -> torch.Tensor:
+def induction_knockout(
+    model, idx: torch.Tensor, half: torch.Tensor, start: torch.Tensor, n_head: int, logits: torch.Tensor | None = None
+) -> torch.Tensor:
     """(n_layer, n_head + 1): drop in the right token's probability on the repeated rows ``idx``
     when one head's induction edges are cut; the last column cuts them in every head of the layer
-    at once (heads that share the work each look dispensable alone)."""
+    at once (heads that share the work each look dispensable alone). ``logits``: the uncut model's
+    on ``idx``, if the caller already has them."""
     edges = induction_edges(half, start, idx.shape[1])
-    base = answer_probability(model(idx)[0], idx, half, start)
+    base = answer_probability(model(idx)[0] if logits is None else logits, idx, half, start)
     n_layer = len(model.attention_layers())
     drop = torch.zeros(n_layer, n_head + 1)
     for layer in range(n_layer):
@@ -300,17 +303,14 @@ def analyze_heads(model, probes: Probes, thresholds: dict[str, float] = THRESHOL
     """Per-head records [{"layer", "head", "type", "scores"}] and a summary (maxima, type counts).
     ``knockout=False`` skips induction_knockout (n_layer x (n_head + 1) extra forward passes)."""
     device = next(model.parameters()).device
+    repeat_ids = probes.repeat.to(device)
     plain_probs, _ = layer_probs(model, probes.plain.to(device))
-    repeat_probs, logits = layer_probs(model, probes.repeat.to(device))
+    repeat_probs, logits = layer_probs(model, repeat_ids)
     control_probs, _ = layer_probs(model, probes.control.to(device))
     drops = None
     if knockout:
-        was_training = model.training
-        model.eval()
-        try:
-            drops = induction_knockout(model, probes.repeat.to(device), probes.half, probes.start, plain_probs[0].shape[1])
-        finally:
-            model.train(was_training)
+        with eval_mode(model):
+            drops = induction_knockout(model, repeat_ids, probes.half, probes.start, plain_probs[0].shape[1], logits)
     heads = []
     for layer, (plain, repeat, control) in enumerate(zip(plain_probs, repeat_probs, control_probs)):
         scores = head_scores(plain, repeat, probes.half, probes.start, control)
@@ -322,7 +322,7 @@ def analyze_heads(model, probes: Probes, thresholds: dict[str, float] = THRESHOL
     summary = summarize(heads)
     for layer, drop in enumerate(drops[:, -1].tolist() if drops is not None else []):
         summary[f"L{layer}/induction_knockout_all_heads"] = round(drop, 4)
-    summary["repeat_acc"] = repeat_accuracy(logits, probes.repeat.to(device), probes.half, probes.start)
+    summary["repeat_acc"] = repeat_accuracy(logits, repeat_ids, probes.half, probes.start)
     return heads, summary
 
 

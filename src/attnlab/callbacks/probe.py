@@ -26,16 +26,22 @@ def capture_qk(model: GPT):
             handle.remove()
 
 
-@torch.no_grad()
-def probe_with_logits(model: GPT, x: torch.Tensor):
-    """Run ``x`` through the model in eval mode (restored afterwards): per-layer (q, k, scale), and the logits."""
+@contextmanager
+def eval_mode(model: torch.nn.Module):
+    """The model in eval mode (no dropout) within the block, its previous mode restored after."""
     was_training = model.training
     model.eval()
     try:
-        with capture_qk(model) as captured:
-            logits, _ = model(x)
+        yield model
     finally:
         model.train(was_training)
+
+
+@torch.no_grad()
+def probe_with_logits(model: GPT, x: torch.Tensor):
+    """Run ``x`` through the model in eval mode (restored afterwards): per-layer (q, k, scale), and the logits."""
+    with eval_mode(model), capture_qk(model) as captured:
+        logits, _ = model(x)
     return [(q, k, s.detach() if torch.is_tensor(s) else s) for q, k, s in captured], logits
 
 
