@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from attnlab.attention import BACKENDS, attention_probs
-from attnlab.attention.stats import STATS, attention_stats
+from attnlab.attention.stats import STATS, attention_stats, uniform_sink_mass
 from attnlab.callbacks.probe import probe
 from attnlab.model import GPT, GPTConfig
 from attnlab.profiling import peak_bytes
@@ -24,8 +24,38 @@ def test_uniform_rows_have_normalised_entropy_one():
     s = attention_stats(q, torch.randn(2, 3, 20, 8), 1.0, block=7)
     assert torch.allclose(s["entropy_norm"], torch.ones(3), atol=1e-6)
     assert torch.allclose(s["max_logit"], torch.zeros(3))
-    expected_sink = sum(1 / (i + 1) for i in range(20)) / 20  # uniform over i + 1 visible keys
+    expected_sink = sum(1 / (i + 1) for i in range(1, 20)) / 19  # uniform over i + 1 keys, row 0 left out
     assert torch.allclose(s["sink_mass"], torch.full((3,), expected_sink), atol=1e-6)
+    assert torch.allclose(s["sink_mass"], torch.full((3,), uniform_sink_mass(20)), atol=1e-6)
+
+
+def test_uniform_attention_by_hand_at_t16():
+    """Worked by hand: rows 1..15 are uniform over i + 1 keys; row 0 (one key) is not counted."""
+    q = torch.zeros(1, 2, 16, 4)
+    s = attention_stats(q, torch.randn(1, 2, 16, 4), 1.0, block=16)
+    harmonic = sum(1 / n for n in range(2, 17))  # 1/2 + ... + 1/16
+    assert s["sink_mass"][0].item() == pytest.approx(harmonic / 15)  # 0.1587, not 0.211 with row 0
+    assert s["sink_mass"][0].item() == pytest.approx(0.1587, abs=1e-4)
+    assert s["max_prob"][0].item() == pytest.approx(harmonic / 15)  # max of a uniform row is 1/(i+1)
+    assert s["max_prob_max"][0].item() == pytest.approx(0.5)  # row 1: two keys; below 1: no collapse
+    assert s["entropy"][0].item() == pytest.approx(sum(math.log(n) for n in range(2, 17)) / 15)
+
+
+def test_max_prob_max_below_one_unless_a_row_collapses():
+    """Row 0 is one-hot by the mask; only a real collapse (here row 5) brings max_prob_max to 1."""
+    t, d = 8, 8
+    q, k = torch.zeros(1, 1, t, d), torch.zeros(1, 1, t, d)
+    assert attention_stats(q, k, 1.0)["max_prob_max"].item() == pytest.approx(0.5)
+    q[0, 0, 5, 0], k[0, 0, 3, 0] = 1.0, BIG  # query 5 puts all its weight on key 3
+    s = attention_stats(q, k, 1.0)
+    assert s["max_prob_max"].item() == pytest.approx(1.0)
+    assert s["max_prob"].item() == pytest.approx((sum(1 / n for n in range(2, 9)) - 1 / 6 + 1) / 7)
+
+
+def test_a_single_query_has_no_per_query_statistics():
+    s = attention_stats(torch.randn(1, 2, 1, 4), torch.randn(1, 2, 1, 4), 1.0)
+    assert torch.isnan(s["max_prob_max"]).all() and torch.isnan(s["sink_mass"]).all()
+    assert torch.isfinite(s["max_logit"]).all()
 
 
 def test_one_hot_rows_have_entropy_zero_and_max_prob_one():
@@ -36,6 +66,7 @@ def test_one_hot_rows_have_entropy_zero_and_max_prob_one():
     assert torch.allclose(s["entropy"], torch.zeros(2), atol=1e-6)
     assert torch.allclose(s["max_prob"], torch.ones(2)) and torch.allclose(s["max_prob_max"], torch.ones(2))
     assert torch.allclose(s["max_logit"], torch.full((2,), BIG))
+    assert torch.allclose(s["sink_mass"], torch.zeros(2))  # rows 1.. put nothing on key 0
 
 
 def test_all_weight_on_first_token_is_sink_mass_one():
@@ -57,13 +88,14 @@ def explicit_reference(q, k, scale):
     visible = torch.ones(t, t, dtype=torch.bool).tril()
     ent = -(p * p.clamp_min(1e-30).log()).sum(-1)  # (B, H, T)
     n = torch.arange(1, t + 1)
+    rows = slice(1, None)  # query 0 sees one key: left out of every per-query statistic
     return {
-        "entropy": ent.mean((0, 2)),
-        "entropy_norm": (ent[..., 1:] / n[1:].log()).mean((0, 2)),
-        "max_prob": p.amax(-1).mean((0, 2)),
-        "max_prob_max": p.amax(-1).amax((0, 2)),
+        "entropy": ent[..., rows].mean((0, 2)),
+        "entropy_norm": (ent[..., rows] / n[rows].log()).mean((0, 2)),
+        "max_prob": p[:, :, rows].amax(-1).mean((0, 2)),
+        "max_prob_max": p[:, :, rows].amax(-1).amax((0, 2)),
         "max_logit": logits.masked_fill(~visible, -math.inf).amax((0, 2, 3)).float(),
-        "sink_mass": p[..., 0].mean((0, 2)),
+        "sink_mass": p[:, :, rows, 0].mean((0, 2)),
     }
 
 

@@ -225,7 +225,7 @@ def test_head_scores_on_hand_made_maps():
 
 
 def test_uniform_sink_mass_and_progress_ratio():
-    assert training.uniform_sink_mass(1) == 1.0 and training.uniform_sink_mass(2) == 0.75
+    assert training.uniform_sink_mass(2) == 0.5 and training.uniform_sink_mass(3) == pytest.approx((1 / 2 + 1 / 3) / 2)
     run = lambda a, b: {"init": {"loss": a}, "final": {"loss": b}}  # noqa: E731
     assert training.progress_ratio(run(4.0, 3.0), run(4.0, 2.0)) == pytest.approx(0.5)
 

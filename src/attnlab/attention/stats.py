@@ -4,12 +4,18 @@ Fused kernels return no probabilities, so every backend is measured the same way
 probabilities are recomputed from q, k and the softmax scale, ``block`` query rows at a time,
 in fp32. Peak extra memory is O(B x H x block x T), never T x T.
 
-Per head (tensors of shape (H,)):
-  entropy       mean over queries of H_i = -sum_j p_ij log p_ij (nats)
-  entropy_norm  mean over queries with k_i > 1 of H_i / log k_i (1 uniform, 0 one-hot)
-  max_prob      mean over queries of max_j p_ij;  max_prob_max: its max over queries
-  max_logit     max over (i, j) of the scaled logit s_ij among visible keys
-  sink_mass     mean over queries of p_i0, the weight on the first token
+Queries that see a single key (row 0 under a causal mask) are left out of every per-query
+statistic: their row is one-hot whatever the model does, so counting it would pin max_prob_max at
+1 and bias the means (uniform attention at T = 16 would read sink_mass 0.211 instead of 0.159).
+The head analysis (``attnlab.analysis.heads``) uses the same rows.
+
+Per head (tensors of shape (H,)), over the queries i with k_i > 1 visible keys:
+  entropy       mean of H_i = -sum_j p_ij log p_ij (nats)
+  entropy_norm  mean of H_i / log k_i (1 uniform, 0 one-hot)
+  max_prob      mean of max_j p_ij;  max_prob_max: its max over those queries (1 = collapse)
+  max_logit     max over (i, j) of the scaled logit s_ij among visible keys (every query:
+                a logit is a logit, whatever the row's softmax makes of it)
+  sink_mass     mean of p_i0, the weight on the first token
 """
 from __future__ import annotations
 
@@ -30,7 +36,7 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, scale, causal: bool = True
     b, h, t, _ = q.shape
     kt = k.transpose(-2, -1)
     sums = {name: torch.zeros(h, dtype=torch.float64, device=q.device) for name in ("entropy", "entropy_norm", "max_prob", "sink_mass")}
-    n_rows, n_norm_rows = 0, 0
+    n_rows = 0
     max_logit = torch.full((h,), float("-inf"), device=q.device)
     max_prob_max = torch.zeros(h, device=q.device)
     keys = torch.arange(t, device=q.device)
@@ -41,22 +47,29 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, scale, causal: bool = True
         logits = logits.masked_fill(~visible, float("-inf"))
         p = torch.softmax(logits, dim=-1)
         ent = -torch.special.xlogy(p, p).sum(-1)  # (B, H, r)
+        max_logit = torch.maximum(max_logit, logits.amax((0, 2, 3)))
         n_visible = visible.sum(-1)  # (r,)
-        norm_rows = n_visible > 1
-        row_max = p.amax(-1)
+        counted = n_visible > 1  # rows with a choice to make
+        if not counted.any():
+            continue
+        ent, p, n_visible = ent[..., counted], p[:, :, counted], n_visible[counted]
+        row_max = p.amax(-1)  # (B, H, r')
         sums["entropy"] += ent.sum((0, 2)).double()
-        sums["entropy_norm"] += (ent[..., norm_rows] / n_visible[norm_rows].float().log()).sum((0, 2)).double()
+        sums["entropy_norm"] += (ent / n_visible.float().log()).sum((0, 2)).double()
         sums["max_prob"] += row_max.sum((0, 2)).double()
         sums["sink_mass"] += p[..., 0].sum((0, 2)).double()
         max_prob_max = torch.maximum(max_prob_max, row_max.amax((0, 2)))
-        max_logit = torch.maximum(max_logit, logits.amax((0, 2, 3)))
-        n_rows += b * len(rows)
-        n_norm_rows += b * int(norm_rows.sum())
-    out = {name: (s / n_rows).float() for name, s in sums.items()}
-    out["entropy_norm"] = (sums["entropy_norm"] / max(n_norm_rows, 1)).float()
-    out["max_prob_max"] = max_prob_max
+        n_rows += b * int(counted.sum())
+    # no query with a choice (T = 1): every per-query statistic is undefined
+    out = {name: (s / n_rows if n_rows else torch.full_like(s, float("nan"))).float() for name, s in sums.items()}
+    out["max_prob_max"] = max_prob_max if n_rows else torch.full_like(max_prob_max, float("nan"))
     out["max_logit"] = max_logit
     return out
+
+
+def uniform_sink_mass(t: int) -> float:
+    """sink_mass of uniform causal attention over T positions: mean over i = 1..T-1 of 1/(i+1)."""
+    return sum(1.0 / (i + 1) for i in range(1, t)) / (t - 1) if t > 1 else float("nan")
 
 
 def layer_values(per_head: dict) -> dict:

@@ -16,7 +16,7 @@ import lightning as L
 import torch
 
 from ..attention import attention_probs
-from ..attention.stats import attention_stats, layer_values
+from ..attention.stats import attention_stats, layer_values, uniform_sink_mass
 from ..config import compose_config
 from ..data import TextDataModule
 from ..model import GPT, GPTConfig
@@ -168,11 +168,6 @@ def model_head_scores(model: GPT, text_idx: torch.Tensor, vocab_size: int, half:
     ind = capture_qk(model, rep)
     return [head_scores(attention_probs(q, k, s), attention_probs(qi, ki, si), half)
             for (q, k, s), (qi, ki, si) in zip(text, ind)]
-
-
-def uniform_sink_mass(t: int) -> float:
-    """Sink mass of uniform causal attention: mean over queries i of 1/(i+1)."""
-    return sum(1.0 / (i + 1) for i in range(t)) / t
 
 
 def summarize(run: Run, batches) -> dict:
