@@ -6,7 +6,16 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
-CONF_DIR = Path(__file__).parent / "conf"
+
+
+def find_conf_dir() -> Path:
+    """Hydra's config dir: ``attnlab/conf`` inside a built wheel (package data), else the
+    checkout's top-level ``conf/`` (source tree, editable install)."""
+    packaged = Path(__file__).parent / "conf"
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parents[2] / "conf"
+
+
+CONF_DIR = find_conf_dir()
 
 
 def compose_config(overrides: list[str] | tuple[str, ...] = (), output_dir: str | Path | None = None) -> DictConfig:
