@@ -47,10 +47,17 @@ class LitGPT(L.LightningModule):
         self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"])
         return loss
 
+    def _sync(self):
+        """CUDA runs asynchronously: without a synchronize the timer would stop before the GPU does."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
     def on_train_batch_start(self, batch, batch_idx):
+        self._sync()
         self._t0 = time.perf_counter()
 
     def on_train_batch_end(self, outputs, batch, batch_idx):
+        self._sync()
         rate = batch[0].numel() / (time.perf_counter() - self._t0)
         self._step_rates.append(rate)
         self.log("perf/tokens_per_s", rate)
