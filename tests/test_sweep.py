@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import math
+import shutil
 import statistics
 import subprocess
 import sys
@@ -15,6 +17,8 @@ from attnlab.config import CONF_DIR, compose_config
 from attnlab.dashboard import main as dashboard_main
 from attnlab.report import build_report
 from attnlab.report.aggregate import group_cells, load_runs, lr_sensitivity, swept_axes
+from attnlab.report.numbers import mean_pm_std
+from attnlab.report.significance import welch
 from attnlab.sweep import studies
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,7 +82,95 @@ def test_aggregation_means_and_std_over_seeds(tmp_path):
     summary = build_report(tmp_path / "sweep", reports=tmp_path / "reports")
     assert summary["cells"] == 4 and summary["failed"] == 1
     md = (tmp_path / "reports" / "fake" / "ablation.md").read_text()
-    assert f"{statistics.fmean(losses[('16', 'none')]):.3f} ± {statistics.stdev(losses[('16', 'none')]):.3f}" in md
+    assert "| 16 | none | ok 3 | 2.27 ± 0.31 |" in md  # mean 2.2667, std 0.3055: std to 2 significant digits
+    assert "1-3 finished seed(s) per cell" not in md and "0-3 finished seed(s) per cell" in md  # the failed cell has none
+
+
+@pytest.mark.parametrize("mean, std, n, text", [
+    (9597.0, 357.879, 3, "9600 ± 360"),  # the issue's three cases
+    (3.670, 0.00701, 3, "3.6700 ± 0.0070"),
+    (0.024, 7.07e-05, 2, "0.024000 ± 0.000071"),
+    (1.873, 0.0996, 3, "1.87 ± 0.10"),  # the std rounds up to a new power of ten: still two digits
+    (13501.0, 2000.0, 3, "13500 ± 2000"),
+    (-0.0004, 0.5, 3, "0.00 ± 0.50"),  # no "-0.00"
+    (1.8364, 0.0, 3, "1.836 ± 0"),
+    (1.8364, None, 1, "1.836"),  # one seed: the value alone
+    (None, None, 0, "-"),
+])
+def test_mean_pm_std_shows_the_std_to_two_significant_digits(mean, std, n, text):
+    assert mean_pm_std(mean, std, n) == text
+
+
+def test_welch_t_test_against_the_closed_form_for_two_degrees_of_freedom():
+    # a = [0, 2], b = [3, 5]: both variances 2, so t = 3 / sqrt(2), df = 2, and for df = 2 the
+    # t distribution's tail is closed-form: p = 1 - |t| / sqrt(2 + t^2)
+    w = welch([0.0, 2.0], [3.0, 5.0])
+    t = 3 / math.sqrt(2)
+    assert w.t == pytest.approx(t) and w.df == pytest.approx(2.0) and w.p == pytest.approx(1 - t / math.sqrt(2 + t * t))
+    assert welch([1.0], [2.0, 3.0]) is None and welch([1.0, 1.0], [2.0, 2.0]) is None
+
+
+def fake_study(root: Path, seeds: list[int], losses: dict) -> list[Path]:
+    """One sweep dir per seed (as the dk_scaling study ran), d_k x scaling x init_std cells."""
+    dirs = []
+    for seed in seeds:
+        sweep = root / f"seed{seed}"
+        for (dk, sc, init), values in losses.items():
+            fake_run(sweep, f"{dk}-{sc}-{init}", [f"model.d_k={dk}", f"model.attention.scaling={sc}", f"model.init_std={init}",
+                                                  "experiment=fake", f"seed={seed}"], values[seed])
+        dirs.append(sweep)
+    return dirs
+
+
+STUDY = {  # (d_k, scaling, init_std) -> val loss per seed
+    ("16", "none", "0.02"): [1.80, 1.81, 1.82], ("16", "inv_sqrt_d", "0.02"): [1.90, 1.91, 1.92],  # scaled worse, clearly
+    ("32", "none", "0.02"): [1.80, 1.90, 2.00], ("32", "inv_sqrt_d", "0.02"): [1.81, 1.95, 1.99],  # within noise
+    ("16", "none", "fan_in"): [2.00, 2.01, 2.03], ("16", "inv_sqrt_d", "fan_in"): [1.70, 1.72, 1.71],  # scaled better
+    ("32", "none", "fan_in"): [2.10, 2.00, 2.20], ("32", "inv_sqrt_d", "fan_in"): [2.00, 2.20, 2.10],
+}
+
+
+def test_report_merges_sweep_dirs_and_marks_differences_beyond_seed_noise(tmp_path):
+    from attnlab.report.__main__ import main as report_main
+
+    dirs = fake_study(tmp_path, [0, 1, 2], STUDY)
+    assert report_main([*map(str, dirs), "--reports", str(tmp_path / "r")]) == 0
+    md = (tmp_path / "r" / "fake" / "ablation.md").read_text()
+    assert "| d_k | scaling | init_std | runs |" in md  # every varying axis, the seed left out
+    assert md.count("| ok 3 |") == 8 and "3 finished seed(s) per cell" in md
+    assert "| 16 | inv_sqrt_d | 0.02 | ok 3 | 1.910 ± 0.010 * |" in md and "| 16 | none | 0.02 | ok 3 | 1.810 ± 0.010 |" in md
+    assert "| 32 | inv_sqrt_d | 0.02 | ok 3 | 1.917 ± 0.095 |" in md  # within noise: no mark
+    text = md.split("## Scaled vs unscaled")[1]
+    assert "Welch's t-test" in text and "2 of 4 scaled/unscaled pairs differ beyond seed noise" in text
+    assert "Scaling lowers the loss at d_k=16, init_std=fan_in (inv_sqrt_d - none = -0.303, p < 0.001)" in text
+    assert "Scaling raises the loss at d_k=16, init_std=0.02 (inv_sqrt_d - none = +0.100" in text
+    assert "Within seed noise at d_k=32, init_std=0.02" in text and text.count("**yes**") == 2
+    summary = json.loads((tmp_path / "r" / "fake" / "summary.json").read_text())
+    expected = welch(STUDY[("16", "none", "0.02")], STUDY[("16", "inv_sqrt_d", "0.02")])
+    pair = next(p for p in summary["scaled_vs_unscaled"] if p["where"] == "d_k=16, init_std=0.02")
+    assert pair["p"] == pytest.approx(expected.p) and pair["beyond_noise"] and len(summary["sweep_dirs"]) == 3
+
+
+def test_one_seed_claims_no_significance(tmp_path):
+    dirs = fake_study(tmp_path, [0], STUDY)
+    build_report(dirs, reports=tmp_path / "r")
+    md = (tmp_path / "r" / "fake" / "ablation.md").read_text()
+    assert "±" not in md.split("## Scaled vs unscaled")[0] and " *" not in md and "**yes**" not in md
+    assert md.count("untested (1 seed)") == 4 and "no difference here is called significant" in md
+
+
+def test_merging_the_same_runs_twice_is_refused(tmp_path, capsys):
+    from attnlab.report.__main__ import main as report_main
+
+    dirs = fake_study(tmp_path, [0, 1], STUDY)
+    copy = tmp_path / "copy"
+    shutil.copytree(dirs[1], copy)
+    with pytest.raises(SystemExit) as err:
+        build_report([*dirs, copy], reports=tmp_path / "r")
+    assert str(err.value).startswith("attnlab: error: DIR holds the same cell and seed twice")
+    assert not (tmp_path / "r").exists()  # nothing half-written
+    assert report_main([str(dirs[0]), str(tmp_path / "nope")]) == 2
+    assert "nope" in capsys.readouterr().err
 
 
 def test_head_columns_appear_only_when_the_runs_logged_them(tmp_path):

@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 
 from ..results import atomic_write_text
-from .aggregate import group_cells, load_runs, lr_sensitivity, n_layers, short, swept_axes
+from .aggregate import group_cells, load_sweeps, lr_sensitivity, n_layers, seeds_per_cell, short, swept_axes
 from .plots import heads_over_training, layer_stat_vs_axis, max_logit_over_training, metric_vs_axis
+from .significance import marked_cells, pairs_table, scaling_pairs
+from .significance import summary as significance_summary
 from .tables import csv_text, html_table, markdown, rows
 
 __all__ = ["build_report", "latest_sweep"]
@@ -28,16 +30,18 @@ def study_name(sweep_dir: Path, runs) -> str:
     return sweep_dir.name
 
 
-def build_report(sweep_dir: Path, reports: Path = Path("reports")) -> dict:
-    """Write ablation.md/.csv, plots and index.html for one sweep; return a short summary."""
-    sweep_dir = Path(sweep_dir)
-    runs = load_runs(sweep_dir)
+def build_report(sweep_dirs: Path | list[Path], reports: Path = Path("reports")) -> dict:
+    """Write ablation.md/.csv, plots and index.html for a study run as one or several sweep dirs
+    (merged: e.g. one dir per seed); return a short summary."""
+    sweep_dirs = [Path(d) for d in ([sweep_dirs] if isinstance(sweep_dirs, (str, Path)) else sweep_dirs)]
+    runs = load_sweeps(sweep_dirs)
     if not runs:
-        raise SystemExit(f"attnlab: error: DIR={str(sweep_dir)!r} holds no results.json; expected a sweep dir under logs/")
+        raise SystemExit(f"attnlab: error: DIR={' '.join(map(str, sweep_dirs))!r} holds no results.json; expected sweep dirs under logs/")
     axes = swept_axes(runs)
     cells = group_cells(runs, axes)
     layers = n_layers(runs)
-    name = study_name(sweep_dir, runs)
+    name = study_name(sweep_dirs[0], runs)
+    pairs = scaling_pairs(cells, axes)
     out = reports / name
     out.mkdir(parents=True, exist_ok=True)
 
@@ -56,17 +60,26 @@ def build_report(sweep_dir: Path, reports: Path = Path("reports")) -> dict:
     plots.append(heads_over_training(cells, out / "heads_over_training.png"))
     plots = [p for p in plots if p is not None]
 
-    header, body = rows(cells, axes, layers)
+    header, body = rows(cells, axes, layers, marked_cells(pairs))
     failed = sum(len(c.failed) for c in cells)
+    seeds = seeds_per_cell(cells)
+    spread = ("Values are mean ± std (sample std, n - 1) over seeds of the final metrics, the std to two significant digits "
+              "and the mean to the same decimal place; per-layer columns (means over seeds)"
+              if seeds != "1" else "One seed per cell: values are single runs, with no estimate of seed noise; per-layer columns")
     lines = [
         f"# {name}: ablation table",
         "",
-        f"Sweep: `{sweep_dir}` ({len(runs)} runs, {len(cells)} cells, {failed} failed). "
-        "Values are mean ± std over seeds of the final metrics; per-layer columns list layers 0 to "
-        f"{layers - 1}. Peak MiB is the peak tensor memory of a training step above its start level.",
+        f"Sweep{'s' if len(sweep_dirs) > 1 else ''}: {', '.join(f'`{d}`' for d in sweep_dirs)} ({len(runs)} runs, {len(cells)} cells, "
+        f"{seeds} finished seed(s) per cell, {failed} failed). {spread} list layers 0 to "
+        f"{layers - 1}. Peak MiB is the peak tensor memory of a training step above its start level."
+        + (" A * after a val loss: this scaled cell differs from its unscaled twin beyond seed noise (see below)."
+           if any(p.significant for p in pairs) else ""),
         "",
         markdown(header, body),
     ]
+    if pairs:
+        p_header, p_body = pairs_table(pairs)
+        lines += ["", "## Scaled vs unscaled", "", significance_summary(pairs), "", markdown(p_header, p_body)]
     if sensitivity:
         lines += ["", "## LR sensitivity (Wortsman et al. 2023)", "",
                   "mean over the LR grid of min(loss, initial loss) - best loss; initial loss = ln(vocab). Lower is more robust.", "",
@@ -78,22 +91,30 @@ def build_report(sweep_dir: Path, reports: Path = Path("reports")) -> dict:
     lines += ["", *[f"![{p.stem}]({p.name})" for p in plots], ""]
     atomic_write_text(out / "ablation.md", "\n".join(lines))
     atomic_write_text(out / "ablation.csv", csv_text(cells, axes, layers))
-    atomic_write_text(out / "index.html", index_html(name, lines[2], header, body, sensitivity, plots))
-    summary = {"study": name, "sweep_dir": str(sweep_dir), "runs": len(runs), "cells": len(cells), "failed": failed, "out": str(out)}
+    significance = (significance_summary(pairs), *pairs_table(pairs)) if pairs else None
+    atomic_write_text(out / "index.html", index_html(name, lines[2], header, body, sensitivity, plots, significance))
+    summary = {"study": name, "sweep_dirs": [str(d) for d in sweep_dirs], "runs": len(runs), "cells": len(cells), "failed": failed,
+               "seeds_per_cell": seeds, "out": str(out),
+               "scaled_vs_unscaled": [{"where": p.where, "scaling": p.variant, "diff": p.diff, "n": [len(p.unscaled), len(p.scaled)],
+                                       "welch_t": p.test.t if p.test else None, "df": p.test.df if p.test else None,
+                                       "p": p.test.p if p.test else None, "beyond_noise": p.significant} for p in pairs]}
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
     print(f"attnlab: {len(cells)} cells ({failed} failed runs) -> {out}/ablation.md, index.html")
     return summary
 
 
-def index_html(name, intro, header, body, sensitivity, plots) -> str:
+def index_html(name, intro, header, body, sensitivity, plots, significance=None) -> str:
     """A single self-contained page (plots inlined as base64) for browsing offline."""
     imgs = "".join(
         f'<figure><img src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}"><figcaption>{html.escape(p.stem)}</figcaption></figure>'
         for p in plots
     )
     sens = ""
+    if significance:
+        text, p_header, p_body = significance
+        sens += f"<h2>Scaled vs unscaled</h2><p>{html.escape(text)}</p>" + html_table(p_header, [[c.replace("**", "") for c in r] for r in p_body])
     if sensitivity:
-        sens = "<h2>LR sensitivity</h2>" + html_table(["variant", "LR sensitivity"], [[k, f"{v:.3f}"] for k, v in sensitivity.items()])
+        sens += "<h2>LR sensitivity</h2>" + html_table(["variant", "LR sensitivity"], [[k, f"{v:.3f}"] for k, v in sensitivity.items()])
     style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px}"
              "td,th{border:1px solid #ccc;padding:3px 6px}tr.failed{background:#fdd}figure{display:inline-block;margin:1em}")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>attnlab: {html.escape(name)}</title>"

@@ -1,8 +1,10 @@
-"""``python -m attnlab.report [SWEEP_DIR]``: aggregate a sweep (default: the latest under logs/).
+"""``python -m attnlab.report [SWEEP_DIR ...]``: aggregate a sweep (default: the latest under logs/);
+several dirs (a study run in parts, e.g. one per seed) are merged into one report.
 
 ``python -m attnlab.report --compare LABEL=RUN_DIR ...``: per-layer entropy_norm, max logit and sink
 mass over training of a few runs side by side, into reports/compare/stats_over_training.png.
 """
+import argparse
 import sys
 from pathlib import Path
 
@@ -24,14 +26,20 @@ def compare(pairs: list[str], out: Path = Path("reports/compare")) -> int:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--compare"]:
         return compare(argv[1:])
-    target = Path(argv[0]) if argv else latest_sweep()
-    if target is None:
+    parser = argparse.ArgumentParser(prog="python -m attnlab.report", description=__doc__)
+    parser.add_argument("sweep_dirs", nargs="*", metavar="SWEEP_DIR",
+                        help="sweep dirs under logs/, merged into one report (default: the latest)")
+    parser.add_argument("--reports", type=Path, default=Path("reports"), help="write into REPORTS/<study>/ (default reports)")
+    args = parser.parse_args(argv)
+    targets = [Path(d) for d in args.sweep_dirs] or [latest_sweep()]
+    if targets == [None]:
         print("attnlab: error: DIR is not set and logs/ holds no sweep; run `make sweep` first", file=sys.stderr)
         return 2
-    if not target.is_dir():
-        print(f"attnlab: error: DIR={str(target)!r} is not a directory; expected a sweep dir under logs/", file=sys.stderr)
-        return 2
-    build_report(target)
+    for target in targets:
+        if not target.is_dir():
+            print(f"attnlab: error: DIR={str(target)!r} is not a directory; expected sweep dirs under logs/", file=sys.stderr)
+            return 2
+    build_report(targets, args.reports)
     return 0
 
 

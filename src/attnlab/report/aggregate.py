@@ -80,6 +80,33 @@ def load_runs(sweep_dir: Path) -> list[Run]:
     return runs
 
 
+def run_identity(run: Run) -> tuple:
+    """What makes a run unique in a study: its overrides without the seed, and the seed it ran with."""
+    rest = tuple(sorted((k, v) for k, v in run.overrides.items() if k not in IGNORED_AXES))
+    return rest, run.results.get("config", {}).get("seed", run.overrides.get("seed"))
+
+
+def load_sweeps(sweep_dirs: list[Path]) -> list[Run]:
+    """The runs of several sweep dirs (a study run in parts, e.g. one dir per seed) as one list.
+    The same cell and seed twice would count one run as two seeds: that is refused."""
+    runs, seen = [], {}
+    for sweep_dir in dict.fromkeys(Path(d).resolve() for d in sweep_dirs):
+        for run in load_runs(sweep_dir):
+            key = run_identity(run)
+            if key in seen:
+                raise SystemExit(f"attnlab: error: DIR holds the same cell and seed twice: {seen[key]} and {run.dir}; "
+                                 "pass sweep dirs whose seeds or cells do not overlap")
+            seen[key] = run.dir
+            runs.append(run)
+    return runs
+
+
+def seeds_per_cell(cells: list["Cell"]) -> str:
+    """'3' when every cell has 3 finished seeds, '1-3' when they differ, '0' when none finished."""
+    counts = sorted({len(c.ok_runs) for c in cells}) or [0]
+    return f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+
+
 def swept_axes(runs: list[Run]) -> list[str]:
     """Override keys whose values differ between runs (seeds excluded), in first-seen order."""
     keys: dict[str, set] = {}

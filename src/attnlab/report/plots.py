@@ -62,7 +62,7 @@ def metric_vs_axis(cells: list[Cell], x_axis: str, metric: str, path: Path, logx
 
 
 def layer_stat_vs_axis(cells: list[Cell], x_axis: str, stat: str, layers: int, path: Path) -> Path | None:
-    """One panel per other-axes combination, one line per layer."""
+    """One panel per other-axes combination, one line per layer (mean over seeds, std as error bar)."""
     if not cells or any(_numeric(c.axes[x_axis]) is None for c in cells):
         return None
     series = _series(cells, x_axis)
@@ -70,9 +70,11 @@ def layer_stat_vs_axis(cells: list[Cell], x_axis: str, stat: str, layers: int, p
     drawn = False
     for ax, (name, group) in zip(axes[0], series.items()):
         for i in range(layers):
-            pts = sorted((_numeric(c.axes[x_axis]), c.mean(f"attn/L{i}/{stat}")) for c in group if c.mean(f"attn/L{i}/{stat}") is not None)
+            key = f"attn/L{i}/{stat}"
+            pts = sorted((_numeric(c.axes[x_axis]), c.mean(key), c.std(key)) for c in group if c.mean(key) is not None)
             if pts:
-                ax.plot(*zip(*pts), marker="o", label=f"layer {i}")
+                xs, ys, es = zip(*pts)
+                ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=f"layer {i}")
                 drawn = True
         ax.set_xscale("log", base=2)
         ax.set_title(name, fontsize=9)
@@ -87,7 +89,7 @@ def layer_stat_vs_axis(cells: list[Cell], x_axis: str, stat: str, layers: int, p
 
 
 def max_logit_over_training(cells: list[Cell], path: Path) -> Path | None:
-    """Max over layers of the max logit, against the step, one line per cell (first ok seed)."""
+    """Max over layers of the max logit, against the step, one line per cell (its first finished seed only)."""
     fig, ax = plt.subplots(figsize=(6, 3.8))
     drawn = False
     for cell in cells:

@@ -6,6 +6,8 @@ import html
 import io
 
 from .aggregate import LAYER_STATS, RUN_METRICS, Cell, short
+from .numbers import mean_pm_std, plain
+from .significance import cell_key
 
 LABELS = {"val/loss": "val loss", "val/acc": "val acc", "perf/tokens_per_s": "tokens/s", "mem/peak_bytes": "peak MiB"}
 SCALE = {"mem/peak_bytes": 1 / 2**20}
@@ -16,22 +18,16 @@ HEAD_LAYER_STATS = {"induction_knockout_all_heads": "heads/L{i}/induction_knocko
 ATTN_LAYER_STATS = {s: f"attn/L{{i}}/{s}" for s in LAYER_STATS}
 
 
-def _fmt(value: float | None, digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.{digits}g}" if abs(value) < 0.01 else f"{value:.{digits}f}"
-
-
 def _mean_std(cell: Cell, key: str) -> str:
     m, s = cell.mean(key), cell.std(key)
     if m is None:
         return "-"
     k = SCALE.get(key, 1)
-    return _fmt(m * k) + (f" ± {_fmt(s * k)}" if s else "")
+    return mean_pm_std(m * k, s * k, len(cell.values(key)))
 
 
 def _per_layer(cell: Cell, template: str, layers: int) -> str:
-    return " / ".join(_fmt(cell.mean(template.format(i=i)), 2) for i in range(layers))
+    return " / ".join(plain(cell.mean(template.format(i=i)), 2) for i in range(layers))
 
 
 def _present(cells: list[Cell], keys) -> list[str]:
@@ -50,8 +46,9 @@ def _status(cell: Cell) -> str:
     return f"ok {ok}" + (f", FAILED {failed}" if failed else "")
 
 
-def rows(cells: list[Cell], axes: list[str], layers: int) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of the human-readable table (per-layer values as L0 / L1 / ...)."""
+def rows(cells: list[Cell], axes: list[str], layers: int, marked: set[tuple] = frozenset()) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the human-readable table (per-layer values as L0 / L1 / ...); the val loss
+    of a cell in ``marked`` (see significance.marked_cells) carries a " *"."""
     metrics = [*RUN_METRICS, *_present(cells, HEAD_METRICS)]
     per_layer = _layer_columns(cells)
     header = [short(a) for a in axes] + ["runs"] + [LABELS.get(m) or HEAD_METRICS[m] for m in metrics]
@@ -59,7 +56,7 @@ def rows(cells: list[Cell], axes: list[str], layers: int) -> tuple[list[str], li
     body = []
     for cell in cells:
         row = [cell.axes[a] for a in axes] + [_status(cell)]
-        row += [_mean_std(cell, m) for m in metrics]
+        row += [_mean_std(cell, m) + (" *" if m == "val/loss" and cell_key(cell) in marked else "") for m in metrics]
         row += [_per_layer(cell, t, layers) for t in per_layer.values()]
         body.append(row)
     return header, body
