@@ -44,7 +44,7 @@ test-all: $(STAMP) ## run every test, the slow ones too
 sweep: $(STAMP) ## Hydra multirun of a study (SWEEP=dk_scaling|backends|..., SEEDS=n, JOBS=2 parallel jobs of 1 thread), then make table
 	$(PY) -m attnlab.sweep --study $(SWEEP) --seeds $(SEEDS) --jobs $(JOBS) $(ARGS)
 
-table: $(STAMP) ## aggregate results.json files into reports/<sweep>/ (DIR=a sweep dir, default the latest)
+table: $(STAMP) ## aggregate sweeps into reports/<study>/: mean ± std over seeds, Welch t-test (DIR="a b c" merges dirs; default the latest)
 	$(PY) -m attnlab.report $(DIR)
 
 repro: $(STAMP) ## reproduce and check the source articles' claims (REPRO=fast skips training claims)
