@@ -21,7 +21,7 @@ JOBS   ?= 2
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	# torch first and exactly: 2.13.0 is the CPU build; a loose range pulls a CUDA build of GBs
 	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
@@ -33,7 +33,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP) ## create .venv and install attnlab with its pinned dependencies
 
 train: $(STAMP) ## train the default model (tiny GPT, scaled attention, Shakespeare); ARGS="hydra overrides"
-	$(PY) -m attnlab.train $(ARGS)
+	$(BIN)/attnlab train $(ARGS)
 
 test: $(STAMP) ## run the fast test suite (no network, no GPU)
 	$(BIN)/pytest -q -m "not slow" -n 2 $(ARGS)
@@ -42,22 +42,22 @@ test-all: $(STAMP) ## run every test, the slow ones too
 	$(BIN)/pytest -q -n 2 $(ARGS)
 
 sweep: $(STAMP) ## Hydra multirun of a study (SWEEP=dk_scaling|backends|..., SEEDS=n, JOBS=2 parallel jobs of 1 thread), then make table
-	$(PY) -m attnlab.sweep --study $(SWEEP) --seeds $(SEEDS) --jobs $(JOBS) $(ARGS)
+	$(BIN)/attnlab sweep --study $(SWEEP) --seeds $(SEEDS) --jobs $(JOBS) $(ARGS)
 
 table: $(STAMP) ## aggregate sweeps into reports/<study>/: mean ± std over seeds, Welch t-test (DIR="a b c" merges dirs; default the latest)
-	$(PY) -m attnlab.report $(DIR)
+	$(BIN)/attnlab table $(DIR)
 
 repro: $(STAMP) ## reproduce and check the source articles' claims (REPRO=fast skips training claims)
-	$(PY) -m attnlab.repro --mode $(REPRO) $(ARGS)
+	$(BIN)/attnlab repro --mode $(REPRO) $(ARGS)
 
 bench: $(STAMP) ## kernel, memory and throughput benchmarks into reports/bench/ (BENCH=fast for a small run)
-	$(PY) -m attnlab.bench --mode $(BENCH) $(ARGS)
+	$(BIN)/attnlab bench --mode $(BENCH) $(ARGS)
 
 sample: $(STAMP) ## generate text from the last trained checkpoint (RUN=a run dir, default the latest)
-	$(PY) -m attnlab.sample $(RUN) $(ARGS)
+	$(BIN)/attnlab sample $(RUN) $(ARGS)
 
 dashboard: $(STAMP) ## create a W&B workspace for the runs (prints the plan when not logged in)
-	$(PY) -m attnlab.dashboard $(ARGS)
+	$(BIN)/attnlab dashboard $(ARGS)
 
 sync: $(STAMP) ## upload offline W&B runs under logs/ (needs network and a W&B login)
 	@runs=$$(find logs -type d -name 'offline-run-*' 2>/dev/null); \

@@ -117,3 +117,61 @@ def test_textfile_trains_on_any_utf8_file(tmp_path):
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["status"] == "ok" and f"data.path={corpus}" in results["overrides"]
     assert "results in" in proc.stdout
+
+
+# --- `attnlab COMMAND`: one console script, one error prefix -------------------------------------
+
+from attnlab import cli  # noqa: E402
+
+
+def test_attnlab_help_lists_every_command(capsys):
+    assert cli.main(["--help"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    assert listed == ["train", "sweep", "table", "repro", "bench", "sample", "analyze", "dashboard"]
+
+
+def test_attnlab_unknown_command_is_one_error_line(capsys):
+    assert cli.main(["trian"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("attnlab: error: unknown command 'trian'") and "train" in err
+
+
+@pytest.mark.parametrize("argv, key", [
+    (["sweep", "--study", "nope"], "--study"),
+    (["sweep", "--seeds", "0"], "--seeds"),
+    (["repro", "--mode", "nope"], "--mode"),
+    (["bench", "--mode", "tiny", "--sections", "nope"], "--sections"),
+    (["bench", "--threads", "two"], "--threads"),
+    (["analyze"], "path"),
+    (["sample", "--tokens", "many"], "--tokens"),
+    (["table", "/nonexistent/sweep"], "/nonexistent/sweep"),
+    (["dashboard", "--layers", "x"], "--layers"),
+])
+def test_every_command_reports_bad_input_with_the_same_prefix(argv, key, capsys):
+    try:
+        code = cli.main(argv)
+    except SystemExit as exit_info:
+        code = exit_info.code
+    assert code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith("attnlab: error: ") and key in errors[0], errors
+
+
+def test_attnlab_train_takes_hydra_overrides_like_python_m(monkeypatch, capsys):
+    monkeypatch.setattr("sys.argv", ["attnlab"])
+    assert cli.main(["train", "attention=sdpa", "model.d_k=24", "--cfg", "job"]) == 0
+    job = capsys.readouterr().out
+    assert "backend: sdpa" in job and "d_k: 24" in job
+
+
+def test_user_configs_join_through_config_dir(tmp_path, monkeypatch, capsys):
+    """A researcher's own experiment file, outside the package, composed with the shipped groups."""
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "my_study.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - override /attention: naive\nmodel:\n  d_k: 48\nstudy: my_study\n")
+    monkeypatch.setattr("sys.argv", ["attnlab"])
+    assert cli.main(["train", "--config-dir", str(tmp_path), "experiment=my_study", "--cfg", "job"]) == 0
+    job = capsys.readouterr().out
+    assert "d_k: 48" in job and "study: my_study" in job and "backend: naive" in job
+    assert cli.main(["train", f"hydra.searchpath=[file://{tmp_path}]", "experiment=my_study", "--cfg", "job"]) == 0
+    assert "d_k: 48" in capsys.readouterr().out

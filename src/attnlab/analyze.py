@@ -7,7 +7,6 @@ next to the run (or into --out). Prints the Markdown table.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ import torch
 
 from .analysis.heads import analyze_heads, build_probes
 from .analysis.outputs import HEADS_MD, write_outputs
+from .cli import command_parser
 from .errors import AttnlabError, DataError
 
 
@@ -68,7 +68,7 @@ def analyze(path: str, out: str | None = None, n_probe: int = 16, seed: int = 0,
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m attnlab.analyze", description=__doc__.splitlines()[0])
+    parser = command_parser("analyze", __doc__.splitlines()[0])
     parser.add_argument("path", help="a run dir (with checkpoints/last.ckpt) or a .ckpt file")
     parser.add_argument("--out", help="output dir (default: the run dir)")
     parser.add_argument("--n-probe", type=int, default=16, help="probe sequences (default 16)")

@@ -6,10 +6,11 @@ exits 0, so it is safe to run offline.
 """
 from __future__ import annotations
 
-import argparse
 import netrc
 import os
 import sys
+
+from .cli import command_parser
 
 SECTIONS = {
     "Loss": ["train/loss", "val/loss", "val/ppl", "val/acc"],
@@ -57,7 +58,7 @@ def create(entity: str | None, project: str, name: str, n_layer: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = command_parser("dashboard", __doc__.splitlines()[0])
     parser.add_argument("--entity", default=os.environ.get("WANDB_ENTITY"))
     parser.add_argument("--project", default="attnlab")
     parser.add_argument("--name", default="attnlab ablations")

@@ -4,12 +4,12 @@ Without RUN_DIR it takes the most recent run under logs/ that has ``checkpoints/
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import torch
 
+from .cli import command_parser
 from .data.text import CharTokenizer
 from .module import LitGPT
 
@@ -45,7 +45,7 @@ def sample(ckpt: Path, prompt: str = "\n", tokens: int = 500, temperature: float
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = command_parser("sample", __doc__.splitlines()[0])
     parser.add_argument("run", nargs="?", help="run dir or .ckpt file (default: the latest under logs/)")
     parser.add_argument("--tokens", type=int, default=500)
     parser.add_argument("--prompt", default="\n")

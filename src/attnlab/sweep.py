@@ -8,13 +8,13 @@ exit code is non-zero if any cell failed.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from .cli import command_parser
 from .config import CONF_DIR
 
 
@@ -33,17 +33,17 @@ def sweep_command(study: str, seeds: int, jobs: int, sweep_dir: Path, extra: lis
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Run a study (Hydra multirun) and build its report.")
+    parser = command_parser("sweep", "Run a study (Hydra multirun) and build its report.")
     parser.add_argument("--study", default="dk_scaling", help="one of: " + ", ".join(studies()))
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--jobs", type=int, default=1, help="parallel jobs (joblib launcher) when > 1")
     parser.add_argument("--logs", default="logs/train/multiruns")
     args, extra = parser.parse_known_args(argv)
     if args.study not in studies():
-        print(f"attnlab: error: SWEEP={args.study!r} is not a study; expected one of {', '.join(studies())}", file=sys.stderr)
+        print(f"attnlab: error: --study {args.study!r} is not a study; expected one of {', '.join(studies())}", file=sys.stderr)
         return 2
     if args.seeds < 1 or args.jobs < 1:
-        print("attnlab: error: SEEDS and JOBS must be positive integers", file=sys.stderr)
+        print(f"attnlab: error: --seeds {args.seeds} --jobs {args.jobs}: expected positive integers", file=sys.stderr)
         return 2
     sweep_dir = Path(args.logs) / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{args.study}"
     cmd = sweep_command(args.study, args.seeds, args.jobs, sweep_dir, extra)

@@ -1,4 +1,4 @@
-"""Entry point: ``python -m attnlab.train [hydra overrides]`` (also the ``attnlab-train`` script).
+"""Entry point: ``python -m attnlab.train [hydra overrides]`` (also ``attnlab train``).
 
 ``train(cfg) -> metrics`` does the work and is what tests call; ``main`` wraps it in Hydra and
 turns known failures into one line on stderr and a non-zero exit.

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from ..attention import BACKENDS
+from ..cli import command_parser
 from ..attention.backends import flash_attn_package
 from ..results import git_sha
 from .kernels import KernelPlan, matmul_peak_gflops, run_kernels
@@ -99,7 +100,7 @@ def _cpu_name() -> str | None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m attnlab.bench", description=__doc__.splitlines()[0])
+    p = command_parser("bench", __doc__.splitlines()[0])
     p.add_argument("--mode", choices=("full", "fast", "tiny"), default="full")
     p.add_argument("--out", default="reports/bench", help="output directory (default reports/bench)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
@@ -117,10 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
-        print(f"attnlab.bench: error: --sections {','.join(unknown)}: expected a subset of {','.join(SECTIONS)}", file=sys.stderr)
+        print(f"attnlab: error: --sections {','.join(unknown)}: expected a subset of {','.join(SECTIONS)}", file=sys.stderr)
         return 2
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("attnlab.bench: error: --device cuda but CUDA is not available", file=sys.stderr)
+        print("attnlab: error: --device cuda but CUDA is not available", file=sys.stderr)
         return 2
     device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu")
     if args.threads:

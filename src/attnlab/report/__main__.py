@@ -4,10 +4,10 @@ several dirs (a study run in parts, e.g. one per seed) are merged into one repor
 ``python -m attnlab.report --compare LABEL=RUN_DIR ...``: per-layer entropy_norm, max logit and sink
 mass over training of a few runs side by side, into reports/compare/stats_over_training.png.
 """
-import argparse
 import sys
 from pathlib import Path
 
+from ..cli import command_parser
 from . import build_report, latest_sweep
 from .plots import stats_over_training
 
@@ -23,14 +23,15 @@ def compare(pairs: list[str], out: Path = Path("reports/compare")) -> int:
     return 0
 
 
-def main(argv: list[str]) -> int:
-    if argv[:1] == ["--compare"]:
-        return compare(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m attnlab.report", description=__doc__)
+def main(argv: list[str] | None = None) -> int:
+    parser = command_parser("table", "Aggregate a sweep dir into reports/<study>/, or compare runs over training.")
     parser.add_argument("sweep_dirs", nargs="*", metavar="SWEEP_DIR",
                         help="sweep dirs under logs/, merged into one report (default: the latest)")
     parser.add_argument("--reports", type=Path, default=Path("reports"), help="write into REPORTS/<study>/ (default reports)")
+    parser.add_argument("--compare", nargs="+", metavar="LABEL=RUN_DIR", help="plot these runs' statistics side by side")
     args = parser.parse_args(argv)
+    if args.compare:
+        return compare(args.compare)
     targets = [Path(d) for d in args.sweep_dirs] or [latest_sweep()]
     if targets == [None]:
         print("attnlab: error: DIR is not set and logs/ holds no sweep; run `make sweep` first", file=sys.stderr)

@@ -1,15 +1,15 @@
 """``python -m attnlab.repro --mode fast|full [--out DIR]``: reproduce and check the source claims."""
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from ..cli import command_parser
 from .runner import MODES, main
 
 
 def cli(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attnlab.repro", description=__doc__)
+    parser = command_parser("repro", __doc__)
     parser.add_argument("--mode", choices=sorted(MODES), default="full",
                         help="fast: no training, under a minute; full: all 15 claims, training runs included")
     parser.add_argument("--out", type=Path, default=Path("reports/repro"), help="output directory (default reports/repro)")

@@ -1,0 +1,67 @@
+"""``attnlab <command>``: the one console script; each command is a module's own entry point.
+
+``attnlab train`` takes Hydra overrides exactly as ``python -m attnlab.train`` does; the other
+commands take ``--options`` (and the run or sweep dir they act on as a positional argument),
+parsed by :func:`command_parser`, so every command reports bad input as one
+``attnlab: error: ...`` line and exit code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# command -> (module, entry function, one-line help). Modules are imported only when run.
+COMMANDS = {
+    "train": ("attnlab.train", "main", "train one model; Hydra overrides, e.g. attention=sdpa model.d_k=64 (-m: multirun)"),
+    "sweep": ("attnlab.sweep", "main", "run a study as a Hydra multirun, then its table (--study, --seeds, --jobs)"),
+    "table": ("attnlab.report.__main__", "main", "aggregate a sweep dir into reports/<study>/ (default: the latest)"),
+    "repro": ("attnlab.repro.__main__", "cli", "reproduce and check the source articles' claims (--mode fast|full)"),
+    "bench": ("attnlab.bench.__main__", "main", "kernel, memory and training-throughput benchmarks (--mode)"),
+    "sample": ("attnlab.sample", "main", "generate text from a run's checkpoint (default: the latest run)"),
+    "analyze": ("attnlab.analyze", "main", "head scores and head types of a run dir or checkpoint"),
+    "dashboard": ("attnlab.dashboard", "main", "create a saved W&B workspace (prints the plan when not logged in)"),
+}
+ERROR_PREFIX = "attnlab: error: "
+
+
+class CommandParser(argparse.ArgumentParser):
+    """argparse with attnlab's error line: usage, then ``attnlab: error: ...``, exit 2."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{ERROR_PREFIX}{message}\n")
+
+
+def command_parser(command: str, description: str | None = None) -> CommandParser:
+    """The argument parser of ``attnlab <command>`` (also used by ``python -m attnlab.<module>``)."""
+    return CommandParser(prog=f"attnlab {command}", description=description)
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name:<{width}}  {help_}" for name, (_, _, help_) in COMMANDS.items()]
+    return ("usage: attnlab COMMAND [ARGS...]\n\ncommands:\n" + "\n".join(lines)
+            + "\n\n`attnlab COMMAND --help` shows a command's options.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage(), file=sys.stdout if argv else sys.stderr)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"{ERROR_PREFIX}unknown command {command!r}; expected one of {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    module, function, _ = COMMANDS[command]
+    entry = getattr(importlib.import_module(module), function)
+    if command == "train":  # Hydra reads sys.argv itself
+        sys.argv = [sys.argv[0], *rest]
+        entry()
+        return 0
+    return entry(rest) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
