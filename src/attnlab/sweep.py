@@ -22,6 +22,41 @@ def studies() -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 
 
+def study_grid(study: str) -> dict[str, list]:
+    """The swept axes of ``experiment=<study>`` (its ``hydra.sweeper.params``), values parsed as Hydra does."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=[f"experiment={study}"], return_hydra_config=True)
+    parser = OverridesParser.create()
+    grid = {}
+    for key, value in (cfg.hydra.sweeper.params or {}).items():
+        override = parser.parse_override(f"{key}={value}")
+        grid[key] = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
+    return grid
+
+
+def wandb_command(study: str) -> list[str]:
+    """What a W&B agent runs: the study's experiment file supplies every fixed value, the agent the grid's."""
+    return ["attnlab", "train", f"experiment={study}", "logger.wandb.mode=online", "${args_no_hyphens}"]
+
+
+def wandb_sweep_yaml(study: str) -> str:
+    """sweeps/<study>.yaml, a W&B grid sweep generated from conf/experiment/<study>.yaml."""
+    def flow(values) -> str:
+        return "[" + ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in values) + "]"
+
+    params = "\n".join(f"  {key}: {{values: {flow(values)}}}" for key, values in study_grid(study).items())
+    command = flow(f'"{arg}"' if arg.startswith("$") else arg for arg in wandb_command(study))
+    return (f"# W&B grid sweep generated from conf/experiment/{study}.yaml: edit that file, then\n"
+            f"#   attnlab sweep --study {study} --wandb-spec > sweeps/{study}.yaml\n"
+            f"# Run it (network and a W&B login): wandb sweep sweeps/{study}.yaml; wandb agent <id>\n"
+            f"program: attnlab\nproject: attnlab\nname: {study}\nmethod: grid\n"
+            f"metric: {{name: val/loss, goal: minimize}}\nparameters:\n{params}\n"
+            f"command: {command}\n")
+
+
 def sweep_command(study: str, seeds: int, jobs: int, sweep_dir: Path, extra: list[str]) -> list[str]:
     cmd = [sys.executable, "-m", "attnlab.train", "-m", f"experiment={study}", f"hydra.sweep.dir={sweep_dir}"]
     if seeds > 1:
@@ -38,10 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--jobs", type=int, default=1, help="parallel jobs (joblib launcher) when > 1")
     parser.add_argument("--logs", default="logs/train/multiruns")
+    parser.add_argument("--wandb-spec", action="store_true", help="print the study's W&B grid sweep file and exit")
     args, extra = parser.parse_known_args(argv)
     if args.study not in studies():
         print(f"attnlab: error: --study {args.study!r} is not a study; expected one of {', '.join(studies())}", file=sys.stderr)
         return 2
+    if args.wandb_spec:
+        print(wandb_sweep_yaml(args.study), end="")
+        return 0
     if args.seeds < 1 or args.jobs < 1:
         print(f"attnlab: error: --seeds {args.seeds} --jobs {args.jobs}: expected positive integers", file=sys.stderr)
         return 2

@@ -1,0 +1,46 @@
+"""One source of truth per grid: the W&B sweep files in sweeps/ follow conf/experiment/."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from attnlab.sweep import studies, study_grid, wandb_command, wandb_sweep_yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SPECS = sorted((ROOT / "sweeps").glob("*.yaml"))
+TEST_ONLY = {"smoke"}  # the dk_scaling grid at 6 steps, for tests and CI: no W&B sweep
+
+
+def test_every_study_has_a_wandb_sweep():
+    assert sorted(set(studies()) - TEST_ONLY) == sorted(p.stem for p in SPECS)
+
+
+@pytest.mark.parametrize("spec", [p for p in SPECS if yaml.safe_load(p.read_text())["method"] == "grid"], ids=lambda p: p.stem)
+def test_grid_sweep_is_generated_from_its_experiment(spec):
+    assert spec.read_text() == wandb_sweep_yaml(spec.stem), f"regenerate: attnlab sweep --study {spec.stem} --wandb-spec > {spec.relative_to(ROOT)}"
+
+
+@pytest.mark.parametrize("spec", [p for p in SPECS if yaml.safe_load(p.read_text())["method"] != "grid"], ids=lambda p: p.stem)
+def test_search_sweep_covers_its_experiments_grid(spec):
+    loaded, grid = yaml.safe_load(spec.read_text()), study_grid(spec.stem)
+    assert loaded["command"] == wandb_command(spec.stem)
+    assert sorted(loaded["parameters"]) == sorted(grid)
+    for key, param in loaded["parameters"].items():
+        if "values" in param:
+            assert param["values"] == grid[key], key
+        else:
+            assert (param["min"], param["max"]) == (min(grid[key]), max(grid[key])), key
+
+
+def test_generated_sweep_follows_an_edited_grid(tmp_path, monkeypatch):
+    """The check bites: a grid edited in conf/experiment/ changes the expected sweep file."""
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    exp = conf / "experiment" / "dk_scaling.yaml"
+    exp.write_text(exp.read_text().replace("model.d_k: 16,32,64,128", "model.d_k: 16,256"))
+    monkeypatch.setattr("attnlab.sweep.CONF_DIR", conf)
+    assert "model.d_k: {values: [16, 256]}" in wandb_sweep_yaml("dk_scaling")
+    assert wandb_sweep_yaml("dk_scaling") != (ROOT / "sweeps" / "dk_scaling.yaml").read_text()
