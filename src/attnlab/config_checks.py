@@ -8,6 +8,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from .analysis.heads import KNOCKOUT
 from .attention import BACKENDS, MASK_FILLS, SCALINGS
+from .attention.position import POS_ENCODINGS
+from .attention.sink import SINKS
 from .errors import ConfigError
 
 PRECISIONS = ("32", "32-true", "64", "64-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true")
@@ -51,6 +53,8 @@ RULES: list[tuple[str, tuple[Callable, str]]] = [
     ("model.attention.scaling", one_of(SCALINGS)),
     ("model.attention.qk_norm", boolean),
     ("model.attention.mask_fill", mask_fill),
+    ("model.attention.sink", one_of(SINKS)),
+    ("model.pos_encoding", one_of(POS_ENCODINGS)),
     ("model.n_layer", positive_int),
     ("model.n_head", positive_int),
     ("model.d_model", positive_int),
@@ -91,6 +95,12 @@ def check_config(cfg: DictConfig) -> None:
             "model.d_model", cfg.model.d_model,
             f"a multiple of model.n_head={cfg.model.n_head} when model.d_k is null (or set model.d_k)",
         )
+    if cfg.model.pos_encoding == "alibi" and cfg.model.attention.backend == "flash":
+        raise ConfigError("model.pos_encoding", "alibi", "learned, rope or none with attention=flash "
+                          "(the forced flash kernel takes no bias; alibi runs on naive, scaled and sdpa)")
+    d_k = cfg.model.d_k or cfg.model.d_model // cfg.model.n_head
+    if cfg.model.pos_encoding == "rope" and d_k % 2:
+        raise ConfigError("model.d_k", d_k, "an even head dim with model.pos_encoding=rope")
     wandb = cfg.get("logger", {}).get("wandb") if cfg.get("logger") else None
     if wandb is not None and wandb.get("mode") not in WANDB_MODES:
         raise ConfigError("logger.wandb.mode", wandb.get("mode"), "one of " + ", ".join(WANDB_MODES))

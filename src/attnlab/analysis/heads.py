@@ -10,6 +10,11 @@ every score because it can only see itself):
                   sum_j min(p_ij, q_ij) = 1 - total variation distance. 1: the head attends by
                   offset alone, whatever the content.
   entropy_norm    mean over queries i >= 1 of H(p_i) / log(i + 1); 1 = uniform over visible keys
+                  (with an escape slot: of the real-key weights renormalised, i.e. how the head
+                  spreads the weight it does place)
+  escape          only for models with an escape slot (model.attention.sink): mean over queries
+                  i >= 1 of the weight that goes nowhere, 1 - sum_j p_ij. Every other score reads
+                  the real-key weights as they are, so they no longer sum to 1.
   induction       on random sequences r r (r of L tokens): mean over second-half queries i of
                   p[i, i - L + 1], the weight on the token after the query's first occurrence
                   (Olsson et al. 2022). L varies over the probe rows (random filler before the
@@ -31,6 +36,7 @@ Type, the first rule that holds (thresholds in THRESHOLDS, chosen before any run
   induction       induction - induction_control >= 0.3  (uniform attention: about 1/(1.5 L) each)
   previous_token  previous_token >= 0.5  (most of the weight on the token before)
   sink            sink >= 0.3            (Gu et al. 2024's threshold for a sink head)
+  escape          escape >= 0.3          (the same threshold: the weight parked in the escape slot)
   uniform         entropy_norm >= 0.9    (near-uniform averaging over the context)
   positional      positional >= 0.7      (another content-independent pattern, e.g. offset 2)
   content         otherwise: where the head looks depends on what the tokens are (the article's
@@ -43,12 +49,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ..attention import attention_probs
 from ..callbacks.probe import eval_mode, probe_with_logits
 
-SCORES = ("previous_token", "induction", "induction_control", "induction_knockout", "sink", "positional", "entropy_norm")
-THRESHOLDS = {"induction": 0.3, "previous_token": 0.5, "sink": 0.3, "uniform": 0.9, "positional": 0.7}
-TYPES = ("induction", "previous_token", "sink", "uniform", "positional", "content")
+SCORES = ("previous_token", "induction", "induction_control", "induction_knockout", "sink", "escape", "positional",
+          "entropy_norm")
+THRESHOLDS = {"induction": 0.3, "previous_token": 0.5, "sink": 0.3, "escape": 0.3, "uniform": 0.9, "positional": 0.7}
+TYPES = ("induction", "previous_token", "sink", "escape", "uniform", "positional", "content")
 KNOCKOUT = ("final", "always", "never")  # when the callback measures induction_knockout
 BOS = "<bos>"
 
@@ -68,9 +74,16 @@ def sink_score(p: torch.Tensor) -> torch.Tensor:
     return _rows(p)[..., 0].mean(dim=(0, 2))
 
 
+def escape_score(p: torch.Tensor) -> torch.Tensor:
+    """(B, H, T, T) real-key weights -> (H,): mean weight that goes to no key (an escape slot's)."""
+    return (1 - _rows(p).sum(-1)).mean(dim=(0, 2))
+
+
 def entropy_norm_score(p: torch.Tensor) -> torch.Tensor:
-    """(B, H, T, T) -> (H,): mean entropy over log(number of visible keys)."""
+    """(B, H, T, T) -> (H,): mean entropy over log(number of visible keys), of each row
+    renormalised to sum to 1 (a no-op without an escape slot)."""
     t = p.shape[-1]
+    p = p / p.sum(-1, keepdim=True).clamp_min(1e-30)
     ent = -torch.special.xlogy(p, p).sum(-1)[..., 1:]  # (B, H, T-1)
     visible = torch.arange(2, t + 1, device=p.device, dtype=p.dtype).log()
     return (ent / visible).mean(dim=(0, 2))
@@ -130,12 +143,10 @@ def cut_edges(model, layer: int, head: int | None, edges: torch.Tensor):
     def hook(module, args, kwargs, output):
         one = slice(None) if head is None else slice(head, head + 1)
         q, k, v = args[0][:, one], args[1][:, one], args[2][:, one]
-        scale = module.softmax_scale()
-        if torch.is_tensor(scale) and scale.numel() > 1:
-            scale = scale[one]  # a per-head scale (scaling=learned)
-        p = attention_probs(q.float(), k.float(), scale, causal=True)
+        p = module.probabilities(args[0], args[1])[:, one]  # with its ALiBi bias and escape slot, if any
+        escape = 1 - p.sum(-1, keepdim=True)  # 0 without an escape slot
         p = p.masked_fill(edges.to(p.device).unsqueeze(1), 0.0)
-        p = p / p.sum(-1, keepdim=True).clamp_min(1e-12)
+        p = p / (p.sum(-1, keepdim=True) + escape).clamp_min(1e-12)
         out = output.clone()
         out[:, one] = (p @ v.float()).to(out.dtype)
         return out
@@ -184,6 +195,8 @@ def classify(scores: dict[str, float], thresholds: dict[str, float] = THRESHOLDS
         return "previous_token"
     if scores["sink"] >= thresholds["sink"]:
         return "sink"
+    if scores.get("escape", 0.0) >= thresholds["escape"]:
+        return "escape"
     if scores["entropy_norm"] >= thresholds["uniform"]:
         return "uniform"
     if scores["positional"] >= thresholds["positional"]:
@@ -191,12 +204,16 @@ def classify(scores: dict[str, float], thresholds: dict[str, float] = THRESHOLDS
     return "content"
 
 
-def head_scores(plain: torch.Tensor, repeat: torch.Tensor, half, start, control: torch.Tensor | None = None) -> dict:
+def head_scores(
+    plain: torch.Tensor, repeat: torch.Tensor, half, start, control: torch.Tensor | None = None, escape: bool = False
+) -> dict:
     """All scores of one layer's heads, from its probabilities on the plain, the repeated and the
-    control probe (``half``, ``start``: the repeat's length and first position, ints or per row)."""
+    control probe (``half``, ``start``: the repeat's length and first position, ints or per row).
+    ``escape``: the model has an escape slot, so score the weight that goes nowhere too."""
     plain, repeat = plain.float(), repeat.float()
     ctrl = induction_score(control.float(), half, start) if control is not None else torch.zeros(repeat.shape[1])
-    return {
+    extra = {"escape": escape_score(plain)} if escape else {}
+    return {**extra,
         "previous_token": previous_token_score(plain),
         "induction": induction_score(repeat, half, start),
         "induction_control": ctrl.to(repeat.device),
@@ -285,7 +302,8 @@ def build_probes(model, vocab: list[str] | None, datamodule=None, n: int = 16, s
 def layer_probs(model, idx: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Attention probabilities (B, H, T, T) of every layer for inputs idx, in fp32, and the logits."""
     layers, logits = probe_with_logits(model, idx)
-    return [attention_probs(q.float(), k.float(), s, causal=True) for q, k, s in layers], logits
+    modules = model.attention_layers()  # each recomputes its own probabilities (ALiBi bias, escape slot)
+    return [modules[i].probabilities(q, k) for i, (q, k, _) in enumerate(layers)], logits
 
 
 def repeat_accuracy(logits: torch.Tensor, idx: torch.Tensor, half: torch.Tensor, start: torch.Tensor) -> float:
@@ -307,13 +325,14 @@ def analyze_heads(model, probes: Probes, thresholds: dict[str, float] = THRESHOL
     plain_probs, _ = layer_probs(model, probes.plain.to(device))
     repeat_probs, logits = layer_probs(model, repeat_ids)
     control_probs, _ = layer_probs(model, probes.control.to(device))
+    has_escape = any(layer.sink_logit() is not None for layer in model.attention_layers())
     drops = None
     if knockout:
         with eval_mode(model):
             drops = induction_knockout(model, repeat_ids, probes.half, probes.start, plain_probs[0].shape[1], logits)
     heads = []
     for layer, (plain, repeat, control) in enumerate(zip(plain_probs, repeat_probs, control_probs)):
-        scores = head_scores(plain, repeat, probes.half, probes.start, control)
+        scores = head_scores(plain, repeat, probes.half, probes.start, control, escape=has_escape)
         if drops is not None:
             scores["induction_knockout"] = drops[layer, :-1]
         for h in range(plain.shape[1]):

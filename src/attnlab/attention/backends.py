@@ -30,36 +30,44 @@ def _fold_scale(q: torch.Tensor, scale: float | torch.Tensor) -> tuple[torch.Ten
     return q, float(scale)
 
 
-def attention_logits(q, k, scale, causal=True, key_padding_mask=None, mask_fill="-inf"):
-    """Scaled, masked logits s * q.k^T (B, H, Tq, Tk) and the boolean mask used (or None)."""
+def attention_logits(q, k, scale, causal=True, key_padding_mask=None, mask_fill="-inf", bias=None):
+    """Scaled, masked logits s * q.k^T + bias (B, H, Tq, Tk) and the boolean mask used (or None).
+    ``bias``: an additive logit bias broadcastable to (B, H, Tq, Tk), e.g. ALiBi's, or None."""
     logits = (q @ k.transpose(-2, -1)) * _per_head(scale, q)
+    if bias is not None:
+        logits = logits + bias.to(logits.dtype)
     mask = allowed_mask(q.shape[-2], k.shape[-2], causal, key_padding_mask, q.device)
     if mask is not None:
         logits = logits.masked_fill(~mask, fill_value(mask_fill, logits.dtype))
     return logits, mask
 
 
-def attention_probs(q, k, scale, causal=True, key_padding_mask=None, mask_fill="-inf"):
+def attention_probs(q, k, scale, causal=True, key_padding_mask=None, mask_fill="-inf", bias=None):
     """Softmax probabilities; rows with no visible key are all zero (as SDPA outputs zeros there)."""
-    logits, mask = attention_logits(q, k, scale, causal, key_padding_mask, mask_fill)
+    logits, mask = attention_logits(q, k, scale, causal, key_padding_mask, mask_fill, bias)
     probs = torch.softmax(logits, dim=-1)
     if key_padding_mask is not None:
         probs = probs.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
     return probs
 
 
-def explicit_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fill="-inf", dropout_p=0.0):
-    probs = attention_probs(q, k, scale, causal, key_padding_mask, mask_fill)
+def explicit_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fill="-inf", dropout_p=0.0, bias=None):
+    probs = attention_probs(q, k, scale, causal, key_padding_mask, mask_fill, bias)
     if dropout_p > 0:
         probs = F.dropout(probs, p=dropout_p)
     return probs.to(v.dtype) @ v, "eager"
 
 
-def _sdpa_args(q, k, causal, key_padding_mask):
-    """is_causal when only causality masks, else an explicit boolean mask."""
-    if key_padding_mask is None:
+def _sdpa_args(q, k, causal, key_padding_mask, bias=None):
+    """is_causal when only causality masks, else an explicit boolean mask; with a logit bias, a
+    float mask holding the bias and -inf where a key is not visible."""
+    if key_padding_mask is None and bias is None:
         return None, causal
-    return allowed_mask(q.shape[-2], k.shape[-2], causal, key_padding_mask, q.device), False
+    mask = allowed_mask(q.shape[-2], k.shape[-2], causal, key_padding_mask, q.device)
+    if bias is None:
+        return mask, False
+    bias = bias.to(q.dtype)
+    return (bias if mask is None else bias.masked_fill(~mask, float("-inf"))), False
 
 
 def sdpa_kernel_name(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None) -> str:
@@ -71,9 +79,9 @@ def sdpa_kernel_name(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, sc
         return "sdpa:unknown"
 
 
-def sdpa_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fill="-inf", dropout_p=0.0):
+def sdpa_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fill="-inf", dropout_p=0.0, bias=None):
     q, s = _fold_scale(q, scale)
-    attn_mask, is_causal = _sdpa_args(q, k, causal, key_padding_mask)
+    attn_mask, is_causal = _sdpa_args(q, k, causal, key_padding_mask, bias)
     kernel = sdpa_kernel_name(q, k, v, attn_mask, dropout_p, is_causal, s)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=s)
     return out, kernel
@@ -88,7 +96,9 @@ def flash_attn_package():
     return flash_attn_func
 
 
-def flash_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fill="-inf", dropout_p=0.0):
+def flash_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fill="-inf", dropout_p=0.0, bias=None):
+    if bias is not None:
+        raise KernelUnavailable("attention=flash takes no logit bias (model.pos_encoding=alibi); use attention=sdpa")
     q, s = _fold_scale(q, scale)
     flash_attn_func = flash_attn_package() if q.is_cuda else None
     if flash_attn_func is not None:

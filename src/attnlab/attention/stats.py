@@ -16,26 +16,45 @@ Per head (tensors of shape (H,)), over the queries i with k_i > 1 visible keys:
   max_logit     max over (i, j) of the scaled logit s_ij among visible keys (every query:
                 a logit is a logit, whatever the row's softmax makes of it)
   sink_mass     mean of p_i0, the weight on the first token
+  escape_mass   with an escape slot (``sink``): mean of the weight that goes nowhere, 1 - sum_j p_ij
+                (not reported without one)
+
+With an escape slot the weights on the real keys sum to 1 - escape: max_prob, max_prob_max and
+sink_mass are those weights as they are (what the head puts on a key), while entropy and
+entropy_norm describe the real-key weights renormalised to sum to 1 (how the head spreads the weight
+it does place). An ALiBi ``bias`` is added to the logits before all of this, and max_logit includes
+it; with RoPE the captured q and k are already rotated.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-STATS = ("entropy", "entropy_norm", "max_prob", "max_prob_max", "max_logit", "sink_mass")
+from .sink import with_escape
+
+STATS = ("entropy", "entropy_norm", "max_prob", "max_prob_max", "max_logit", "sink_mass")  # + escape_mass with a sink
 # How per-head values become one per-layer value.
 LAYER_REDUCE = {"max_prob_max": "max", "max_logit": "max"}
 
 
 @torch.no_grad()
-def attention_stats(q: torch.Tensor, k: torch.Tensor, scale, causal: bool = True, block: int = 128) -> dict:
-    """Per-head statistics of softmax(scale * q k^T) under a causal (or no) mask; q, k: (B, H, T, d)."""
+def attention_stats(
+    q: torch.Tensor, k: torch.Tensor, scale, causal: bool = True, block: int = 128,
+    bias: Callable[[torch.Tensor, torch.Tensor], torch.Tensor | None] | None = None,
+    sink: torch.Tensor | None = None,
+) -> dict:
+    """Per-head statistics of softmax(scale * q k^T + bias) under a causal (or no) mask; q, k: (B, H, T, d).
+    ``bias(rows, keys)`` gives an additive (H, rows, keys) logit bias (``Attention.logit_bias``) or
+    None; ``sink`` the (H,) escape logits (``Attention.sink_logit()``) or None."""
     q, k = q.float(), k.float()
+    sink = sink.detach().float() if sink is not None else None
     if torch.is_tensor(scale):
         q = q * scale.float().view(1, -1, 1, 1)
         scale = 1.0
     b, h, t, _ = q.shape
     kt = k.transpose(-2, -1)
-    sums = {name: torch.zeros(h, dtype=torch.float64, device=q.device) for name in ("entropy", "entropy_norm", "max_prob", "sink_mass")}
+    sums = {name: torch.zeros(h, dtype=torch.float64, device=q.device) for name in ("entropy", "entropy_norm", "max_prob", "sink_mass", "escape_mass")}
     n_rows = 0
     max_logit = torch.full((h,), float("-inf"), device=q.device)
     max_prob_max = torch.zeros(h, device=q.device)
@@ -43,27 +62,38 @@ def attention_stats(q: torch.Tensor, k: torch.Tensor, scale, causal: bool = True
     for start in range(0, t, block):
         rows = torch.arange(start, min(start + block, t), device=q.device)
         logits = (q[:, :, rows] @ kt) * scale  # (B, H, r, T)
+        extra = bias(rows, keys) if bias is not None else None
+        if extra is not None:
+            logits = logits + extra.float()
         visible = keys[None, :] <= rows[:, None] if causal else torch.ones(len(rows), t, dtype=torch.bool, device=q.device)
         logits = logits.masked_fill(~visible, float("-inf"))
-        p = torch.softmax(logits, dim=-1)
-        ent = -torch.special.xlogy(p, p).sum(-1)  # (B, H, r)
+        if sink is None:
+            p, escape = torch.softmax(logits, dim=-1), torch.zeros(logits.shape[:-1], device=q.device)
+            placed = p
+        else:
+            p, escape = with_escape(logits, sink)
+            placed = p / (1 - escape).clamp_min(1e-30).unsqueeze(-1)  # where the placed weight goes
+        ent = -torch.special.xlogy(placed, placed).sum(-1)  # (B, H, r)
         max_logit = torch.maximum(max_logit, logits.amax((0, 2, 3)))
         n_visible = visible.sum(-1)  # (r,)
         counted = n_visible > 1  # rows with a choice to make
         if not counted.any():
             continue
-        ent, p, n_visible = ent[..., counted], p[:, :, counted], n_visible[counted]
+        ent, p, n_visible, escape = ent[..., counted], p[:, :, counted], n_visible[counted], escape[..., counted]
         row_max = p.amax(-1)  # (B, H, r')
         sums["entropy"] += ent.sum((0, 2)).double()
         sums["entropy_norm"] += (ent / n_visible.float().log()).sum((0, 2)).double()
         sums["max_prob"] += row_max.sum((0, 2)).double()
         sums["sink_mass"] += p[..., 0].sum((0, 2)).double()
+        sums["escape_mass"] += escape.sum((0, 2)).double()
         max_prob_max = torch.maximum(max_prob_max, row_max.amax((0, 2)))
         n_rows += b * int(counted.sum())
     # no query with a choice (T = 1): every per-query statistic is undefined
     out = {name: (s / n_rows if n_rows else torch.full_like(s, float("nan"))).float() for name, s in sums.items()}
     out["max_prob_max"] = max_prob_max if n_rows else torch.full_like(max_prob_max, float("nan"))
     out["max_logit"] = max_logit
+    if sink is None:
+        del out["escape_mass"]  # logged only for models with an escape slot
     return out
 
 

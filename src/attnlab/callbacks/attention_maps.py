@@ -9,7 +9,6 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from ..attention import attention_probs
 from .cadence import should_run
 from .probe import probe, probe_batch
 
@@ -46,7 +45,8 @@ class AttentionMaps(L.Callback):
         if not trainer.is_global_zero or not trainer.default_root_dir:
             return None
         x = probe_batch(trainer, 1)[:, : self.max_tokens].to(pl_module.device)
-        probs = [attention_probs(q.float(), k.float(), s)[0] for q, k, s in probe(pl_module.model, x)]
+        layers = pl_module.model.attention_layers()  # each recomputes its own probabilities (ALiBi, escape)
+        probs = [layers[i].probabilities(q, k)[0] for i, (q, k, _) in enumerate(probe(pl_module.model, x))]
         step = trainer.global_step
         path = plot_attention_maps(probs, Path(trainer.default_root_dir) / "attention_maps" / f"step{step}.png", f"step {step}")
         for logger in trainer.loggers:

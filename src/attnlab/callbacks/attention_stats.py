@@ -40,8 +40,10 @@ class AttentionStats(L.Callback):
         if self._x is None:
             self._x = probe_batch(trainer, self.probe_size)
         metrics: dict[str, float] = {}
+        layers = pl_module.model.attention_layers()  # their ALiBi bias and escape logits, if any
         for i, (q, k, scale) in enumerate(probe(pl_module.model, self._x.to(pl_module.device))):
-            per_head = attention_stats(q, k, scale, causal=True, block=self.block)
+            per_head = attention_stats(q, k, scale, causal=True, block=self.block,
+                                       bias=layers[i].logit_bias, sink=layers[i].sink_logit())
             metrics.update({f"attn/L{i}/{name}": v for name, v in layer_values(per_head).items()})
             if self.per_head:
                 for name, values in per_head.items():

@@ -2,7 +2,9 @@
 
 Differences from nanoGPT that the ablations need: the head dim d_k is independent of d_model
 (n_head * d_k projects back to d_model), q and k may be LayerNorm'd (qk_norm), the init std is a
-config value (a float, or ``fan_in`` for 1/sqrt(fan_in)), and blocks may drop their MLP.
+config value (a float, or ``fan_in`` for 1/sqrt(fan_in)), blocks may drop their MLP, the position
+encoding is a choice (``pos_encoding``: learned, rope, alibi or none; attnlab.attention.position) and
+each head's softmax may have an escape slot (``attention.sink``; attnlab.attention.sink).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention import Attention, qk_component_std
+from ..attention.position import Rotary
 
 
 @dataclass
@@ -22,6 +25,7 @@ class AttentionConfig:
     scaling: str = "inv_sqrt_d"
     qk_norm: bool = False
     mask_fill: str = "-inf"
+    sink: str = "none"  # none | zero_logit | learned: an escape logit per head (attention/sink.py)
 
 
 @dataclass
@@ -35,6 +39,7 @@ class GPTConfig:
     dropout: float = 0.0
     init_std: float | str = 0.02  # or "fan_in"
     attn_only: bool = False
+    pos_encoding: str = "learned"  # learned | rope | alibi | none (attention/position.py)
     attention: AttentionConfig = field(default_factory=AttentionConfig)
 
     def __post_init__(self):
@@ -61,7 +66,11 @@ class CausalSelfAttention(nn.Module):
         self.attn = Attention(
             cfg.attention.backend, cfg.attention.scaling, cfg.n_head, cfg.d_k,
             sigma_q=sigma, sigma_k=sigma, mask_fill=cfg.attention.mask_fill, dropout=cfg.dropout,
+            alibi=cfg.pos_encoding == "alibi", sink=cfg.attention.sink,
         )
+        # RoPE rotates q and k here, before the Attention module: every backend and every statistic
+        # recomputed from the q, k that reach it sees the rotated vectors
+        self.rotary = Rotary(cfg.d_k) if cfg.pos_encoding == "rope" else None
         self.resid_dropout = nn.Dropout(cfg.dropout)
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -72,6 +81,8 @@ class CausalSelfAttention(nn.Module):
         q = self.q_norm(self._heads(self.q_proj(x)))
         k = self.k_norm(self._heads(self.k_proj(x)))
         v = self._heads(self.v_proj(x))
+        if self.rotary is not None:
+            q, k = self.rotary(q), self.rotary(k)
         y = self.attn(q, k, v, key_padding_mask=key_padding_mask)
         b, _, t, _ = y.shape
         return self.resid_dropout(self.out_proj(y.transpose(1, 2).reshape(b, t, -1)))
@@ -109,7 +120,8 @@ class GPT(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.wpe = nn.Embedding(cfg.block_size, cfg.d_model)
+        # absolute positions only with pos_encoding=learned (rope and alibi act in attention, none has none)
+        self.wpe = nn.Embedding(cfg.block_size, cfg.d_model) if cfg.pos_encoding == "learned" else None
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.d_model)
@@ -140,8 +152,10 @@ class GPT(nn.Module):
         _, t = idx.shape
         if t > self.cfg.block_size:
             raise ValueError(f"sequence of length {t} exceeds model.block_size={self.cfg.block_size}")
-        pos = torch.arange(t, device=idx.device)
-        x = self.drop(self.wte(idx) + self.wpe(pos))
+        x = self.wte(idx)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(t, device=idx.device))
+        x = self.drop(x)
         for block in self.blocks:
             x = block(x, key_padding_mask)
         logits = self.lm_head(self.ln_f(x))
