@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnlab.repro import equivalence, jacobian, masks, memory, numerics, report, runner, training
+from attnlab.repro import equivalence, jacobian, judge, masks, memory, numerics, report, runner, training
 from attnlab.repro.verdict import AGREES, DIFFERS, Claim, Table, combine, compare, same_printed, within
 
 FAST_IDS = sorted(set(range(1, 16)) - set(runner.TRAINING_IDS))
@@ -280,3 +280,126 @@ def test_cli_fast_mode_end_to_end(tmp_path):
     assert [r["id"] for r in results] == FAST_IDS
     assert all(set(r) == KEYS and r["verdict"] in (AGREES, DIFFERS) for r in results)
     assert (tmp_path / "repro.md").exists() and (tmp_path / "README_section.md").exists()
+
+
+# ---------------------------------------------------------------- training claims: text follows the verdict
+def _m8(unscaled_fails: bool) -> dict:
+    ratio, gap = (0.2, 0.4) if unscaled_fails else (0.98, -0.02)
+    return {
+        "jacobian": {"n": 64, "at_1": 0.6, "peak": 0.7, "peak_std": 2.0,
+                     "at_11": 0.01 if unscaled_fails else 0.35, "at_max": 0.005, "max_std": 32.0},
+        "pairs": {"naive-dk16 vs scaled-dk16": {"ratio": ratio, "gap": gap}, "naive-dk128 vs scaled-dk128": {"ratio": ratio, "gap": gap}},
+        "steps": 150,
+        "init_002": {"logit_std": 4.0 if unscaled_fails else 0.3, "max_prob": 0.95 if unscaled_fails else 0.1},
+        "fanin": {"logit_std": 11.3, "max_prob": 0.9, "grad_ratio": 0.1 if unscaled_fails else 2.3, "gap": gap},
+    }
+
+
+def test_claim_8_verdict_and_text_turn_with_the_measurements():
+    v_fail, t_fail = judge.judge_8(_m8(True))
+    v_ok, t_ok = judge.judge_8(_m8(False))
+    assert (v_fail, v_ok) == (AGREES, DIFFERS)
+    assert "Training does fail without scaling" in t_fail and "Training does not fail" not in t_fail
+    assert "Training does not fail without scaling" in t_ok and "Training does fail" not in t_ok
+    assert "has all but vanished" in t_fail and "still 50% of its peak" in t_ok
+    assert "already near one-hot at init" in t_fail and "far from one-hot at init" in t_ok
+    assert "ends worse by 0.400" in t_fail and "smaller, as a vanishing gradient would make it" in t_fail
+    assert "ends no worse (-0.020)" in t_ok and "2.3x the scaled run's: not vanishing" in t_ok
+    assert "Not slower either." in t_ok and "Slower" not in t_fail
+    mixed = _m8(False)
+    mixed["pairs"]["naive-dk16 vs scaled-dk16"] = {"ratio": 0.3, "gap": 0.2}
+    v_mixed, t_mixed = judge.judge_8(mixed)
+    assert v_mixed == DIFFERS and "fails without scaling in some pairs only" in t_mixed and "Slower in places, not failed." in t_mixed
+
+
+def _m10(holds: bool, training: bool = True) -> dict:
+    m = {"math_ok": holds, "component_ok": holds, "weight_ok": False, "after_min": 1.003 if holds else 0.5,
+         "after_max": 1.01 if holds else 2.0}
+    m["training"] = None if not training else {
+        "sigma_init_logit_std": 1.02 if holds else 3.0, "scaled_init_logit_std": 0.052, "sigma_final_loss": 1.9 if holds else 2.2,
+        "scaled_final_loss": 2.0, "sigma_final_logit_std": 1.1 if holds else 6.0}
+    return m
+
+
+def test_claim_10_verdict_and_text_turn_with_the_measurements():
+    v_yes, t_yes = judge.judge_10(_m10(True))
+    v_no, t_no = judge.judge_10(_m10(False))
+    assert (v_yes, v_no) == (AGREES, DIFFERS)
+    assert t_yes.startswith("Math holds:") and t_no.startswith("Math does not hold:")
+    assert "the rule holds with sigma = std of q/k components (matches" in t_yes and "does not hold with sigma" in t_no
+    assert "sigma rule does give unit logit std" in t_yes and "sigma rule does not give unit logit std" in t_no
+    assert "lower than 1/sqrt(d)'s 2.000" in t_yes and "higher than 1/sqrt(d)'s 2.000" in t_no
+    assert "stays near 1 in training" in t_yes and "holds only at init" in t_no
+    assert judge.judge_10(_m10(True, training=False))[1].endswith("(Training check: full mode.)")
+
+
+def _m12(found: bool) -> dict:
+    counts = {"positional": [1, 0], "sink": [2, 1], "induction": [0, 1]} if found else \
+        {"positional": [0, 0], "sink": [1, 0], "induction": [1, 0]}  # induction in layer 0 only does not count
+    return {"counts": counts, "n_layer": 2, "steps": 800, "val_loss": 1.9, "strongest": {"prev": 0.6, "sink": 0.5, "induction": 0.4}}
+
+
+def test_claim_12_verdict_and_text_turn_with_the_measurements():
+    v_yes, t_yes = judge.judge_12(_m12(True))
+    v_no, t_no = judge.judge_12(_m12(False))
+    assert (v_yes, v_no) == (AGREES, DIFFERS)
+    assert "shows every tested head type" in t_yes and "does not show" not in t_yes
+    assert ("does not show positional heads in the shallow layers, sink heads in every layer, induction heads in the later layers yet"
+            in t_no) and "shows every" not in t_no
+
+
+def _m13(sink: bool) -> dict:
+    final = [0.35, 0.2] if sink else [0.05, 0.04]
+    return {"init": [0.16, 0.16], "final": final, "top": 0.62 if sink else 0.12, "n_sink_heads": 3 if sink else 0,
+            "uniform": 0.159, "steps": 800}
+
+
+def test_claim_13_verdict_and_text_turn_with_the_measurements():
+    v_yes, t_yes = judge.judge_13(_m13(True))
+    v_no, t_no = judge.judge_13(_m13(False))
+    assert (v_yes, v_no) == (AGREES, DIFFERS)
+    assert t_yes.startswith("A sink forms in our model: 3 head(s)") and "No sink" not in t_yes
+    assert t_no.startswith("No sink in our model") and "A sink forms" not in t_no
+    assert "above uniform attention's 0.159 in every layer" in t_yes and "below uniform attention's 0.159 in every layer" in t_no
+    mixed = {**_m13(True), "final": [0.35, 0.05]}
+    assert "in layer(s) 0, below it in the others" in judge.judge_13(mixed)[1]
+
+
+def test_claim_13_reads_the_runs_through_its_judge():
+    heads = {"block_size": 64, "sink_init": [torch.full((4,), 0.16)], "sink_final": [torch.tensor([0.1, 0.7, 0.05, 0.2])]}
+    res = {"heads": heads, "settings": {"heads_steps": 10}}
+    c = training.claim_13(res)
+    assert c.verdict == AGREES and c.detail.startswith("A sink forms in our model: 1 head(s)") and "largest 0.700" in c.detail
+    heads["sink_final"] = [torch.tensor([0.1, 0.2, 0.05, 0.2])]
+    c = training.claim_13(res)
+    assert c.verdict == DIFFERS and c.detail.startswith("No sink in our model") and "largest head 0.200" in c.detail
+
+
+def _summary(label: str, loss_init: float, loss_final: float, logit_std: float = 0.3, grad: float = 1.0) -> dict:
+    side = lambda loss, ls: {"loss": loss, "grad": {"qk_mean": grad}, "max_prob": 0.2, "entropy_norm": 0.8,  # noqa: E731
+                             "logit_std": ls, "sink_mass": [0.1]}
+    return {"label": label, "init": side(loss_init, logit_std), "final": side(loss_final, 1.2)}
+
+
+def test_claims_8_10_12_read_the_runs_through_their_judges():
+    unscaled_final = 4.1  # the unscaled runs barely learn: claim 8 holds
+    ablation = [_summary(label, 4.2, unscaled_final if label.startswith("naive") else 2.0) for label, _ in training.ABLATION_RUNS]
+    settings = {"seed": 0, "ablation_steps": 5, "ablation_layers": 2, "heads_steps": 5, "batch": "b", "probe": "p"}
+    jac = jacobian.jacobian_vs_logit_std(runner.JAC_STDS, n=8, rows=50)
+    res = {"ablation": ablation, "settings": settings}
+    c8 = training.claim_8(res, jac, 8)
+    assert c8.verdict == AGREES and "Training does fail without scaling" in c8.detail and "5% of the scaled run's loss drop" in c8.detail  # 0.1 of 2.2
+    for a in ablation:
+        a["final"]["loss"] = 2.0
+    c8 = training.claim_8(res, jac, 8)
+    assert c8.verdict == DIFFERS and "Training does not fail without scaling" in c8.detail
+    c10 = training.claim_10_full(res, samples=2000)
+    assert "Training: the sigma rule does not give unit logit std at init (0.30 vs 0.300" in c10.detail
+    one = torch.zeros(2)
+    scores = [{"prev": one + 0.9, "positional": one + 0.9, "sink": one + 0.5, "induction": one}, {"prev": one, "positional": one,
+              "sink": one + 0.4, "induction": one + 0.6}]
+    res["heads"] = {"scores_final": scores, "summary": {"final": {"loss": 1.5}}, "block_size": 8}
+    c12 = training.claim_12(res)
+    assert c12.verdict == AGREES and c12.measured["counts_per_layer"] == {"positional": [2, 0], "induction": [0, 2], "sink": [2, 2]}
+    scores[1]["induction"] = one
+    assert training.claim_12(res).verdict == DIFFERS and "does not show induction heads in the later layers yet" in training.claim_12(res).detail

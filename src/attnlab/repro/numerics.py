@@ -303,7 +303,8 @@ def model_logit_std(d_k: int, init_std: float = 0.02, d_model: int = 128, seed: 
             "pred_component": sigma**2 * math.sqrt(d_k), "pred_weight": init_std**2 * math.sqrt(d_k)}
 
 
-def claim_10_math(samples: int) -> tuple[dict, list[Table], bool, str]:
+def claim_10_math(samples: int) -> tuple[dict, list[Table], dict]:
+    """The math and at-init part of claim 10: (measured, tables, the facts judge.judge_10 reads)."""
     rows = sigma_rule_table(samples=samples)
     ok_math = all(abs(r["after_rule"] - 1) < 0.03 for r in rows)
     model_rows = [model_logit_std(d) for d in (16, 128)]
@@ -321,18 +322,17 @@ def claim_10_math(samples: int) -> tuple[dict, list[Table], bool, str]:
         note="sigma^2 sqrt(d) is right when sigma^2 is the variance of q/k components; read as the weights' init variance "
         "(as 'init variance' suggests) it is off by the fan-in d_model (here 128x).",
     )
-    detail = (
-        f"Math holds: dividing by sigma^2 sqrt(d) gives std {min(r['after_rule'] for r in rows):.3f}-{max(r['after_rule'] for r in rows):.3f}. "
-        f"In the model the rule holds with sigma = std of q/k components ({'matches' if ok_component else 'does not match'} the measured logit std) "
-        f"and {'also' if ok_weight else 'not'} with sigma = weight init std (off by d_model = 128)."
-    )
+    facts = {"math_ok": ok_math, "component_ok": ok_component, "weight_ok": ok_weight,
+             "after_min": min(r["after_rule"] for r in rows), "after_max": max(r["after_rule"] for r in rows)}
     measured = {"sigma_rule": rows, "model_init": model_rows}
-    return measured, [t1, t2], ok_math and ok_component, detail
+    return measured, [t1, t2], facts
 
 
 def claim_10_fast(samples: int) -> Claim:
-    measured, tables, ok, detail = claim_10_math(samples)
-    return Claim(10, CLAIM_10, SOURCE_10, measured, verdict(ok), detail + " (Training check: full mode.)", tables)
+    from .judge import judge_10
+
+    measured, tables, facts = claim_10_math(samples)
+    return Claim(10, CLAIM_10, SOURCE_10, measured, *judge_10({**facts, "training": None}), tables)
 
 
 CLAIM_10 = "With init variance sigma^2 the right scale is 1/(sigma^2 sqrt d)"
