@@ -150,12 +150,21 @@ def claim_7(grid: list[dict]) -> Claim:
     inf_full = {p: lookup(grid, path=p, dtype=d, fill="-inf", row="full") for p in PATHS for d in ("fp32",)}
     inf_partial_ok = all(g["outcome"] == "ok" for g in grid if g["fill"] == "-inf" and g["row"] == "partial")
     inf_full_safe = all(g["outcome"] in SAFE for g in grid if g["fill"] == "-inf" and g["row"] == "full")
+    unusable = all(o in ("error", "NaN", "leak", "wrong") for o in fp16_1e9.values())
     v, why = combine({
-        "-1e9 does not fit in fp16": all(o in ("error", "NaN", "leak", "wrong") for o in fp16_1e9.values()),
+        "-1e9 does not fit in fp16": unusable,
         "-inf is safe in PyTorch": inf_partial_ok and inf_full_safe,
     })
     safe = safe_combinations(grid)
     nan_free = safe_combinations(grid, full_ok=SAFE | {"uniform", "unmasked", "other"})
+    inf_full_explicit = {d: lookup(grid, path="explicit softmax", dtype=d, fill="-inf", row="full") for d in DTYPES}
+    inf_full_explicit = inf_full_explicit if len(set(inf_full_explicit.values())) > 1 else {"all": inf_full["explicit softmax"]}
+    safe_keys = {(g["path"], g["fill"], g["dtype"]) for g in grid if g["row"] == "full" and g["outcome"] in SAFE
+                 and lookup(grid, path=g["path"], dtype=g["dtype"], fill=g["fill"], row="partial") == "ok"}
+    others = {}
+    for g in grid:
+        if g["row"] == "full" and (g["path"], g["fill"], g["dtype"]) not in safe_keys:
+            others[g["outcome"]] = others.get(g["outcome"], 0) + 1
     tables = grid_tables(grid)
     tables[0].note = ("Partial row: keys 0-2 visible. Full row: every key masked. Explicit softmax replaces masked logits by the fill "
                       "(masked_fill); SDPA gets the fill as an additive float mask in the same dtype, or a boolean mask. "
@@ -165,27 +174,47 @@ def claim_7(grid: list[dict]) -> Claim:
         {"-1e9 in fp16": "overflows to -inf or NaN", "-inf": "safe"},
         {"fp16_-1e9": fp16_1e9, "-inf_fully_masked_row_fp32": inf_full, "safe": safe, "nan_free": nan_free, "grid": grid},
         v,
-        f"-1e9 is indeed unusable in fp16, but it does not silently become -inf or NaN: PyTorch refuses it ({fp16_1e9['explicit softmax']}: "
-        f"'value cannot be converted to type c10::Half without overflow'). -inf is right for partly masked rows, but a fully masked "
-        f"row (e.g. a padding query) gives {inf_full['explicit softmax']} through an explicit softmax, in every dtype; SDPA math/flash return "
-        f"{inf_full['SDPA math']}/{inf_full['SDPA flash']} for it. {why}. Safe (partly masked row right, fully masked row zeros): "
-        + "; ".join(safe) + ". Every other combination either errors (-1e9 in fp16) or gives a fully masked row weights on the "
-        "masked keys (uniform or as if unmasked): finite, but wrong unless that row's output is discarded.",
+        _claim_7_fp16(fp16_1e9, grid)
+        + (" -inf is right for partly masked rows" if inf_partial_ok else " -inf is wrong for some partly masked rows")
+        + f"; a fully masked row (e.g. a padding query) gives {inf_full['explicit softmax']} through an explicit softmax "
+        + ("in every dtype" if len(inf_full_explicit) == 1 else "(" + ", ".join(f"{d}: {o}" for d, o in inf_full_explicit.items()) + ")")
+        + f"; SDPA math/flash return {inf_full['SDPA math']}/{inf_full['SDPA flash']} for it. {why}. Safe (partly masked row right, "
+        "fully masked row zeros): " + ("; ".join(safe) or "none") + ". The other combinations' fully masked rows: "
+        + ", ".join(f"{o} {n}" for o, n in sorted(others.items())) + " (uniform or unmasked: finite, but wrong unless that row's output "
+        "is discarded).",
         tables,
     )
+
+
+def _claim_7_fp16(fp16_1e9: dict, grid: list[dict]) -> str:
+    """What -1e9 does in fp16, as measured: refused, NaN, or something else."""
+    outcomes = set(fp16_1e9.values())
+    if outcomes == {"error"}:
+        message = next(g["message"] for g in grid if g["fill"] == "-1e9" and g["dtype"] == "fp16" and g["outcome"] == "error")
+        return f"-1e9 is indeed unusable in fp16, but it does not silently become -inf or NaN: PyTorch refuses it ({message})."
+    return "-1e9 in fp16 gives " + ", ".join(f"{o} ({p})" for p, o in fp16_1e9.items()) + "."
 
 
 def claim_11(grid: list[dict]) -> Claim:
     bf16 = {p: lookup(grid, path=p, dtype="bf16", fill="-1e9", row="full") for p in PATHS}
     v, why = combine({"-1e9 in bf16, fully masked row -> NaN": bf16["explicit softmax"] == "NaN"})
     nan_cases = sorted({f"{g['path']} / {g['dtype']} / {g['fill']}" for g in grid if g["outcome"] == "NaN"})
+    nan_fills = {g["fill"] for g in grid if g["outcome"] == "NaN"}
+    if not nan_fills:
+        nan_text = "No combination gives NaN."
+    elif nan_fills == {"-inf"}:
+        nan_text = f"The NaN comes from -inf, the fill both articles recommend; NaN cases: {', '.join(nan_cases)}."
+    else:
+        nan_text = f"NaN cases: {', '.join(nan_cases)}."
     return Claim(
         11, "-1e9 in BF16 with a fully masked row gives NaN, not 0",
         {"bf16 -1e9 fully masked row": "NaN"},
         {"bf16_-1e9_full_row": bf16, "nan_cases": nan_cases},
         v,
-        f"Measured on torch {torch.__version__}: a fully masked row with -1e9 in bf16 is {bf16['explicit softmax']} through an explicit softmax "
-        f"(every entry is the same -1e9, so after the max is subtracted each is exp(0) = 1: equal weights, finite) and "
-        f"{bf16['SDPA math']}/{bf16['SDPA flash']} in SDPA math/flash (bf16 cannot hold -1e9 + a logit more finely than -1e9 itself). "
-        f"The NaN comes from -inf, the fill both articles recommend; NaN cases: {', '.join(nan_cases) or 'none'}. {why}.",
+        f"Measured on torch {torch.__version__}: a fully masked row with -1e9 in bf16 is {bf16['explicit softmax']} through an explicit softmax"
+        + (" (every entry is the same -1e9, so after the max is subtracted each is exp(0) = 1: equal weights, finite)"
+           if bf16["explicit softmax"] == "uniform" else "")
+        + f" and {bf16['SDPA math']}/{bf16['SDPA flash']} in SDPA math/flash"
+        + (" (bf16 cannot hold -1e9 + a logit more finely than -1e9 itself)" if "uniform" in (bf16["SDPA math"], bf16["SDPA flash"]) else "")
+        + f". {nan_text} {why}.",
     )
