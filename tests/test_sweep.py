@@ -53,6 +53,30 @@ def test_smoke_sweep_end_to_end_with_a_failing_cell(tmp_path):
     assert (report / "val_loss_vs_dk.png").exists() and (report / "max_logit_over_training.png").exists()
 
 
+@pytest.mark.slow
+def test_default_sweep_path_runs_two_cells_in_parallel_then_the_table(tmp_path):
+    """`make sweep` passes --jobs 2 (JOBS=2): the joblib launcher runs two cells at once, then the table
+    aggregates the seeds. 2 cells x 2 seeds of a tiny model, a few steps each (about 40 s on 2 busy cores)."""
+    proc = run_sweep(tmp_path, "--study", "smoke", "--seeds", "2", "--jobs", "2", "model.d_k=16", "model.init_std=0.02",
+                     "logger=csv", "model.n_layer=1", "model.d_model=32", "model.n_head=2", "data.batch_size=2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (sweep,) = (tmp_path / "logs").iterdir()
+    results = sorted(sweep.glob("*/results.json"))
+    assert len(results) == 4 and all(json.loads(r.read_text())["status"] == "ok" for r in results)
+    for r in results:
+        launcher = yaml.safe_load((r.parent / ".hydra" / "hydra.yaml").read_text())["hydra"]["launcher"]
+        assert launcher["_target_"].endswith("JoblibLauncher") and launcher["n_jobs"] == 2
+    # a job writes .hydra/config.yaml when it starts and results.json when it ends: in parallel, two spans overlap
+    spans = [((r.parent / ".hydra" / "config.yaml").stat().st_mtime, r.stat().st_mtime) for r in results]
+    assert any(a0 < b1 and b0 < a1 for i, (a0, a1) in enumerate(spans) for b0, b1 in spans[i + 1:])
+    md = (tmp_path / "reports" / "smoke" / "ablation.md").read_text()
+    assert "2 finished seed(s) per cell" in md and md.count("| ok 2 |") == 2 and "±" in md
+    assert "## Scaled vs unscaled" in md and "Welch's t-test" in md and "2 seeds per cell" in md
+    summary = json.loads((tmp_path / "reports" / "smoke" / "summary.json").read_text())
+    (pair,) = summary["scaled_vs_unscaled"]
+    assert pair["n"] == [2, 2] and 0 <= pair["p"] <= 1
+
+
 def fake_run(root: Path, name: str, overrides: list[str], loss: float | None, n_layer: int = 2, vocab: int = 10,
              extra: dict | None = None):
     run = root / name

@@ -136,3 +136,42 @@ def test_data_configs_instantiate_like_train_does(data, tmp_path):
     assert x.shape == (cfg.data.batch_size, cfg.model.block_size) and (y != IGNORE).any()
     dm.tokenizer.save(tmp_path / "vocab.json")
     assert (tmp_path / "vocab.json").read_text().count('"') > 2 * dm.vocab_size
+
+
+def test_text_windows_start_with_bos_when_asked(tmp_path):
+    from attnlab.data import TextDataModule
+
+    path = tmp_path / "t.txt"
+    path.write_text("the cat sat on the mat; " * 40)
+    plain = TextDataModule(source="textfile", path=str(path), block_size=16, batch_size=4, steps=3, val_batches=2)
+    with_bos = TextDataModule(source="textfile", path=str(path), block_size=16, batch_size=4, steps=3, val_batches=2, bos=True)
+    for dm in (plain, with_bos):
+        dm.setup("fit")
+    assert with_bos.vocab() == [*plain.vocab(), "<bos>"] and with_bos.vocab_size == plain.vocab_size + 1
+    bos = with_bos.vocab_size - 1
+    text = "".join(plain.vocab()[int(i)] for i in plain.train_ids)
+    for x, y in batches(with_bos.train_dataloader()) + batches(with_bos.val_dataloader()):
+        assert x.shape == y.shape == (4, 16) and (x[:, 0] == bos).all() and not (x[:, 1:] == bos).any()
+        assert torch.equal(x[:, 1:], y[:, :-1])  # next-token targets, the first one read from BOS alone
+        assert all(with_bos.tokenizer.decode(row) in text + text for row in y[:1])
+    x, y = next(iter(plain.train_dataloader()))
+    assert not (x == bos).any() and torch.equal(x[:, 1:], y[:, :-1])
+    assert (with_bos.probe_batch(3)[:, 0] == bos).all()
+
+
+def test_mqar_with_bos_puts_it_first_and_keeps_every_answer_solvable():
+    dm = MQARDataModule(vocab_size=32, num_pairs=6, block_size=32, batch_size=8, steps=3, val_batches=2, seed=3, bos=True)
+    dm.setup("fit")
+    assert dm.vocab_size == 33 and dm.vocab()[-1] == "<bos>"
+    for x, y in batches(dm.train_dataloader()) + batches(dm.val_dataloader()):
+        assert (x[:, 0] == 32).all() and not (x[:, 1:] == 32).any()
+        scored = y != IGNORE
+        assert (scored.sum(1) == 6).all() and not scored[:, 0].any()
+        pred = lookup_answers(x[:, 1:], y[:, 1:], 6)
+        assert torch.equal(pred[scored[:, 1:]], y[:, 1:][scored[:, 1:]])
+
+
+def test_induction_refuses_bos_false_in_one_line():
+    with pytest.raises(DataError, match="data.bos=false.*expected true") as err:
+        InductionDataModule(vocab_size=64, block_size=32, bos=False)
+    assert "\n" not in str(err.value)

@@ -50,13 +50,13 @@ from dataclasses import dataclass
 import torch
 
 from ..callbacks.probe import eval_mode, probe_with_logits
+from ..data.text import BOS  # the token the data modules put first with data.bos
 
 SCORES = ("previous_token", "induction", "induction_control", "induction_knockout", "sink", "escape", "positional",
           "entropy_norm")
 THRESHOLDS = {"induction": 0.3, "previous_token": 0.5, "sink": 0.3, "escape": 0.3, "uniform": 0.9, "positional": 0.7}
 TYPES = ("induction", "previous_token", "sink", "escape", "uniform", "positional", "content")
 KNOCKOUT = ("final", "always", "never")  # when the callback measures induction_knockout
-BOS = "<bos>"
 
 
 def _rows(p: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..errors import DataError
-from .text import CharTokenizer, ResumableDataModule, Shifted
+from .text import BOS, CharTokenizer, ResumableDataModule, Shifted
 
 IGNORE = -100
 TRAIN_STREAM, VAL_STREAM, PROBE_STREAM = 0, 1, 2
@@ -93,9 +93,10 @@ class TaskDataModule(ResumableDataModule):
         val_batches: int = 8,
         seed: int = 1337,
         num_workers: int = 0,
+        bos: bool = False,
     ):
         super().__init__()
-        self.n_tokens = vocab_size
+        self.n_tokens, self.bos = vocab_size, bos
         self.seq_len = seq_len or block_size
         self.block_size, self.batch_size, self.steps = block_size, batch_size, steps
         self.val_batches, self.seed, self.num_workers = val_batches, seed, num_workers
@@ -127,7 +128,7 @@ class TaskDataModule(ResumableDataModule):
 
     @property
     def vocab_size(self) -> int:
-        return self.n_tokens
+        return len(self.tokens())
 
     def vocab(self) -> list[str]:
         return self.tokenizer.chars
@@ -153,6 +154,7 @@ class TaskDataModule(ResumableDataModule):
 class MQARDataModule(TaskDataModule):
     """Multi-query associative recall (Zoology, Arora et al. 2023).
 
+    With ``bos``, a ``<bos>`` token (an extra id, V) comes first and the rest is one token shorter.
     A sequence of T+1 tokens: ``num_pairs`` key-value pairs ``k1 v1 k2 v2 ...`` (keys distinct,
     values drawn with replacement), then ``num_queries`` queries ``k v`` of earlier keys placed in
     random 2-token slots of the rest, filler token ``_`` (id 0) elsewhere. Ids: 0 filler,
@@ -181,19 +183,20 @@ class MQARDataModule(TaskDataModule):
             )
         if not 1 <= self.num_queries <= self.num_pairs:
             raise DataError(f"data.num_queries={self.num_queries}; expected 1..data.num_pairs={self.num_pairs}")
-        slots = (self.seq_len + 1 - 2 * self.num_pairs) // 2
+        slots = (self.seq_len - self.bos + 1 - 2 * self.num_pairs) // 2
         if self.num_queries > slots:
             raise DataError(
                 f"data.seq_len={self.seq_len} is too short for {self.num_pairs} pairs and {self.num_queries} "
-                f"queries; expected data.seq_len >= {2 * (self.num_pairs + self.num_queries) - 1}"
+                f"queries{' after <bos>' if self.bos else ''}; expected data.seq_len >= "
+                f"{2 * (self.num_pairs + self.num_queries) - 1 + self.bos}"
             )
 
     def tokens(self) -> list[str]:
         k = self.n_keys
-        return ["_"] + [f"k{i}" for i in range(k)] + [f"v{i}" for i in range(self.n_tokens - 1 - k)]
+        return ["_"] + [f"k{i}" for i in range(k)] + [f"v{i}" for i in range(self.n_tokens - 1 - k)] + [BOS] * self.bos
 
     def generate(self, rng, n):
-        t, p, q, k = self.seq_len, self.num_pairs, self.num_queries, self.n_keys
+        t, p, q, k = self.seq_len - self.bos, self.num_pairs, self.num_queries, self.n_keys
         rows = np.arange(n)[:, None]
         keys = distinct_draws(rng, n, p, 1, 1 + k)
         values = rng.integers(1 + k, self.n_tokens, size=(n, p))
@@ -206,6 +209,9 @@ class MQARDataModule(TaskDataModule):
         seq[rows, key_pos], seq[rows, key_pos + 1] = keys[rows, asked], values[rows, asked]
         scored = np.zeros((n, t), dtype=bool)
         scored[rows, key_pos] = True  # x[key_pos] is the query key; y[key_pos] is its value
+        if self.bos:
+            seq = np.concatenate([np.full((n, 1), self.n_tokens, dtype=np.int64), seq], axis=1)
+            scored = np.concatenate([np.zeros((n, 1), dtype=bool), scored], axis=1)
         return seq, scored
 
 
@@ -221,15 +227,17 @@ class InductionDataModule(TaskDataModule):
     ``distinct`` (default) prefix, r and suffix hold no token twice, so the answer is unique.
     Scored: every token of the second r after its first (the first cannot be predicted).
     min_half = max_half = seq_len // 2 gives the classic fixed layout with no prefix.
+    The task always starts with ``<bos>``: its ``data.bos`` is true (conf/data/induction.yaml).
     """
 
     name = "induction"
 
     def __init__(
-        self, vocab_size: int = 64, min_half: int | None = None, max_half: int | None = None, distinct: bool = True, **kwargs
+        self, vocab_size: int = 64, min_half: int | None = None, max_half: int | None = None, distinct: bool = True,
+        bos: bool = True, **kwargs
     ):
         self.min_half_arg, self.max_half_arg, self.distinct = min_half, max_half, distinct
-        super().__init__(vocab_size, **kwargs)
+        super().__init__(vocab_size, bos=bos, **kwargs)
 
     @property
     def max_half(self) -> int:
@@ -240,6 +248,8 @@ class InductionDataModule(TaskDataModule):
         return self.min_half_arg or max(2, self.seq_len // 4)
 
     def check(self) -> None:
+        if not self.bos:
+            raise DataError("data.bos=false is not supported by data=induction (its sequences start with <bos>); expected true")
         if self.n_tokens < 3:
             raise DataError(f"data.vocab_size={self.n_tokens} is too small; expected at least 3")
         if not 2 <= self.min_half <= self.max_half <= self.seq_len // 2:

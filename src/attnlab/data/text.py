@@ -17,6 +17,8 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from ..errors import DataError
 
+BOS = "<bos>"  # the beginning-of-sequence token of data.bos=true (text and tasks), a vocabulary entry of its own
+
 
 class CharTokenizer:
     """Maps each character of the corpus to an id; saved as JSON beside each run."""
@@ -82,16 +84,18 @@ class RandomWindows(Dataset):
     """``n`` windows of ``block_size + 1`` tokens at offsets drawn once from ``seed``.
 
     Index i always yields the same window, so a run's data order is a pure function of the
-    seed and the step: resuming at step s only has to skip s batches.
+    seed and the step: resuming at step s only has to skip s batches. With ``bos_id`` every
+    input window starts with that token, then block_size - 1 characters; the first target is the
+    window's first character (the model reads it from BOS alone).
     """
 
-    def __init__(self, ids: torch.Tensor, block_size: int, n: int, seed: int):
+    def __init__(self, ids: torch.Tensor, block_size: int, n: int, seed: int, bos_id: int | None = None):
         if len(ids) <= block_size + 1:
             raise DataError(
                 f"model.block_size={block_size} is too large for a split of {len(ids)} tokens; "
                 f"expected a block size below {len(ids) - 1}"
             )
-        self.ids, self.block_size = ids, block_size
+        self.ids, self.block_size, self.bos_id = ids, block_size, bos_id
         gen = torch.Generator().manual_seed(seed)
         self.offsets = torch.randint(len(ids) - block_size - 1, (n,), generator=gen)
 
@@ -100,6 +104,9 @@ class RandomWindows(Dataset):
 
     def __getitem__(self, i):
         o = int(self.offsets[i])
+        if self.bos_id is not None:
+            chunk = self.ids[o : o + self.block_size]
+            return torch.cat([chunk.new_full((1,), self.bos_id), chunk[:-1]]), chunk
         chunk = self.ids[o : o + self.block_size + 1]
         return chunk[:-1], chunk[1:]
 
@@ -176,9 +183,10 @@ class TextDataModule(ResumableDataModule):
         val_batches: int = 20,
         seed: int = 1337,
         num_workers: int = 0,
+        bos: bool = False,
     ):
         super().__init__()
-        self.source, self.path = source, path
+        self.source, self.path, self.bos = source, path, bos
         self.block_size, self.batch_size, self.steps = block_size, batch_size, steps
         self.val_fraction, self.val_batches, self.seed, self.num_workers = val_fraction, val_batches, seed, num_workers
         self.tokenizer: CharTokenizer | None = None
@@ -192,10 +200,17 @@ class TextDataModule(ResumableDataModule):
         text = self.load_text()
         self.tokenizer = CharTokenizer.from_text(text)
         ids = torch.tensor(self.tokenizer.encode(text), dtype=torch.long)
+        if self.bos:  # appended, so every character keeps the id it has without BOS
+            self.tokenizer = CharTokenizer([*self.tokenizer.chars, BOS])
         n_val = max(int(len(ids) * self.val_fraction), self.block_size + 2)
         self.train_ids, self.val_ids = ids[:-n_val], ids[-n_val:]
-        self.val_set = RandomWindows(self.val_ids, self.block_size, self.val_batches * self.batch_size, self.seed + 1)
+        self.val_set = RandomWindows(self.val_ids, self.block_size, self.val_batches * self.batch_size, self.seed + 1,
+                                     self.bos_id)
         RandomWindows(self.train_ids, self.block_size, 0, self.seed)  # fail now if the split is too short
+
+    @property
+    def bos_id(self) -> int | None:
+        return self.tokenizer.stoi[BOS] if self.bos else None
 
     @property
     def vocab_size(self) -> int:
@@ -206,7 +221,7 @@ class TextDataModule(ResumableDataModule):
 
     def train_dataloader(self):
         # built here, once the trainer is attached: every process of a DDP run draws the same list
-        self.train_set = RandomWindows(self.train_ids, self.block_size, self.steps * self.global_batch, self.seed)
+        self.train_set = RandomWindows(self.train_ids, self.block_size, self.steps * self.global_batch, self.seed, self.bos_id)
         return self.train_loader(self.train_set)
 
     def val_dataloader(self):
