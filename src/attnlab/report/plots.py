@@ -44,12 +44,16 @@ def metric_vs_axis(cells: list[Cell], x_axis: str, metric: str, path: Path, logx
         return None
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     drawn = False
-    for name, group in _series(cells, x_axis).items():
+    series = _series(cells, x_axis)
+    for k, (name, group) in enumerate(series.items()):
         pts = sorted((_numeric(c.axes[x_axis]), c.mean(metric), c.std(metric)) for c in group if c.mean(metric) is not None)
         if pts:
             xs, ys, es = zip(*pts)
-            ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=name)
+            dodge = 2 ** (0.04 * (k - (len(series) - 1) / 2))  # side by side on the log axis, so error bars do not hide each other
+            ax.errorbar([x * dodge for x in xs], ys, yerr=es, marker="o", capsize=3, label=name)
             drawn = True
+    if any(len(c.values(metric)) > 1 for c in cells):
+        ax.set_title("mean over seeds, error bars ±1 std", fontsize=8)
     if not drawn:
         plt.close(fig)
         return None
