@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import warnings
 from pathlib import Path
 
 import hydra
@@ -23,12 +22,12 @@ from .callbacks.interrupt import GracefulInterrupt, Interrupted
 from .checkpointing import AtomicCheckpointIO
 from .config import CONF_DIR
 from .config_checks import check_config
+from .console import progress_line, quiet_lightning
 from .errors import AttnlabError, ConfigError
 from .module import LitGPT
 from .results import RunRecord, is_rank_zero
 
 log = logging.getLogger("attnlab")
-warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
 
 # Top-level W&B config fields, so the UI can group and filter runs by the ablation axes.
 AXES = {
@@ -158,7 +157,8 @@ def train(cfg: DictConfig) -> dict:
         module = LitGPT(model_cfg, OmegaConf.to_container(cfg.optim, resolve=True), max_steps, vocab=dm.vocab())
         ckpt_path = resume_checkpoint(cfg, run_dir)
         loggers = build_loggers(cfg, run_dir)
-        callbacks = [*build_callbacks(cfg), GracefulInterrupt(run_dir / "checkpoints" / "last.ckpt")]
+        callbacks = [*build_callbacks(cfg), *progress_line(cfg.trainer.enable_progress_bar),
+                     GracefulInterrupt(run_dir / "checkpoints" / "last.ckpt")]
         trainer = instantiate(
             cfg.trainer,
             logger=loggers or False,
@@ -204,7 +204,8 @@ def finish_wandb(loggers: list, failed: bool) -> None:
 def hydra_entry(cfg: DictConfig) -> float | None:
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
-        metrics = train(cfg)
+        with quiet_lightning():
+            metrics = train(cfg)
     except Interrupted as err:
         print(f"attnlab: interrupted: {err}", file=sys.stderr)
         sys.exit(130)  # also ends a multirun: the user asked to stop

@@ -9,12 +9,9 @@ out start-up, validation and teardown. The first ``warmup`` steps are not counte
 from __future__ import annotations
 
 import contextlib
-import io
-import logging
 import math
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +22,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from ..config import compose_config
+from ..console import quiet_lightning
 from ..module import LitGPT
 from ..train import build_callbacks
 from .timing import paired_ratios, summarize
@@ -114,27 +112,11 @@ def make_setup(overrides: list[str], out_dir: Path, device: torch.device, datamo
     return TrainSetup(cfg, datamodule, device, model_cfg, OmegaConf.to_container(cfg.optim, resolve=True))
 
 
-@contextlib.contextmanager
-def quiet():
-    """Swallow Lightning's banners, warnings and progress bar while still running them (their cost counts)."""
-    loggers = [logging.getLogger(n) for n in ("lightning", "lightning.pytorch", "lightning.fabric")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
-
-
 def lightning_step_seconds(setup: TrainSetup, warmup: int, callbacks: list | None = None) -> float:
     """Seconds per step of ``Trainer.fit`` as the project configures it (validation off)."""
     module = setup.new_module()
     clock = StepClock(setup.device)
-    with tempfile.TemporaryDirectory(prefix="attnlab-bench-") as root, quiet():
+    with tempfile.TemporaryDirectory(prefix="attnlab-bench-") as root, quiet_lightning(silence_output=True):
         trainer = instantiate(
             setup.cfg.trainer, logger=False, callbacks=[*(callbacks or []), clock], default_root_dir=root,
             limit_val_batches=0, num_sanity_val_steps=0,
@@ -278,7 +260,7 @@ def callback_overhead(
         for rep in range(repeats):
             arms = [(on, on_s), (off, off_s)]
             for setup, sink in (arms if rep % 2 == 0 else arms[::-1]):
-                with quiet():
+                with quiet_lightning(silence_output=True):
                     callbacks = build_callbacks(setup.cfg)
                 hooks = HookTimer(device)
                 sink.append(lightning_step_seconds(setup, warmup, [hooks.wrap(c) for c in callbacks]))

@@ -7,7 +7,6 @@ attention statistics (``attention_stats`` on the hooked q, k) and head scores.
 """
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from ..attention.stats import attention_stats, layer_values, uniform_sink_mass
 from ..config import compose_config
 from ..data import TextDataModule
 from ..model import GPT, GPTConfig
+from ..console import quiet_lightning
 from ..train import train
 from .judge import SINK_THRESHOLD, judge_8, judge_10, judge_12, judge_13
 from .verdict import Claim, Table, fmt
@@ -71,9 +71,8 @@ def train_run(label: str, overrides: list[str], steps: int, work_dir: Path) -> R
     ]
     cfg = compose_config(base + list(overrides), out)
     t0 = time.perf_counter()
-    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    metrics = train(cfg)
+    with quiet_lightning(silence_output=True):
+        metrics = train(cfg)
     from omegaconf import OmegaConf
 
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)

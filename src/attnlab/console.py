@@ -1,0 +1,160 @@
+"""What a run prints: attnlab's own progress, not the libraries' chatter.
+
+The one place that quiets Lightning (:func:`quiet_lightning`, levels and warning filters restored on
+exit) and the progress line that replaces Lightning's tqdm bar (:class:`ProgressLine`): loss, val
+loss and tokens/s, redrawn in place on a terminal, one plain line every ``every`` steps when
+stdout is a file or a pipe.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import sys
+import time
+import warnings
+from typing import TextIO
+
+from lightning.pytorch import loggers as lightning_loggers
+from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
+
+# Lightning's info messages (device banners, "💡 Tip: ... litlogger / litmodels" advertisements,
+# "`Trainer.fit` stopped") go through these loggers; its warnings stay visible.
+LIGHTNING_LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric", "lightning.pytorch.utilities.rank_zero",
+                     "lightning.fabric.utilities.rank_zero")
+# Warnings that say nothing a researcher can act on, each for a reason.
+HARMLESS_WARNINGS = (
+    r".*isinstance\(treespec, LeafSpec\).*",          # a torch deprecation inside Lightning
+    r"Checkpoint directory .* exists and is not empty",  # resume=true: it should be
+    r".*does not have many workers.*",                  # in-memory data: workers would only add overhead
+    r".*smaller than the logging interval.*",           # short runs (smoke tests) log every step anyway
+)
+
+
+@contextlib.contextmanager
+def quiet_lightning(silence_output: bool = False):
+    """Lightning at WARNING and the harmless warnings off, inside the block only.
+
+    ``silence_output`` also swallows stdout, stderr and every warning: for runs measured or driven
+    by another command (benchmarks, reproductions) whose own report is the output.
+    """
+    loggers = [logging.getLogger(name) for name in LIGHTNING_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR if silence_output else logging.WARNING)
+    try:
+        with warnings.catch_warnings(), contextlib.ExitStack() as stack:
+            for pattern in HARMLESS_WARNINGS:
+                warnings.filterwarnings("ignore", message=pattern)
+            if silence_output:
+                warnings.simplefilter("ignore")
+                stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+                stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+class WandbLogger(lightning_loggers.WandbLogger):
+    """Lightning's W&B logger minus the ``anonymous`` argument it always passes, which wandb 0.31
+    answers with a warning ("The anonymous setting has no effect") before the first step."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._wandb_init.pop("anonymous", None)
+
+
+class ProgressLine(ProgressBar):
+    """``step 120/2000 [###-------]  loss 2.412 | val 2.530 | 11,240 tok/s | 0:41 elapsed, 10:12 left``.
+
+    On a file or pipe one such line (no bar) every ``every`` steps, by default a twentieth of the
+    run, and at the last step; tokens/s is wall-clock over the steps since the previous line.
+    """
+
+    def __init__(self, every: int | None = None, stream: TextIO | None = None, min_interval_s: float = 0.2):
+        super().__init__()
+        self.every, self.min_interval_s = every, min_interval_s
+        self._stream = stream
+        self._enabled = True
+        self._tokens = 0
+        self._window: tuple[float, int] = (0.0, 0)  # (time, tokens) at the last line
+        self._start = self._last_draw = 0.0
+        self._drawn = False
+
+    @property
+    def stream(self) -> TextIO:
+        return self._stream or sys.stdout
+
+    @property
+    def interactive(self) -> bool:
+        return bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def disable(self) -> None:
+        self._enabled = False
+
+    def enable(self) -> None:
+        self._enabled = True
+
+    @property
+    def is_enabled(self) -> bool:
+        return self._enabled and self.trainer.is_global_zero
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._start = time.perf_counter()
+        self._window = (self._start, 0)
+        self._tokens = 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._tokens += batch[0].numel()
+        if not self.is_enabled:
+            return
+        step, now = trainer.global_step, time.perf_counter()
+        if self.interactive:
+            if now - self._last_draw >= self.min_interval_s or step == trainer.max_steps:
+                self._draw(self.line(trainer, now), end="")
+        elif step % (self.every or max(1, trainer.max_steps // 20)) == 0 or step == trainer.max_steps:
+            self._draw(self.line(trainer, now), end="\n")
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self.is_enabled and self.interactive and self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+
+    def _draw(self, text: str, end: str) -> None:
+        prefix = "\r\x1b[2K" if self.interactive else ""
+        self.stream.write(prefix + text + end)
+        self.stream.flush()
+        self._last_draw, self._drawn = time.perf_counter(), True
+
+    def line(self, trainer, now: float) -> str:
+        step, total = trainer.global_step, trainer.max_steps
+        since, tokens_then = self._window
+        rate = (self._tokens - tokens_then) / max(now - since, 1e-9)
+        if not self.interactive or now - since >= 2.0:  # a steady rate on a terminal redrawn 5 times a second
+            self._window = (now, self._tokens)
+        metrics = trainer.callback_metrics
+        parts = [f"step {step}/{total}" if total and total > 0 else f"step {step}"]
+        if self.interactive and total and total > 0:
+            filled = int(20 * step / total)
+            parts[0] += " [" + "#" * filled + "-" * (20 - filled) + "]"
+        text = " ".join(parts)
+        fields = [f"loss {float(metrics['train/loss']):.3f}" if "train/loss" in metrics else "loss -",
+                  f"val {float(metrics['val/loss']):.3f}" if "val/loss" in metrics else "val -",
+                  f"{rate:,.0f} tok/s"]
+        elapsed = now - self._start
+        timing = f"{_clock(elapsed)} elapsed"
+        if total and total > 0 and step > 0:
+            timing += f", {_clock(elapsed / step * (total - step))} left"
+        return f"{text}  " + " | ".join(fields + [timing])
+
+
+def progress_line(enabled: bool) -> list[ProgressLine]:
+    """The progress callback for a trainer built with ``enable_progress_bar=enabled``."""
+    return [ProgressLine()] if enabled else []
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
