@@ -6,7 +6,7 @@ import torch
 
 from attnlab.analysis.heads import (
     THRESHOLDS, analyze_heads, build_probes, classify, head_scores, induction_score, layer_probs,
-    answer_probability, cut_edges, induction_edges, induction_knockout,
+    answer_probability, cut_edges, in_context_score, induction_edges, induction_knockout,
     positional_score, previous_token_score, repeat_accuracy, repeated_probe, sink_score,
 )
 from attnlab.attention import Attention
@@ -176,6 +176,23 @@ def test_knockout_names_the_head_that_reads_the_induction_target():
     drop = induction_knockout(model, ids, half, start, n_head=2)
     assert drop[0, 0] > 0.9 and abs(drop[0, 1]) < 1e-6  # only the copying head's edges matter
     assert float(drop[0, 2]) == pytest.approx(float(drop[0, 0]), abs=1e-6)  # all heads at once: the same here
+
+
+def test_in_context_score_is_late_minus_early_loss_on_the_same_tokens():
+    vocab = ["<bos>"] + [f"t{i}" for i in range(31)]
+    ids, half, start, control = repeated_probe(vocab, 24, n=4, seed=0)
+    copier = ToyCopier(induction_edges(half, start, 24), len(vocab))
+    score = in_context_score(copier(ids)[0], ids, half, start)
+    assert score < -2.0  # the copier knows the second r, not the first
+    flat = torch.zeros(4, 24, len(vocab))  # no in-context learning: the same loss early and late
+    assert in_context_score(flat, ids, half, start) == pytest.approx(0.0, abs=1e-6)
+    # by hand for row 0: late positions s+h .. s+2h-2 predict the next token; early ones h before
+    logp = copier(ids)[0].log_softmax(-1)
+    h, s0 = int(half[0]), int(start[0])
+    late = [-logp[0, i, ids[0, i + 1]] for i in range(s0 + h, s0 + 2 * h - 1)]
+    early = [-logp[0, i - h, ids[0, i - h + 1]] for i in range(s0 + h, s0 + 2 * h - 1)]
+    one_row = in_context_score(copier(ids)[0][:1], ids[:1], half[:1], start[:1])
+    assert one_row == pytest.approx(float(sum(late) / len(late) - sum(early) / len(early)), abs=1e-5)
 
 
 def test_analysis_of_a_model_covers_every_layer_and_head():

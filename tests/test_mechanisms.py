@@ -201,3 +201,20 @@ def test_config_refuses_alibi_with_forced_flash_and_unknown_values(make_cfg):
         check_config(make_cfg("model.attention.sink=one"))
     with pytest.raises(ConfigError, match="model.d_k=5.*even"):
         check_config(make_cfg("model.pos_encoding=rope", "model.d_k=5"))
+
+
+def test_phase_change_plot_reads_the_head_history_and_the_csv_loss(tmp_path):
+    import json
+
+    from attnlab.analysis.phase import main, train_loss
+
+    history = [{"step": s, "in_context_score": -s / 100, "L1/induction_max": s / 300, "repeat_acc": s / 400,
+                "L1/induction_knockout_all_heads": s / 500} for s in (0, 100, 200)]
+    (tmp_path / "heads.json").write_text(json.dumps({"heads": [], "history": history}))
+    (tmp_path / "csv" / "version_0").mkdir(parents=True)
+    (tmp_path / "csv" / "version_0" / "metrics.csv").write_text("step,train/loss,val/acc\n0,3.5,\n1,3.25,\n1,,0.5\n")
+    assert train_loss(tmp_path) == [(0, 3.5), (1, 3.25)]
+    main([str(tmp_path), "--out", str(tmp_path / "p.png")])
+    assert (tmp_path / "p.png").stat().st_size > 5000
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "missing")])

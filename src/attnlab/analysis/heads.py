@@ -316,6 +316,20 @@ def repeat_accuracy(logits: torch.Tensor, idx: torch.Tensor, half: torch.Tensor,
     return hits / max(total, 1)
 
 
+def in_context_score(logits: torch.Tensor, idx: torch.Tensor, half: torch.Tensor, start: torch.Tensor) -> float:
+    """Olsson et al.'s in-context learning score on the repeated probe: the mean loss (nats) of
+    predicting each token of the second r (late in the context) minus the loss of predicting the same
+    token in the first r (early, where it cannot be known). Near 0 before in-context copying forms,
+    strongly negative after; the same tokens on both sides, so token frequency cancels."""
+    logp = logits.float().log_softmax(-1)
+    late, early = [], []
+    for row, h, queries in copying_queries(half, start):
+        queries = queries.to(idx.device)
+        late.append(-logp[row, queries, idx[row, queries + 1]])
+        early.append(-logp[row, queries - h, idx[row, queries - h + 1]])
+    return float(torch.cat(late).mean() - torch.cat(early).mean())
+
+
 @torch.no_grad()
 def analyze_heads(model, probes: Probes, thresholds: dict[str, float] = THRESHOLDS, knockout: bool = True) -> tuple[list[dict], dict]:
     """Per-head records [{"layer", "head", "type", "scores"}] and a summary (maxima, type counts).
@@ -342,6 +356,7 @@ def analyze_heads(model, probes: Probes, thresholds: dict[str, float] = THRESHOL
     for layer, drop in enumerate(drops[:, -1].tolist() if drops is not None else []):
         summary[f"L{layer}/induction_knockout_all_heads"] = round(drop, 4)
     summary["repeat_acc"] = repeat_accuracy(logits, repeat_ids, probes.half, probes.start)
+    summary["in_context_score"] = round(in_context_score(logits, repeat_ids, probes.half, probes.start), 4)
     return heads, summary
 
 
