@@ -175,3 +175,28 @@ def test_induction_refuses_bos_false_in_one_line():
     with pytest.raises(DataError, match="data.bos=false.*expected true") as err:
         InductionDataModule(vocab_size=64, block_size=32, bos=False)
     assert "\n" not in str(err.value)
+
+
+def test_induction_gap_separates_the_copies_by_a_varying_distance():
+    dm = InductionDataModule(vocab_size=64, block_size=48, batch_size=32, steps=2, val_batches=1, seed=2,
+                             min_half=6, max_half=10, max_gap=20)
+    dm.setup("fit")
+    distances = set()
+    for x, y in batches(dm.train_dataloader()):
+        for xs, targets in zip(x, y):
+            full = torch.cat([xs, targets[-1:]])
+            scored = (targets != IGNORE).nonzero().flatten()
+            first, last = int(scored[0]), int(scored[-1])
+            half = last - first + 2
+            assert 6 <= half <= 10 and torch.equal(scored, torch.arange(first, last + 1))
+            second = full[first : first + half]
+            # the first copy: the only earlier place where the second copy's tokens occur in order
+            starts = [s for s in range(1, first - half + 1) if torch.equal(full[s : s + half], second)]
+            assert len(starts) == 1
+            gap = first - (starts[0] + half)
+            assert 0 <= gap <= 20
+            assert torch.equal(targets[scored], second[1:])
+            distances.add(half - 1 + gap)  # from a query to its answer
+    assert max(distances) - min(distances) > 15  # the answer is not at a fixed band of distances
+    with pytest.raises(DataError, match="data.max_gap"):
+        InductionDataModule(vocab_size=64, block_size=48, max_gap=-1)

@@ -227,6 +227,9 @@ class InductionDataModule(TaskDataModule):
     ``distinct`` (default) prefix, r and suffix hold no token twice, so the answer is unique.
     Scored: every token of the second r after its first (the first cannot be predicted).
     min_half = max_half = seq_len // 2 gives the classic fixed layout with no prefix.
+    ``max_gap`` > 0 puts g random tokens between the two copies (g drawn from [0, min(max_gap,
+    T - 2L)]), so the distance from a query to its answer, L - 1 + g, spreads over the window and a
+    head that reads a band of distances (a RoPE model's shortcut, docs/mechanisms.md) no longer finds it.
     The task always starts with ``<bos>``: its ``data.bos`` is true (conf/data/induction.yaml).
     """
 
@@ -234,9 +237,9 @@ class InductionDataModule(TaskDataModule):
 
     def __init__(
         self, vocab_size: int = 64, min_half: int | None = None, max_half: int | None = None, distinct: bool = True,
-        bos: bool = True, **kwargs
+        bos: bool = True, max_gap: int = 0, **kwargs
     ):
-        self.min_half_arg, self.max_half_arg, self.distinct = min_half, max_half, distinct
+        self.min_half_arg, self.max_half_arg, self.distinct, self.max_gap = min_half, max_half, distinct, max_gap
         super().__init__(vocab_size, bos=bos, **kwargs)
 
     @property
@@ -252,6 +255,8 @@ class InductionDataModule(TaskDataModule):
             raise DataError("data.bos=false is not supported by data=induction (its sequences start with <bos>); expected true")
         if self.n_tokens < 3:
             raise DataError(f"data.vocab_size={self.n_tokens} is too small; expected at least 3")
+        if not (isinstance(self.max_gap, int) and self.max_gap >= 0):
+            raise DataError(f"data.max_gap={self.max_gap!r}; expected an integer >= 0 (0: the copies are adjacent)")
         if not 2 <= self.min_half <= self.max_half <= self.seq_len // 2:
             raise DataError(
                 f"data.min_half={self.min_half}, data.max_half={self.max_half} with data.seq_len={self.seq_len}; "
@@ -277,14 +282,16 @@ class InductionDataModule(TaskDataModule):
             fresh = rng.integers(1, self.n_tokens, size=(n, width))
         seq = np.zeros((n, t + 1), dtype=np.int64)
         scored = np.zeros((n, t), dtype=bool)
-        prefixes = rng.integers(0, t - 2 * halves + 1)  # prefix length a, per row
-        for row, (half, a) in enumerate(zip(halves, prefixes)):
-            unique = fresh[row, : t - half]  # prefix, r, suffix
-            seq[row, 1 : 1 + a + half] = unique[: a + half]
-            seq[row, 1 + a + half : 1 + a + 2 * half] = unique[a : a + half]
-            seq[row, 1 + a + 2 * half :] = unique[a + half :]
-            # y[j] = seq[j+1]; the second r is seq[1+a+half : 1+a+2*half], its first token unpredictable
-            scored[row, a + half + 1 : a + 2 * half] = True
+        gaps = rng.integers(0, np.minimum(self.max_gap, t - 2 * halves) + 1) if self.max_gap else np.zeros(n, int)
+        prefixes = rng.integers(0, t - 2 * halves - gaps + 1)  # prefix length a, per row
+        for row, (half, a, g) in enumerate(zip(halves, prefixes, gaps)):
+            unique = fresh[row, : t - half]  # prefix, r, gap, suffix
+            second = 1 + a + half + g  # where the second r starts in seq
+            seq[row, 1 : second] = unique[: a + half + g]
+            seq[row, second : second + half] = unique[a : a + half]
+            seq[row, second + half :] = unique[a + half + g :]
+            # y[j] = seq[j+1]; the second r's first token is unpredictable, the rest are scored
+            scored[row, second : second + half - 1] = True
         return seq, scored
 
     def probe_batch(self, n: int, seed: int = 0) -> torch.Tensor:
