@@ -5,7 +5,9 @@ import json
 import math
 import subprocess
 import sys
+import time
 
+import lightning as L
 import pytest
 import torch
 
@@ -15,6 +17,10 @@ from attnlab.bench import kernels as kernels_mod
 from attnlab.bench.kernels import KernelPlan, bench_one, kernel_variants, run_kernels
 from attnlab.errors import KernelUnavailable
 from attnlab.bench.report import memory_summary, write_json, write_markdown, write_plots
+from attnlab.bench import throughput
+from attnlab.bench.breakdown import breakdown
+from attnlab.bench.endtoend import plain_spec, run_attnlab, run_plain
+from attnlab.bench.phases import PhaseTimer, instrument
 from attnlab.bench.throughput import callback_intervals, representative_window, seconds_per_step
 from attnlab.bench.timing import measure
 from attnlab.config import compose_config
@@ -93,16 +99,32 @@ def test_explicit_attention_peak_holds_the_matrix_and_sdpa_does_not():
     assert rows["sdpa"]["kernel"].startswith("sdpa:")
 
 
-def test_bench_one_reports_time_rate_and_memory():
-    plan = KernelPlan((64,), (), repeats=5, warmup=1, min_sample_s=0.0)
-    for name, kernel in kernel_variants(torch.device("cpu")).items():
-        row = bench_one(name, kernel, 64, plan, torch.device("cpu"), timed=True)
-        assert row["error"] is None, row
-        assert row["fwd_ms"] > 0 and row["fwd_bwd_ms"] > 0
-        assert row["fwd_ms_range"][0] <= row["fwd_ms"] <= row["fwd_ms_range"][1]
-        expected = attention_flops(1, 4, 64, 64, backward=True) / (row["fwd_bwd_ms"] / 1e3) / 1e9
-        assert row["gflops"] == pytest.approx(expected)
-        assert row["peak_bytes"] > 0
+def test_bench_one_times_in_milliseconds_against_an_independent_clock():
+    """The row's fwd+bwd time, in ms, agrees with a plain perf_counter timing of the same work (a units
+    or bookkeeping slip is off by 1000x or more), and backward adds time to the forward."""
+    t = 512
+    plan = KernelPlan((t,), (), repeats=3, warmup=1, min_sample_s=0.0)
+    kernel = kernel_variants(torch.device("cpu"))["scaled"]
+    row = bench_one("scaled", kernel, t, plan, torch.device("cpu"), timed=True)
+    q, k, v = (torch.randn(1, 4, t, 64, requires_grad=True) for _ in range(3))
+    samples = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        kernel(q, k, v, 0.125)[0].sum().backward()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    independent_ms = sorted(samples)[1]
+    assert independent_ms / 4 < row["fwd_bwd_ms"] < independent_ms * 4, (row["fwd_bwd_ms"], independent_ms)
+    assert row["fwd_bwd_ms"] > row["fwd_ms"]
+    assert row["fwd_peak_bytes"] < row["peak_bytes"]  # backward keeps the probabilities and their gradient
+
+
+def test_explicit_kernels_memory_grows_quadratically_in_T():
+    plan = KernelPlan((), (128, 256, 512), batch=1, heads=2, head_dim=16)
+    rows = [r for r in run_kernels(plan, torch.device("cpu"), log=lambda line: None) if r["backend"] in ("naive", "scaled")]
+    for backend in ("naive", "scaled"):
+        peaks = [r["peak_bytes"] for r in sorted(rows, key=lambda r: r["T"]) if r["backend"] == backend]
+        assert peaks[0] < peaks[1] < peaks[2], (backend, peaks)
+        assert peaks[2] / peaks[1] > 3, (backend, peaks)  # a T x T matrix: about 4x per doubling
 
 
 def test_run_kernels_records_failures_and_stops_growing(monkeypatch):
@@ -227,13 +249,19 @@ def check_bench_json(data: dict, full_memory: bool) -> None:
     assert {r["backend"] for r in data["train"]} == set(BACKENDS)
     for row in data["train"]:
         assert all(row[k] is not None and row[k] > 0 for k in TRAIN_FIELDS[1:]), row
-    assert next(r for r in data["train"] if r["backend"] == "scaled")["ratio_to_scaled"] == pytest.approx(1.0)
-    assert data["callbacks"]["overhead_ratio"] > 0
+        tokens, steps = row["setup"]["tokens_per_step"], row["setup"]["steps"]
+        assert len(row["lightning_samples"]) == len(row["plain_samples"]) == row["setup"]["repeats"]
+        # tokens/s, not steps/s or ms: a tiny-preset step on CPU takes between 0.1 ms and 10 s
+        assert all(tokens / 10 < v < tokens * 1e4 for v in row["lightning_samples"] + row["plain_samples"]), row
+    cb = data["callbacks"]
+    samples = cb["step_s_samples"]
+    assert len(samples["with"]) == len(samples["without"]) == len(samples["plain"]) == cb["repeats"]
+    assert all(0 < v < 10 for vs in samples.values() for v in vs)  # seconds per step
 
 
 def test_cli_tiny_writes_every_field(tmp_path):
     run = subprocess.run([sys.executable, "-m", "attnlab.bench", "--mode", "tiny", "--out", str(tmp_path), "--device", "cpu",
-                          "--threads", "1"], capture_output=True, text=True, timeout=300)
+                          "--threads", "1", "--sections", "kernels,train,callbacks"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     check_bench_json(json.loads((tmp_path / "bench.json").read_text()), full_memory=False)
     assert "USDT" not in run.stderr  # the profiler's start/stop chatter is silenced
@@ -242,9 +270,105 @@ def test_cli_tiny_writes_every_field(tmp_path):
 
 @pytest.mark.slow
 def test_cli_fast_writes_every_field(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "attnlab.bench", "--mode", "fast", "--out", str(tmp_path), "--device", "cpu"],
-                         capture_output=True, text=True, timeout=900)
+    run = subprocess.run([sys.executable, "-m", "attnlab.bench", "--mode", "fast", "--out", str(tmp_path), "--device", "cpu",
+                          "--sections", "kernels,train,callbacks"], capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-2000:]
     data = json.loads((tmp_path / "bench.json").read_text())
     check_bench_json(data, full_memory=True)
     assert data["memory_exponent"]["scaled"] > 1.6 and data["memory_exponent"]["sdpa"] < 1.3
+
+
+MICRO = ["model.n_layer=1", "model.n_head=2", "model.d_model=32", "model.block_size=16", "data.batch_size=4"]
+
+
+class Sleep(L.Callback):
+    """A known cost: 30 ms in every training batch's end hook."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        time.sleep(0.03)
+
+
+def test_callback_overhead_measures_a_known_cost(monkeypatch):
+    """A callback that sleeps 30 ms per step: the step times with and without differ by about that,
+    the hook timer attributes it to that callback, and the plain loop is faster than both."""
+    monkeypatch.setattr(throughput, "compose_config", lambda overrides, out=None: compose_config([*overrides, *MICRO], out))
+    monkeypatch.setattr(throughput, "build_callbacks", lambda cfg: [Sleep()] if cfg.get("callbacks") else [])
+    cb = throughput.callback_overhead(steps=6, warmup=2, repeats=2, device=torch.device("cpu"), log=lambda line: None)
+    extra_ms = cb["step_ms_with"] - cb["step_ms_without"]
+    assert 25 < extra_ms < 60, cb
+    assert 25 < cb["hook_ms_per_step"]["Sleep"] < 60, cb
+    assert cb["ratio_to_plain"] > cb["none_ratio_to_plain"] and cb["ratio_to_plain"] > 1.5, cb
+
+
+def test_phase_timer_counts_nested_time_once():
+    now = [0.0]
+    timer = PhaseTimer(clock=lambda: now[0])
+    with timer.phase("outer"):
+        now[0] += 1.0
+        with timer.phase("inner"):
+            now[0] += 2.0
+            with timer.phase("innermost"):
+                now[0] += 4.0
+        with timer.phase("inner"):
+            now[0] += 8.0
+        now[0] += 16.0
+    assert timer.seconds == {"outer": 17.0, "inner": 10.0, "innermost": 4.0}
+    assert timer.calls == {"outer": 1, "inner": 2, "innermost": 1}
+    assert sum(timer.seconds.values()) == now[0]
+
+
+def test_instrument_restores_what_it_wrapped():
+    from attnlab.module import LitGPT
+
+    before = {name: vars(cls).get(name) for cls, name in ((LitGPT, "training_step"), (L.Trainer, "fit"), (LitGPT, "backward"))}
+    with instrument(PhaseTimer()):
+        assert vars(LitGPT)["training_step"] is not before["training_step"]
+        assert "backward" in vars(LitGPT)  # inherited: wrapped by an override on the class
+    after = {name: vars(cls).get(name) for cls, name in ((LitGPT, "training_step"), (L.Trainer, "fit"), (LitGPT, "backward"))}
+    assert after == before
+
+
+@pytest.mark.slow
+def test_breakdown_adds_up_to_the_wall_time(tmp_path):
+    overrides = ["debug=smoke", *MICRO, "trainer.enable_progress_bar=true", "checkpoint.every_n_steps=3"]
+    result = breakdown(overrides, tmp_path, cprofile=False, log=lambda line: None)
+    rows = {r["phase"]: r for r in result["rows"]}
+    assert sum(r["seconds"] for r in result["rows"]) == pytest.approx(result["wall_s"], rel=1e-6)
+    assert all(r["seconds"] >= 0 for r in result["rows"]), result["rows"]
+    assert rows["validation"]["calls"] == 2  # steps 3 and 6 of debug=smoke
+    assert rows["step: backward"]["calls"] == result["steps"] == 6
+    assert rows["W&B: init"]["seconds"] > 0 and rows["checkpoint writes"]["calls"] >= 2
+    assert rows["callback HeadAnalysis (end of training)"]["calls"] == 1
+    assert rows["imports (torch, lightning, hydra, attnlab)"]["seconds"] > 0.2
+
+
+@pytest.mark.slow
+def test_plain_loop_does_the_same_work_as_make_train(tmp_path):
+    """Same initial weights, batches, schedule and validation: the plain script's final val loss
+    equals the one make train records, to float precision."""
+    overrides = ["debug=smoke", "logger=none", "callbacks=none", *MICRO, "trainer.max_steps=8", "trainer.val_check_interval=4"]
+    plain = run_plain(plain_spec(overrides), tmp_path / "plain")
+    made = run_attnlab(overrides, tmp_path / "attnlab")
+    assert plain["steps"] == made["steps"] == 8
+    assert plain["val_loss"] == pytest.approx(made["val_loss"], abs=1e-5)
+    assert made["val_loss"] < math.log(100)  # trained: below a uniform guess over the vocabulary
+
+
+@pytest.mark.slow
+def test_cli_tiny_end_to_end_and_compile_sections(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "attnlab.bench", "--mode", "tiny", "--out", str(tmp_path), "--device", "cpu",
+                          "--threads", "1", "--sections", "e2e,compile"], capture_output=True, text=True, timeout=1800)
+    assert run.returncode == 0, run.stderr[-2000:]
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert [r["arm"] for r in data["e2e"]["rows"]] == ["defaults", "sdpa"]
+    for row in data["e2e"]["rows"]:
+        a, p = row["samples"]["attnlab"][0], row["samples"]["plain"][0]
+        assert row["wall_ratio"] == pytest.approx(a["wall_s"] / p["wall_s"])
+        assert a["wall_s"] > a["median_step_s"] * row["steps"]  # the whole command outlasts its steps
+        assert row["val_loss"]["attnlab"][0] == pytest.approx(row["val_loss"]["plain"][0], abs=1e-5)
+    assert {r["backend"] for r in data["compile"]} == {"scaled", "sdpa"}
+    for row in data["compile"]:
+        assert row["error"] is None, row
+        assert row["compile_s"] > 0 and row["max_loss_diff"] < 1e-3
+    md = (tmp_path / "bench.md").read_text()
+    assert "## End to end" in md and "## torch.compile" in md

@@ -1,16 +1,21 @@
-"""The LightningModule: next-token cross-entropy, AdamW with warmup + cosine, val loss and perplexity."""
+"""The LightningModule: next-token cross-entropy, AdamW with warmup + cosine, val loss and perplexity.
+
+With ``model.compile=true`` the training and validation forwards run ``torch.compile(model)``; the
+module itself stays eager (``self.model``), so probes, hooks and checkpoints see the plain model.
+"""
 from __future__ import annotations
 
 import math
+import sys
 import time
 
 import lightning as L
 import torch
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
-from torchmetrics.text import Perplexity
 
 from .checkpointing import rng_state, set_rng_state
+from .errors import ConfigError
 from .model import GPT, GPTConfig
 
 
@@ -28,20 +33,48 @@ class LitGPT(L.LightningModule):
     def __init__(self, model: dict, optim: dict, max_steps: int, vocab: list[str] | None = None):
         super().__init__()
         self.save_hyperparameters()
+        if not isinstance(model.get("compile", False), bool):
+            raise ConfigError("model.compile", model["compile"], "true or false")
         self.model = GPT(GPTConfig(**model))
-        self.val_loss = MeanMetric()
-        self.val_ppl = Perplexity(ignore_index=-100)
-        # next-token accuracy over the scored positions (all of them for text; answers only for tasks)
-        self.val_acc = MulticlassAccuracy(num_classes=model["vocab_size"], average="micro", ignore_index=-100)
+        self.val_loss = MeanMetric()  # token-weighted mean NLL; val/ppl is its exp (no second log-softmax)
+        # next-token accuracy over the scored positions (all of them for text; answers only for tasks);
+        # validate_args off: its per-batch range checks cost more than the update itself
+        self.val_acc = MulticlassAccuracy(num_classes=model["vocab_size"], average="micro", ignore_index=-100,
+                                          validate_args=False)
         self.last_val_step = -1
         self._step_rates: list[float] = []
 
     def forward(self, idx, targets=None):
         return self.model(idx, targets)
 
+    @property
+    def compiled(self) -> bool:
+        """True while the steps run the torch.compile'd model (false again after a failed compile)."""
+        return bool(self.model.cfg.compile) and not self.__dict__.get("_compile_failed", False)
+
+    def step_forward(self, x, y):
+        """The training and validation forward: ``self.model``, or its torch.compile'd wrapper.
+
+        The wrapper is kept out of the module tree (``__dict__``), so the state dict, checkpoints and
+        hooks are the eager model's (hooks on a compiled graph would not fire: probes run eager). If
+        the compiler cannot run here (inductor needs a C++ compiler), one line says so and the run
+        goes on eager.
+        """
+        if not self.compiled:
+            return self.model(x, y)
+        if "_compiled" not in self.__dict__:
+            self.__dict__["_compiled"] = torch.compile(self.model)
+        try:
+            return self.__dict__["_compiled"](x, y)
+        except torch._dynamo.exc.BackendCompilerFailed as err:
+            reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+            print(f"attnlab: model.compile=true: torch.compile cannot run here ({reason}); training eager", file=sys.stderr)
+            self.__dict__["_compile_failed"] = True
+            return self.model(x, y)
+
     def training_step(self, batch, batch_idx):
         x, y = batch
-        _, loss = self.model(x, y)
+        _, loss = self.step_forward(x, y)
         # under DDP, log the mean over processes (the loss the update actually follows), not rank 0's share
         self.log("train/loss", loss, prog_bar=True, sync_dist=self.trainer.world_size > 1)
         self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"])
@@ -70,16 +103,16 @@ class LitGPT(L.LightningModule):
 
     def validation_step(self, batch, batch_idx):
         x, y = batch
-        logits, loss = self.model(x, y)
+        logits, loss = self.step_forward(x, y)
         self.val_loss.update(loss, weight=(y != -100).sum())
-        self.val_ppl.update(logits.float(), y)
         self.val_acc.update(logits.argmax(-1).flatten(), y.flatten())
 
     def on_validation_epoch_end(self):
-        self.log("val/loss", self.val_loss.compute(), prog_bar=True)
-        self.log("val/ppl", self.val_ppl.compute())
+        val_loss = self.val_loss.compute()
+        self.log("val/loss", val_loss, prog_bar=True)
+        self.log("val/ppl", torch.exp(val_loss))  # exp of the token-weighted mean NLL: perplexity's definition
         self.log("val/acc", self.val_acc.compute())
-        for metric in (self.val_loss, self.val_ppl, self.val_acc):
+        for metric in (self.val_loss, self.val_acc):
             metric.reset()
         self.last_val_step = self.global_step
 

@@ -1,9 +1,13 @@
-"""``python -m attnlab.bench --mode full|fast|tiny [--out DIR]``: kernel, memory and training benchmarks.
+"""``python -m attnlab.bench --mode full|fast|tiny|breakdown [--out DIR]``: kernel, memory and training benchmarks.
 
 full  T = 256..8192 on CPU (512..32768 on CUDA), 5 repeats, training throughput, callback cost
-      over the callbacks' common period (1000 steps at the default intervals); several minutes.
-fast  the same measurements, smaller: T up to 2048 timed, memory up to 8192; under 2 minutes idle.
+      over the callbacks' common period (1000 steps at the default intervals), the whole
+      ``make train`` against a plain script (3 alternating repeats), eager vs torch.compile;
+      most of an hour on 2 busy cores.
+fast  the same measurements, smaller: T up to 2048 timed, memory up to 8192, 300-step end-to-end runs.
 tiny  for tests only: T 128 and 256, two repeats of a few training steps; numbers mean little.
+breakdown  where the seconds of one whole default ``make train`` go (``--overrides`` to change the
+      run): reports/bench/breakdown.md and .json, plus the top functions of a cProfile'd run.
 """
 from __future__ import annotations
 
@@ -22,10 +26,10 @@ from ..cli import command_parser
 from ..attention.backends import flash_attn_package
 from ..results import git_sha
 from .kernels import KernelPlan, matmul_peak_gflops, run_kernels
-from .report import memory_summary, write_json, write_markdown, write_plots
+from .report import memory_summary, write_breakdown, write_json, write_markdown, write_plots
 from .throughput import callback_overhead, train_throughput
 
-SECTIONS = ("kernels", "train", "callbacks")
+SECTIONS = ("kernels", "train", "callbacks", "e2e", "compile")
 
 
 def kernel_plan(mode: str, device: torch.device) -> KernelPlan:
@@ -52,10 +56,17 @@ TRAIN = {"full": dict(steps=60, warmup=10, repeats=5), "fast": dict(steps=15, wa
          "tiny": dict(steps=6, warmup=2, repeats=2)}
 CALLBACKS = {"full": dict(steps=None, warmup=10, repeats=5), "fast": dict(steps=30, warmup=3, repeats=5),
              "tiny": dict(steps=6, warmup=2, repeats=2)}
+# end to end: the whole command per arm (defaults, attention=sdpa); full = the default 2000 steps
+E2E_ARMS = {"defaults": [], "sdpa": ["attention=sdpa"]}
+E2E = {"full": dict(repeats=3, extra=[]), "fast": dict(repeats=2, extra=["trainer.max_steps=300"]),
+       "tiny": dict(repeats=1, extra=["trainer.max_steps=6", "trainer.val_check_interval=3", "data.val_batches=2",
+                                      "callbacks.heads.every_n_steps=3", "checkpoint.every_n_steps=3"])}
+COMPILE = {"full": dict(steps=60, warmup=10, backends=BACKENDS), "fast": dict(steps=25, warmup=5, backends=BACKENDS),
+           "tiny": dict(steps=4, warmup=2, backends=("scaled", "sdpa"))}
 
 
 SECTION_KEYS = {"kernels": ("machine", "kernel_setup", "kernels", "memory_exponent", "memory_ratio_8192_1024", "memory_fit_T"),
-                "train": ("train",), "callbacks": ("callbacks",)}
+                "train": ("train",), "callbacks": ("callbacks",), "e2e": ("e2e",), "compile": ("compile",)}
 
 
 def merge_previous(bench: dict, out: Path, sections: list[str]) -> dict:
@@ -101,7 +112,9 @@ def _cpu_name() -> str | None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = command_parser("bench", __doc__.splitlines()[0])
-    p.add_argument("--mode", choices=("full", "fast", "tiny"), default="full")
+    p.add_argument("--mode", choices=("full", "fast", "tiny", "breakdown"), default="full")
+    p.add_argument("--overrides", nargs="*", default=[], help="breakdown mode: hydra overrides of the timed run")
+    p.add_argument("--no-cprofile", action="store_true", help="breakdown mode: skip the second, cProfile'd run")
     p.add_argument("--out", default="reports/bench", help="output directory (default reports/bench)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own choice)")
@@ -128,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.mode == "breakdown":
+        return run_breakdown(args, out)
     t0 = time.perf_counter()
     plan = kernel_plan(args.mode, device)
     load_before = list(os.getloadavg())
@@ -139,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                               "dtype": str(plan.dtype).removeprefix("torch."), "repeats": plan.repeats, "warmup": plan.warmup,
                               "timed_T": list(plan.timed_seq_lens), "memory_T": list(plan.seq_lens)},
              "kernels": [], "memory_exponent": {}, "memory_ratio_8192_1024": {}, "memory_fit_T": {},
-             "train": [], "callbacks": {}}
+             "train": [], "callbacks": {}, "e2e": {}, "compile": []}
     if args.merge:
         bench = merge_previous(bench, out, sections)
     print(f"  matmul {bench['machine']['matmul_n']}: {bench['machine']['matmul_gflops']:.1f} GFLOP/s")
@@ -160,6 +175,20 @@ def main(argv: list[str] | None = None) -> int:
         settings = CALLBACKS[args.mode] | ({"steps": args.callback_steps} if args.callback_steps else {})
         bench["callbacks"] = callback_overhead(device=device, **settings)
         section_s["callbacks"] = time.perf_counter() - t
+        write_json(bench, out)
+    if "e2e" in sections and device.type == "cpu":
+        from .endtoend import end_to_end
+
+        t = time.perf_counter()
+        bench["e2e"] = end_to_end(E2E_ARMS, **E2E[args.mode])
+        section_s["e2e"] = time.perf_counter() - t
+        write_json(bench, out)
+    if "compile" in sections:
+        from .compiled import compile_throughput
+
+        t = time.perf_counter()
+        bench["compile"] = compile_throughput(device=device, **COMPILE[args.mode])
+        section_s["compile"] = time.perf_counter() - t
     if "kernels" in sections:
         bench["machine"]["load_after"] = list(os.getloadavg())
     if "merged" in bench:
@@ -170,6 +199,22 @@ def main(argv: list[str] | None = None) -> int:
     if bench["kernels"]:
         write_plots(bench, out)
     print(f"attnlab.bench: wrote {out / 'bench.json'}, {out / 'bench.md'} and plots in {bench['wall_s']:.0f} s")
+    return 0
+
+
+def run_breakdown(args: argparse.Namespace, out: Path) -> int:
+    """One whole instrumented run (and a cProfile'd one): breakdown.json and breakdown.md in ``out``."""
+    import tempfile
+
+    from .breakdown import breakdown
+
+    print(f"attnlab.bench: breakdown of python -m attnlab.train {' '.join(args.overrides)}; load {os.getloadavg()[0]:.2f}")
+    with tempfile.TemporaryDirectory(prefix="attnlab-breakdown-") as work:
+        result = breakdown(list(args.overrides), Path(work), cprofile=not args.no_cprofile)
+    result.update(git_sha=git_sha(), created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), threads=torch.get_num_threads(),
+                  cpu=_cpu_name(), cpu_count=os.cpu_count(), torch=torch.__version__)
+    md = write_breakdown(result, out)
+    print(f"attnlab.bench: wrote {md} and {md.with_suffix('.json')}")
     return 0
 
 

@@ -97,6 +97,38 @@ def train_table(bench: dict) -> list[str]:
     return lines
 
 
+def e2e_table(e2e: dict) -> list[str]:
+    lines = ["| arm | steps | make train wall s (min-max) | plain wall s (min-max) | wall ratio (min-max) | "
+             "step ms: make train / plain | step ratio (min-max) | val/loss make train / plain |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in e2e.get("rows", []):
+        vl = r.get("val_loss") or {}
+        lines.append(
+            f"| {r['arm']} (`{' '.join(r['overrides']) or 'defaults'}`) | {r['steps']} | "
+            f"{_f(r['attnlab_wall_s'], '.1f')}{_range(r['attnlab_wall_range'], '.1f')} | "
+            f"{_f(r['plain_wall_s'], '.1f')}{_range(r['plain_wall_range'], '.1f')} | "
+            f"**{_f(r['wall_ratio'], '.3f')}**{_range(r['wall_ratio_range'], '.3f')} | "
+            f"{_f(r['attnlab_step_ms'], '.1f')} / {_f(r['plain_step_ms'], '.1f')} | "
+            f"{_f(r['step_ratio'], '.3f')}{_range(r['step_ratio_range'], '.3f')} | "
+            f"{_f((vl.get('attnlab') or [None])[0], '.4f')} / {_f((vl.get('plain') or [None])[0], '.4f')} |")
+    return lines
+
+
+def compile_table(rows: list[dict]) -> list[str]:
+    lines = ["| backend | eager tok/s | compiled tok/s | speed-up | compile s | eager tok/s incl. warm-up | "
+             "compiled tok/s incl. compile | speed-up incl. | max abs loss diff |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        if r.get("error"):
+            lines.append(f"| {r['backend']} | {_f(r.get('eager_tokens_per_s'), '.0f')} | {r['error']} | | | | | | |")
+            continue
+        lines.append(f"| {r['backend']} | {_f(r['eager_tokens_per_s'], '.0f')} | {_f(r['compiled_tokens_per_s'], '.0f')} | "
+                     f"{_f(r['speedup'], '.2f')} | {_f(r['compile_s'], '.1f')} | {_f(r['eager_tokens_per_s_incl'], '.0f')} | "
+                     f"{_f(r['compiled_tokens_per_s_incl'], '.0f')} | {_f(r['speedup_incl'], '.3f')} | "
+                     f"{_f(r['max_loss_diff'], '.1e')} |")
+    return lines
+
+
 def write_markdown(bench: dict, out: Path) -> Path:
     m = bench["machine"]
     lines = [
@@ -153,13 +185,80 @@ def write_markdown(bench: dict, out: Path) -> Path:
             f"`callbacks=none`, {cb.get('measured_steps')} measured steps after {cb.get('warmup_steps')}, {cb.get('repeats')} "
             f"repeats, backend {cb.get('backend')}: step time ratio **{_f(cb.get('overhead_ratio'), '.3f')}**"
             f"{_range(cb.get('overhead_ratio_range'), '.3f')} ({_f(cb.get('step_ms_with'))} ms vs {_f(cb.get('step_ms_without'))} ms)."
+            + (f" Against the plain loop (same model and batches, no Lightning) in the same repeats: with the default "
+               f"callbacks **{_f(cb.get('ratio_to_plain'), '.3f')}**{_range(cb.get('ratio_to_plain_range'), '.3f')}, "
+               f"without {_f(cb.get('none_ratio_to_plain'), '.3f')}{_range(cb.get('none_ratio_to_plain_range'), '.3f')} "
+               f"(plain {_f(cb.get('step_ms_plain'))} ms)." if cb.get("ratio_to_plain") else "")
             + (" Time inside each callback's own hooks, ms per step: "
                + ", ".join(f"{k} {v:.2f}" for k, v in cb["hook_ms_per_step"].items()) + "." if cb.get("hook_ms_per_step") else "")
             + ("" if cb.get("representative") else
                " Not representative: the window is shorter than the callbacks' common period, so rare callbacks are over- or under-counted."),
             "",
         ]
+    e2e = bench.get("e2e")
+    if e2e and e2e.get("rows"):
+        load = e2e.get("load") or [[None]]
+        lines += [
+            "## End to end: the whole `make train` against a plain PyTorch script",
+            "",
+            "Each arm is a fresh process timed from outside: `python -m attnlab.train` with the defaults (W&B offline + CSV, "
+            "default callbacks, progress bar, checkpoints) against `attnlab.bench.plain_train` (same model, corpus, seeded "
+            "batches, AdamW, schedule, clipping and validation cadence; no Lightning, callbacks, loggers or checkpoints). "
+            f"Arms alternate, the order flips every repeat; {e2e['repeats']} repeat(s); ratios within a repeat, median "
+            "(min-max). Step ms: make train's median from results.json (tokens/s), the plain loop's median step. "
+            f"Load average {_f(load[0][0])} at the start, {_f(load[-1][0])} at the end.",
+            "",
+            *e2e_table(e2e),
+            "",
+        ]
+    if bench.get("compile"):
+        c = bench["compile"][0]
+        lines += [
+            "## torch.compile",
+            "",
+            f"The training step (forward, backward, clipping, AdamW) of the tiny preset, eager then `torch.compile(model)` on "
+            f"the same batches from the same weights, {c['steps']} steps; tok/s = median step after {c['warmup_steps']} "
+            "steps; \"incl.\" = all steps' tokens over their total time (the compiling first steps included); compile s = the "
+            "warm-up steps' time beyond the steady step.",
+            "",
+            *compile_table(bench["compile"]),
+            "",
+        ]
     path = Path(out) / "bench.md"
+    atomic_write_text(path, "\n".join(lines))
+    return path
+
+
+def write_breakdown(result: dict, out: Path) -> Path:
+    """breakdown.json (everything) and breakdown.md (the table, group totals, cProfile's top functions)."""
+    atomic_write_text(Path(out) / "breakdown.json", json.dumps(_json_safe(result), indent=1) + "\n")
+    wall, steps = result["wall_s"], result["steps"]
+    lines = [
+        "# Where the time of one `make train` goes",
+        "",
+        f"`python -m attnlab.train {' '.join(result['overrides'])}` ({steps} steps), timed from outside: **{wall:.1f} s**. "
+        f"Generated by `python -m attnlab.bench --mode breakdown` at {result.get('created')} (git {result.get('git_sha')}) on "
+        f"{result.get('cpu')} ({result.get('cpu_count')} cores, {result.get('threads')} torch threads), load average "
+        f"{_f(result['load'][0][0])} before, {_f(result['load'][1][0])} after. Seconds are exclusive: a phase nested in "
+        "another (a checkpoint written by a callback, a W&B call inside validation) counts only for the inner one, so "
+        "the rows add up to the wall time.",
+        "",
+        "| group | seconds | share |",
+        "|---|---:|---:|",
+        *[f"| {g} | {sec:.2f} | {sec / wall * 100:.1f} % |" for g, sec in result["groups"].items()],
+        "",
+        "| group | phase | seconds | share | calls | ms per call | ms per step |",
+        "|---|---|---:|---:|---:|---:|---:|",
+        *[f"| {r['group']} | {r['phase']} | {r['seconds']:.3f} | {r['share'] * 100:.1f} % | {r['calls']} | "
+          f"{r['ms_per_call']:.2f} | {r['ms_per_step']:.3f} |" for r in result["rows"]],
+        "",
+    ]
+    if result.get("cprofile_top"):
+        lines += ["Functions with the most self time in a second, cProfile'd run (cProfile slows Python code, so these "
+                  "seconds are not the table's):", "", "| function | calls | self s | cumulative s |", "|---|---:|---:|---:|",
+                  *[f"| `{r['function']}` | {r['calls']} | {r['self_s']:.2f} | {r['cum_s']:.2f} |" for r in result["cprofile_top"]],
+                  ""]
+    path = Path(out) / "breakdown.md"
     atomic_write_text(path, "\n".join(lines))
     return path
 

@@ -243,7 +243,8 @@ def callback_overhead(
     steps: int | None, warmup: int, repeats: int, device: torch.device, backend: str = "scaled",
     cap: int = 2000, log: Callable[[str], None] = print,
 ) -> dict:
-    """Step time with ``callbacks=default`` over step time with ``callbacks=none``, pair by pair.
+    """Step time with ``callbacks=default`` over step time with ``callbacks=none``, pair by pair, and
+    both over the plain loop's (same model and batches, no Lightning) in the same repeat.
 
     ``steps=None`` measures over the lcm of the callbacks' intervals (so each fires at its true
     rate, e.g. 1000 steps for intervals 10, 100, 250, 500, 1000); a given ``steps`` is quicker
@@ -253,7 +254,7 @@ def callback_overhead(
     intervals = callback_intervals(probe)
     window = representative_window(intervals, cap) if steps is None else steps
     base = ["logger=none", f"attention={backend}", f"trainer.max_steps={warmup + window}", *device_overrides(device)]
-    on_s, off_s, hook_ms = [], [], {}
+    on_s, off_s, plain_s, hook_ms = [], [], [], {}
     with tempfile.TemporaryDirectory(prefix="attnlab-bench-") as out:
         on = make_setup([*base, "callbacks=default"], Path(out) / "on", device)
         off = make_setup([*base, "callbacks=none"], Path(out) / "off", device, on.datamodule)
@@ -267,13 +268,20 @@ def callback_overhead(
                 if setup is on:  # hook time over the whole run (warm-up and on_train_end too), per step
                     for name, sec in hooks.seconds.items():
                         hook_ms.setdefault(name, []).append(sec * 1e3 / setup.steps)
-            log(f"  callbacks rep {rep + 1}/{repeats}: on {on_s[-1] * 1e3:.2f} ms/step, off {off_s[-1] * 1e3:.2f} ms/step")
+            plain_s.append(plain_step_seconds(off, warmup))
+            log(f"  callbacks rep {rep + 1}/{repeats}: on {on_s[-1] * 1e3:.2f} ms/step, off {off_s[-1] * 1e3:.2f} ms/step, "
+                f"plain {plain_s[-1] * 1e3:.2f} ms/step")
         names = [type(c).__name__ for c in build_callbacks(on.cfg)]
     ratio = paired_ratios(on_s, off_s)
+    to_plain, off_to_plain = paired_ratios(on_s, plain_s), paired_ratios(off_s, plain_s)
     on_sum, off_sum = summarize(on_s), summarize(off_s)
     return {
         "overhead_ratio": ratio["median"], "overhead_ratio_range": [ratio["min"], ratio["max"]],
+        "ratio_to_plain": to_plain["median"], "ratio_to_plain_range": [to_plain["min"], to_plain["max"]],
+        "none_ratio_to_plain": off_to_plain["median"], "none_ratio_to_plain_range": [off_to_plain["min"], off_to_plain["max"]],
         "step_ms_with": on_sum["median"] * 1e3, "step_ms_without": off_sum["median"] * 1e3,
+        "step_ms_plain": summarize(plain_s)["median"] * 1e3,
+        "step_s_samples": {"with": on_s, "without": off_s, "plain": plain_s},
         "callbacks": names, "intervals": intervals, "measured_steps": window, "warmup_steps": warmup,
         "repeats": repeats, "backend": backend,
         "hook_ms_per_step": {name: summarize(v)["median"] for name, v in hook_ms.items()},

@@ -40,6 +40,7 @@ class GPTConfig:
     init_std: float | str = 0.02  # or "fan_in"
     attn_only: bool = False
     pos_encoding: str = "learned"  # learned | rope | alibi | none (attention/position.py)
+    compile: bool = False  # read by LitGPT: torch.compile the training and validation forwards
     attention: AttentionConfig = field(default_factory=AttentionConfig)
 
     def __post_init__(self):
