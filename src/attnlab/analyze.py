@@ -16,7 +16,8 @@ import torch
 from .analysis.heads import analyze_heads, build_probes
 from .analysis.outputs import HEADS_MD, write_outputs
 from .cli import command_parser
-from .errors import AttnlabError, DataError
+from .checkpointing import load_model
+from .errors import AttnlabError, CheckpointError, DataError
 
 
 def locate(path: str) -> tuple[Path, Path]:
@@ -52,15 +53,16 @@ def run_datamodule(run_dir: Path):
 
 
 def analyze(path: str, out: str | None = None, n_probe: int = 16, seed: int = 0, plot: bool = True) -> tuple[list, dict, Path]:
-    from .module import LitGPT
-
     ckpt, run_dir = locate(path)
-    module = LitGPT.load_from_checkpoint(ckpt, map_location="cpu", weights_only=False)
+    try:
+        module, checkpoint = load_model(ckpt)
+    except CheckpointError as err:
+        raise CheckpointError(err.path, f"{err.problem}; expected a checkpoint written by attnlab train") from None
     model = module.model.float().eval()
     probes = build_probes(model, module.hparams.get("vocab"), run_datamodule(run_dir), n_probe, seed)
     with torch.no_grad():
         heads, summary = analyze_heads(model, probes)
-    step = torch.load(ckpt, map_location="cpu", weights_only=False).get("global_step")
+    step = checkpoint["global_step"]
     meta = {"checkpoint": str(ckpt), "step": step, "plain": probes.plain_source, "n": n_probe, "half": f"{int(probes.half.min())}..{int(probes.half.max())}"}
     out_dir = Path(out) if out else run_dir
     write_outputs(heads, summary, out_dir, meta=meta, title=f"Head types: {run_dir.name}", plot=plot)

@@ -72,6 +72,9 @@ RULES: list[tuple[str, tuple[Callable, str]]] = [
     ("optim.warmup_steps", (lambda v: _is_int(v) and v >= 0, "an integer >= 0")),
     ("optim.weight_decay", non_negative_number),
     ("seed", (lambda v: _is_int(v) and v >= 0, "an integer >= 0")),
+    ("checkpoint.every_n_steps", positive_int),
+    ("checkpoint.keep", (lambda v: _is_int(v) and v >= -1, "an integer >= 0 (0: last.ckpt only), or -1 to keep all")),
+    ("memory_check", boolean),
     ("callbacks.heads.knockout", (lambda v: v is None or v in KNOCKOUT, "one of " + ", ".join(KNOCKOUT))),
 ]
 

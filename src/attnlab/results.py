@@ -1,9 +1,11 @@
 """results.json: one per run, ok or not, written atomically so it is never half-written."""
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -11,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
+
+from .errors import WriteFailed
 
 RESULTS = "results.json"
 
@@ -68,6 +72,59 @@ def atomic_write_text(path: Path, text: str) -> None:
         f.write(text)
 
 
+def fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def _os_error(err: BaseException) -> OSError | None:
+    """The OSError behind ``err`` (torch's zip writer turns a failed write into a RuntimeError)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, OSError) and err.errno:
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
+
+
+DISK_HINTS = {
+    errno.ENOSPC: "free space there or point hydra.run.dir at another disk",
+    errno.EDQUOT: "free space there or point hydra.run.dir at another disk",
+    errno.EACCES: "make the dir writable or point hydra.run.dir elsewhere",
+    errno.EPERM: "make the dir writable or point hydra.run.dir elsewhere",
+    errno.EROFS: "point hydra.run.dir at a writable disk",
+}
+
+
+def write_failure(what: str, path: Path, nbytes: int, err: BaseException) -> WriteFailed:
+    """One line for a write that failed: what, where, how large, why, and that the previous file is intact.
+
+    ``atomic_file`` never touches ``path`` before the rename, so whatever was there is still there.
+    """
+    path = Path(path)
+    cause = _os_error(err)
+    if cause is not None:
+        code, reason = cause.errno, cause.strerror or str(cause)
+    else:
+        try:  # no errno to read: a full disk is the common reason, and it can be checked
+            free = shutil.disk_usage(path.parent).free
+        except OSError:
+            free = None
+        full = free is not None and free < nbytes
+        code = errno.ENOSPC if full else None
+        reason = f"No space left on device ({fmt_bytes(free)} free)" if full else " ".join(str(err).split())[:200]
+    previous = f"the previous {path.name} is intact" if path.is_file() else f"no earlier {path.name} existed, nothing was replaced"
+    if not path.is_file() and path.suffix == ".ckpt":  # a new step<N>.ckpt: name the checkpoint that is still there
+        others = sorted((p for p in path.parent.glob("*.ckpt") if p != path), key=lambda p: p.stat().st_mtime)
+        previous += f"; {others[-1].name} there is intact" if others else ""
+    hint = f"; {DISK_HINTS[code]}" if code in DISK_HINTS else ""
+    return WriteFailed(f"cannot write {what} {path} (about {fmt_bytes(nbytes)}): {reason}; {previous}{hint}", path)
+
+
 def _json_safe(value):
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)  # JSON has no NaN/Inf; keep them visible as strings
@@ -95,6 +152,7 @@ class RunRecord:
                 "kernel": None,
             },
             "metrics": {},
+            "resumed_from": None,  # {"path", "step", "skipped"} when the run continued a checkpoint
             "wall_s": None,
             "git_sha": git_sha(),
         }
@@ -104,4 +162,8 @@ class RunRecord:
         if metrics:
             self.data["metrics"].update(metrics)
         if is_rank_zero():  # one results.json per run, also under DDP
-            atomic_write_text(self.path, json.dumps(_json_safe(self.data), indent=2))
+            text = json.dumps(_json_safe(self.data), indent=2)
+            try:
+                atomic_write_text(self.path, text)
+            except (OSError, RuntimeError) as err:
+                raise write_failure("the run record", self.path, len(text.encode()), err) from None

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import torch
 
+from .checkpointing import load_model
 from .cli import command_parser
 from .data.text import CharTokenizer
-from .module import LitGPT
+from .errors import CheckpointError
 
 
 def latest_checkpoint(root: Path = Path("logs")) -> Path | None:
@@ -33,7 +34,10 @@ def resolve_checkpoint(run: str | None) -> Path:
 
 
 def sample(ckpt: Path, prompt: str = "\n", tokens: int = 500, temperature: float = 0.8, top_k: int | None = 40, seed: int = 0) -> str:
-    module = LitGPT.load_from_checkpoint(ckpt, map_location="cpu", weights_only=True).eval()
+    try:
+        module = load_model(ckpt)[0].eval()
+    except CheckpointError as err:
+        raise SystemExit(f"attnlab: error: {err}; expected a checkpoint written by attnlab train") from None
     tokenizer = CharTokenizer(module.hparams.vocab)
     unknown = sorted(set(prompt) - set(tokenizer.chars))
     if unknown:

@@ -19,13 +19,14 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from .callbacks.interrupt import GracefulInterrupt, Interrupted
-from .checkpointing import AtomicCheckpointIO
+from .checkpointing import AtomicCheckpointIO, newest_intact, read_checkpoint
 from .config import CONF_DIR
 from .config_checks import check_config
 from .console import progress_line, quiet_lightning
-from .errors import AttnlabError, ConfigError
+from .errors import AttnlabError, CheckpointError, ConfigError, RunFault, WriteFailed
 from .module import LitGPT
-from .results import RunRecord, is_rank_zero
+from .resources import check_fits, is_out_of_memory, out_of_memory
+from .results import DISK_HINTS, RunRecord, is_rank_zero
 
 log = logging.getLogger("attnlab")
 
@@ -116,18 +117,38 @@ def check_kernel_runs(module: LitGPT, cfg: DictConfig, trainer: L.Trainer) -> No
         model(x)
 
 
-def resume_checkpoint(cfg: DictConfig, run_dir: Path) -> str | None:
-    """The checkpoint to continue from: ``ckpt_path``, or with ``resume=true`` the run dir's last.ckpt."""
+def resume_checkpoint(cfg: DictConfig, run_dir: Path) -> tuple[str | None, dict | None]:
+    """The checkpoint to continue from, checked, and what results.json says about it.
+
+    ``ckpt_path``: that file, or one line saying what is wrong with it. ``resume=true``: the run
+    dir's last.ckpt, or when it is damaged the newest intact checkpoint beside it (said in one line
+    on stderr); one line when none is intact. Damaged files are left where they are.
+    """
     if cfg.get("ckpt_path"):
         if not Path(cfg.ckpt_path).is_file():
             raise ConfigError("ckpt_path", cfg.ckpt_path, "an existing checkpoint file")
-        return str(cfg.ckpt_path)
-    if cfg.get("resume"):
-        last = run_dir / "checkpoints" / "last.ckpt"
-        if not last.is_file():
-            raise ConfigError("resume", True, f"a run dir holding checkpoints/last.ckpt (resume=true hydra.run.dir=<run dir>); {last} does not exist")
-        return str(last)
-    return None
+        try:
+            step = read_checkpoint(cfg.ckpt_path)["global_step"]
+        except CheckpointError as err:
+            raise CheckpointError(err.path, f"{err.problem}; expected an intact attnlab checkpoint for ckpt_path") from None
+        return str(cfg.ckpt_path), {"path": str(cfg.ckpt_path), "step": step, "skipped": []}
+    if not cfg.get("resume"):
+        return None, None
+    ckpt_dir = run_dir / "checkpoints"
+    last = ckpt_dir / "last.ckpt"
+    if not last.is_file():
+        raise ConfigError("resume", True, f"a run dir holding checkpoints/last.ckpt (resume=true hydra.run.dir=<run dir>); {last} does not exist")
+    path, step, skipped = newest_intact(ckpt_dir)
+    damaged = "; ".join(f"{p.name} {problem}" for p, problem in skipped)
+    if path is None:
+        raise AttnlabError(f"resume=true: no intact checkpoint in {ckpt_dir} ({damaged}); "
+                           "start a new run, or set ckpt_path= to an intact copy")
+    resumed = {"path": str(path), "step": step, "skipped": [{"path": str(p), "problem": problem} for p, problem in skipped]}
+    if skipped:
+        resumed["note"] = f"resume=true: {damaged}; resuming from {path.name} (step {step}), the newest intact checkpoint"
+        if is_rank_zero():
+            print(f"attnlab: {resumed['note']}", file=sys.stderr)
+    return str(path), resumed
 
 
 def final_metrics(trainer: L.Trainer, module: LitGPT, callbacks: list) -> dict:
@@ -146,6 +167,7 @@ def train(cfg: DictConfig) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     record = RunRecord(run_dir, cfg)
     loggers: list = []
+    trainer = estimate = None
     try:
         check_config(cfg)
         L.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -155,7 +177,7 @@ def train(cfg: DictConfig) -> dict:
         dm.tokenizer.save(run_dir / "vocab.json")
         model_cfg = OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": dm.vocab_size}
         module = LitGPT(model_cfg, OmegaConf.to_container(cfg.optim, resolve=True), max_steps, vocab=dm.vocab())
-        ckpt_path = resume_checkpoint(cfg, run_dir)
+        ckpt_path, record.data["resumed_from"] = resume_checkpoint(cfg, run_dir)
         loggers = build_loggers(cfg, run_dir)
         callbacks = [*build_callbacks(cfg), *progress_line(cfg.trainer.enable_progress_bar),
                      GracefulInterrupt(run_dir / "checkpoints" / "last.ckpt")]
@@ -167,6 +189,10 @@ def train(cfg: DictConfig) -> dict:
             default_root_dir=str(run_dir),
             val_check_interval=min(cfg.trainer.val_check_interval, max_steps),
         )
+        if cfg.get("memory_check", True):
+            processes = trainer.num_devices if trainer.strategy.root_device.type == "cpu" else 1
+            estimate = check_fits(cfg, sum(p.numel() for p in module.parameters()), dm.vocab_size,
+                                  trainer.strategy.root_device, processes)
         check_kernel_runs(module, cfg, trainer)
         provenance = {k: record.data[k] for k in ("config", "overrides", "git_sha")}
         for lg in loggers:
@@ -180,14 +206,18 @@ def train(cfg: DictConfig) -> dict:
         record.finish("ok", metrics, **extra)
         return metrics
     except (KeyboardInterrupt, Interrupted) as err:
-        record.finish("interrupted", error=str(err) or "interrupted")
+        record_failure(record, "interrupted", err, str(err) or "interrupted")
         raise
     except AttnlabError as err:
-        record.finish("failed", error=str(err))
+        record_failure(record, "failed", err, str(err))
         raise
     except Exception as err:
-        record.finish("failed", error=f"{type(err).__name__}: {err}")
-        raise
+        known = as_known_fault(err, cfg, trainer, estimate)
+        if known is None:
+            record_failure(record, "failed", err, f"{type(err).__name__}: {err}")
+            raise
+        record_failure(record, "failed", known, str(known))
+        raise known from None
     finally:
         finish_wandb(loggers, failed=record.data["status"] != "ok")
 
@@ -198,6 +228,25 @@ def finish_wandb(loggers: list, failed: bool) -> None:
         import wandb
 
         wandb.finish(exit_code=1 if failed else 0)
+
+
+def as_known_fault(err: Exception, cfg: DictConfig, trainer, estimate) -> AttnlabError | None:
+    """Out of memory, or a disk that refused a file (a logger's, say): one line instead of a traceback."""
+    if is_out_of_memory(err):
+        return out_of_memory(err, cfg, trainer.global_step if trainer is not None else None, estimate)
+    if isinstance(err, OSError) and err.filename and err.errno in DISK_HINTS:
+        return RunFault(f"{err.strerror}: {err.filename}; {DISK_HINTS[err.errno]}")
+    return None
+
+
+def record_failure(record: RunRecord, status: str, err: BaseException, error: str) -> None:
+    """Write the failure into results.json; if even that write fails, the error line says so too."""
+    if isinstance(err, WriteFailed) and err.path == record.path:
+        return  # results.json itself could not be written: nothing more to try
+    try:
+        record.finish(status, error=error)
+    except WriteFailed as write_err:
+        err.args = (f"{err} (results.json not updated either: {write_err})",)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
@@ -213,7 +262,7 @@ def hydra_entry(cfg: DictConfig) -> float | None:
         print(f"attnlab: error: {err}", file=sys.stderr)
         if multirun:
             return None  # results.json says failed; the other jobs go on
-        sys.exit(2)
+        sys.exit(err.exit_code)
     except Exception as err:
         if not multirun:
             raise

@@ -202,6 +202,14 @@ class TextDataModule(ResumableDataModule):
         ids = torch.tensor(self.tokenizer.encode(text), dtype=torch.long)
         if self.bos:  # appended, so every character keeps the id it has without BOS
             self.tokenizer = CharTokenizer([*self.tokenizer.chars, BOS])
+        need = 2 * (self.block_size + 2)  # a window plus its target, in the train and in the val split
+        if len(ids) < need:
+            largest = len(ids) // 2 - 2
+            smaller = f", or a model.block_size of at most {largest}" if largest >= 1 else ""
+            raise DataError(
+                f"data.path: the text has {len(ids)} character{'s' * (len(ids) != 1)}, too few for model.block_size={self.block_size}; "
+                f"expected a text of at least {need} characters{smaller}"
+            )
         n_val = max(int(len(ids) * self.val_fraction), self.block_size + 2)
         self.train_ids, self.val_ids = ids[:-n_val], ids[-n_val:]
         self.val_set = RandomWindows(self.val_ids, self.block_size, self.val_batches * self.batch_size, self.seed + 1,
