@@ -12,6 +12,7 @@ from .plots import heads_over_training, layer_stat_vs_axis, max_logit_over_train
 from .significance import marked_cells, pairs_table, scaling_pairs
 from .significance import summary as significance_summary
 from .tables import csv_text, html_table, markdown, rows
+from .wandb_summary import log_summary_run
 
 __all__ = ["build_report", "latest_sweep"]
 
@@ -99,6 +100,7 @@ def build_report(sweep_dirs: Path | list[Path], reports: Path = Path("reports"))
                                        "welch_t": p.test.t if p.test else None, "df": p.test.df if p.test else None,
                                        "p": p.test.p if p.test else None, "beyond_noise": p.significant} for p in pairs]}
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
+    log_summary_run(name, out, plots, runs, sweep_dirs[0])
     print(f"attnlab: {len(cells)} cells ({failed} failed runs) -> {out}/ablation.md, index.html")
     return summary
 

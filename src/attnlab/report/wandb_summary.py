@@ -1,0 +1,64 @@
+"""The study's table and plots as one W&B run in the study's W&B group, next to its training runs.
+
+``make table`` calls :func:`log_summary_run` after writing ``reports/<study>/``. The run goes where
+the training runs went: the same project and group, offline unless they were online, its files
+under the sweep dir (``<sweep dir>/wandb/offline-run-*``) so that ``make sync`` uploads it with them.
+"""
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+
+def wandb_target(runs) -> dict | None:
+    """Project, group and mode of the study's W&B runs; None when none of them logged to W&B."""
+    for run in runs:
+        config = run.results.get("config") or {}
+        wandb_cfg = (config.get("logger") or {}).get("wandb")
+        if wandb_cfg and wandb_cfg.get("mode", "offline") != "disabled":
+            # a multirun job's group is run_group, else its sweep dir's name (train.run_group)
+            return {"project": wandb_cfg.get("project") or "attnlab", "mode": wandb_cfg.get("mode") or "offline",
+                    "group": config.get("run_group") or run.dir.parent.name}
+    return None
+
+
+def numeric_rows(csv_text: str) -> tuple[list[str], list[list]]:
+    """ablation.csv as W&B Table columns and rows, numbers as floats so W&B can plot them."""
+    def value(cell: str):
+        try:
+            return float(cell)
+        except ValueError:
+            return cell
+
+    header, *body = list(csv.reader(io.StringIO(csv_text)))
+    return header, [[value(c) for c in row] for row in body]
+
+
+def log_summary_run(study: str, out: Path, plots: list[Path], runs, sweep_dir: Path) -> Path | None:
+    """Log ``out/ablation.csv`` as the Table ``ablation`` and each plot as ``plots/<name>`` to one
+    run named ``<study>-table`` (job type ``summary``); return its run dir, or None when the study's
+    runs did not use W&B."""
+    target = wandb_target(runs)
+    if target is None:
+        return None
+    import wandb
+
+    columns, data = numeric_rows((out / "ablation.csv").read_text())
+    try:
+        run = wandb.init(project=target["project"], group=target["group"], mode=target["mode"], name=f"{study}-table",
+                         job_type="summary", dir=str(sweep_dir),
+                         config={"study": study, "sweep_dir": str(sweep_dir), "runs": len(runs)},
+                         settings=wandb.Settings(quiet=True, silent=True), reinit="create_new")
+    except Exception as err:  # the report files are written; W&B is an extra copy of them
+        print(f"attnlab: the W&B summary run was not written ({type(err).__name__}: {err}); {out}/ is complete")
+        return None
+    try:
+        run.log({"ablation": wandb.Table(columns=columns, data=data),
+                 **{f"plots/{plot.stem}": wandb.Image(str(plot)) for plot in plots}})
+        run_dir = Path(run.dir).parent
+    finally:
+        run.finish()
+    where = "make sync uploads it" if target["mode"] == "offline" else "online"
+    print(f"attnlab: W&B run {study}-table (group {target['group']}) with the table and {len(plots)} plots; {where}: {run_dir}")
+    return run_dir

@@ -1,0 +1,126 @@
+"""The paper table in W&B: `make table` logs the study's table and plots to one run in the study's
+W&B group; a training run's offline file holds the per-layer attention and memory keys.
+
+wandb 0.31 writes offline runs from its Go core and ships no Python reader, so ``records`` reads
+the file's framing (LevelDB log blocks) and parses each record with wandb's own protobuf schema.
+"""
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from attnlab.report.wandb_summary import numeric_rows, wandb_target
+
+BLOCK = 32 * 1024
+HEADER = 7  # b":W&B", a 2-byte magic, a version byte
+
+
+def records(path: Path):
+    """wandb_internal_pb2.Record objects of an offline ``run-<id>.wandb`` file, in order."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B", f"{path} is not a W&B run file"
+    pos, parts = HEADER, b""
+    while pos + 7 <= len(data):
+        if BLOCK - pos % BLOCK < 7:  # a block's tail too short for a record header is padding
+            pos += BLOCK - pos % BLOCK
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind == 0:
+            continue
+        parts = chunk if kind in (1, 2) else parts + chunk  # FULL, FIRST / MIDDLE, LAST
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(parts)
+            yield record
+
+
+def history(run_dir: Path) -> dict[str, list]:
+    """Every logged key of an offline run, with its values in step order. wandb stores a logged
+    dict (a Table, an Image) as one item per field, ``nested_key = [key, field]``: rebuilt here."""
+    (path,) = run_dir.glob("run-*.wandb")
+    keys: dict[str, list] = {}
+    for record in records(path):
+        if record.WhichOneof("record_type") != "history":
+            continue
+        step: dict = {}
+        for item in record.history.item:
+            *parents, leaf = [item.key] if item.key else list(item.nested_key)
+            node = step
+            for name in parents:
+                node = node.setdefault(name, {})
+            node[leaf] = json.loads(item.value_json)
+        for key, value in step.items():
+            keys.setdefault(key, []).append(value)
+    return keys
+
+
+def fake_run(tmp_path, logger: dict, run_group=None):
+    return SimpleNamespace(dir=tmp_path / "2026-01-01_dk_scaling" / "0",
+                           results={"config": {"logger": logger, "run_group": run_group}})
+
+
+def test_summary_joins_the_group_and_mode_of_the_runs(tmp_path):
+    wandb_logger = {"wandb": {"project": "p", "mode": "offline"}, "csv": {}}
+    assert wandb_target([fake_run(tmp_path, wandb_logger)]) == {"project": "p", "mode": "offline", "group": "2026-01-01_dk_scaling"}
+    assert wandb_target([fake_run(tmp_path, wandb_logger, run_group="mine")])["group"] == "mine"
+    assert wandb_target([fake_run(tmp_path, {"csv": {}})]) is None
+    assert wandb_target([fake_run(tmp_path, {"wandb": {"mode": "disabled"}})]) is None
+
+
+def test_table_keeps_numbers_as_numbers():
+    columns, rows = numeric_rows("model.d_k,status,val/loss\n16,ok,1.886\n32,FAILED,\n")
+    assert columns == ["model.d_k", "status", "val/loss"]
+    assert rows == [[16.0, "ok", 1.886], [32.0, "FAILED", ""]]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """One smoke training run with W&B offline, laid out as a one-job sweep, then `make table` on it."""
+    from attnlab.config import compose_config
+    from attnlab.report import build_report
+    from attnlab.train import train
+
+    root = tmp_path_factory.mktemp("wandb")
+    sweep_dir = root / "2026-01-01_smoke"
+    cfg = compose_config(["debug=smoke", "logger=wandb", "study=smoke", "model.d_k=8", "callbacks=none",
+                          "+callbacks.attention_stats._target_=attnlab.callbacks.AttentionStats",
+                          "+callbacks.attention_stats.every_n_steps=3", "+callbacks.peak_memory._target_=attnlab.callbacks.PeakMemoryMonitor",
+                          "+callbacks.peak_memory.every_n_steps=3"], sweep_dir / "0")
+    train(cfg)
+    build_report(sweep_dir, root / "reports")
+    return sweep_dir, root / "reports" / "smoke"
+
+
+@pytest.mark.slow
+def test_training_run_logs_per_layer_attention_and_memory(sweep):
+    sweep_dir, _ = sweep
+    (run_dir,) = (sweep_dir / "0" / "wandb").glob("offline-run-*")
+    keys = history(run_dir)
+    for layer in range(4):
+        for stat in ("entropy", "max_prob"):
+            values = keys[f"attn/L{layer}/{stat}"]
+            assert values and all(isinstance(v, float) and v > 0 for v in values), (layer, stat, values)
+    assert keys["mem/peak_bytes"] and all(v > 0 for v in keys["mem/peak_bytes"])
+
+
+@pytest.mark.slow
+def test_make_table_logs_the_table_and_plots_to_one_run(sweep):
+    sweep_dir, out = sweep
+    (run_dir,) = (sweep_dir / "wandb").glob("offline-run-*")
+    keys = history(run_dir)
+    (table,) = keys["ablation"]
+    assert table["_type"] == "table-file"
+    logged = json.loads((run_dir / "files" / table["path"]).read_text())
+    with open(out / "ablation.csv") as f:
+        header = f.readline().strip().split(",")
+    assert logged["columns"] == header and len(logged["data"]) == 1
+    plots = {k.removeprefix("plots/") for k in keys if k.startswith("plots/")}
+    assert plots == {p.stem for p in out.glob("*.png")} and plots
+    assert all(keys[f"plots/{p}"][0]["_type"] == "image-file" for p in plots)
