@@ -32,49 +32,43 @@ def run_sweep(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_smoke_sweep_end_to_end_with_a_failing_cell(tmp_path):
-    """The smoke grid through the real entry point; one d_k value is invalid, the rest must finish."""
-    proc = run_sweep(tmp_path, "--study", "smoke", "model.d_k=16,32,-1", "logger=csv")
-    assert proc.returncode == 1, proc.stderr[-2000:]  # a failed cell makes the sweep exit non-zero
-    report = tmp_path / "reports" / "smoke"
-    lines = (report / "ablation.csv").read_text().splitlines()
-    header, rows = lines[0].split(","), [r.split(",") for r in lines[1:]]
-    assert len(rows) == 6  # 3 d_k x 2 scalings, one row per cell
-    col = {name: i for i, name in enumerate(header)}
-    for row in rows:
-        if row[col["model.d_k"]] == "-1":
-            assert row[col["n_failed"]] == "1" and "model.d_k" in row[col["errors"]]
-        else:
-            assert row[col["n_ok"]] == "1" and float(row[col["val/loss_mean"]]) < 10
-            assert float(row[col["attn/L0/entropy_norm_mean"]]) > 0
-    md = (report / "ablation.md").read_text()
-    assert md.count("FAILED") == 2 and "## Failed runs" in md
-    assert (report / "index.html").read_text().count('class="failed"') == 2
-    assert (report / "val_loss_vs_dk.png").exists() and (report / "max_logit_over_training.png").exists()
-
-
-@pytest.mark.slow
-def test_default_sweep_path_runs_two_cells_in_parallel_then_the_table(tmp_path):
-    """`make sweep` passes --jobs 2 (JOBS=2): the joblib launcher runs two cells at once, then the table
-    aggregates the seeds. 2 cells x 2 seeds of a tiny model, a few steps each (about 40 s on 2 busy cores)."""
-    proc = run_sweep(tmp_path, "--study", "smoke", "--seeds", "2", "--jobs", "2", "model.d_k=16", "model.init_std=0.02",
+def test_default_sweep_path_end_to_end(tmp_path):
+    """`make sweep` as it runs by default (JOBS=2: the joblib launcher, two cells at once), with seeds and
+    a failing cell: the invalid d_k fails, the rest finish, and the table aggregates the seeds.
+    2 d_k x 2 scalings x 2 seeds of a tiny model, 6 steps each (about a minute on 2 busy cores)."""
+    proc = run_sweep(tmp_path, "--study", "smoke", "--seeds", "2", "--jobs", "2", "model.d_k=16,-1", "model.init_std=0.02",
                      "logger=csv", "model.n_layer=1", "model.d_model=32", "model.n_head=2", "data.batch_size=2")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 1, proc.stderr[-2000:]  # a failed cell makes the sweep exit non-zero
     (sweep,) = (tmp_path / "logs").iterdir()
-    results = sorted(sweep.glob("*/results.json"))
-    assert len(results) == 4 and all(json.loads(r.read_text())["status"] == "ok" for r in results)
+    results = {r: json.loads(r.read_text()) for r in sweep.glob("*/results.json")}
+    ok = [r for r, res in results.items() if res["status"] == "ok"]
+    assert len(results) == 8 and len(ok) == 4
+    assert all("model.d_k=-1" in res["overrides"] for res in results.values() if res["status"] == "failed")
     for r in results:
         launcher = yaml.safe_load((r.parent / ".hydra" / "hydra.yaml").read_text())["hydra"]["launcher"]
         assert launcher["_target_"].endswith("JoblibLauncher") and launcher["n_jobs"] == 2
     # a job writes .hydra/config.yaml when it starts and results.json when it ends: in parallel, two spans overlap
-    spans = [((r.parent / ".hydra" / "config.yaml").stat().st_mtime, r.stat().st_mtime) for r in results]
+    spans = [((r.parent / ".hydra" / "config.yaml").stat().st_mtime, r.stat().st_mtime) for r in ok]
     assert any(a0 < b1 and b0 < a1 for i, (a0, a1) in enumerate(spans) for b0, b1 in spans[i + 1:])
-    md = (tmp_path / "reports" / "smoke" / "ablation.md").read_text()
-    assert "2 finished seed(s) per cell" in md and md.count("| ok 2 |") == 2 and "±" in md
+
+    report = tmp_path / "reports" / "smoke"
+    lines = (report / "ablation.csv").read_text().splitlines()
+    header, rows = lines[0].split(","), [r.split(",") for r in lines[1:]]
+    assert len(rows) == 4  # 2 d_k x 2 scalings, one row per cell, the seed left out
+    col = {name: i for i, name in enumerate(header)}
+    for row in rows:
+        if row[col["model.d_k"]] == "-1":
+            assert row[col["n_failed"]] == "2" and "model.d_k" in row[col["errors"]]
+        else:
+            assert row[col["n_ok"]] == "2" and float(row[col["val/loss_mean"]]) < 10 and float(row[col["val/loss_std"]]) > 0
+            assert float(row[col["attn/L0/entropy_norm_mean"]]) > 0
+    md = (report / "ablation.md").read_text()
+    assert md.count("FAILED") == 2 and "## Failed runs" in md and md.count("| ok 2 |") == 2 and "±" in md
     assert "## Scaled vs unscaled" in md and "Welch's t-test" in md and "2 seeds per cell" in md
-    summary = json.loads((tmp_path / "reports" / "smoke" / "summary.json").read_text())
-    (pair,) = summary["scaled_vs_unscaled"]
-    assert pair["n"] == [2, 2] and 0 <= pair["p"] <= 1
+    assert (report / "index.html").read_text().count('class="failed"') == 2
+    assert (report / "val_loss_vs_dk.png").exists() and (report / "max_logit_over_training.png").exists()
+    (pair,) = json.loads((report / "summary.json").read_text())["scaled_vs_unscaled"]
+    assert pair["where"] == "d_k=16" and pair["n"] == [2, 2] and 0 <= pair["p"] <= 1
 
 
 def fake_run(root: Path, name: str, overrides: list[str], loss: float | None, n_layer: int = 2, vocab: int = 10,
