@@ -271,3 +271,14 @@ def test_compare_plots_runs_side_by_side(tmp_path, monkeypatch):
     assert report_main(["--compare", f"a={tmp_path / 'a'}", f"b={tmp_path / 'b'}"]) == 0
     assert (tmp_path / "reports" / "compare" / "stats_over_training.png").stat().st_size > 0
     assert report_main(["--compare", "no-label"]) == 2
+
+
+def test_a_pair_with_one_seed_on_one_side_is_left_untested(tmp_path):
+    dirs = fake_study(tmp_path, [0, 1, 2], STUDY)
+    for d in dirs[1:]:
+        shutil.rmtree(d / "16-none-0.02")  # that cell still runs: only seed 0 has finished
+    build_report(dirs, reports=tmp_path / "r")
+    md = (tmp_path / "r" / "fake" / "ablation.md").read_text()
+    assert "1-3 finished seed(s) per cell" in md and "| 16 | none | 0.02 | ok 1 | 1.800 |" in md
+    assert "untested (1 seed)" in md and "Not tested: d_k=16, init_std=0.02 (1 seed)." in md
+    assert "1 of 3 scaled/unscaled pairs differ beyond seed noise" in md and "1-3 seeds per cell" in md

@@ -92,8 +92,12 @@ def pairs_table(pairs: list[Pair]) -> tuple[list[str], list[list[str]]]:
         body.append([p.where, p.variant, mean_pm_std(statistics.fmean(p.unscaled), _std(p.unscaled), len(p.unscaled)),
                      mean_pm_std(statistics.fmean(p.scaled), _std(p.scaled), len(p.scaled)), f"{p.diff:+.3f}",
                      f"{t.t:.2f}" if t else "-", f"{t.df:.1f}" if t else "-", _p(t.p) if t else "-",
-                     ("**yes**" if p.significant else "no") if t else "untested (1 seed)"])
+                     ("**yes**" if p.significant else "no") if t else f"untested ({_why_untested(p)})"])
     return header, body
+
+
+def _why_untested(p: Pair) -> str:
+    return "1 seed" if min(len(p.unscaled), len(p.scaled)) < 2 else "no spread: every seed gave the same value"
 
 
 def _std(values: list[float]) -> float | None:
@@ -115,9 +119,11 @@ def summary(pairs: list[Pair]) -> str:
     tested = [p for p in pairs if p.test is not None]
     seeds = sorted({min(len(p.unscaled), len(p.scaled)) for p in pairs})
     seed_text = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
-    if not tested:
+    if not tested and seeds[-1] < 2:
         return (f"{len(pairs)} scaled/unscaled pairs, {seed_text} seed(s) per cell: with one run per cell there is no seed noise "
                 "to compare against, so no difference here is called significant; run more seeds (SEEDS=3) to test them.")
+    if not tested:
+        return f"{len(pairs)} scaled/unscaled pairs, {seed_text} seeds per cell, but no spread over seeds to test against: nothing is called significant."
     better = [p for p in tested if p.significant and p.diff < 0]
     worse = [p for p in tested if p.significant and p.diff > 0]
     within = [p for p in tested if not p.significant]
@@ -132,9 +138,9 @@ def summary(pairs: list[Pair]) -> str:
     if len(tested) > 1:
         lines.append(f"With {len(tested)} tests at {ALPHA}, about {ALPHA * len(tested):.1f} would pass by chance if no pair differed; "
                      "the t-test has little power with so few seeds, so 'within noise' is not 'no effect'.")
-    untested = len(pairs) - len(tested)
+    untested = [p for p in pairs if p.test is None]
     if untested:
-        lines.append(f"{untested} pair(s) have a single seed on one side and are not tested.")
+        lines.append("Not tested: " + "; ".join(f"{p.where} ({_why_untested(p)})" for p in untested) + ".")
     return " ".join(lines)
 
 
