@@ -365,3 +365,15 @@ def test_presets_and_studies_are_not_refused(overrides, monkeypatch):
     monkeypatch.setattr("attnlab.resources.available_bytes", lambda device: step.total - 1)
     with pytest.raises(OutOfMemory):  # and the same estimate refuses a machine one byte too small
         check_fits(cfg, sum(p.numel() for p in module.parameters()), 128, torch.device("cpu"))
+
+
+# ---- corner cases ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, needed", [("a", "at least 132 characters"), ("to be " * 20, "a model.block_size of at most 58")])
+def test_text_too_short_says_what_would_do(text, needed, tmp_path, monkeypatch, capsys):
+    """A one-character file once said "expected a block size below 0"."""
+    corpus = tmp_path / "short.txt"
+    corpus.write_text(text)
+    code, _, err = run_main(monkeypatch, capsys, *SMOKE, "data=textfile", f"data.path={corpus}", f"hydra.run.dir={tmp_path}/run")
+    assert_one_line_error(code, err, "data.path")
+    assert needed in err and "below 0" not in err and "model.block_size=64" in err
