@@ -377,3 +377,15 @@ def test_text_too_short_says_what_would_do(text, needed, tmp_path, monkeypatch, 
     code, _, err = run_main(monkeypatch, capsys, *SMOKE, "data=textfile", f"data.path={corpus}", f"hydra.run.dir={tmp_path}/run")
     assert_one_line_error(code, err, "data.path")
     assert needed in err and "below 0" not in err and "model.block_size=64" in err
+
+
+@pytest.mark.slow
+def test_resume_without_last_ckpt_uses_the_newest_step_checkpoint(make_cfg, capsys):
+    first = make_cfg(*RESUMABLE, fast=False)
+    train(first)
+    run_dir = Path(first.paths.output_dir)
+    (run_dir / "checkpoints" / "last.ckpt").unlink()  # e.g. deleted by hand after it was found damaged
+    train(compose_config([*RESUMABLE, "resume=true", "trainer.max_steps=8"], run_dir))
+    assert "last.ckpt is missing; resuming from step4.ckpt (step 4)" in capsys.readouterr().err
+    record = results(run_dir)
+    assert record["status"] == "ok" and record["metrics"]["step"] == 8 and record["resumed_from"]["step"] == 4

@@ -136,9 +136,11 @@ def resume_checkpoint(cfg: DictConfig, run_dir: Path) -> tuple[str | None, dict 
         return None, None
     ckpt_dir = run_dir / "checkpoints"
     last = ckpt_dir / "last.ckpt"
-    if not last.is_file():
+    if not last.is_file() and not any(ckpt_dir.glob("*.ckpt")):
         raise ConfigError("resume", True, f"a run dir holding checkpoints/last.ckpt (resume=true hydra.run.dir=<run dir>); {last} does not exist")
     path, step, skipped = newest_intact(ckpt_dir)
+    if not last.is_file():
+        skipped.insert(0, (last, "is missing"))
     damaged = "; ".join(f"{p.name} {problem}" for p, problem in skipped)
     if path is None:
         raise AttnlabError(f"resume=true: no intact checkpoint in {ckpt_dir} ({damaged}); "
