@@ -185,7 +185,7 @@ def test_naive_attention_peak_holds_the_t_by_t_matrix():
 
 def test_memory_arithmetic():
     assert memory.attention_matrix_bytes(2, 32, 4096, 2) == 2 * 32 * 4096 * 4096 * 2
-    assert memory.loglog_slope([1, 2, 4, 8], [3, 12, 48, 192]) == pytest.approx(2.0)
+    assert memory.fit_exponent([1, 2, 4, 8], [3, 12, 48, 192]) == pytest.approx(2.0)  # the bench's fit, one for both
     assert memory.hbm_flash(1024, 64, 4096) == pytest.approx(1024**2 * 64**2 / 4096)
 
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from ..bench.memory import fit_exponent
 from ..profiling import peak_bytes as cpu_peak_bytes
 from .verdict import Claim, Table, combine, fmt, within
 
@@ -46,11 +46,6 @@ def peak_vs_t(ts, kinds=("naive", "sdpa", "flash"), d: int = 64, heads: int = 4)
     return [{"T": t, "d": d, **{kind: cpu_peak_bytes(attention_step(kind, t, d, heads)) for kind in kinds}} for t in ts]
 
 
-def loglog_slope(xs, ys) -> float:
-    """Least-squares slope of log y on log x: the exponent of a power law."""
-    return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
-
-
 def attention_matrix_bytes(batch: int, heads: int, t: int, bytes_per: int) -> int:
     """Bytes of one (batch, heads, t, t) attention matrix."""
     return batch * heads * t * t * bytes_per
@@ -75,7 +70,7 @@ def memory_measurements(ts, d: int = 64, heads: int = 4) -> dict:
 def memory_table(mem: dict) -> Table:
     rows = mem["rows"]
     ts = [r["T"] for r in rows]
-    slopes = {k: loglog_slope(ts, [r[k] for r in rows]) for k in ("naive", "sdpa", "flash")}
+    slopes = {k: fit_exponent(ts, [r[k] for r in rows]) for k in ("naive", "sdpa", "flash")}
     table = Table(
         f"Measured CPU peak memory (MiB), fwd+bwd of one causal attention, B=1, H={mem['heads']}, d={mem['d']}, fp32",
         ["T", "naive", "SDPA", "flash (forced)", "one T x T fp32 matrix x H", "naive / matrix"],
@@ -118,7 +113,7 @@ def claim_14(mem: dict) -> Claim:
     head_bytes = 8192 * 8192 * 2
     rows = mem["rows"]
     ts = [r["T"] for r in rows]
-    slope = loglog_slope(ts, [r["naive"] for r in rows])
+    slope = fit_exponent(ts, [r["naive"] for r in rows])
     by_d = mem["naive_by_d"]
     d_ratio = by_d[256] / by_d[16]
     mb_ok, quadratic, grows_with_d = within(128, head_bytes / MiB, abs_tol=0.5), abs(slope - 2) < 0.25, d_ratio > 4
@@ -148,7 +143,7 @@ def claim_14(mem: dict) -> Claim:
 def claim_15(mem: dict, sram_elems: int = 192 * 1024 // 2) -> Claim:
     rows = mem["rows"]
     ts = [r["T"] for r in rows]
-    slope = loglog_slope(ts, [r["flash"] for r in rows])
+    slope = fit_exponent(ts, [r["flash"] for r in rows])
     last = rows[-1]
     n, d = 8192, 128
     reduction = hbm_standard(n, d) / hbm_flash(n, d, sram_elems)

@@ -16,6 +16,7 @@ import torch
 
 from ..attention import attention_probs
 from ..attention.stats import attention_stats, layer_values, uniform_sink_mass
+from ..callbacks.probe import probe as qk_per_layer  # (q, k, scale) per layer, eval mode
 from ..config import compose_config
 from ..data import TextDataModule
 from ..model import GPT, GPTConfig
@@ -105,24 +106,10 @@ def qk_grad_norms(model: GPT, batch) -> dict:
     return {"q": q, "k": k, "qk_mean": (sum(q) + sum(k)) / (2 * len(q))}
 
 
-@torch.no_grad()
-def capture_qk(model: GPT, idx: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor, object]]:
-    """(q, k, softmax scale) entering each Attention module, via forward hooks (works for every backend)."""
-    seen = []
-    hooks = [layer.register_forward_hook(lambda m, args, out: seen.append((args[0], args[1], m.softmax_scale())))
-             for layer in model.attention_layers()]
-    try:
-        model(idx)
-    finally:
-        for h in hooks:
-            h.remove()
-    return seen
-
-
 def layer_stats(model: GPT, idx: torch.Tensor) -> list[dict]:
     """Per layer: per-head attention statistics (attention_stats) and the unscaled-logit std."""
     out = []
-    for q, k, scale in capture_qk(model, idx):
+    for q, k, scale in qk_per_layer(model, idx):
         per_head = attention_stats(q, k, scale)
         s = float(scale) if not torch.is_tensor(scale) else scale.view(1, -1, 1, 1)
         logits = (q @ k.transpose(-2, -1)) * s
@@ -164,8 +151,8 @@ def model_head_scores(model: GPT, text_idx: torch.Tensor, vocab_size: int, half:
     g = torch.Generator().manual_seed(seed)
     first = torch.randint(0, vocab_size, (text_idx.shape[0], half), generator=g)
     rep = torch.cat([first, first], dim=1)
-    text = capture_qk(model, text_idx)
-    ind = capture_qk(model, rep)
+    text = qk_per_layer(model, text_idx)
+    ind = qk_per_layer(model, rep)
     return [head_scores(attention_probs(q, k, s), attention_probs(qi, ki, si), half)
             for (q, k, s), (qi, ki, si) in zip(text, ind)]
 
