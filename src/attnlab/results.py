@@ -125,13 +125,21 @@ def write_failure(what: str, path: Path, nbytes: int, err: BaseException) -> Wri
     return WriteFailed(f"cannot write {what} {path} (about {fmt_bytes(nbytes)}): {reason}; {previous}{hint}", path)
 
 
-def _json_safe(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # JSON has no NaN/Inf; keep them visible as strings
+def json_safe(value, digits: int | None = None, non_finite_as_null: bool = False):
+    """``value`` in what JSON holds: NaN and inf as the strings "nan", "inf", "-inf" (JSON has
+    neither; a diverged run stays visible as one), or as null with ``non_finite_as_null``; numpy
+    and torch scalars as Python numbers; tuples as lists; floats rounded to ``digits`` significant
+    digits when given. The one encoder for results.json, repro.json and bench.json."""
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:  # numpy / torch scalars
+        value = value.item()
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None if non_finite_as_null else str(value)
+        return float(f"{value:.{digits}g}") if digits else value
     if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
+        return {str(k): json_safe(v, digits, non_finite_as_null) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v, digits, non_finite_as_null) for v in value]
     return value
 
 
@@ -162,7 +170,7 @@ class RunRecord:
         if metrics:
             self.data["metrics"].update(metrics)
         if is_rank_zero():  # one results.json per run, also under DDP
-            text = json.dumps(_json_safe(self.data), indent=2)
+            text = json.dumps(json_safe(self.data), indent=2)
             try:
                 atomic_write_text(self.path, text)
             except (OSError, RuntimeError) as err:

@@ -5,7 +5,7 @@ import json
 import math
 from pathlib import Path
 
-from ..results import atomic_write_text
+from ..results import atomic_write_text, json_safe
 from .memory import fit_exponent
 
 MIB = 2**20
@@ -25,19 +25,9 @@ def memory_summary(kernels: list[dict], min_fit_T: int = 1024) -> dict:
     return {"memory_exponent": exponents, "memory_ratio_8192_1024": ratios, "memory_fit_T": fit_ranges}
 
 
-def _json_safe(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 def write_json(bench: dict, out: Path) -> Path:
     path = Path(out) / "bench.json"
-    atomic_write_text(path, json.dumps(_json_safe(bench), indent=1) + "\n")
+    atomic_write_text(path, json.dumps(json_safe(bench, non_finite_as_null=True), indent=1) + "\n")
     return path
 
 
@@ -231,7 +221,7 @@ def write_markdown(bench: dict, out: Path) -> Path:
 
 def write_breakdown(result: dict, out: Path) -> Path:
     """breakdown.json (everything) and breakdown.md (the table, group totals, cProfile's top functions)."""
-    atomic_write_text(Path(out) / "breakdown.json", json.dumps(_json_safe(result), indent=1) + "\n")
+    atomic_write_text(Path(out) / "breakdown.json", json.dumps(json_safe(result, non_finite_as_null=True), indent=1) + "\n")
     wall, steps = result["wall_s"], result["steps"]
     lines = [
         "# Where the time of one `make train` goes",

@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from ..results import json_safe
+
 AGREES, DIFFERS = "agrees", "differs"
 
 
@@ -42,24 +44,9 @@ class Claim:
 
     def to_json(self) -> dict:
         return {
-            "id": self.id, "claim": self.claim, "source": json_safe(self.source),
-            "measured": json_safe(self.measured), "verdict": self.verdict, "detail": self.detail,
+            "id": self.id, "claim": self.claim, "source": json_safe(self.source, digits=6),
+            "measured": json_safe(self.measured, digits=6), "verdict": self.verdict, "detail": self.detail,
         }
-
-
-def json_safe(value):
-    """Floats rounded to 6 significant digits, NaN/inf as strings (JSON has neither)."""
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return str(value)
-        return float(f"{value:.6g}")
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:  # numpy / torch scalars
-        return json_safe(value.item())
-    return value
 
 
 def within(source: float, measured: float, abs_tol: float = 0.0, rel_tol: float = 0.0) -> bool:
