@@ -264,28 +264,30 @@ def test_results_json_write_failure_is_one_line(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "run" / "results.json").exists()
 
 
-def _can_mount_tmpfs(where: Path) -> bool:
+def _can_mount_tmpfs(where: Path, size: str) -> bool:
     if os.geteuid() != 0 or shutil.which("mount") is None:
         return False
     where.mkdir(parents=True, exist_ok=True)
-    ok = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(where)], capture_output=True).returncode == 0
-    return ok
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True).returncode == 0
 
 
 @pytest.mark.slow
 def test_a_really_full_disk(tmp_path):
-    """A 3 MB tmpfs: the first checkpoint (about 10 MB) cannot be written. Needs root."""
+    """A 25 MB tmpfs holds step2.ckpt and last.ckpt (9.3 MiB each, tiny preset) but not step4.ckpt. Needs root."""
     disk = tmp_path / "disk"
-    if not _can_mount_tmpfs(disk):
+    if not _can_mount_tmpfs(disk, "25m"):
         pytest.skip("needs root and tmpfs")
     try:
-        proc = run_cli("debug=smoke", "logger=none", "callbacks=default", "checkpoint.every_n_steps=2",
+        proc = run_cli("debug=smoke", "logger=csv", "callbacks=default", "checkpoint.every_n_steps=2",
                        f"hydra.run.dir={disk}/run")
+        assert proc.returncode == 1
         assert_one_line_error(proc.returncode, proc.stderr, "cannot write checkpoint")
-        assert "No space left on device" in proc.stderr
+        assert "step4.ckpt" in proc.stderr and "No space left on device" in proc.stderr and "last.ckpt there is intact" in proc.stderr
         record = results(disk / "run")
         assert record["status"] == "failed" and "No space left on device" in record["error"]
-        assert not list((disk / "run" / "checkpoints").glob("*.tmp")) and not list((disk / "run").glob("**/.*.tmp"))
+        ckpts = disk / "run" / "checkpoints"
+        assert sorted(p.name for p in ckpts.iterdir()) == ["last.ckpt", "step2.ckpt"]  # no temp file left
+        assert read_checkpoint(ckpts / "last.ckpt")["global_step"] == 2
     finally:
         subprocess.run(["umount", str(disk)], check=False)
 
