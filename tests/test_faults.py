@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -322,8 +321,8 @@ def test_out_of_memory_during_the_run_is_one_line(tmp_path, monkeypatch, capsys)
     assert results(tmp_path / "run")["status"] == "failed"
 
 
-def test_cuda_out_of_memory_message():
-    cfg = compose_config(["model.block_size=4096"], Path("/tmp/unused"))
+def test_cuda_out_of_memory_message(tmp_path):
+    cfg = compose_config(["model.block_size=4096"], tmp_path)
     err = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79 GiB")
     step = estimate_step({**cfg.model, "vocab_size": 65, "attention": dict(cfg.model.attention)}, 10**6, 12)
     line = str(out_of_memory(err, cfg, 12, step))
@@ -356,9 +355,9 @@ CONFIGS = [[f"model={m.stem}"] for m in sorted((ROOT / "conf" / "model").glob("*
 
 
 @pytest.mark.parametrize("overrides", CONFIGS, ids=lambda o: o[0])
-def test_presets_and_studies_are_not_refused(overrides, monkeypatch):
+def test_presets_and_studies_are_not_refused(overrides, monkeypatch, tmp_path):
     """Nothing shipped is refused on a small machine: each preset and study fits 4 GiB by the estimate."""
-    cfg = compose_config(overrides, Path("/tmp/unused"))
+    cfg = compose_config(overrides, tmp_path)
     module = LitGPT(OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": 128},
                     OmegaConf.to_container(cfg.optim, resolve=True), 10)
     monkeypatch.setattr("attnlab.resources.available_bytes", lambda device: 4 * 2**30)
