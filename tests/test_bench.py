@@ -6,6 +6,7 @@ import math
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import lightning as L
 import pytest
@@ -372,3 +373,45 @@ def test_cli_tiny_end_to_end_and_compile_sections(tmp_path):
         assert row["compile_s"] > 0 and row["max_loss_diff"] < 1e-3
     md = (tmp_path / "bench.md").read_text()
     assert "## End to end" in md and "## torch.compile" in md
+
+
+@pytest.mark.slow
+def test_compiled_training_matches_eager_and_probes_still_see_qk(make_cfg):
+    """model.compile=true: the same losses as eager over a few steps (same weights, same batches), the
+    statistics and head analysis still measured (probes run the eager module), and checkpoints hold
+    the eager model's keys, so resume and sample read them as before."""
+    from attnlab.train import train
+
+    common = ["debug=smoke", *MICRO, "callbacks=default", "checkpoint.every_n_steps=3"]
+    eager_cfg, compiled_cfg = make_cfg(*common), make_cfg(*common, "model.compile=true")
+    eager, compiled = train(eager_cfg), train(compiled_cfg)
+    for key in ("train/loss", "val/loss"):
+        assert compiled[key] == pytest.approx(eager[key], abs=1e-4), key
+    for key in ("attn/L0/entropy", "attn/L0/max_prob", "heads/repeat_acc"):
+        assert math.isfinite(compiled[key]) and compiled[key] == pytest.approx(eager[key], abs=1e-3), key
+    results = json.loads((Path(compiled_cfg.paths.output_dir) / "results.json").read_text())
+    assert results["status"] == "ok" and results["attention"]["kernel"]
+    state = torch.load(Path(compiled_cfg.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    assert not any("_orig_mod" in k or "_compiled" in k for k in state)
+    assert set(state) == set(torch.load(Path(eager_cfg.paths.output_dir) / "checkpoints" / "last.ckpt",
+                                        weights_only=True)["state_dict"])
+
+
+def test_lr_and_tokens_per_s_reach_the_csv_on_every_logged_step(make_cfg):
+    """The module logs lr and tokens/s only on the steps the loggers write (one self.log per step
+    instead of three): every written row still has them, with the lr of its own step."""
+    import csv
+
+    from attnlab.module import warmup_cosine
+    from attnlab.train import train
+
+    cfg = make_cfg(*MICRO, "logger=csv", "callbacks=none", "trainer.max_steps=9", "trainer.log_every_n_steps=2")
+    train(cfg)
+    rows = list(csv.DictReader(open(next(Path(cfg.paths.output_dir).rglob("metrics.csv")))))
+    logged = [r for r in rows if r.get("train/loss")]
+    assert [int(r["step"]) for r in logged] == [1, 3, 5, 7]
+    o = cfg.optim
+    for r in logged:
+        assert float(r["perf/tokens_per_s"]) > 0
+        expected = o.lr * warmup_cosine(int(r["step"]), o.warmup_steps, cfg.trainer.max_steps, o.lr, o.min_lr)
+        assert float(r["lr"]) == pytest.approx(expected, rel=1e-6)

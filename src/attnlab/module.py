@@ -77,7 +77,8 @@ class LitGPT(L.LightningModule):
         _, loss = self.step_forward(x, y)
         # under DDP, log the mean over processes (the loss the update actually follows), not rank 0's share
         self.log("train/loss", loss, prog_bar=True, sync_dist=self.trainer.world_size > 1)
-        self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"])
+        if self.trainer._logger_connector.should_update_logs:  # as LearningRateMonitor does: a step the loggers write
+            self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"])
         return loss
 
     def _sync(self):
@@ -93,7 +94,8 @@ class LitGPT(L.LightningModule):
         self._sync()
         rate = batch[0].numel() / (time.perf_counter() - self._t0)
         self._step_rates.append(rate)
-        self.log("perf/tokens_per_s", rate)
+        if self.trainer._logger_connector.should_update_logs:  # other steps' values would be overwritten unwritten
+            self.log("perf/tokens_per_s", rate)
 
     @property
     def median_tokens_per_s(self) -> float:

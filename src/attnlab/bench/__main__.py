@@ -114,6 +114,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = command_parser("bench", __doc__.splitlines()[0])
     p.add_argument("--mode", choices=("full", "fast", "tiny", "breakdown"), default="full")
     p.add_argument("--overrides", nargs="*", default=[], help="breakdown mode: hydra overrides of the timed run")
+    p.add_argument("--e2e-repeats", type=int, default=None, help="end-to-end repeats (default: the mode's)")
     p.add_argument("--no-cprofile", action="store_true", help="breakdown mode: skip the second, cProfile'd run")
     p.add_argument("--out", default="reports/bench", help="output directory (default reports/bench)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         from .endtoend import end_to_end
 
         t = time.perf_counter()
-        bench["e2e"] = end_to_end(E2E_ARMS, **E2E[args.mode])
+        bench["e2e"] = end_to_end(E2E_ARMS, **(E2E[args.mode] | ({"repeats": args.e2e_repeats} if args.e2e_repeats else {})))
         section_s["e2e"] = time.perf_counter() - t
         write_json(bench, out)
     if "compile" in sections:

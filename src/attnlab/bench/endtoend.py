@@ -1,7 +1,7 @@
 """End to end: the whole ``python -m attnlab.train`` command against the plain script, same work.
 
 Each arm is a fresh process timed from outside (start-up, imports, data, training, validation,
-teardown: what a user waits for). ``make train`` runs with its defaults (W&B offline + CSV,
+teardown: what a user waits for). ``make train`` (``attnlab train``) runs with its defaults (W&B offline + CSV,
 default callbacks, progress bar); the plain script (``plain_train``) trains the same model on
 the same batches with the same schedule and validation cadence and nothing else. Arms alternate
 within a repeat and the order flips every repeat; each ratio is taken within a repeat.
@@ -52,8 +52,8 @@ def timed(cmd: list[str], env: dict | None = None) -> tuple[float, subprocess.Co
 
 
 def run_attnlab(overrides: list[str], run_dir: Path) -> dict:
-    """``python -m attnlab.train OVERRIDES`` as ``make train`` runs it; wall time and results.json's figures."""
-    wall, _ = timed([sys.executable, "-m", "attnlab.train", *overrides, f"hydra.run.dir={run_dir}"])
+    """``attnlab train OVERRIDES``, the command ``make train`` runs; wall time and results.json's figures."""
+    wall, _ = timed([sys.executable, "-m", "attnlab.cli", "train", *overrides, f"hydra.run.dir={run_dir}"])
     results = json.loads((run_dir / "results.json").read_text())
     m = results["metrics"]
     tokens = int(results["config"]["data"]["batch_size"]) * int(results["config"]["model"]["block_size"])

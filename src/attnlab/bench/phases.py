@@ -106,7 +106,6 @@ def instrument(timer: PhaseTimer) -> Iterator[PhaseTimer]:
     """Wrap the default run's code path in phases for the duration of the block."""
     import torch
     from lightning.fabric.loggers.csv_logs import _ExperimentWriter
-    from lightning.pytorch.callbacks import TQDMProgressBar
     from lightning.pytorch.loggers import CSVLogger, WandbLogger
     from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
 
@@ -146,8 +145,7 @@ def instrument(timer: PhaseTimer) -> Iterator[PhaseTimer]:
         patches.wrap(LitGPT, "on_train_batch_end", timer, "step: tokens/s timer")
         patches.wrap(torch.utils.data.dataloader._BaseDataLoaderIter, "__next__", timer, "step: next batch")
         patches.wrap(torch.optim.lr_scheduler.LRScheduler, "step", timer, "step: lr schedule")
-        for cls in (TQDMProgressBar, GracefulInterrupt):
-            wrap_callback_class(patches, timer, cls)
+        wrap_callback_class(patches, timer, GracefulInterrupt)
         import wandb
 
         patches.wrap(wandb, "init", timer, "W&B: init")
@@ -164,7 +162,15 @@ def instrument(timer: PhaseTimer) -> Iterator[PhaseTimer]:
 
         patches.replace(train_mod, "build_callbacks", timed_build_callbacks, build_callbacks)
         patches.wrap(train_mod, "train", timer, "train(): not covered above")
-        patches.wrap(L.Trainer, "fit", timer, "Lightning loop: not covered above")
+        fit = L.Trainer.fit
+
+        def timed_fit(trainer, *args, **kwargs):
+            for callback in trainer.callbacks:  # those Lightning adds (progress bar) included
+                wrap_callback_class(patches, timer, type(callback))
+            with timer.phase("Lightning loop: not covered above"):
+                return fit(trainer, *args, **kwargs)
+
+        patches.replace(L.Trainer, "fit", timed_fit, fit)
         yield timer
     finally:
         patches.restore()
