@@ -74,26 +74,31 @@ def test_summary_joins_the_group_and_mode_of_the_runs(tmp_path):
     assert wandb_target([fake_run(tmp_path, {"wandb": {"mode": "disabled"}})]) is None
 
 
-def test_table_keeps_numbers_as_numbers():
-    columns, rows = numeric_rows("model.d_k,status,val/loss\n16,ok,1.886\n32,FAILED,\n")
-    assert columns == ["model.d_k", "status", "val/loss"]
-    assert rows == [[16.0, "ok", 1.886], [32.0, "FAILED", ""]]
+def test_table_keeps_numbers_as_numbers_and_one_type_per_column():
+    columns, rows = numeric_rows("model.d_k,model.init_std,status,val/loss\n16,0.02,ok,1.886\n32,fan_in,FAILED,\n")
+    assert columns == ["model.d_k", "model.init_std", "status", "val/loss"]
+    assert rows == [[16.0, "0.02", "ok", 1.886], [32.0, "fan_in", "FAILED", None]]
 
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
-    """One smoke training run with W&B offline, laid out as a one-job sweep, then `make table` on it."""
+    """Two smoke training runs with W&B offline, laid out as a two-job sweep whose init_std column
+    mixes a number and a name (W&B wants one type per column), then `make table` on it."""
     from attnlab.config import compose_config
     from attnlab.report import build_report
     from attnlab.train import train
 
     root = tmp_path_factory.mktemp("wandb")
     sweep_dir = root / "2026-01-01_smoke"
-    cfg = compose_config(["debug=smoke", "logger=wandb", "study=smoke", "model.d_k=8", "callbacks=none",
-                          "+callbacks.attention_stats._target_=attnlab.callbacks.AttentionStats",
-                          "+callbacks.attention_stats.every_n_steps=3", "+callbacks.peak_memory._target_=attnlab.callbacks.PeakMemoryMonitor",
-                          "+callbacks.peak_memory.every_n_steps=3"], sweep_dir / "0")
-    train(cfg)
+    for job, init in enumerate(("0.02", "fan_in")):
+        cfg = compose_config(["debug=smoke", "logger=wandb", "study=smoke", "model.d_k=8", f"model.init_std={init}", "callbacks=none",
+                              "+callbacks.attention_stats._target_=attnlab.callbacks.AttentionStats",
+                              "+callbacks.attention_stats.every_n_steps=3",
+                              "+callbacks.peak_memory._target_=attnlab.callbacks.PeakMemoryMonitor",
+                              "+callbacks.peak_memory.every_n_steps=3"], sweep_dir / str(job))
+        train(cfg)
+        results = sweep_dir / str(job) / "results.json"  # the job's override, as a Hydra multirun records it
+        results.write_text(json.dumps({**json.loads(results.read_text()), "overrides": [f"model.init_std={init}"]}))
     build_report(sweep_dir, root / "reports")
     return sweep_dir, root / "reports" / "smoke"
 
@@ -120,7 +125,7 @@ def test_make_table_logs_the_table_and_plots_to_one_run(sweep):
     logged = json.loads((run_dir / "files" / table["path"]).read_text())
     with open(out / "ablation.csv") as f:
         header = f.readline().strip().split(",")
-    assert logged["columns"] == header and len(logged["data"]) == 1
+    assert logged["columns"] == header and "model.init_std" in header and len(logged["data"]) == 2
     plots = {k.removeprefix("plots/") for k in keys if k.startswith("plots/")}
     assert plots == {p.stem for p in out.glob("*.png")} and plots
     assert all(keys[f"plots/{p}"][0]["_type"] == "image-file" for p in plots)

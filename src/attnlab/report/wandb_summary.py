@@ -24,15 +24,18 @@ def wandb_target(runs) -> dict | None:
 
 
 def numeric_rows(csv_text: str) -> tuple[list[str], list[list]]:
-    """ablation.csv as W&B Table columns and rows, numbers as floats so W&B can plot them."""
-    def value(cell: str):
+    """ablation.csv as W&B Table columns and rows: a column whose cells all read as numbers holds
+    floats (W&B can plot them), any other column strings (W&B wants one type per column, and an
+    axis such as init_std mixes 0.02 and fan_in); empty cells are None."""
+    def number(cell: str) -> float | None:
         try:
             return float(cell)
         except ValueError:
-            return cell
+            return None
 
     header, *body = list(csv.reader(io.StringIO(csv_text)))
-    return header, [[value(c) for c in row] for row in body]
+    numeric = [all(c == "" or number(c) is not None for c in column) for column in zip(*body)] if body else []
+    return header, [[None if c == "" else number(c) if is_num else c for c, is_num in zip(row, numeric)] for row in body]
 
 
 def log_summary_run(study: str, out: Path, plots: list[Path], runs, sweep_dir: Path) -> Path | None:
@@ -50,15 +53,15 @@ def log_summary_run(study: str, out: Path, plots: list[Path], runs, sweep_dir: P
                          job_type="summary", dir=str(sweep_dir),
                          config={"study": study, "sweep_dir": str(sweep_dir), "runs": len(runs)},
                          settings=wandb.Settings(quiet=True, silent=True), reinit="create_new")
-    except Exception as err:  # the report files are written; W&B is an extra copy of them
-        print(f"attnlab: the W&B summary run was not written ({type(err).__name__}: {err}); {out}/ is complete")
+        try:
+            run.log({"ablation": wandb.Table(columns=columns, data=data),
+                     **{f"plots/{plot.stem}": wandb.Image(str(plot)) for plot in plots}})
+            run_dir = Path(run.dir).parent
+        finally:
+            run.finish()
+    except Exception as err:  # the report files are written; W&B holds a copy of them
+        print(f"attnlab: the W&B summary run was not written ({type(err).__name__}: {str(err)[:300]}); {out}/ is complete")
         return None
-    try:
-        run.log({"ablation": wandb.Table(columns=columns, data=data),
-                 **{f"plots/{plot.stem}": wandb.Image(str(plot)) for plot in plots}})
-        run_dir = Path(run.dir).parent
-    finally:
-        run.finish()
     where = "make sync uploads it" if target["mode"] == "offline" else "online"
     print(f"attnlab: W&B run {study}-table (group {target['group']}) with the table and {len(plots)} plots; {where}: {run_dir}")
     return run_dir
