@@ -16,7 +16,7 @@ RUN    ?=
 JOBS   ?= 2
 
 .DEFAULT_GOAL := help
-.PHONY: help install train test test-all sweep table repro bench sample dashboard sync clean
+.PHONY: help install train test test-all sweep table repro bench sample gpu-check dashboard sync clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -55,6 +55,9 @@ bench: $(STAMP) ## kernel, memory and throughput benchmarks into reports/bench/ 
 
 sample: $(STAMP) ## generate text from the last trained checkpoint (RUN=a run dir, default the latest)
 	$(BIN)/attnlab sample $(RUN) $(ARGS)
+
+gpu-check: $(STAMP) ## on a CUDA machine: every backend x precision x qk_norm, DDP, kernels to T=16384 -> reports/gpu/ (no GPU: says so, exit 0)
+	$(BIN)/attnlab gpu-check $(ARGS)
 
 dashboard: $(STAMP) ## create a W&B workspace for the runs (prints the plan when not logged in)
 	$(BIN)/attnlab dashboard $(ARGS)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 
 # command -> (module, entry function, one-line help). Modules are imported only when run.
@@ -21,6 +22,7 @@ COMMANDS = {
     "sample": ("attnlab.sample", "main", "generate text from a run's checkpoint (default: the latest run)"),
     "analyze": ("attnlab.analyze", "main", "head scores and head types of a run dir or checkpoint"),
     "dashboard": ("attnlab.dashboard", "main", "create a saved W&B workspace (prints the plan when not logged in)"),
+    "gpu-check": ("attnlab.gpu_check", "main", "every backend x precision x qk_norm on the GPU, DDP, kernels -> reports/gpu/"),
 }
 ERROR_PREFIX = "attnlab: error: "
 
@@ -58,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     entry = getattr(importlib.import_module(module), function)
     if command == "train":  # Hydra reads sys.argv itself
         sys.argv = [sys.argv[0], *rest]
+        # Lightning starts DDP ranks as `python -m <__main__'s module> sys.argv[1:]`: make that attnlab.train
+        import __main__
+
+        __main__.__spec__ = importlib.util.find_spec("attnlab.train")
         entry()
         return 0
     return entry(rest) or 0

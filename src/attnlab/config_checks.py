@@ -12,7 +12,7 @@ from .attention.position import POS_ENCODINGS
 from .attention.sink import SINKS
 from .errors import ConfigError
 
-PRECISIONS = ("32", "32-true", "64", "64-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true")
+PRECISIONS = ("auto", "32", "32-true", "64", "64-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true")
 WANDB_MODES = ("offline", "online", "disabled")
 
 
@@ -92,6 +92,7 @@ def check_config(cfg: DictConfig) -> None:
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError("trainer.accelerator", accelerator, "cpu or auto on a machine without CUDA (trainer=cpu)")
     if accelerator == "cpu" and precision.startswith("16"):
+        # Lightning would quietly train bf16-mixed instead: no fp16 AMP on CPU
         raise ConfigError("trainer.precision", precision, "32, 64 or bf16-mixed on CPU (16-mixed needs a GPU)")
     if cfg.model.d_k is None and cfg.model.d_model % cfg.model.n_head:
         raise ConfigError(

@@ -84,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.seeds < 1 or args.jobs < 1:
         print(f"attnlab: error: --seeds {args.seeds} --jobs {args.jobs}: expected positive integers", file=sys.stderr)
         return 2
+    if args.jobs > 1 and any(x.split("=", 1)[0] in ("trainer", "trainer.strategy") and "ddp" in x for x in extra):
+        print(f"attnlab: error: --jobs {args.jobs} with DDP: each DDP job starts its own processes, which Hydra's "
+              "parallel launcher cannot host; use JOBS=1 (jobs one after another, each on all its devices)", file=sys.stderr)
+        return 2
     sweep_dir = Path(args.logs) / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{args.study}"
     cmd = sweep_command(args.study, args.seeds, args.jobs, sweep_dir, extra)
     print("attnlab: " + " ".join(cmd[1:]), flush=True)

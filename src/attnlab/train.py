@@ -24,6 +24,7 @@ from .checkpointing import AtomicCheckpointIO, newest_intact, read_checkpoint
 from .config import CONF_DIR
 from .config_checks import check_config
 from .console import progress_line, quiet_lightning
+from .devices import ddp_multirun_job, prepare_device
 from .errors import AttnlabError, CheckpointError, ConfigError, RunFault, WriteFailed
 from .module import LitGPT
 from .resources import check_fits, is_out_of_memory, out_of_memory
@@ -104,10 +105,13 @@ def build_callbacks(cfg: DictConfig) -> list:
     return [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None and "_target_" in c]
 
 
-def kernels_used(module: LitGPT) -> str | None:
-    """The kernel(s) that ran, e.g. "eager" or "sdpa:flash" (joined with + if layers differed)."""
-    names = sorted({layer.kernel for layer in module.model.attention_layers() if layer.kernel})
-    return "+".join(names) or None
+def kernels_used(module: LitGPT) -> tuple[str | None, bool]:
+    """The kernel(s) of the training forwards, never a probe's: e.g. "eager" or "sdpa:flash", joined
+    with + if layers differed and with -> where a layer's kernel changed during the run; and
+    whether one changed."""
+    layers = [layer.training_kernels for layer in module.model.attention_layers() if layer.training_kernels]
+    names = sorted({" -> ".join(kernels) for kernels in layers})
+    return "+".join(names) or None, any(len(kernels) > 1 for kernels in layers)
 
 
 def check_kernel_runs(module: LitGPT, cfg: DictConfig, trainer: L.Trainer) -> None:
@@ -168,6 +172,9 @@ def train(cfg: DictConfig) -> dict:
     """Train one model as configured; write results.json in ``paths.output_dir``; return its metrics."""
     run_dir = Path(cfg.paths.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    note = prepare_device(cfg)  # trainer.precision=auto resolved before it is recorded
+    if note and is_rank_zero():
+        print(f"attnlab: {note}", file=sys.stderr)
     record = RunRecord(run_dir, cfg)
     loggers: list = []
     trainer = estimate = None
@@ -200,11 +207,12 @@ def train(cfg: DictConfig) -> dict:
         provenance = {k: record.data[k] for k in ("config", "overrides", "git_sha")}
         for lg in loggers:
             lg.log_hyperparams({**axes(cfg), **provenance})
-        trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
+        with ddp_multirun_job(cfg):
+            trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
         if module.last_val_step != trainer.global_step:
             trainer.validate(module, datamodule=dm, verbose=False)
         metrics = final_metrics(trainer, module, callbacks)
-        record.data["attention"]["kernel"] = kernels_used(module)
+        record.data["attention"]["kernel"], record.data["attention"]["kernel_changed"] = kernels_used(module)
         extra = {k: v for cb in callbacks if hasattr(cb, "results_fields") for k, v in cb.results_fields().items()}
         record.finish("ok", metrics, **extra)
         return metrics
@@ -225,14 +233,6 @@ def train(cfg: DictConfig) -> dict:
         finish_wandb(loggers, failed=record.data["status"] != "ok")
 
 
-def finish_wandb(loggers: list, failed: bool) -> None:
-    """Close the W&B run of this job, so a multirun makes one W&B run per job."""
-    if any(type(lg).__name__ == "WandbLogger" for lg in loggers):
-        import wandb
-
-        wandb.finish(exit_code=1 if failed else 0)
-
-
 def as_known_fault(err: Exception, cfg: DictConfig, trainer, estimate) -> AttnlabError | None:
     """Out of memory, or a disk that refused a file (a logger's, say): one line instead of a traceback."""
     if is_out_of_memory(err):
@@ -250,6 +250,14 @@ def record_failure(record: RunRecord, status: str, err: BaseException, error: st
         record.finish(status, error=error)
     except WriteFailed as write_err:
         err.args = (f"{err} (results.json not updated either: {write_err})",)
+
+
+def finish_wandb(loggers: list, failed: bool) -> None:
+    """Close the W&B run of this job, so a multirun makes one W&B run per job."""
+    if any(type(lg).__name__ == "WandbLogger" for lg in loggers):
+        import wandb
+
+        wandb.finish(exit_code=1 if failed else 0)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")

@@ -6,8 +6,16 @@ Backends:
   sdpa           F.scaled_dot_product_attention, PyTorch picks the kernel
   flash          FlashAttention, forced: flash_attn on CUDA when installed, else PyTorch's
                  FLASH_ATTENTION kernel (CUDA or CPU). Never falls back silently.
+
+Under autocast the fused backends cast q, k, v to the autocast dtype themselves before they ask
+which kernel will run and call it: SDPA's own autocast cast happens inside the call, too late for
+the kernel query, and flash_attn takes no mixed inputs (qk_norm's LayerNorm may return fp32 q, k
+beside a bf16 v).
 """
 from __future__ import annotations
+
+import importlib.util
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -58,6 +66,15 @@ def explicit_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_
     return probs.to(v.dtype) @ v, "eager"
 
 
+def autocast_inputs(q, k, v):
+    """q, k, v in the autocast dtype when autocast is on for their device (else unchanged)."""
+    device = q.device.type
+    if not torch.is_autocast_enabled(device):
+        return q, k, v
+    dtype = torch.get_autocast_dtype(device)
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
 def _sdpa_args(q, k, causal, key_padding_mask, bias=None):
     """is_causal when only causality masks, else an explicit boolean mask; with a logit bias, a
     float mask holding the bias and -inf where a key is not visible."""
@@ -70,16 +87,38 @@ def _sdpa_args(q, k, causal, key_padding_mask, bias=None):
     return (bias if mask is None else bias.masked_fill(~mask, float("-inf"))), False
 
 
+_KERNEL_CHOICE: dict[tuple, str] = {}  # the selector's answer per input signature: asked once, not every forward
+
+
+def _enabled_sdp_backends() -> tuple[bool, ...]:
+    """The backends sdpa_kernel(...) currently allows: part of what the selector decides on."""
+    b = torch.backends.cuda
+    return (b.flash_sdp_enabled(), b.mem_efficient_sdp_enabled(), b.math_sdp_enabled(), b.cudnn_sdp_enabled())
+
+
 def sdpa_kernel_name(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None) -> str:
-    """Which kernel SDPA dispatches to for these inputs (asks PyTorch's own selector)."""
-    try:
-        idx = torch._fused_sdp_choice(q, k, v, attn_mask, dropout_p, is_causal, scale=scale)
-        return "sdpa:" + SDPBackend(idx).name.lower().replace("_attention", "")
-    except Exception:  # private API: an unknown answer is better than a crash
-        return "sdpa:unknown"
+    """Which kernel SDPA dispatches to for these inputs (asks PyTorch's own selector, once per
+    signature: shapes, dtypes, device, grad, mask, dropout, causality and the enabled backends)."""
+    if torch.compiler.is_compiling():
+        return "compiled:sdpa"  # the compiler lowers SDPA itself; the eager selector does not apply
+    key = (
+        q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, q.requires_grad or k.requires_grad or v.requires_grad,
+        None if attn_mask is None else (attn_mask.shape, attn_mask.dtype), dropout_p > 0, is_causal, scale,
+        _enabled_sdp_backends(),
+    )
+    name = _KERNEL_CHOICE.get(key)
+    if name is None:
+        try:
+            idx = torch._fused_sdp_choice(q, k, v, attn_mask, dropout_p, is_causal, scale=scale)
+            name = "sdpa:" + SDPBackend(idx).name.lower().replace("_attention", "")
+        except Exception:  # private API: an unknown answer is better than a crash
+            name = "sdpa:unknown"
+        _KERNEL_CHOICE[key] = name
+    return name
 
 
 def sdpa_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fill="-inf", dropout_p=0.0, bias=None):
+    q, k, v = autocast_inputs(q, k, v)
     q, s = _fold_scale(q, scale)
     attn_mask, is_causal = _sdpa_args(q, k, causal, key_padding_mask, bias)
     kernel = sdpa_kernel_name(q, k, v, attn_mask, dropout_p, is_causal, s)
@@ -87,20 +126,47 @@ def sdpa_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fill
     return out, kernel
 
 
+FLASH_ATTN_DEVICES = {"cuda"}  # where the flash_attn package is used (tests add "cpu" with a stand-in module)
+_FLASH_ATTN: dict[str, object] = {}  # the import's outcome, decided once per process
+
+
 def flash_attn_package():
-    """The flash_attn function if the package imports, else None."""
-    try:
-        from flash_attn import flash_attn_func
-    except Exception:
-        return None
-    return flash_attn_func
+    """flash_attn's ``flash_attn_func``, or None when the package is not installed.
+
+    Imported once. Installed but unusable (an ABI mismatch with torch or CUDA is common) is an
+    error naming the import failure, never a silent switch to PyTorch's kernel.
+    """
+    if "outcome" not in _FLASH_ATTN:
+        try:
+            installed = sys.modules.get("flash_attn") is not None or importlib.util.find_spec("flash_attn") is not None
+        except (ImportError, ValueError):
+            installed = True  # a half-imported package: let the import below say what is wrong
+        if not installed:
+            _FLASH_ATTN["outcome"] = None
+        else:
+            try:
+                from flash_attn import flash_attn_func
+            except Exception as err:  # ImportError, OSError (undefined symbol), RuntimeError ...
+                reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+                _FLASH_ATTN["outcome"] = KernelUnavailable(
+                    f"attention=flash: flash_attn is installed but does not import ({type(err).__name__}: {reason}); "
+                    "reinstall it for this torch/CUDA (pip install flash-attn --no-build-isolation) or uninstall it "
+                    "to use PyTorch's flash kernel"
+                )
+            else:
+                _FLASH_ATTN["outcome"] = flash_attn_func
+    outcome = _FLASH_ATTN["outcome"]
+    if isinstance(outcome, KernelUnavailable):
+        raise outcome
+    return outcome
 
 
 def flash_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fill="-inf", dropout_p=0.0, bias=None):
     if bias is not None:
         raise KernelUnavailable("attention=flash takes no logit bias (model.pos_encoding=alibi); use attention=sdpa")
+    q, k, v = autocast_inputs(q, k, v)
     q, s = _fold_scale(q, scale)
-    flash_attn_func = flash_attn_package() if q.is_cuda else None
+    flash_attn_func = flash_attn_package() if q.device.type in FLASH_ATTN_DEVICES else None
     if flash_attn_func is not None:
         if q.dtype not in (torch.float16, torch.bfloat16):
             raise KernelUnavailable(

@@ -10,7 +10,7 @@ import lightning as L
 import torch
 
 from .cadence import should_run
-from .probe import probe, probe_batch
+from .probe import probe, probe_batch, training_precision
 
 
 def plot_attention_maps(probs: list[torch.Tensor], path: Path, title: str) -> Path:
@@ -46,7 +46,7 @@ class AttentionMaps(L.Callback):
             return None
         x = probe_batch(trainer, 1)[:, : self.max_tokens].to(pl_module.device)
         layers = pl_module.model.attention_layers()  # each recomputes its own probabilities (ALiBi, escape)
-        probs = [layers[i].probabilities(q, k)[0] for i, (q, k, _) in enumerate(probe(pl_module.model, x))]
+        probs = [layers[i].probabilities(q, k)[0] for i, (q, k, _) in enumerate(probe(pl_module.model, x, training_precision(trainer)))]
         step = trainer.global_step
         path = plot_attention_maps(probs, Path(trainer.default_root_dir) / "attention_maps" / f"step{step}.png", f"step {step}")
         for logger in trainer.loggers:

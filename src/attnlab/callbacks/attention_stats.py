@@ -16,7 +16,7 @@ import torch
 
 from ..attention.stats import attention_stats, layer_values
 from .cadence import log_metrics, should_run
-from .probe import probe, probe_batch
+from .probe import probe, probe_batch, training_precision
 
 HISTORY_FILE = "attention_stats.jsonl"  # one JSON line of per-layer statistics per probe step
 
@@ -41,7 +41,7 @@ class AttentionStats(L.Callback):
             self._x = probe_batch(trainer, self.probe_size)
         metrics: dict[str, float] = {}
         layers = pl_module.model.attention_layers()  # their ALiBi bias and escape logits, if any
-        for i, (q, k, scale) in enumerate(probe(pl_module.model, self._x.to(pl_module.device))):
+        for i, (q, k, scale) in enumerate(probe(pl_module.model, self._x.to(pl_module.device), training_precision(trainer))):
             per_head = attention_stats(q, k, scale, causal=True, block=self.block,
                                        bias=layers[i].logit_bias, sink=layers[i].sink_logit())
             metrics.update({f"attn/L{i}/{name}": v for name, v in layer_values(per_head).items()})

@@ -6,6 +6,13 @@ gradients before the optimizer step, so the parameters are still those of the la
 when the guard fires: it saves them to ``checkpoints/last-finite.ckpt`` and
 raises ``NonFiniteError`` naming the step, the layer and the tensor. train() turns that into
 results.json status "failed" and one line on stderr; loggers are finalised by Lightning as usual.
+
+With a gradient scaler (``trainer.precision=16-mixed``) non-finite gradients are expected now and
+then: the scaler skips that optimizer step and lowers its scale. Such a step is not a failure; the
+guard fails on a non-finite loss, or after ``max_skipped_steps`` skipped steps in a row.
+
+Under DDP every rank takes the same decision at the same step (one all-reduce of a flag), so no
+rank is left waiting in a collective while another stops.
 """
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ import lightning as L
 import torch
 
 from ..errors import AttnlabError
+from .probe import training_precision
 
 
 class NonFiniteError(AttnlabError):
@@ -26,8 +34,10 @@ def _kind(t: torch.Tensor) -> str:
 
 
 class NonFiniteGuard(L.Callback):
-    def __init__(self, check_every_n_steps: int = 1):
+    def __init__(self, check_every_n_steps: int = 1, max_skipped_steps: int = 10):
         self.every = check_every_n_steps
+        self.max_skipped_steps = max_skipped_steps
+        self.skipped_in_a_row = 0  # optimizer steps a gradient scaler skipped, consecutively
         self._batch = None
         self._kind: str | None = None
         self.checkpoint_path: Path | None = None
@@ -47,13 +57,24 @@ class NonFiniteGuard(L.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         self._batch = batch  # kept to locate the first bad tensor if this step's loss is non-finite
 
+    @staticmethod
+    def _any_rank(trainer, bad: bool) -> bool:
+        """True on every rank if it is true on any (a no-op on one device)."""
+        return trainer.strategy.reduce_boolean_decision(bad, all=False)
+
     def on_before_backward(self, trainer, pl_module, loss):
-        if self._active(trainer) and not torch.isfinite(loss).all():
-            where = self._locate(pl_module) or "train/loss"
-            self._fire(trainer, where, loss)
+        if not self._active(trainer):
+            return
+        here = not bool(torch.isfinite(loss).all())
+        if not self._any_rank(trainer, here):
+            return
+        if not here:
+            self._kind = "NaN/Inf"
+            self._fire(trainer, "train/loss on another rank", loss)
+        self._fire(trainer, self._locate(trainer, pl_module) or "train/loss", loss)
 
     @torch.no_grad()
-    def _locate(self, pl_module) -> str | None:
+    def _locate(self, trainer, pl_module) -> str | None:
         """Re-run this step's forward with hooks and name the first layer whose output is non-finite.
 
         Checking only the loss each step is cheap (one scalar); a NaN or Inf in any attention output
@@ -72,7 +93,8 @@ class NonFiniteGuard(L.Callback):
         handles = [module.register_forward_hook(watch(name)) for module, name in names]
         try:
             x, y = self._batch
-            model(x, y)
+            with training_precision(trainer)():  # the step's own dtypes and kernels
+                model(x, y)
         finally:
             for handle in handles:
                 handle.remove()
@@ -85,9 +107,21 @@ class NonFiniteGuard(L.Callback):
         if not self._active(trainer):
             return
         grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
-        if not grads or torch.isfinite(torch.nn.utils.get_total_norm(grads)):
-            return  # one fused norm over all gradients: a single check per step
+        # one fused norm over all gradients: a single check per step
+        bad = bool(grads) and not bool(torch.isfinite(torch.nn.utils.get_total_norm(grads)))
+        if not self._any_rank(trainer, bad):
+            self.skipped_in_a_row = 0
+            return
+        if getattr(trainer.precision_plugin, "scaler", None) is not None:
+            self.skipped_in_a_row += 1  # the scaler skips this step and lowers its scale
+            if self.skipped_in_a_row < self.max_skipped_steps:
+                return
+            self._kind = "NaN/Inf"
+            self._fire(trainer, f"the gradients of {self.skipped_in_a_row} steps in a row (the 16-mixed scaler "
+                       f"skipped them all; callbacks.nonfinite_guard.max_skipped_steps={self.max_skipped_steps})", grads[0])
         for name, p in pl_module.named_parameters():
             if p.grad is not None and not torch.isfinite(p.grad).all():
                 self._fire(trainer, f"gradient of {name}", p.grad)
+        self._kind = "NaN/Inf"
+        self._fire(trainer, "the gradients on another rank", grads[0] if grads else torch.zeros(()))
 

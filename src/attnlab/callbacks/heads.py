@@ -20,6 +20,7 @@ from lightning.pytorch.callbacks import Callback
 from ..analysis.heads import KNOCKOUT, THRESHOLDS, Probes, analyze_heads, build_probes
 from ..analysis.outputs import table_columns, table_rows, write_outputs
 from .cadence import log_metrics
+from .probe import training_precision
 
 
 class HeadAnalysis(Callback):
@@ -48,7 +49,8 @@ class HeadAnalysis(Callback):
             vocab = pl_module.hparams.get("vocab") if hasattr(pl_module, "hparams") else None
             self.probes = build_probes(pl_module.model, vocab, getattr(trainer, "datamodule", None), self.n_probe, self.seed)
         knockout = self.knockout == "always" or (final and self.knockout == "final")
-        self.heads, self.final = analyze_heads(pl_module.model, self.probes, self.thresholds, knockout=knockout)
+        with training_precision(trainer)():  # the forwards see the training dtype and kernel
+            self.heads, self.final = analyze_heads(pl_module.model, self.probes, self.thresholds, knockout=knockout)
         entry = {"step": trainer.global_step, **self.final}
         if self.history and self.history[-1]["step"] == entry["step"]:
             self.history[-1] = entry  # the final analysis of a step already measured: it adds the knockout

@@ -1,7 +1,9 @@
 """SIGINT / SIGTERM: finish the current step, save ``last.ckpt``, then stop with status interrupted.
 
 The signal only sets a flag; the checkpoint is written between steps, so it is a consistent state
-to resume from (``resume=true``). A second SIGINT interrupts at once.
+to resume from (``resume=true``). A second SIGINT interrupts at once. Under DDP the flag is
+reduced over the ranks after every step (a signal may reach one process only), so all of them
+save and stop at the same step and none waits in a collective for the others.
 """
 from __future__ import annotations
 
@@ -36,10 +38,10 @@ class GracefulInterrupt(L.Callback):
             self._previous = {s: signal.signal(s, self._handler) for s in self.SIGNALS}
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if self.received is None:
+        if not trainer.strategy.reduce_boolean_decision(self.received is not None, all=False):
             return
-        trainer.save_checkpoint(self.checkpoint_path)
-        name = signal.Signals(self.received).name
+        trainer.save_checkpoint(self.checkpoint_path)  # every rank: saving is collective under DDP
+        name = signal.Signals(self.received).name if self.received is not None else "a signal to another rank"
         raise Interrupted(
             f"{name} at step {trainer.global_step}: checkpoint saved to {self.checkpoint_path}; "
             f"resume with resume=true hydra.run.dir={self.checkpoint_path.parent.parent}"

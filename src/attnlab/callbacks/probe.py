@@ -1,7 +1,14 @@
-"""The probe pass shared by the statistics and map callbacks: q, k and scale of every layer."""
+"""The probe pass shared by the measurement callbacks: q, k and scale of every layer.
+
+Measurement forwards run in the trainer's precision context (autocast for ``*-mixed``), so they
+see the dtypes and kernels the training step sees: Lightning autocasts only inside its own
+training and validation steps, and a forced flash kernel refuses fp32 inputs. The statistics
+themselves are then computed in fp32 from the captured q and k (``full_precision``).
+"""
 from __future__ import annotations
 
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import lightning as L
 import torch
@@ -37,17 +44,32 @@ def eval_mode(model: torch.nn.Module):
         model.train(was_training)
 
 
+Precision = Callable[[], AbstractContextManager]
+
+
+def training_precision(trainer: L.Trainer | None) -> Precision:
+    """The context the trainer runs its forwards in (autocast for ``*-mixed``; nothing for 32)."""
+    plugin = getattr(trainer, "precision_plugin", None)
+    return plugin.forward_context if plugin is not None else nullcontext
+
+
+def full_precision(device: torch.device | str) -> AbstractContextManager:
+    """Autocast off: probabilities and scores are computed in fp32 even inside a mixed-precision context."""
+    return torch.autocast(torch.device(device).type, enabled=False)
+
+
 @torch.no_grad()
-def probe_with_logits(model: GPT, x: torch.Tensor):
-    """Run ``x`` through the model in eval mode (restored afterwards): per-layer (q, k, scale), and the logits."""
-    with eval_mode(model), capture_qk(model) as captured:
+def probe_with_logits(model: GPT, x: torch.Tensor, precision: Precision = nullcontext):
+    """Run ``x`` through the model in eval mode (restored afterwards) and in ``precision``:
+    per-layer (q, k, scale), and the logits."""
+    with eval_mode(model), capture_qk(model) as captured, precision():
         logits, _ = model(x)
     return [(q, k, s.detach() if torch.is_tensor(s) else s) for q, k, s in captured], logits
 
 
-def probe(model: GPT, x: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor, float | torch.Tensor]]:
+def probe(model: GPT, x: torch.Tensor, precision: Precision = nullcontext) -> list[tuple[torch.Tensor, torch.Tensor, float | torch.Tensor]]:
     """Per-layer (q, k, softmax scale) of ``x`` in eval mode."""
-    return probe_with_logits(model, x)[0]
+    return probe_with_logits(model, x, precision)[0]
 
 
 def probe_batch(trainer: L.Trainer, size: int) -> torch.Tensor:

@@ -1,0 +1,359 @@
+"""The GPU code paths, exercised where a CPU can take them (issue 12).
+
+bf16-mixed on CPU stands in for a GPU's autocast, 16-mixed on CPU has a real GradScaler, a
+stand-in module plays flash_attn, the profiler shows which SDPA kernel really ran, and DDP runs
+over gloo on CPU.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import types
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from attnlab.attention import backends
+from attnlab.attention.module import Attention
+from attnlab.callbacks.guard import NonFiniteError
+from attnlab.errors import KernelUnavailable
+from attnlab.model.gpt import CausalSelfAttention, GPTConfig
+from attnlab.train import train
+
+from conftest import run_cli
+
+
+def reference_attention(q, k, v, scale):
+    """Causal softmax attention in float64, (B, H, T, d)."""
+    q, k, v = q.double(), k.double(), v.double()
+    t = q.shape[-2]
+    logits = (q @ k.transpose(-2, -1)) * scale
+    logits = logits.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), -math.inf)
+    return torch.softmax(logits, -1) @ v
+
+
+# ----------------------------------------------------------------- precision of measurement forwards
+
+
+def test_bf16_mixed_measurements_see_bf16_q_and_k(make_cfg, monkeypatch):
+    """Every forward of a bf16-mixed run (training steps, statistics, maps, head analysis with its
+    knockout, the guard) reaches attention with bf16 q, k, v, as the training step does."""
+    seen: list[tuple[bool, torch.dtype, torch.dtype]] = []
+    forward = Attention.forward
+
+    def spy(self, q, k, v, key_padding_mask=None):
+        seen.append((self.training and torch.is_grad_enabled(), q.dtype, k.dtype))
+        return forward(self, q, k, v, key_padding_mask)
+
+    monkeypatch.setattr(Attention, "forward", spy)
+    cfg = make_cfg("attention=sdpa", "trainer.precision=bf16-mixed", "callbacks=default", "callbacks.heads.knockout=always",
+                   "callbacks.heads.every_n_steps=3", "callbacks.attention_stats.every_n_steps=3",
+                   "callbacks.attention_maps.every_n_steps=3", "trainer.max_steps=3", "model.n_layer=2")
+    metrics = train(cfg)
+    measured = [(q, k) for training, q, k in seen if not training]
+    assert any(training for training, _, _ in seen) and len(measured) > 10
+    assert {q for q, _ in measured} == {torch.bfloat16} and {k for _, k in measured} == {torch.bfloat16}
+    assert all(math.isfinite(metrics[f"attn/L{i}/entropy"]) for i in range(2))
+    # the statistics are still computed in fp32: uniform-free but finite and in range
+    assert 0 < metrics["attn/L0/max_prob_max"] <= 1
+
+
+def test_kernel_is_recorded_from_training_forwards_only(make_cfg, monkeypatch):
+    """Probes run after fit (eval, no grad) must not decide results.json's attention.kernel."""
+    def name(q, k, v, *args, **kwargs):
+        return "sdpa:train" if torch.is_grad_enabled() else "sdpa:probe"
+
+    monkeypatch.setattr(backends, "sdpa_kernel_name", name)
+    cfg = make_cfg("attention=sdpa", "callbacks=default", "trainer.max_steps=2", "model.n_layer=2")
+    train(cfg)
+    results = json.loads((Path(cfg.paths.output_dir) / "results.json").read_text())
+    assert results["attention"]["kernel"] == "sdpa:train"
+    assert results["attention"]["kernel_changed"] is False
+
+
+def test_kernel_choice_is_asked_with_the_autocast_dtype(monkeypatch):
+    asked = []
+    real = torch._fused_sdp_choice
+    monkeypatch.setattr(torch, "_fused_sdp_choice", lambda q, k, v, *a, **kw: asked.append(q.dtype) or real(q, k, v, *a, **kw))
+    backends._KERNEL_CHOICE.clear()
+    q = torch.randn(2, 3, 9, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = backends.sdpa_attention(q, q, q, 0.3)
+    assert asked == [torch.bfloat16] and out.dtype == torch.bfloat16
+    backends.sdpa_attention(q, q, q, 0.3)
+    backends.sdpa_attention(q, q, q, 0.3)  # same signature: answered from the cache
+    assert asked == [torch.bfloat16, torch.float32]
+
+
+# ----------------------------------------------------------------------------------- flash_attn
+
+
+class FlashAttnStandIn:
+    """flash_attn's contract: (B, T, H, D) inputs of one dtype, fp16/bf16 only, softmax_scale, causal."""
+
+    def __init__(self):
+        self.calls: list[dict] = []
+
+    def __call__(self, q, k, v, dropout_p=0.0, softmax_scale=None, causal=False):
+        assert q.dtype in (torch.float16, torch.bfloat16), "flash_attn only supports fp16 and bf16"
+        assert q.dtype == k.dtype == v.dtype, "flash_attn needs q, k, v of one dtype"
+        assert q.shape == k.shape == v.shape and q.dim() == 4
+        self.calls.append({"shape": tuple(q.shape), "scale": softmax_scale, "causal": causal, "dtype": q.dtype})
+        out = reference_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), softmax_scale)
+        return out.transpose(1, 2).to(q.dtype)
+
+
+@pytest.fixture
+def flash_attn_on_cpu(monkeypatch):
+    """A flash_attn package in sys.modules, used on CPU as it would be on CUDA."""
+    fn = FlashAttnStandIn()
+    module = types.ModuleType("flash_attn")
+    module.flash_attn_func = fn
+    monkeypatch.setitem(sys.modules, "flash_attn", module)
+    monkeypatch.setattr(backends, "FLASH_ATTN_DEVICES", {"cpu", "cuda"})
+    monkeypatch.setattr(backends, "_FLASH_ATTN", {})
+    return fn
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_flash_attn_contract_under_autocast(flash_attn_on_cpu, qk_norm):
+    torch.manual_seed(0)
+    b, t, h, d = 2, 7, 3, 8  # all different: a wrong layout cannot pass
+    cfg = GPTConfig(vocab_size=11, block_size=t, n_head=h, d_model=24, d_k=d,
+                    attention={"backend": "flash", "scaling": "inv_sqrt_d", "qk_norm": qk_norm})
+    layer = CausalSelfAttention(cfg)
+    x = torch.randn(b, t, 24)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = layer(x)
+    assert layer.attn.kernel == "flash_attn"
+    call = flash_attn_on_cpu.calls[-1]
+    assert call == {"shape": (b, t, h, d), "scale": pytest.approx(1 / math.sqrt(d)), "causal": True, "dtype": torch.bfloat16}
+    layer.attn.backend = "scaled"  # the same weights through the explicit kernel, in fp32
+    torch.testing.assert_close(y.float(), layer(x), atol=3e-2, rtol=3e-2)
+
+
+def test_flash_attn_refuses_fp32_in_one_line(flash_attn_on_cpu):
+    q = torch.randn(1, 2, 5, 8)
+    with pytest.raises(KernelUnavailable, match="fp16/bf16") as err:
+        backends.flash_attention(q, q, q, 0.3)
+    assert "\n" not in str(err.value)
+
+
+def test_flash_attn_is_imported_once(flash_attn_on_cpu):
+    q = torch.randn(1, 2, 5, 8, dtype=torch.bfloat16)
+    backends.flash_attention(q, q, q, 0.3)
+    del sys.modules["flash_attn"]  # a second import attempt would now find nothing
+    _, kernel = backends.flash_attention(q, q, q, 0.3)
+    assert kernel == "flash_attn" and len(flash_attn_on_cpu.calls) == 2
+
+
+def test_broken_flash_attn_install_is_an_error_not_a_fallback(monkeypatch):
+    broken = types.ModuleType("flash_attn")  # imports, but without its function: like an ABI mismatch
+    monkeypatch.setitem(sys.modules, "flash_attn", broken)
+    monkeypatch.setattr(backends, "FLASH_ATTN_DEVICES", {"cpu"})
+    monkeypatch.setattr(backends, "_FLASH_ATTN", {})
+    q = torch.randn(1, 2, 5, 8, dtype=torch.bfloat16)
+    with pytest.raises(KernelUnavailable, match="flash_attn is installed but does not import .*ImportError") as err:
+        backends.flash_attention(q, q, q, 0.3)
+    assert "\n" not in str(err.value)
+
+
+def test_without_flash_attn_the_forced_pytorch_kernel_runs(monkeypatch):
+    monkeypatch.setitem(sys.modules, "flash_attn", None)  # not installed
+    monkeypatch.setattr(backends, "FLASH_ATTN_DEVICES", {"cpu"})
+    monkeypatch.setattr(backends, "_FLASH_ATTN", {})
+    q = torch.randn(1, 2, 5, 8)
+    assert backends.flash_attention(q, q, q, 0.3)[1] == "sdpa:flash"
+
+
+def ops_that_ran(fn) -> set[str]:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return {e.name for e in prof.events()}
+
+
+def test_profiler_shows_flash_is_forced_where_sdpa_would_not_pick_it():
+    """With only the math kernel enabled around the call, sdpa runs math; attention=flash still runs
+    the flash kernel, because it forces it (the test fails if the forcing is removed)."""
+    q = torch.randn(2, 2, 16, 8)
+    with sdpa_kernel([SDPBackend.MATH]):
+        sdpa_ops = ops_that_ran(lambda: backends.sdpa_attention(q, q, q, 0.3))
+        flash_ops = ops_that_ran(lambda: backends.flash_attention(q, q, q, 0.3))
+    assert any("flash" in name for name in flash_ops), sorted(flash_ops)
+    assert not any("flash" in name for name in sdpa_ops) and any("math" in name for name in sdpa_ops), sorted(sdpa_ops)
+
+
+# ------------------------------------------------------------------------------- 16-mixed guard
+
+
+class PoisonGradients(L.Callback):
+    """Sets one gradient to Inf after the backward of the given steps (what an fp16 overflow does)."""
+
+    def __init__(self, steps):
+        self.steps = set(steps)
+
+    def on_after_backward(self, trainer, pl_module):
+        if trainer.global_step in self.steps:
+            next(p for p in pl_module.parameters() if p.grad is not None).grad.fill_(float("inf"))
+
+
+def fit_16_mixed(make_cfg, poison_steps, max_skipped, steps=6):
+    """Lightning's 16-mixed plugin with a real GradScaler, on CPU (``trainer.precision=16-mixed`` is
+    refused on CPU, where Lightning would quietly use bf16): the guard sees what it sees on a GPU."""
+    from hydra.utils import instantiate
+    from lightning.pytorch.plugins.precision import MixedPrecision
+    from omegaconf import OmegaConf
+
+    from attnlab.callbacks.guard import NonFiniteGuard
+    from attnlab.module import LitGPT
+
+    cfg = make_cfg("model.n_layer=1", f"trainer.max_steps={steps}")
+    dm = instantiate(cfg.data, block_size=cfg.model.block_size, steps=steps, seed=0)
+    dm.setup("fit")
+    module = LitGPT(OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": dm.vocab_size},
+                    OmegaConf.to_container(cfg.optim, resolve=True), steps)
+    guard = NonFiniteGuard(max_skipped_steps=max_skipped)
+    trainer = L.Trainer(accelerator="cpu", max_steps=steps, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                        default_root_dir=cfg.paths.output_dir, callbacks=[guard, PoisonGradients(poison_steps)],
+                        plugins=[MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu"))])
+    scale = trainer.precision_plugin.scaler.get_scale()
+    trainer.fit(module, datamodule=dm)
+    return trainer, guard, scale
+
+
+def test_16_mixed_a_skipped_step_is_not_a_failure(make_cfg):
+    trainer, guard, scale = fit_16_mixed(make_cfg, poison_steps=[2, 3], max_skipped=3)
+    assert trainer.global_step == 6 and guard.skipped_in_a_row == 0  # two overflows in a row, then finite again
+    assert trainer.precision_plugin.scaler.get_scale() < scale  # the scaler did skip and back off
+
+
+def test_16_mixed_too_many_skipped_steps_in_a_row_fail(make_cfg):
+    with pytest.raises(NonFiniteError, match="3 steps in a row") as err:
+        fit_16_mixed(make_cfg, poison_steps=range(1, 100), max_skipped=3)
+    assert "\n" not in str(err.value) and "max_skipped_steps=3" in str(err.value)
+
+
+def test_fp32_non_finite_gradient_still_fails_at_once(make_cfg, monkeypatch):
+    from attnlab import train as train_module
+
+    build = train_module.build_callbacks
+    monkeypatch.setattr(train_module, "build_callbacks", lambda cfg: [*build(cfg), PoisonGradients([2])])
+    cfg = make_cfg("callbacks=none", "+callbacks.nonfinite_guard._target_=attnlab.callbacks.NonFiniteGuard", "model.n_layer=1")
+    with pytest.raises(NonFiniteError, match="Inf in gradient of .* at step 2"):
+        train(cfg)
+
+
+# -------------------------------------------------------------------------------- GPU defaults
+
+
+def test_precision_auto_resolves_to_what_the_device_supports(monkeypatch):
+    from attnlab import devices
+
+    assert devices.resolve_precision("auto", "cpu") == ("32", None)
+    assert devices.resolve_precision("bf16-mixed", "gpu") == ("bf16-mixed", None)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert devices.resolve_precision("auto", "gpu") == ("bf16-mixed", None)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a, **k: "Tesla V100")
+    precision, note = devices.resolve_precision("auto", "gpu")
+    assert precision == "16-mixed" and "Tesla V100 has no bf16" in note and "\n" not in note
+
+
+def test_gpu_trainer_allows_tf32_and_resolves_precision(make_cfg, monkeypatch):
+    from attnlab import devices
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    monkeypatch.setattr(torch, "set_float32_matmul_precision", calls.append)
+    cfg = make_cfg("trainer=gpu")
+    assert cfg.trainer.precision == "auto"
+    assert devices.prepare_device(cfg) is None
+    assert cfg.trainer.precision == "bf16-mixed" and calls == ["high"]
+    cfg = make_cfg("trainer=gpu", "tf32=false")
+    devices.prepare_device(cfg)
+    assert calls == ["high", "highest"]
+
+
+def test_cpu_runs_do_not_touch_matmul_precision(make_cfg, monkeypatch):
+    from attnlab import devices
+
+    calls = []
+    monkeypatch.setattr(torch, "set_float32_matmul_precision", calls.append)
+    cfg = make_cfg("trainer=ddp")
+    devices.prepare_device(cfg)
+    assert calls == [] and cfg.trainer.precision == "32"
+
+
+# ------------------------------------------------------------------------------------------ DDP
+
+
+def test_ddp_multirun_runs_each_job_as_one_process_group(tmp_path):
+    """Rank 1 must run this job only: one "Launching" line, two job dirs, both ok, nothing else."""
+    sweep = tmp_path / "sweep"
+    proc = run_cli("-m", "trainer=ddp", "trainer.devices=2", "debug=smoke", "logger=csv", "callbacks=none",
+                   "model.n_layer=1", "seed=1,2", f"hydra.sweep.dir={sweep}", f"paths.log_dir={tmp_path / 'logs'}",
+                   cwd=tmp_path, timeout=400)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert out.count("Launching 2 jobs") == 1, out[-3000:]
+    jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
+    assert jobs == ["0", "1"], jobs
+    for job in jobs:
+        results = json.loads((sweep / job / "results.json").read_text())
+        assert results["status"] == "ok", results["error"]
+        assert results["config"]["trainer"]["strategy"] == "ddp"
+    assert not (tmp_path / "logs").exists()  # rank 1 left no run dir of its own
+
+
+def test_ddp_sweep_with_parallel_jobs_is_refused_in_one_line(capsys):
+    from attnlab.sweep import main
+
+    assert main(["--study", "smoke", "--jobs", "2", "trainer=ddp"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("attnlab: error:") and "JOBS=1" in err and "\n" not in err
+
+
+# ------------------------------------------------------------------------------------ gpu-check
+
+
+def test_gpu_check_without_cuda_says_so_in_one_line_and_exits_0(tmp_path, capsys):
+    from attnlab.gpu_check import main
+
+    assert not torch.cuda.is_available()
+    assert main(["--out", str(tmp_path / "gpu")]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("attnlab: gpu-check: no CUDA device") and "\n" not in out
+    assert not (tmp_path / "gpu").exists()
+
+
+def test_gpu_check_matrix_runs_and_reports_on_cpu(tmp_path):
+    """The check's own machinery (cells, outcomes, report), on CPU with two steps per cell."""
+    from attnlab.gpu_check import PRECISIONS, QK_NORM, main
+
+    code = main(["--device", "cpu", "--steps", "2", "--backends", "flash", "--max-t", "0", "--no-compile",
+                 "--out", str(tmp_path / "gpu"), "--runs", str(tmp_path / "runs")])
+    report = json.loads((tmp_path / "gpu" / "gpu_check.json").read_text())
+    assert len(report["cells"]) == len(PRECISIONS) * len(QK_NORM)
+    assert code == (1 if any(c["status"] == "fail" for c in report["cells"]) else 0)
+    for cell in report["cells"]:
+        assert cell["status"] in ("pass", "refused", "fail")
+        assert (cell["status"] == "pass") == (cell["error"] is None)
+        if cell["status"] == "pass":
+            assert cell["kernel"] == "sdpa:flash" and cell["tokens_per_s"] > 0
+    assert {c["precision"] for c in report["cells"] if c["status"] == "pass"} >= {"32", "bf16-mixed"}
+    md = (tmp_path / "gpu" / "gpu_check.md").read_text()
+    assert md.count("| flash |") == len(report["cells"]) and "torch" in md
+
+
+def test_gpu_check_rejects_an_unknown_backend(tmp_path, capsys):
+    from attnlab.gpu_check import main
+
+    assert main(["--device", "cpu", "--backends", "flash,fast", "--out", str(tmp_path)]) == 2
+    assert "expected a subset of naive, scaled, sdpa, flash" in capsys.readouterr().err
