@@ -1,8 +1,8 @@
 """The induction phase change of one run on one plot (Olsson et al. 2022, figure 1 style).
 
 Reads what a run already recorded: the head analysis' history in heads.json (every
-``callbacks.heads.every_n_steps``: in_context_score, the best layer-L induction score and the
-knockout of layer L's induction edges) and train/loss from the CSV logger. Left axis: scores in
+``callbacks.heads.every_n_steps``: in_context_score, the best layer-L induction score, the
+knockout of layer L's induction edges and the best previous-token score of layer L - 1) and train/loss from the CSV logger. Left axis: scores in
 [0, 1]; right axis: nats (training loss and the in-context score, late minus early loss).
 
     python -m attnlab.analysis.phase RUN_DIR [--layer 1] [--out phase_change.png]
@@ -40,7 +40,8 @@ def plot_phase_change(run_dir: Path, out: Path | None = None, layer: int = 1) ->
     fig, left = plt.subplots(figsize=(7, 4))
     series = [(f"L{layer}/induction_max", f"best L{layer} induction score", "C0"),
               (f"L{layer}/induction_knockout_all_heads", f"L{layer} knockout: drop in p(right token)", "C1"),
-              ("repeat_acc", "copying accuracy on the probe", "C2")]
+              ("repeat_acc", "copying accuracy on the probe", "C2"),
+              (f"L{layer - 1}/previous_token_max", f"best L{layer - 1} previous-token score", "C3")]
     for key, label, colour in series:
         if any(key in h for h in history):
             left.plot(steps, [h.get(key) for h in history], color=colour, label=label)
