@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..markdown import markdown_table
 from ..results import atomic_write_text
 from .heads import SCORES, THRESHOLDS, TYPES
 
@@ -30,14 +31,9 @@ def heads_markdown(heads: list[dict], summary: dict, title: str = "Head types", 
     lines = [f"# {title}", ""]
     if note:
         lines += [note, ""]
-    columns = table_columns(heads)
-    lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in table_rows(heads):
-        lines.append("| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in row) + " |")
-    lines += ["", "Types per layer:", "", "| layer | " + " | ".join(TYPES) + " |", "|" + "---|" * (len(TYPES) + 1)]
-    for layer in range(n_layer):
-        counts = [sum(h["type"] == t for h in heads if h["layer"] == layer) for t in TYPES]
-        lines.append(f"| {layer} | " + " | ".join(map(str, counts)) + " |")
+    scores = [[f"{v:.3f}" if isinstance(v, float) else v for v in row] for row in table_rows(heads)]
+    counts = [[layer, *(sum(h["type"] == t for h in heads if h["layer"] == layer) for t in TYPES)] for layer in range(n_layer)]
+    lines += [markdown_table(table_columns(heads), scores), "", "Types per layer:", "", markdown_table(["layer", *TYPES], counts)]
     if "repeat_acc" in summary:
         lines += ["", f"Accuracy of copying the repeated probe: {summary['repeat_acc']:.3f}"]
     layer_drops = [f"L{layer} {summary[key]:.3f}" for layer in range(n_layer) if (key := f"L{layer}/induction_knockout_all_heads") in summary]

@@ -11,7 +11,8 @@ from .aggregate import group_cells, load_sweeps, lr_sensitivity, n_layers, seeds
 from .plots import heads_over_training, layer_stat_vs_axis, max_logit_over_training, metric_vs_axis
 from .significance import marked_cells, pairs_table, scaling_pairs
 from .significance import summary as significance_summary
-from .tables import csv_text, html_table, markdown, rows
+from ..markdown import markdown_table
+from .tables import csv_text, html_table, rows
 from .wandb_summary import log_summary_run
 
 __all__ = ["build_report", "latest_sweep"]
@@ -76,11 +77,11 @@ def build_report(sweep_dirs: Path | list[Path], reports: Path = Path("reports"))
         + (" A * after a val loss: this scaled cell differs from its unscaled twin beyond seed noise (see below)."
            if any(p.significant for p in pairs) else ""),
         "",
-        markdown(header, body),
+        markdown_table(header, body),
     ]
     if pairs:
         p_header, p_body = pairs_table(pairs)
-        lines += ["", "## Scaled vs unscaled", "", significance_summary(pairs), "", markdown(p_header, p_body)]
+        lines += ["", "## Scaled vs unscaled", "", significance_summary(pairs), "", markdown_table(p_header, p_body)]
     if sensitivity:
         lines += ["", "## LR sensitivity (Wortsman et al. 2023)", "",
                   "mean over the LR grid of min(loss, initial loss) - best loss; initial loss = ln(vocab). Lower is more robust.", "",

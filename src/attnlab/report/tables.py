@@ -62,12 +62,6 @@ def rows(cells: list[Cell], axes: list[str], layers: int, marked: set[tuple] = f
     return header, body
 
 
-def markdown(header: list[str], body: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in body]
-    return "\n".join(lines)
-
-
 def html_table(header: list[str], body: list[list[str]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     trs = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..markdown import markdown_table
 from ..results import atomic_write_text
 from .verdict import AGREES, Claim, Table
 
@@ -11,10 +12,7 @@ README_TITLE = "## What the articles get right and wrong"
 
 
 def table_md(table: Table) -> str:
-    head = "| " + " | ".join(str(c).replace("|", "\\|") for c in table.columns) + " |"
-    sep = "|" + "|".join("---" for _ in table.columns) + "|"
-    body = ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in table.rows]
-    out = [f"**{table.title}**", "", head, sep, *body]
+    out = [f"**{table.title}**", "", markdown_table(table.columns, table.rows)]
     if table.note:
         out += ["", f"_{table.note}_"]
     return "\n".join(out)
