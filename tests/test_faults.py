@@ -143,12 +143,14 @@ RESUMABLE = ["debug=smoke", "logger=none", "callbacks=default", *SMALL, "model.d
 
 
 def test_checkpoints_kept_beside_last(make_cfg):
-    cfg = make_cfg(*RESUMABLE, "checkpoint.every_n_steps=2", fast=False)
+    # validation at steps 3 and 6 (debug=smoke), none at the last step 8: its checkpoint must not wait for one
+    cfg = make_cfg(*RESUMABLE, "checkpoint.every_n_steps=2", "trainer.max_steps=8", fast=False)
     train(cfg)
     ckpts = Path(cfg.paths.output_dir) / "checkpoints"
-    # checkpoint.keep=2: the two newest periodic checkpoints stay, the step-2 one is rotated out
-    assert sorted(p.name for p in ckpts.iterdir()) == ["last.ckpt", "step4.ckpt", "step6.ckpt"]
-    assert read_checkpoint(ckpts / "step4.ckpt")["global_step"] == 4
+    # checkpoint.keep=2: the two newest periodic checkpoints stay, steps 2 and 4 are rotated out
+    assert sorted(p.name for p in ckpts.iterdir()) == ["last.ckpt", "step6.ckpt", "step8.ckpt"]
+    assert read_checkpoint(ckpts / "step6.ckpt")["global_step"] == 6
+    assert read_checkpoint(ckpts / "last.ckpt")["global_step"] == 8
 
 
 @pytest.mark.slow
