@@ -115,6 +115,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mode", choices=("full", "fast", "tiny", "breakdown"), default="full")
     p.add_argument("--overrides", nargs="*", default=[], help="breakdown mode: hydra overrides of the timed run")
     p.add_argument("--e2e-repeats", type=int, default=None, help="end-to-end repeats (default: the mode's)")
+    p.add_argument("--callback-repeats", type=int, default=None, help="callback-cost repeats (default: the mode's)")
     p.add_argument("--no-cprofile", action="store_true", help="breakdown mode: skip the second, cProfile'd run")
     p.add_argument("--out", default="reports/bench", help="output directory (default reports/bench)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
@@ -173,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         write_json(bench, out)
     if "callbacks" in sections:
         t = time.perf_counter()
-        settings = CALLBACKS[args.mode] | ({"steps": args.callback_steps} if args.callback_steps else {})
+        settings = CALLBACKS[args.mode] | ({"steps": args.callback_steps} if args.callback_steps else {}) \
+            | ({"repeats": args.callback_repeats} if args.callback_repeats else {})
         bench["callbacks"] = callback_overhead(device=device, **settings)
         section_s["callbacks"] = time.perf_counter() - t
         write_json(bench, out)
@@ -211,7 +213,8 @@ def run_breakdown(args: argparse.Namespace, out: Path) -> int:
 
     print(f"attnlab.bench: breakdown of python -m attnlab.train {' '.join(args.overrides)}; load {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory(prefix="attnlab-breakdown-") as work:
-        result = breakdown(list(args.overrides), Path(work), cprofile=not args.no_cprofile)
+        result = breakdown(list(args.overrides), Path(work), cprofile=not args.no_cprofile,
+                           cprofile_overrides=[] if args.overrides else ["trainer.max_steps=500"])
     result.update(git_sha=git_sha(), created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), threads=torch.get_num_threads(),
                   cpu=_cpu_name(), cpu_count=os.cpu_count(), torch=torch.__version__)
     md = write_breakdown(result, out)

@@ -138,8 +138,10 @@ def group_totals(rows: list[dict]) -> dict[str, float]:
     return totals
 
 
-def breakdown(overrides: list[str], work_dir: Path, cprofile: bool = True, log=print) -> dict:
-    """A timed run (table) and, with ``cprofile``, a second, profiled run (top functions only)."""
+def breakdown(overrides: list[str], work_dir: Path, cprofile: bool = True, log=print,
+              cprofile_overrides: list[str] = ()) -> dict:
+    """A timed run (table) and, with ``cprofile``, a second, profiled run (top functions only; with
+    ``cprofile_overrides`` added, e.g. fewer steps, since cProfile slows every Python call)."""
     load_before = list(os.getloadavg())
     timed = run_child(overrides, work_dir / "timed")
     log(f"  breakdown: {timed['wall_s']:.1f} s wall, {timed['steps']} steps")
@@ -148,7 +150,10 @@ def breakdown(overrides: list[str], work_dir: Path, cprofile: bool = True, log=p
               "load": [load_before, list(os.getloadavg())]}
     result["groups"] = group_totals(result["rows"])
     if cprofile:
-        result["cprofile_top"] = run_child(overrides, work_dir / "profiled", cprofile=True).get("cprofile_top", [])
+        profiled = run_child([*overrides, *cprofile_overrides], work_dir / "profiled", cprofile=True)
+        result["cprofile_top"] = profiled.get("cprofile_top", [])
+        result["cprofile_run"] = {"overrides": [*overrides, *cprofile_overrides], "wall_s": profiled["wall_s"],
+                                  "steps": profiled["steps"]}
     return result
 
 

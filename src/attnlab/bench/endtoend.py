@@ -20,7 +20,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from ..config import compose_config
-from .timing import paired_ratios, summarize
+from .timing import paired_ratios, median_and_range
 
 
 def plain_spec(overrides: list[str]) -> dict:
@@ -94,14 +94,14 @@ def end_to_end(arms: dict[str, list[str]], repeats: int, extra: list[str] = (), 
         a, p = samples[name]["attnlab"], samples[name]["plain"]
         wall = paired_ratios([s["wall_s"] for s in a], [s["wall_s"] for s in p])
         step = paired_ratios([s["median_step_s"] for s in a], [s["median_step_s"] for s in p])
-        aw, pw = summarize([s["wall_s"] for s in a]), summarize([s["wall_s"] for s in p])
+        aw, pw = median_and_range([s["wall_s"] for s in a]), median_and_range([s["wall_s"] for s in p])
         rows.append({"arm": name, "overrides": list(overrides) + list(extra), "steps": specs[name]["steps"],
                      "attnlab_wall_s": aw["median"], "attnlab_wall_range": [aw["min"], aw["max"]],
                      "plain_wall_s": pw["median"], "plain_wall_range": [pw["min"], pw["max"]],
                      "wall_ratio": wall["median"], "wall_ratio_range": [wall["min"], wall["max"]],
                      "step_ratio": step["median"], "step_ratio_range": [step["min"], step["max"]],
-                     "attnlab_step_ms": summarize([s["median_step_s"] * 1e3 for s in a])["median"],
-                     "plain_step_ms": summarize([s["median_step_s"] * 1e3 for s in p])["median"],
+                     "attnlab_step_ms": median_and_range([s["median_step_s"] * 1e3 for s in a])["median"],
+                     "plain_step_ms": median_and_range([s["median_step_s"] * 1e3 for s in p])["median"],
                      "val_loss": {"attnlab": [s["val_loss"] for s in a], "plain": [s["val_loss"] for s in p]},
                      "kernel": a[0]["kernel"] if a else None, "samples": samples[name]})
-    return {"repeats": repeats, "rows": rows, "load": load}
+    return {"repeats": repeats, "rows": rows, "load": load, "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}

@@ -196,7 +196,8 @@ def write_markdown(bench: dict, out: Path) -> Path:
             "batches, AdamW, schedule, clipping and validation cadence; no Lightning, callbacks, loggers or checkpoints). "
             f"Arms alternate, the order flips every repeat; {e2e['repeats']} repeat(s); ratios within a repeat, median "
             "(min-max). Step ms: make train's median from results.json (tokens/s), the plain loop's median step. "
-            f"Load average {_f(load[0][0])} at the start, {_f(load[-1][0])} at the end.",
+            f"Load average {_f(load[0][0])} at the start, {_f(load[-1][0])} at the end; OMP_NUM_THREADS="
+            f"{e2e.get('omp_num_threads') or 'unset (torch picks)'} in every arm.",
             "",
             *e2e_table(e2e),
             "",
@@ -244,7 +245,9 @@ def write_breakdown(result: dict, out: Path) -> Path:
         "",
     ]
     if result.get("cprofile_top"):
-        lines += ["Functions with the most self time in a second, cProfile'd run (cProfile slows Python code, so these "
+        run = result.get("cprofile_run") or {}
+        lines += [f"Functions with the most self time in a second, cProfile'd run (`{' '.join(run.get('overrides', []))}`, "
+                  f"{run.get('steps')} steps, {_f(run.get('wall_s'), '.0f')} s; cProfile slows every Python call, so these "
                   "seconds are not the table's):", "", "| function | calls | self s | cumulative s |", "|---|---:|---:|---:|",
                   *[f"| `{r['function']}` | {r['calls']} | {r['self_s']:.2f} | {r['cum_s']:.2f} |" for r in result["cprofile_top"]],
                   ""]
