@@ -12,7 +12,7 @@ import lightning as L
 import pytest
 import torch
 
-from attnlab.bench import attention_flops, fit_exponent, paired_ratios, peak_bytes, summarize
+from attnlab.bench import attention_flops, fit_exponent, paired_ratios, peak_bytes, median_and_range
 from attnlab.bench.__main__ import main as bench_main
 from attnlab.bench import kernels as kernels_mod
 from attnlab.bench.kernels import KernelPlan, bench_one, kernel_variants, run_kernels
@@ -151,7 +151,7 @@ def test_paired_ratios_and_summary():
     assert (s["median"], s["min"], s["max"], s["n"]) == (2.0, 2.0, 3.0, 3)
     with pytest.raises(ValueError):
         paired_ratios([1.0], [1.0, 2.0])
-    assert summarize([5.0, 1.0, 3.0, 100.0, 2.0])["median"] == 3.0
+    assert median_and_range([5.0, 1.0, 3.0, 100.0, 2.0])["median"] == 3.0
 
 
 def test_measure_batches_short_calls():
@@ -415,3 +415,32 @@ def test_lr_and_tokens_per_s_reach_the_csv_on_every_logged_step(make_cfg):
         assert float(r["perf/tokens_per_s"]) > 0
         expected = o.lr * warmup_cosine(int(r["step"]), o.warmup_steps, cfg.trainer.max_steps, o.lr, o.min_lr)
         assert float(r["lr"]) == pytest.approx(expected, rel=1e-6)
+
+
+def test_compile_that_cannot_run_falls_back_to_eager_with_one_line(monkeypatch, capsys):
+    """Where inductor cannot build (no C++ compiler), model.compile=true says so once and trains eager."""
+    from attnlab.module import LitGPT
+
+    def broken_compile(model):
+        def call(*args, **kwargs):
+            raise torch._dynamo.exc.BackendCompilerFailed("inductor", RuntimeError("no C++ compiler found"), None)
+        return call
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    cfg = {"vocab_size": 11, "block_size": 8, "n_layer": 1, "n_head": 2, "d_model": 16, "compile": True}
+    module = LitGPT(cfg, {"lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 1, "weight_decay": 0.1, "betas": [0.9, 0.99]}, 4)
+    x = torch.randint(11, (2, 8))
+    _, loss = module.step_forward(x, x)
+    _, again = module.step_forward(x, x)
+    assert torch.equal(loss, module.model(x, x)[1]) and torch.equal(again, loss)
+    err = capsys.readouterr().err
+    assert err.count("attnlab: model.compile=true: torch.compile cannot run here") == 1 and "training eager" in err
+    assert not module.compiled
+
+
+def test_model_compile_must_be_a_boolean():
+    from attnlab.errors import ConfigError
+    from attnlab.module import LitGPT
+
+    with pytest.raises(ConfigError, match="model.compile"):
+        LitGPT({"vocab_size": 11, "block_size": 8, "n_layer": 1, "n_head": 2, "d_model": 16, "compile": "yes"}, {}, 4)
