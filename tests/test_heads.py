@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from attnlab.analysis.heads import (
-    THRESHOLDS, analyze_heads, build_probes, classify, head_scores, induction_score, layer_probs,
+    THRESHOLDS, analyze_heads, build_probes, head_type, head_scores, induction_score, layer_probs,
     answer_probability, cut_edges, in_context_score, induction_edges, induction_knockout,
     positional_score, previous_token_score, repeat_accuracy, repeated_probe, sink_score,
 )
@@ -42,41 +42,41 @@ INDUCTION = pattern([0 if i < L else i - L + 1 for i in range(T)])  # first half
 def test_previous_token_pattern_is_classed_previous_token():
     s = scores_of(PREVIOUS)
     assert s["previous_token"] == pytest.approx(1.0) and s["positional"] == pytest.approx(1.0)
-    assert classify(s) == "previous_token"
+    assert head_type(s) == "previous_token"
 
 
 def test_induction_pattern_is_classed_induction():
     s = scores_of(plain=uniform(), repeat=INDUCTION, control=SINK)
     assert s["induction"] == pytest.approx(1.0) and s["induction_control"] == 0.0
-    assert classify(s) == "induction"
+    assert head_type(s) == "induction"
     # the same pattern on the plain probe as well still reads induction (it is checked first)
-    assert classify(scores_of(INDUCTION, INDUCTION, SINK)) == "induction"
+    assert head_type(scores_of(INDUCTION, INDUCTION, SINK)) == "induction"
 
 
 def test_all_on_first_token_is_classed_sink():
     s = scores_of(SINK)
     assert s["sink"] == pytest.approx(1.0) and s["previous_token"] < 0.1
-    assert classify(s) == "sink"
+    assert head_type(s) == "sink"
 
 
 def test_uniform_offset_and_content_patterns():
-    assert classify(scores_of(uniform())) == "uniform"
+    assert head_type(scores_of(uniform())) == "uniform"
     offset2 = pattern([max(i - 2, 0) for i in range(T)])
     s = scores_of(offset2)
-    assert s["positional"] > 0.95 and classify(s) == "positional"
+    assert s["positional"] > 0.95 and head_type(s) == "positional"
     gen = torch.Generator().manual_seed(0)
     scattered = torch.zeros(8, 1, T, T)  # one random earlier key per query, different per sequence
     for b in range(8):
         for i in range(T):
             scattered[b, 0, i, int(torch.randint(i + 1, (1,), generator=gen))] = 1
     s = scores_of(scattered)
-    assert s["positional"] < 0.5 and classify(s) == "content"
+    assert s["positional"] < 0.5 and head_type(s) == "content"
 
 
 def test_fixed_offset_head_is_not_induction_when_control_matches():
     # a head that hits the induction target by position hits it on the control rows too
     s = scores_of(plain=uniform(), repeat=INDUCTION, control=INDUCTION)
-    assert s["induction"] == pytest.approx(1.0) and classify(s) != "induction"
+    assert s["induction"] == pytest.approx(1.0) and head_type(s) != "induction"
 
 
 def test_scores_per_head_are_independent():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlab.analysis.heads import classify, head_scores, layer_probs
+from attnlab.analysis.heads import head_type, head_scores, layer_probs
 from attnlab.attention import BACKENDS, Attention
 from attnlab.attention.position import Rotary, alibi_bias, alibi_slopes
 from attnlab.attention.sink import SINKS
@@ -176,7 +176,7 @@ def test_a_head_that_parks_its_weight_in_the_slot_is_classed_escape():
     p = p.expand(2, 1, t, t)
     s = {name: float(v[0]) for name, v in head_scores(p, p, 4, 1, escape=True).items()}
     assert s["escape"] == pytest.approx(0.8) and s["entropy_norm"] == pytest.approx(1.0, abs=1e-5)
-    assert classify(s) == "escape"
+    assert head_type(s) == "escape"
 
 
 def test_position_encodings_change_parameters_only_where_they_must():

@@ -137,7 +137,7 @@ def _classify(row, visible, masked=None, unmasked=None, tol=1e-5):
     n = len(row)
     masked = torch.tensor(masked if masked is not None else [1.0 / n] * n, dtype=torch.float64)
     unmasked = torch.tensor(unmasked if unmasked is not None else [0.7] + [0.3 / (n - 1)] * (n - 1), dtype=torch.float64)
-    return masks.classify(torch.tensor(row), torch.tensor(visible), masked, unmasked, tol)
+    return masks.row_outcome(torch.tensor(row), torch.tensor(visible), masked, unmasked, tol)
 
 
 def test_classify_names_each_outcome():
@@ -235,7 +235,7 @@ def test_train_run_keeps_both_models_and_probes_them(tmp_path):
     run = training.train_run("t", ["model.n_layer=1", "model.d_model=32", "model.n_head=2", "data.batch_size=2"], 3, tmp_path)
     assert run.metrics["step"] == 3
     assert any(not torch.equal(a, b) for a, b in zip(run.init.state_dict().values(), run.final.state_dict().values()))
-    s = training.summarize(run, training.probe_batches(n=1))
+    s = training.init_and_final_stats(run, training.probe_batches(n=1))
     assert len(s["final"]["grad"]["q"]) == 1 and s["final"]["grad"]["qk_mean"] > 0 and len(s["init"]["sink_mass"]) == 1
 
 

@@ -187,7 +187,7 @@ def induction_knockout(
     return drop
 
 
-def classify(scores: dict[str, float], thresholds: dict[str, float] = THRESHOLDS) -> str:
+def head_type(scores: dict[str, float], thresholds: dict[str, float] = THRESHOLDS) -> str:
     """The first type whose rule holds (order and thresholds documented in the module docstring)."""
     if scores["induction"] - scores.get("induction_control", 0.0) >= thresholds["induction"]:
         return "induction"
@@ -351,8 +351,8 @@ def analyze_heads(model, probes: Probes, thresholds: dict[str, float] = THRESHOL
             scores["induction_knockout"] = drops[layer, :-1]
         for h in range(plain.shape[1]):
             values = {name: round(float(v[h]), 4) for name, v in scores.items()}
-            heads.append({"layer": layer, "head": h, "type": classify(values, thresholds), "scores": values})
-    summary = summarize(heads)
+            heads.append({"layer": layer, "head": h, "type": head_type(values, thresholds), "scores": values})
+    summary = heads_summary(heads)
     for layer, drop in enumerate(drops[:, -1].tolist() if drops is not None else []):
         summary[f"L{layer}/induction_knockout_all_heads"] = round(drop, 4)
     summary["repeat_acc"] = repeat_accuracy(logits, repeat_ids, probes.half, probes.start)
@@ -360,7 +360,7 @@ def analyze_heads(model, probes: Probes, thresholds: dict[str, float] = THRESHOL
     return heads, summary
 
 
-def summarize(heads: list[dict]) -> dict:
+def heads_summary(heads: list[dict]) -> dict:
     """Maxima of each score (overall and per layer) and how many heads of each type."""
     out = {}
     layers = sorted({h["layer"] for h in heads})

@@ -5,6 +5,6 @@
 """
 from .kernels import attention_flops, matmul_peak_gflops
 from .memory import fit_exponent, peak_bytes
-from .timing import paired_ratios, summarize
+from .timing import paired_ratios, median_and_range
 
-__all__ = ["attention_flops", "fit_exponent", "matmul_peak_gflops", "paired_ratios", "peak_bytes", "summarize"]
+__all__ = ["attention_flops", "fit_exponent", "matmul_peak_gflops", "paired_ratios", "peak_bytes", "median_and_range"]

@@ -21,7 +21,7 @@ from ..attention import DEFAULT_SCALING, attend, static_scale
 from ..attention.backends import flash_attn_package
 from ..errors import AttnlabError
 from .memory import peak_bytes
-from .timing import measure, summarize
+from .timing import measure, median_and_range
 
 BACKWARD_FACTOR = 2.5  # backward = 2.5 x forward FLOPs (two matmuls for dV/dP, two for dQ/dK, plus recompute)
 
@@ -50,7 +50,7 @@ class MatmulProbe:
     def measure(self, repeats: int = 5, warmup: int = 2) -> dict[str, float]:
         seconds = measure(lambda: self.a @ self.b, self.device, repeats=repeats, warmup=warmup, min_sample_s=0.1)
         rates = [2.0 * self.n**3 / s / 1e9 for s in seconds]
-        return {"n": self.n, "dtype": str(self.a.dtype).removeprefix("torch."), **summarize(rates)}
+        return {"n": self.n, "dtype": str(self.a.dtype).removeprefix("torch."), **median_and_range(rates)}
 
 
 def matmul_peak_gflops(device: torch.device, dtype: torch.dtype, n: int, repeats: int = 5) -> dict[str, float]:
@@ -155,8 +155,8 @@ def bench_one(name: str, kernel: Callable, seq_len: int, plan: KernelPlan, devic
     try:
         row["kernel"] = forward()[1]
         if timed:
-            fwd = summarize(measure(forward, device, plan.repeats, plan.warmup, plan.min_sample_s))
-            fwd_bwd = summarize(measure(forward_backward, device, plan.repeats, plan.warmup, plan.min_sample_s))
+            fwd = median_and_range(measure(forward, device, plan.repeats, plan.warmup, plan.min_sample_s))
+            fwd_bwd = median_and_range(measure(forward_backward, device, plan.repeats, plan.warmup, plan.min_sample_s))
             row.update(
                 fwd_ms=fwd["median"] * 1e3, fwd_ms_range=[fwd["min"] * 1e3, fwd["max"] * 1e3],
                 fwd_bwd_ms=fwd_bwd["median"] * 1e3, fwd_bwd_ms_range=[fwd_bwd["min"] * 1e3, fwd_bwd["max"] * 1e3],

@@ -25,7 +25,7 @@ from ..config import compose_config
 from ..console import quiet_lightning
 from ..module import LitGPT
 from ..train import build_callbacks
-from .timing import paired_ratios, summarize
+from .timing import paired_ratios, median_and_range
 
 INTERVAL_KEYS = ("every_n_steps", "every_n_train_steps", "check_every_n_steps")
 
@@ -195,7 +195,7 @@ def train_throughput(
     rows = []
     first = setups[backends[0]]
     for backend in backends:
-        lt, pt = summarize(light[backend]), summarize(plain[backend])
+        lt, pt = median_and_range(light[backend]), median_and_range(plain[backend])
         ratio = paired_ratios(light[backend], plain[backend])
         row = {
             "backend": backend, "lightning_tokens_per_s": lt["median"], "lightning_range": [lt["min"], lt["max"]],
@@ -274,16 +274,16 @@ def callback_overhead(
         names = [type(c).__name__ for c in build_callbacks(on.cfg)]
     ratio = paired_ratios(on_s, off_s)
     to_plain, off_to_plain = paired_ratios(on_s, plain_s), paired_ratios(off_s, plain_s)
-    on_sum, off_sum = summarize(on_s), summarize(off_s)
+    on_sum, off_sum = median_and_range(on_s), median_and_range(off_s)
     return {
         "overhead_ratio": ratio["median"], "overhead_ratio_range": [ratio["min"], ratio["max"]],
         "ratio_to_plain": to_plain["median"], "ratio_to_plain_range": [to_plain["min"], to_plain["max"]],
         "none_ratio_to_plain": off_to_plain["median"], "none_ratio_to_plain_range": [off_to_plain["min"], off_to_plain["max"]],
         "step_ms_with": on_sum["median"] * 1e3, "step_ms_without": off_sum["median"] * 1e3,
-        "step_ms_plain": summarize(plain_s)["median"] * 1e3,
+        "step_ms_plain": median_and_range(plain_s)["median"] * 1e3,
         "step_s_samples": {"with": on_s, "without": off_s, "plain": plain_s},
         "callbacks": names, "intervals": intervals, "measured_steps": window, "warmup_steps": warmup,
         "repeats": repeats, "backend": backend,
-        "hook_ms_per_step": {name: summarize(v)["median"] for name, v in hook_ms.items()},
+        "hook_ms_per_step": {name: median_and_range(v)["median"] for name, v in hook_ms.items()},
         "representative": steps is None and window == representative_window(intervals, 10**9),
     }

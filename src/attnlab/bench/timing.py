@@ -55,7 +55,7 @@ def measure(
     return [time_calls(fn, device, calls) for _ in range(repeats)]
 
 
-def summarize(values: Sequence[float]) -> dict[str, float]:
+def median_and_range(values: Sequence[float]) -> dict[str, float]:
     """Median and range of repeated measurements (the median resists a neighbour's burst of load)."""
     values = [float(v) for v in values]
     if not values:
@@ -67,4 +67,4 @@ def paired_ratios(numerators: Sequence[float], denominators: Sequence[float]) ->
     """Summary of a_i / b_i over pairs measured side by side (load drift cancels within a pair)."""
     if len(numerators) != len(denominators):
         raise ValueError(f"paired_ratios needs equal lengths, got {len(numerators)} and {len(denominators)}")
-    return summarize([a / b for a, b in zip(numerators, denominators)])
+    return median_and_range([a / b for a, b in zip(numerators, denominators)])

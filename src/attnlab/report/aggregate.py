@@ -14,7 +14,9 @@ IGNORED_AXES = {"seed"}
 
 
 @dataclass
-class Run:
+class RunResult:
+    """One job of a sweep as its results.json tells it (status, overrides, metrics)."""
+
     dir: Path
     results: dict
 
@@ -39,14 +41,14 @@ class Run:
 @dataclass
 class Cell:
     axes: dict[str, str]
-    runs: list[Run] = field(default_factory=list)
+    runs: list[RunResult] = field(default_factory=list)
 
     @property
-    def ok_runs(self) -> list[Run]:
+    def ok_runs(self) -> list[RunResult]:
         return [r for r in self.runs if r.ok]
 
     @property
-    def failed(self) -> list[Run]:
+    def failed(self) -> list[RunResult]:
         return [r for r in self.runs if not r.ok]
 
     def values(self, key: str) -> list[float]:
@@ -70,23 +72,23 @@ def short(key: str) -> str:
     return key.rsplit(".", 1)[-1]
 
 
-def load_runs(sweep_dir: Path) -> list[Run]:
+def load_runs(sweep_dir: Path) -> list[RunResult]:
     runs = []
     for path in sorted(Path(sweep_dir).glob("**/results.json")):
         try:
-            runs.append(Run(path.parent, json.loads(path.read_text())))
+            runs.append(RunResult(path.parent, json.loads(path.read_text())))
         except (OSError, json.JSONDecodeError):
             continue  # a results.json being written right now; atomic writes make this rare
     return runs
 
 
-def run_identity(run: Run) -> tuple:
+def run_identity(run: RunResult) -> tuple:
     """What makes a run unique in a study: its overrides without the seed, and the seed it ran with."""
     rest = tuple(sorted((k, v) for k, v in run.overrides.items() if k not in IGNORED_AXES))
     return rest, run.results.get("config", {}).get("seed", run.overrides.get("seed"))
 
 
-def load_sweeps(sweep_dirs: list[Path]) -> list[Run]:
+def load_sweeps(sweep_dirs: list[Path]) -> list[RunResult]:
     """The runs of several sweep dirs (a study run in parts, e.g. one dir per seed) as one list.
     The same cell and seed twice would count one run as two seeds: that is refused."""
     runs, seen = [], {}
@@ -107,7 +109,7 @@ def seeds_per_cell(cells: list["Cell"]) -> str:
     return f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
 
 
-def swept_axes(runs: list[Run]) -> list[str]:
+def swept_axes(runs: list[RunResult]) -> list[str]:
     """Override keys whose values differ between runs (seeds excluded), in first-seen order."""
     keys: dict[str, set] = {}
     for run in runs:
@@ -124,7 +126,7 @@ def _sort_key(value: str):
         return (1, 0.0, value)
 
 
-def group_cells(runs: list[Run], axes: list[str]) -> list[Cell]:
+def group_cells(runs: list[RunResult], axes: list[str]) -> list[Cell]:
     cells: dict[tuple, Cell] = {}
     for run in runs:
         key = tuple(run.overrides.get(a, "-") for a in axes)
@@ -132,11 +134,11 @@ def group_cells(runs: list[Run], axes: list[str]) -> list[Cell]:
     return [cells[k] for k in sorted(cells, key=lambda key: [_sort_key(v) for v in key])]
 
 
-def n_layers(runs: list[Run]) -> int:
+def n_layers(runs: list[RunResult]) -> int:
     return max((r.results.get("config", {}).get("model", {}).get("n_layer", 0) for r in runs), default=0)
 
 
-def initial_loss(run: Run) -> float:
+def initial_loss(run: RunResult) -> float:
     """Loss of a uniform prediction, ln(vocab size): what a freshly initialised model scores."""
     vocab = run.dir / "vocab.json"
     return math.log(len(json.loads(vocab.read_text())["chars"])) if vocab.exists() else math.nan

@@ -73,7 +73,7 @@ def reference_rows(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     return masked, torch.softmax(scores, -1), allowed
 
 
-def classify(row: torch.Tensor, visible: torch.Tensor, ref_masked: torch.Tensor, ref_unmasked: torch.Tensor, tol: float) -> str:
+def row_outcome(row: torch.Tensor, visible: torch.Tensor, ref_masked: torch.Tensor, ref_unmasked: torch.Tensor, tol: float) -> str:
     """Name what one attention row is (see the module docstring)."""
     row = row.double()
     if torch.isnan(row).any():
@@ -108,7 +108,7 @@ def mask_grid(seed: int = 0) -> list[dict]:
                         out.append({"path": path, "dtype": dname, "fill": fill, "row": r, "outcome": "error", "message": f"{type(err).__name__}: {msg}"})
                     continue
                 for r, i in (("partial", 0), ("full", 1)):
-                    outcome = classify(rows[i], allowed[i], ref_masked[i], ref_unmasked[i], TOL[dtype])
+                    outcome = row_outcome(rows[i], allowed[i], ref_masked[i], ref_unmasked[i], TOL[dtype])
                     out.append({"path": path, "dtype": dname, "fill": fill, "row": r, "outcome": outcome})
     return out
 

@@ -43,7 +43,7 @@ class KeepWeights(L.Callback):
 
 
 @dataclass
-class Run:
+class TrainedRun:
     """A finished run: its label, overrides, train() metrics, model config and both models."""
 
     label: str
@@ -61,7 +61,7 @@ def _load(model_cfg: dict, path: Path) -> GPT:
     return model.eval()
 
 
-def train_run(label: str, overrides: list[str], steps: int, work_dir: Path) -> Run:
+def train_run(label: str, overrides: list[str], steps: int, work_dir: Path) -> TrainedRun:
     """One short training run through the project's own entry point."""
     out = Path(work_dir) / label
     keep = out / "weights"
@@ -79,7 +79,7 @@ def train_run(label: str, overrides: list[str], steps: int, work_dir: Path) -> R
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
     state = torch.load(keep / "final.pt", weights_only=True)
     model_cfg["vocab_size"] = state["wte.weight"].shape[0]
-    return Run(label, list(overrides), metrics, model_cfg, _load(model_cfg, keep / "init.pt"), _load(model_cfg, keep / "final.pt"),
+    return TrainedRun(label, list(overrides), metrics, model_cfg, _load(model_cfg, keep / "init.pt"), _load(model_cfg, keep / "final.pt"),
                time.perf_counter() - t0)
 
 
@@ -157,7 +157,7 @@ def model_head_scores(model: GPT, text_idx: torch.Tensor, vocab_size: int, half:
             for (q, k, s), (qi, ki, si) in zip(text, ind)]
 
 
-def summarize(run: Run, batches) -> dict:
+def init_and_final_stats(run: TrainedRun, batches) -> dict:
     """Loss, q/k gradient norms and attention statistics of a run's model before and after training."""
     probe = batches[0][0]
     out = {"label": run.label, "overrides": run.overrides, "val_loss_train": run.metrics.get("val/loss"), "wall_s": run.wall_s,
@@ -196,14 +196,14 @@ def run_all(work: Path, ablation_steps: int, heads_steps: int, ablation_layers: 
     ablation = []
     for label, ov in ABLATION_RUNS:
         run = train_run(label, ov + [f"model.n_layer={ablation_layers}"], ablation_steps, work)
-        ablation.append(summarize(run, batches))
+        ablation.append(init_and_final_stats(run, batches))
         log(f"  trained {label}: {ablation_steps} steps, {run.wall_s:.0f} s, val/loss {run.metrics.get('val/loss', float('nan')):.3f}")
     label, ov = HEADS_RUN
     run = train_run(label, ov, heads_steps, work)
     log(f"  trained {label}: {heads_steps} steps, {run.wall_s:.0f} s, val/loss {run.metrics.get('val/loss', float('nan')):.3f}")
     probe = batches[0][0]
     heads = {
-        "summary": summarize(run, batches),
+        "summary": init_and_final_stats(run, batches),
         "scores_final": model_head_scores(run.final, probe, run.model_cfg["vocab_size"]),
         "scores_init": model_head_scores(run.init, probe, run.model_cfg["vocab_size"]),
         "sink_final": [s["per_head"]["sink_mass"] for s in layer_stats(run.final, probe)],
