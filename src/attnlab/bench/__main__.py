@@ -116,6 +116,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--overrides", nargs="*", default=[], help="breakdown mode: hydra overrides of the timed run")
     p.add_argument("--e2e-repeats", type=int, default=None, help="end-to-end repeats (default: the mode's)")
     p.add_argument("--callback-repeats", type=int, default=None, help="callback-cost repeats (default: the mode's)")
+    p.add_argument("--compile-steps", type=int, default=None,
+                   help="steps per eager/compiled arm (the first third not counted; default: the mode's)")
     p.add_argument("--no-cprofile", action="store_true", help="breakdown mode: skip the second, cProfile'd run")
     p.add_argument("--out", default="reports/bench", help="output directory (default reports/bench)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
@@ -190,7 +192,9 @@ def main(argv: list[str] | None = None) -> int:
         from .compiled import compile_throughput
 
         t = time.perf_counter()
-        bench["compile"] = compile_throughput(device=device, **COMPILE[args.mode])
+        settings = COMPILE[args.mode] | ({"steps": args.compile_steps, "warmup": max(2, args.compile_steps // 3)}
+                                         if args.compile_steps else {})
+        bench["compile"] = compile_throughput(device=device, **settings)
         section_s["compile"] = time.perf_counter() - t
     if "kernels" in sections:
         bench["machine"]["load_after"] = list(os.getloadavg())
