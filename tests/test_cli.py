@@ -133,7 +133,8 @@ from attnlab import cli  # noqa: E402
 def test_attnlab_help_lists_every_command(capsys):
     assert cli.main(["--help"]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
-    assert listed == ["train", "sweep", "table", "repro", "bench", "sample", "analyze", "dashboard"]
+    assert listed == list(cli.COMMANDS)
+    assert listed[:8] == ["train", "sweep", "table", "repro", "bench", "sample", "analyze", "dashboard"]
 
 
 def test_attnlab_unknown_command_is_one_error_line(capsys):
@@ -152,6 +153,7 @@ def test_attnlab_unknown_command_is_one_error_line(capsys):
     (["sample", "--tokens", "many"], "--tokens"),
     (["table", "/nonexistent/sweep"], "/nonexistent/sweep"),
     (["dashboard", "--layers", "x"], "--layers"),
+    (["gpu-check", "--steps", "x"], "--steps"),
 ])
 def test_every_command_reports_bad_input_with_the_same_prefix(argv, key, capsys):
     try:

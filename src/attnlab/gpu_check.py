@@ -16,7 +16,6 @@ use it with a few steps) so the script itself is checked before a GPU ever runs 
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import subprocess
@@ -27,6 +26,7 @@ from pathlib import Path
 import torch
 
 from .attention import BACKENDS
+from .cli import command_parser
 from .errors import AttnlabError
 
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
@@ -156,7 +156,7 @@ def write_report(report: dict, out: Path) -> tuple[Path, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="attnlab gpu-check", description=__doc__.splitlines()[0])
+    p = command_parser("gpu-check", __doc__.splitlines()[0])
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated subset of " + ", ".join(BACKENDS))
