@@ -283,49 +283,51 @@ def test_cli_missing_path_is_one_line(tmp_path, capsys):
     assert capsys.readouterr().err.count("\n") == 1
 
 
-INDUCTION_RUN = [
-    "logger=none", "callbacks=none", "data=induction", "model.attn_only=true", "model.n_layer=2",
-    "model.d_model=128", "model.n_head=4", "model.block_size=16", "model.init_std=fan_in",
-    "data.vocab_size=64", "data.distinct=false", "data.batch_size=64", "trainer.max_steps=1200",
-    "trainer.val_check_interval=1200", "trainer.enable_progress_bar=false", "optim.lr=3e-3",
-    "optim.warmup_steps=50", "+callbacks.heads._target_=attnlab.callbacks.heads.HeadAnalysis",
-    "+callbacks.heads.every_n_steps=0", "+callbacks.heads.plot=false",
+INDUCTION_RUN = [  # the committed study's setting (docs/mechanisms.md), its 2-layer cell, seed 1337
+    "experiment=induction_heads", "model.n_layer=2", "logger=none", "trainer.enable_progress_bar=false",
+    "trainer.val_check_interval=3000", "callbacks.heads.every_n_steps=0", "callbacks.heads.knockout=final",
+    "callbacks.heads.plot=false", "callbacks.attention_stats.every_n_steps=1000",
 ]
 
 
 @pytest.fixture(scope="module")
 def induction_run(tmp_path_factory):
-    """A 2-layer attention-only model trained on the induction task (about 1-2.5 min on 1 CPU thread)."""
+    """A 2-layer attention-only model trained on the induction task (about 4-5 min on 1 busy CPU thread)."""
     from attnlab.config import compose_config
     from attnlab.train import train
 
     out = tmp_path_factory.mktemp("induction")
     torch.set_num_threads(1)
-    metrics = train(compose_config([*INDUCTION_RUN, f"+callbacks.heads.output_dir={out}"], out))
+    metrics = train(compose_config([*INDUCTION_RUN, f"callbacks.heads.output_dir={out}"], out))
     heads = json.loads((out / "heads.json").read_text())
     return metrics, heads["heads"], heads["summary"]
 
 
 @pytest.mark.slow
 def test_two_layer_attention_only_model_learns_the_repeat(induction_run):
-    metrics, _, _ = induction_run
-    assert metrics["val/acc"] >= 0.9
+    metrics, _, summary = induction_run
+    assert metrics["val/acc"] >= 0.9 and summary["repeat_acc"] >= 0.9
+    assert summary["in_context_score"] < -3.0  # nats: the second copy is known, the first is not
 
 
 @pytest.mark.slow
-def test_knockout_finds_the_route_the_copying_takes(induction_run):
-    # this recipe's model reads the answer at the induction target in layer 0 (measured: 0.78 of
-    # the right token's probability); a knockout that failed to cut anything would read 0
+def test_the_copying_runs_through_layer_one(induction_run):
+    # cutting layer 1's edges to the induction target costs most of the right token's probability,
+    # cutting layer 0's costs nothing: the answer is read by the layer-1 head, as in the circuit
     _, _, summary = induction_run
-    assert summary["repeat_acc"] >= 0.8
-    assert max(v for k, v in summary.items() if k.endswith("induction_knockout_all_heads")) >= 0.3
+    assert summary["L1/induction_knockout_all_heads"] >= 0.5
+    assert abs(summary["L0/induction_knockout_all_heads"]) < 0.05
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="measured (this recipe, seed 1337): val/acc 0.92, yet no head passes "
-                   "induction - control >= 0.3. The answer is read in layer 0: cutting layer 0's edges to the "
-                   "induction target costs 0.78 of the right token's probability, layer 1's 0.00, so the model "
-                   "does not use the two-layer induction circuit. README, 'Attention tasks and head types'.")
 def test_two_layer_model_has_an_induction_head(induction_run):
     _, heads, _ = induction_run
-    assert any(h["type"] == "induction" for h in heads), heads
+    layer1 = [h for h in heads if h["layer"] == 1]
+    assert any(h["type"] == "induction" for h in layer1), heads
+    # and layer 0 holds the previous-token half of the circuit: an offset head (positional >= 0.7)
+    # whose largest weight is on the previous token. Measured (seed 1337): previous_token 0.46, with
+    # ~0.19 on the token itself and ~0.19 two back, so it is classed positional, not previous_token
+    # (>= 0.5); uniform attention would give ~0.08 here. docs/mechanisms.md
+    layer0 = [h for h in heads if h["layer"] == 0]
+    assert max(h["scores"]["previous_token"] for h in layer0) >= 0.4, heads
+    assert max(h["scores"]["positional"] for h in layer0) >= 0.7, heads
