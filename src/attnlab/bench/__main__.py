@@ -115,6 +115,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mode", choices=("full", "fast", "tiny", "breakdown"), default="full")
     p.add_argument("--overrides", nargs="*", default=[], help="breakdown mode: hydra overrides of the timed run")
     p.add_argument("--e2e-repeats", type=int, default=None, help="end-to-end repeats (default: the mode's)")
+    p.add_argument("--e2e-arms", default=",".join(E2E_ARMS), help=f"end-to-end arms, a subset of {','.join(E2E_ARMS)}")
     p.add_argument("--callback-repeats", type=int, default=None, help="callback-cost repeats (default: the mode's)")
     p.add_argument("--compile-steps", type=int, default=None,
                    help="steps per eager/compiled arm (the first third not counted; default: the mode's)")
@@ -185,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         from .endtoend import end_to_end
 
         t = time.perf_counter()
-        bench["e2e"] = end_to_end(E2E_ARMS, **(E2E[args.mode] | ({"repeats": args.e2e_repeats} if args.e2e_repeats else {})))
+        arms = {name: E2E_ARMS[name] for name in args.e2e_arms.split(",") if name}
+        bench["e2e"] = end_to_end(arms, **(E2E[args.mode] | ({"repeats": args.e2e_repeats} if args.e2e_repeats else {})))
         section_s["e2e"] = time.perf_counter() - t
         write_json(bench, out)
     if "compile" in sections:
