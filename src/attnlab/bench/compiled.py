@@ -39,7 +39,7 @@ def step_times(setup, compile_model: bool) -> tuple[list[float], list[float]]:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
         scheduler.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         seconds.append(time.perf_counter() - t0)
     return seconds, losses
 
