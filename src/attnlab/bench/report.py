@@ -5,6 +5,7 @@ import json
 import math
 from pathlib import Path
 
+from ..markdown import markdown_table
 from ..results import atomic_write_text, json_safe
 from .memory import fit_exponent
 
@@ -41,22 +42,19 @@ def _range(pair, fmt: str = ".2f") -> str:
 
 def kernels_table(bench: dict) -> list[str]:
     peak = bench["machine"].get("matmul_gflops")
-    lines = [
-        "| backend | kernel | T | fwd ms (min-max) | fwd+bwd ms (min-max) | fwd GFLOP/s | fwd+bwd GFLOP/s | % of matmul | peak MiB (fwd+bwd) | peak MiB (fwd) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    header = ["backend", "kernel", "T", "fwd ms (min-max)", "fwd+bwd ms (min-max)", "fwd GFLOP/s", "fwd+bwd GFLOP/s",
+              "% of matmul", "peak MiB (fwd+bwd)", "peak MiB (fwd)"]
+    rows = []
     for r in bench["kernels"]:
         if r.get("error") and r.get("peak_bytes") is None:
-            lines.append(f"| {r['backend']} | {r.get('kernel') or '-'} | {r['T']} | {r['error']} | | | | | | |")
+            rows.append([r["backend"], r.get("kernel") or "-", r["T"], r["error"], *[""] * 6])
             continue
         frac = r["peak_fraction"] * 100 if r.get("peak_fraction") else (r["gflops"] / peak * 100 if r.get("gflops") and peak else None)
-        lines.append(
-            f"| {r['backend']} | {r.get('kernel') or '-'} | {r['T']} | {_f(r.get('fwd_ms'))}{_range(r.get('fwd_ms_range'))} | "
-            f"{_f(r.get('fwd_bwd_ms'))}{_range(r.get('fwd_bwd_ms_range'))} | {_f(r.get('fwd_gflops'), '.1f')} | "
-            f"{_f(r.get('gflops'), '.1f')} | {_f(frac, '.0f')} | {_f(_mib(r.get('peak_bytes')), '.1f')} | "
-            f"{_f(_mib(r.get('fwd_peak_bytes')), '.1f')} |"
-        )
-    return lines
+        rows.append([r["backend"], r.get("kernel") or "-", r["T"], f"{_f(r.get('fwd_ms'))}{_range(r.get('fwd_ms_range'))}",
+                     f"{_f(r.get('fwd_bwd_ms'))}{_range(r.get('fwd_bwd_ms_range'))}", _f(r.get("fwd_gflops"), ".1f"),
+                     _f(r.get("gflops"), ".1f"), _f(frac, ".0f"), _f(_mib(r.get("peak_bytes")), ".1f"),
+                     _f(_mib(r.get("fwd_peak_bytes")), ".1f")])
+    return markdown_table(header, rows, align="llrrrrrrrr").splitlines()
 
 
 def _mib(value):
@@ -64,59 +62,51 @@ def _mib(value):
 
 
 def memory_table(bench: dict) -> list[str]:
-    lines = ["| backend | exponent p (peak ~ T^p) | fit over T | peak(8192) / peak(1024) |", "|---|---:|---|---:|"]
+    rows = []
     for backend, p in bench["memory_exponent"].items():
         fit = bench.get("memory_fit_T", {}).get(backend)
-        lines.append(f"| {backend} | {_f(p)} | {'-' if not fit else f'{fit[0]}-{fit[1]}'} | "
-                     f"{_f(bench['memory_ratio_8192_1024'].get(backend), '.1f')} |")
-    return lines
+        rows.append([backend, _f(p), "-" if not fit else f"{fit[0]}-{fit[1]}", _f(bench["memory_ratio_8192_1024"].get(backend), ".1f")])
+    header = ["backend", "exponent p (peak ~ T^p)", "fit over T", "peak(8192) / peak(1024)"]
+    return markdown_table(header, rows, align="lrlr").splitlines()
 
 
 def train_table(bench: dict) -> list[str]:
-    lines = [
-        "| backend | Lightning tok/s (min-max) | plain tok/s (min-max) | Lightning / plain (min-max) | tok/s / scaled's (min-max) |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for r in bench["train"]:
-        lines.append(
-            f"| {r['backend']} | {_f(r['lightning_tokens_per_s'], '.0f')}{_range(r.get('lightning_range'), '.0f')} | "
-            f"{_f(r['plain_tokens_per_s'], '.0f')}{_range(r.get('plain_range'), '.0f')} | "
-            f"{_f(r['ratio'], '.3f')}{_range(r.get('ratio_range'), '.3f')} | "
-            f"{_f(r.get('ratio_to_scaled'), '.3f')}{_range(r.get('ratio_to_scaled_range'), '.3f')} |"
-        )
-    return lines
+    header = ["backend", "Lightning tok/s (min-max)", "plain tok/s (min-max)", "Lightning / plain (min-max)", "tok/s / scaled's (min-max)"]
+    rows = [[r["backend"], f"{_f(r['lightning_tokens_per_s'], '.0f')}{_range(r.get('lightning_range'), '.0f')}",
+             f"{_f(r['plain_tokens_per_s'], '.0f')}{_range(r.get('plain_range'), '.0f')}",
+             f"{_f(r['ratio'], '.3f')}{_range(r.get('ratio_range'), '.3f')}",
+             f"{_f(r.get('ratio_to_scaled'), '.3f')}{_range(r.get('ratio_to_scaled_range'), '.3f')}"] for r in bench["train"]]
+    return markdown_table(header, rows, align="lrrrr").splitlines()
 
 
 def e2e_table(e2e: dict) -> list[str]:
-    lines = ["| arm | steps | make train wall s (min-max) | plain wall s (min-max) | wall ratio (min-max) | "
-             "step ms: make train / plain | step ratio (min-max) | val/loss make train / plain |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    header = ["arm", "steps", "make train wall s (min-max)", "plain wall s (min-max)", "wall ratio (min-max)",
+              "step ms: make train / plain", "step ratio (min-max)", "val/loss make train / plain"]
+    rows = []
     for r in e2e.get("rows", []):
         vl = r.get("val_loss") or {}
-        lines.append(
-            f"| {r['arm']} (`{' '.join(r['overrides']) or 'defaults'}`) | {r['steps']} | "
-            f"{_f(r['attnlab_wall_s'], '.1f')}{_range(r['attnlab_wall_range'], '.1f')} | "
-            f"{_f(r['plain_wall_s'], '.1f')}{_range(r['plain_wall_range'], '.1f')} | "
-            f"**{_f(r['wall_ratio'], '.3f')}**{_range(r['wall_ratio_range'], '.3f')} | "
-            f"{_f(r['attnlab_step_ms'], '.1f')} / {_f(r['plain_step_ms'], '.1f')} | "
-            f"{_f(r['step_ratio'], '.3f')}{_range(r['step_ratio_range'], '.3f')} | "
-            f"{_f((vl.get('attnlab') or [None])[0], '.4f')} / {_f((vl.get('plain') or [None])[0], '.4f')} |")
-    return lines
+        rows.append([f"{r['arm']} (`{' '.join(r['overrides']) or 'defaults'}`)", r["steps"],
+                     f"{_f(r['attnlab_wall_s'], '.1f')}{_range(r['attnlab_wall_range'], '.1f')}",
+                     f"{_f(r['plain_wall_s'], '.1f')}{_range(r['plain_wall_range'], '.1f')}",
+                     f"**{_f(r['wall_ratio'], '.3f')}**{_range(r['wall_ratio_range'], '.3f')}",
+                     f"{_f(r['attnlab_step_ms'], '.1f')} / {_f(r['plain_step_ms'], '.1f')}",
+                     f"{_f(r['step_ratio'], '.3f')}{_range(r['step_ratio_range'], '.3f')}",
+                     f"{_f((vl.get('attnlab') or [None])[0], '.4f')} / {_f((vl.get('plain') or [None])[0], '.4f')}"])
+    return markdown_table(header, rows, align="lrrrrrrr").splitlines()
 
 
 def compile_table(rows: list[dict]) -> list[str]:
-    lines = ["| backend | eager tok/s | compiled tok/s | speed-up | compile s | eager tok/s incl. warm-up | "
-             "compiled tok/s incl. compile | speed-up incl. | max abs loss diff |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    header = ["backend", "eager tok/s", "compiled tok/s", "speed-up", "compile s", "eager tok/s incl. warm-up",
+              "compiled tok/s incl. compile", "speed-up incl.", "max abs loss diff"]
+    body = []
     for r in rows:
         if r.get("error"):
-            lines.append(f"| {r['backend']} | {_f(r.get('eager_tokens_per_s'), '.0f')} | {r['error']} | | | | | | |")
+            body.append([r["backend"], _f(r.get("eager_tokens_per_s"), ".0f"), r["error"], *[""] * 6])
             continue
-        lines.append(f"| {r['backend']} | {_f(r['eager_tokens_per_s'], '.0f')} | {_f(r['compiled_tokens_per_s'], '.0f')} | "
-                     f"{_f(r['speedup'], '.2f')} | {_f(r['compile_s'], '.1f')} | {_f(r['eager_tokens_per_s_incl'], '.0f')} | "
-                     f"{_f(r['compiled_tokens_per_s_incl'], '.0f')} | {_f(r['speedup_incl'], '.3f')} | "
-                     f"{_f(r['max_loss_diff'], '.1e')} |")
-    return lines
+        body.append([r["backend"], _f(r["eager_tokens_per_s"], ".0f"), _f(r["compiled_tokens_per_s"], ".0f"), _f(r["speedup"], ".2f"),
+                     _f(r["compile_s"], ".1f"), _f(r["eager_tokens_per_s_incl"], ".0f"), _f(r["compiled_tokens_per_s_incl"], ".0f"),
+                     _f(r["speedup_incl"], ".3f"), _f(r["max_loss_diff"], ".1e")])
+    return markdown_table(header, body, align="lrrrrrrrr").splitlines()
 
 
 def write_markdown(bench: dict, out: Path) -> Path:
@@ -234,22 +224,22 @@ def write_breakdown(result: dict, out: Path) -> Path:
         "another (a checkpoint written by a callback, a W&B call inside validation) counts only for the inner one, so "
         "the rows add up to the wall time.",
         "",
-        "| group | seconds | share |",
-        "|---|---:|---:|",
-        *[f"| {g} | {sec:.2f} | {sec / wall * 100:.1f} % |" for g, sec in result["groups"].items()],
+        markdown_table(["group", "seconds", "share"],
+                       [[g, f"{sec:.2f}", f"{sec / wall * 100:.1f} %"] for g, sec in result["groups"].items()], align="lrr"),
         "",
-        "| group | phase | seconds | share | calls | ms per call | ms per step |",
-        "|---|---|---:|---:|---:|---:|---:|",
-        *[f"| {r['group']} | {r['phase']} | {r['seconds']:.3f} | {r['share'] * 100:.1f} % | {r['calls']} | "
-          f"{r['ms_per_call']:.2f} | {r['ms_per_step']:.3f} |" for r in result["rows"]],
+        markdown_table(["group", "phase", "seconds", "share", "calls", "ms per call", "ms per step"],
+                       [[r["group"], r["phase"], f"{r['seconds']:.3f}", f"{r['share'] * 100:.1f} %", r["calls"],
+                         f"{r['ms_per_call']:.2f}", f"{r['ms_per_step']:.3f}"] for r in result["rows"]], align="llrrrrr"),
         "",
     ]
     if result.get("cprofile_top"):
         run = result.get("cprofile_run") or {}
         lines += [f"Functions with the most self time in a second, cProfile'd run (`{' '.join(run.get('overrides', []))}`, "
                   f"{run.get('steps')} steps, {_f(run.get('wall_s'), '.0f')} s; cProfile slows every Python call, so these "
-                  "seconds are not the table's):", "", "| function | calls | self s | cumulative s |", "|---|---:|---:|---:|",
-                  *[f"| `{r['function']}` | {r['calls']} | {r['self_s']:.2f} | {r['cum_s']:.2f} |" for r in result["cprofile_top"]],
+                  "seconds are not the table's):", "",
+                  markdown_table(["function", "calls", "self s", "cumulative s"],
+                                 [[f"`{r['function']}`", r["calls"], f"{r['self_s']:.2f}", f"{r['cum_s']:.2f}"]
+                                  for r in result["cprofile_top"]], align="lrrr"),
                   ""]
     path = Path(out) / "breakdown.md"
     atomic_write_text(path, "\n".join(lines))
