@@ -142,15 +142,17 @@ RESUMABLE = ["debug=smoke", "logger=none", "callbacks=default", *SMALL, "model.d
              "checkpoint.every_n_steps=4", "callbacks.attention_stats.every_n_steps=3"]
 
 
-def test_checkpoints_kept_beside_last(make_cfg):
-    # validation at steps 3 and 6 (debug=smoke), none at the last step 8: its checkpoint must not wait for one
-    cfg = make_cfg(*RESUMABLE, "checkpoint.every_n_steps=2", "trainer.max_steps=8", fast=False)
+@pytest.mark.parametrize("max_steps, kept", [(8, ["step6.ckpt", "step8.ckpt"]), (7, ["step4.ckpt", "step6.ckpt"])])
+def test_checkpoints_kept_beside_last(max_steps, kept, make_cfg):
+    """checkpoint.keep=2: the two newest periodic checkpoints stay, older ones are rotated out.
+    Validation runs at steps 3 and 6 (debug=smoke): a checkpoint at step 8 must not wait for one,
+    and with max_steps=7 last.ckpt still holds step 7."""
+    cfg = make_cfg(*RESUMABLE, "checkpoint.every_n_steps=2", f"trainer.max_steps={max_steps}", fast=False)
     train(cfg)
     ckpts = Path(cfg.paths.output_dir) / "checkpoints"
-    # checkpoint.keep=2: the two newest periodic checkpoints stay, steps 2 and 4 are rotated out
-    assert sorted(p.name for p in ckpts.iterdir()) == ["last.ckpt", "step6.ckpt", "step8.ckpt"]
-    assert read_checkpoint(ckpts / "step6.ckpt")["global_step"] == 6
-    assert read_checkpoint(ckpts / "last.ckpt")["global_step"] == 8
+    assert sorted(p.name for p in ckpts.iterdir()) == ["last.ckpt", *kept]
+    assert read_checkpoint(ckpts / kept[0])["global_step"] == int(kept[0][4])
+    assert read_checkpoint(ckpts / "last.ckpt")["global_step"] == max_steps
 
 
 @pytest.mark.slow

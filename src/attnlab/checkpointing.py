@@ -17,6 +17,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
@@ -50,6 +51,28 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def load_checkpoint(self, path, map_location: Any | None = None, weights_only: bool | None = None) -> dict[str, Any]:
         # everything attnlab stores is tensors and plain Python values: no pickled objects needed
         return super().load_checkpoint(path, map_location=map_location, weights_only=True if weights_only is None else weights_only)
+
+
+class FinalCheckpoint(L.Callback):
+    """last.ckpt at the run's last step.
+
+    Lightning's ModelCheckpoint writes last.ckpt at the end only when it has saved nothing before,
+    so a max_steps that is not a multiple of checkpoint.every_n_steps would leave last.ckpt (what
+    sample and analyze read) up to every_n_steps - 1 steps behind the trained model.
+    """
+
+    def __init__(self):
+        self.saved_step: int | None = None
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        self.saved_step = checkpoint["global_step"]
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self.saved_step is None or self.saved_step == trainer.global_step:
+            return  # nothing saved yet (ModelCheckpoint saves last.ckpt itself), or already current
+        for callback in trainer.checkpoint_callbacks:
+            if callback.save_last and callback.dirpath:
+                trainer.save_checkpoint(Path(callback.dirpath) / "last.ckpt")
 
 
 def read_checkpoint(path) -> dict[str, Any]:
