@@ -27,6 +27,7 @@ import torch
 
 from .attention import BACKENDS
 from .cli import command_parser
+from .markdown import markdown_table
 from .errors import AttnlabError
 
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
@@ -134,23 +135,21 @@ def write_report(report: dict, out: Path) -> tuple[Path, Path]:
              + ", ".join(f"{k}: {v}" for k, v in env.items()), ""]
     counts = {s: sum(r["status"] == s for r in report["cells"]) for s in ("pass", "refused", "fail")}
     lines += [f"Cells: {counts['pass']} pass, {counts['refused']} refused (one-line error), {counts['fail']} fail; "
-              f"{report['steps']} steps each, tiny preset, default callbacks. Wall time {report['wall_s']:.0f} s.", "",
-              "| backend | precision | qk_norm | status | kernel | tokens/s | peak MiB | val loss | error |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              f"{report['steps']} steps each, tiny preset, default callbacks. Wall time {report['wall_s']:.0f} s.", ""]
+    rows = []
     for r in report["cells"] + report.get("compile", []):
         peak = r.get("peak_bytes") / 2**20 if r.get("peak_bytes") else None
         mode = {"-compiled": " (compiled)", "-eager": " (eager)"}.get(r["name"][r["name"].rfind("-"):], "")
-        lines.append(f"| {r['backend']}{mode} | {r['precision']} | "
-                     f"{r['qk_norm']} | {r['status']} | {r.get('kernel') or '–'} | {_fmt(r.get('tokens_per_s'))} | "
-                     f"{_fmt(peak)} | {_fmt(r.get('val_loss'))} | {r['error'] or ''} |")
+        rows.append([f"{r['backend']}{mode}", r["precision"], r["qk_norm"], r["status"], r.get("kernel") or "–",
+                     _fmt(r.get("tokens_per_s")), _fmt(peak), _fmt(r.get("val_loss")), r["error"] or ""])
+    lines.append(markdown_table(["backend", "precision", "qk_norm", "status", "kernel", "tokens/s", "peak MiB", "val loss", "error"], rows))
     if report.get("ddp"):
         lines += ["", f"DDP smoke (2 GPUs): {report['ddp']['status']} {report['ddp'].get('error') or ''}"]
     if report.get("kernels"):
-        lines += ["", "Kernel benchmark (fwd+bwd, bf16, B=2, H=16, d=64):", "", "| backend | T | fwd+bwd ms | peak MiB | error |",
-                  "|---|---|---|---|---|"]
-        for r in report["kernels"]:
-            mem = r["peak_bytes"] / 2**20 if r.get("peak_bytes") else None
-            lines.append(f"| {r['backend']} | {r['T']} | {_fmt(r.get('fwd_bwd_ms'))} | {_fmt(mem)} | {r.get('error') or ''} |")
+        kernels = [[r["backend"], r["T"], _fmt(r.get("fwd_bwd_ms")), _fmt(r["peak_bytes"] / 2**20 if r.get("peak_bytes") else None),
+                    r.get("error") or ""] for r in report["kernels"]]
+        lines += ["", "Kernel benchmark (fwd+bwd, bf16, B=2, H=16, d=64):", "",
+                  markdown_table(["backend", "T", "fwd+bwd ms", "peak MiB", "error"], kernels)]
     atomic_write_text(md_path, "\n".join(lines) + "\n")
     return json_path, md_path
 

@@ -85,8 +85,7 @@ def build_report(sweep_dirs: Path | list[Path], reports: Path = Path("reports"))
     if sensitivity:
         lines += ["", "## LR sensitivity (Wortsman et al. 2023)", "",
                   "mean over the LR grid of min(loss, initial loss) - best loss; initial loss = ln(vocab). Lower is more robust.", "",
-                  "| variant | LR sensitivity |", "|---|---|"]
-        lines += [f"| {k} | {v:.3f} |" for k, v in sorted(sensitivity.items(), key=lambda kv: kv[1])]
+                  markdown_table(["variant", "LR sensitivity"], [[k, f"{v:.3f}"] for k, v in sorted(sensitivity.items(), key=lambda kv: kv[1])])]
     errors = [f"- {r.dir.name}: {r.results.get('error')}" for c in cells for r in c.failed]
     if errors:
         lines += ["", "## Failed runs", "", *errors]

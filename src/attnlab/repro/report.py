@@ -31,8 +31,8 @@ def render_markdown(claims: list[Claim], meta: dict) -> str:
     ]
     if meta.get("omitted"):
         lines += [f"Fast mode: claims {', '.join(map(str, meta['omitted']))} need training runs and are left out (`make repro` covers them).", ""]
-    lines += [f"**{agree} of {len(claims)} claims agree, {len(claims) - agree} differ.**", "", "| id | claim | verdict |", "|---|---|---|"]
-    lines += [f"| [{c.id}](#claim-{c.id}) | {c.claim} | {c.verdict} |" for c in claims]
+    lines += [f"**{agree} of {len(claims)} claims agree, {len(claims) - agree} differ.**", "",
+              markdown_table(["id", "claim", "verdict"], [[f"[{c.id}](#claim-{c.id})", c.claim, c.verdict] for c in claims])]
     for c in claims:
         lines += ["", f"## Claim {c.id}", "", f"> {c.claim}", "", f"**Verdict: {c.verdict}.** {c.detail}", ""]
         for t in c.tables:
