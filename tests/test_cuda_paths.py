@@ -256,7 +256,9 @@ def test_precision_auto_resolves_to_what_the_device_supports(monkeypatch):
     from attnlab import devices
 
     assert devices.resolve_precision("auto", "cpu") == ("32", None)
+    assert devices.resolve_precision("auto", "gpu") == ("32", None)  # no CUDA: the config check refuses gpu
     assert devices.resolve_precision("bf16-mixed", "gpu") == ("bf16-mixed", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     assert devices.resolve_precision("auto", "gpu") == ("bf16-mixed", None)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)

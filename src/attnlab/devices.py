@@ -26,7 +26,9 @@ LAUNCHER_ENV = ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_PORT")
 
 
 def uses_cuda(accelerator: str) -> bool:
-    return accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    """True when the run will train on CUDA (trainer=gpu on a machine without CUDA is refused by
+    the config check, not here)."""
+    return accelerator in ("gpu", "cuda", "auto") and torch.cuda.is_available()
 
 
 def resolve_precision(precision: str, accelerator: str) -> tuple[str, str | None]:
