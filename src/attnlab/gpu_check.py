@@ -107,12 +107,17 @@ def environment(device: str) -> dict:
     if device == "cuda":
         env.update(gpu=torch.cuda.get_device_name(), gpus=torch.cuda.device_count(), bf16=torch.cuda.is_bf16_supported(),
                    capability=".".join(map(str, torch.cuda.get_device_capability())))
-        try:
-            import flash_attn
+        from importlib.metadata import PackageNotFoundError, version
 
-            env["flash_attn"] = getattr(flash_attn, "__version__", "installed")
-        except Exception as err:  # noqa: BLE001 - recorded, and attention=flash cells will say it too
-            env["flash_attn"] = f"not usable ({one_line(err)})"
+        from .attention.backends import flash_attn_package
+        from .errors import KernelUnavailable
+
+        try:  # the same import attention=flash goes through
+            env["flash_attn"] = version("flash-attn") if flash_attn_package() is not None else "not installed"
+        except KernelUnavailable as err:
+            env["flash_attn"] = str(err)
+        except PackageNotFoundError:
+            env["flash_attn"] = "installed (version unknown)"
     return env
 
 

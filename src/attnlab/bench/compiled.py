@@ -16,29 +16,20 @@ from pathlib import Path
 
 import torch
 
-from .throughput import device_overrides, make_setup
+from .throughput import PlainUpdate, device_overrides, make_setup
 
 
 def step_times(setup, compile_model: bool) -> tuple[list[float], list[float]]:
     """Per-step seconds and losses of a plain loop over the setup's batches (eager or compiled model)."""
-    module = setup.new_module().to(setup.device)
-    model = module.model.train()
-    forward = torch.compile(model) if compile_model else model
-    conf = module.configure_optimizers()
-    optimizer, scheduler = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
-    clip = setup.cfg.trainer.get("gradient_clip_val") or 0.0
+    update = PlainUpdate(setup)
+    forward = torch.compile(update.model) if compile_model else update.model
     seconds, losses = [], []
     for step, (x, y) in enumerate(setup.datamodule.train_dataloader()):
         if step >= setup.steps:
             break
         t0 = time.perf_counter()
         _, loss = forward(x.to(setup.device), y.to(setup.device))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
-        scheduler.step()
+        update(loss)
         losses.append(float(loss.detach()))
         seconds.append(time.perf_counter() - t0)
     return seconds, losses

@@ -134,27 +134,38 @@ def _autocast(setup: TrainSetup):
     raise ValueError(f"the plain loop supports trainer.precision 32 and bf16-mixed, got {precision!r}")
 
 
+class PlainUpdate:
+    """A fresh model of the setup with its AdamW and schedule, and the update Lightning's automatic
+    optimisation does after a forward (zero grads, backward, clip, step, schedule): the hand-written
+    loop the benches compare against."""
+
+    def __init__(self, setup: TrainSetup):
+        module = setup.new_module().to(setup.device)
+        self.model = module.model.train()
+        conf = module.configure_optimizers()
+        self.optimizer, self.scheduler = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
+        self.clip = setup.cfg.trainer.get("gradient_clip_val") or 0.0
+
+    def __call__(self, loss: torch.Tensor) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        self.optimizer.step()
+        self.scheduler.step()
+
+
 def plain_step_seconds(setup: TrainSetup, warmup: int) -> float:
     """Seconds per step of a hand-written loop doing what Lightning's automatic optimisation does."""
-    module = setup.new_module().to(setup.device)
-    model = module.model
-    model.train()
-    conf = module.configure_optimizers()
-    optimizer, scheduler = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
-    clip = setup.cfg.trainer.get("gradient_clip_val") or 0.0
+    update = PlainUpdate(setup)
     stamps: list[float] = []
     for step, (x, y) in enumerate(setup.datamodule.train_dataloader()):
         if step >= setup.steps:
             break
         x, y = x.to(setup.device, non_blocking=True), y.to(setup.device, non_blocking=True)
         with _autocast(setup):
-            _, loss = model(x, y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
-        scheduler.step()
+            _, loss = update.model(x, y)
+        update(loss)
         if setup.device.type == "cuda":
             torch.cuda.synchronize(setup.device)
         stamps.append(time.perf_counter())
