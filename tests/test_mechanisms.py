@@ -218,3 +218,11 @@ def test_phase_change_plot_reads_the_head_history_and_the_csv_loss(tmp_path):
     assert (tmp_path / "p.png").stat().st_size > 5000
     with pytest.raises(SystemExit):
         main([str(tmp_path / "missing")])
+
+
+def test_phase_change_step_is_the_first_step_copying_reaches_the_level():
+    from attnlab.analysis.phase import phase_change_step
+
+    history = [{"step": 0, "repeat_acc": 0.04}, {"step": 100, "repeat_acc": 0.3}, {"step": 200, "repeat_acc": 0.6}, {"step": 300, "repeat_acc": 0.4}]
+    assert phase_change_step(history) == 200 and phase_change_step(history, level=0.25) == 100
+    assert phase_change_step(history[:2]) is None and phase_change_step([]) is None

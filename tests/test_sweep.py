@@ -203,13 +203,33 @@ def test_head_columns_appear_only_when_the_runs_logged_them(tmp_path):
     assert (tmp_path / "r1" / "fake" / "heads_over_training.png").stat().st_size > 0
     build_report(tmp_path / "text", reports=tmp_path / "r2")
     md = (tmp_path / "r1" / "fake" / "ablation.md").read_text()
-    assert "| repeat acc (probe) | induction (best head) | control (best head) |" in md
+    assert "| repeat acc (probe) | induction control (best head) |" in md
     assert "| 0.78 / -0.001 |" in md  # knockout per layer, L0 then L1
     csv_header = (tmp_path / "r1" / "fake" / "ablation.csv").read_text().splitlines()[0]
     assert "heads/L1/induction_knockout_all_heads_mean" in csv_header
+    assert "## Phase change" in md and "| 1 of 1 | 5 | 5-5 |" in md  # copying reaches 0.5 at step 5
     plain = (tmp_path / "r2" / "fake" / "ablation.md").read_text()
-    assert "repeat acc" not in plain and "knockout" not in plain
+    assert "repeat acc" not in plain and "knockout" not in plain and "Phase change" not in plain
     assert not (tmp_path / "r2" / "fake" / "heads_over_training.png").exists()
+
+
+def test_head_types_per_layer_counted_per_seed(tmp_path):
+    def heads(*types_l1):
+        return [{"layer": 0, "head": h, "type": "previous_token", "scores": {}} for h in range(2)] + \
+               [{"layer": 1, "head": h, "type": t, "scores": {}} for h, t in enumerate(types_l1)]
+    per_seed = [heads("induction", "content"), heads("induction", "induction"), heads("content", "content")]
+    for seed, analysed in enumerate(per_seed):
+        fake_run(tmp_path / "sweep", f"s{seed}", ["model.n_layer=2", f"seed={seed}"], 1.0)
+        path = tmp_path / "sweep" / f"s{seed}" / "results.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "heads": analysed}))
+    fake_run(tmp_path / "sweep", "other", ["model.n_layer=1", "seed=0"], 1.0)  # no head analysis in this cell
+    summary = build_report(tmp_path / "sweep", reports=tmp_path / "r")
+    types = {json.dumps(c["axes"]): c["layers"] for c in summary["head_types"]}
+    assert types['{"model.n_layer": "2"}'] == [{"previous_token": [2, 2, 2]}, {"content": [1, 0, 2], "induction": [1, 2, 0]}]
+    assert types['{"model.n_layer": "1"}'] == [{}, {}]
+    md = (tmp_path / "r" / "fake" / "ablation.md").read_text()
+    assert "| n_layer=2 | previous_token 2 | content 1 (2/3 seeds), induction 1 (2/3 seeds) |" in md
+    assert "| n_layer=1 | - | - |" in md
 
 
 def test_lr_sensitivity_definition(tmp_path):

@@ -13,7 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from attnlab.report.wandb_summary import numeric_rows, wandb_target
+from attnlab.report.tables import read_csv
+from attnlab.report.wandb_summary import wandb_target
 
 BLOCK = 32 * 1024
 HEADER = 7  # b":W&B", a 2-byte magic, a version byte
@@ -75,7 +76,7 @@ def test_summary_joins_the_group_and_mode_of_the_runs(tmp_path):
 
 
 def test_table_keeps_numbers_as_numbers_and_one_type_per_column():
-    columns, rows = numeric_rows("model.d_k,model.init_std,status,val/loss\n16,0.02,ok,1.886\n32,fan_in,FAILED,\n")
+    columns, rows = read_csv("model.d_k,model.init_std,status,val/loss\n16,0.02,ok,1.886\n32,fan_in,FAILED,\n")
     assert columns == ["model.d_k", "model.init_std", "status", "val/loss"]
     assert rows == [[16.0, "0.02", "ok", 1.886], [32.0, "fan_in", "FAILED", None]]
 

@@ -3,10 +3,10 @@ from .heads import (
     SCORES, THRESHOLDS, TYPES, Probes, analyze_heads, build_probes, head_type, head_scores, induction_score,
     layer_probs, positional_score, previous_token_score, repeated_probe, sink_score,
 )
-from .outputs import HEADS_JSON, HEADS_MD, HEADS_PNG, write_outputs
+from .outputs import HEADS_JSON, HEADS_MD, HEADS_PNG, plot_heads, write_outputs
 
 __all__ = [
     "HEADS_JSON", "HEADS_MD", "HEADS_PNG", "SCORES", "THRESHOLDS", "TYPES", "Probes", "analyze_heads",
-    "build_probes", "head_type", "head_scores", "induction_score", "layer_probs", "positional_score",
+    "build_probes", "head_type", "head_scores", "induction_score", "layer_probs", "plot_heads", "positional_score",
     "previous_token_score", "repeated_probe", "sink_score", "write_outputs",
 ]

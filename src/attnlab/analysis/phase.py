@@ -17,6 +17,19 @@ from pathlib import Path
 from .outputs import HEADS_JSON
 
 PHASE_PNG = "phase_change.png"
+PHASE_LEVEL = 0.5  # copying accuracy on the probe that marks the phase change (chance is about 1/vocab)
+
+
+def phase_change_step(history: list[dict], level: float = PHASE_LEVEL) -> int | None:
+    """The first measured step at which copying on the repeated probe reaches ``level``; None if
+    it never does (no phase change within the run, or a model that copies from the start)."""
+    return next((h["step"] for h in history if h.get("repeat_acc") is not None and h["repeat_acc"] >= level), None)
+
+
+def head_history(run_dir: Path) -> list[dict]:
+    """The head analysis' history a run recorded in heads.json ([] when it has none)."""
+    path = Path(run_dir) / HEADS_JSON
+    return json.loads(path.read_text()).get("history") or [] if path.is_file() else []
 
 
 def train_loss(run_dir: Path) -> list[tuple[int, float]]:
@@ -35,7 +48,7 @@ def plot_phase_change(run_dir: Path, out: Path | None = None, layer: int = 1) ->
     import matplotlib.pyplot as plt
 
     run_dir = Path(run_dir)
-    history = json.loads((run_dir / HEADS_JSON).read_text())["history"]
+    history = head_history(run_dir)
     steps = [h["step"] for h in history]
     fig, left = plt.subplots(figsize=(7, 4))
     series = [(f"L{layer}/induction_max", f"best L{layer} induction score", "C0"),

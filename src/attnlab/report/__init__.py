@@ -4,8 +4,10 @@ from __future__ import annotations
 import base64
 import html
 import json
+import statistics
 from pathlib import Path
 
+from ..analysis.phase import PHASE_LEVEL, head_history, phase_change_step
 from ..results import atomic_write_text
 from .aggregate import group_cells, load_sweeps, lr_sensitivity, n_layers, seeds_per_cell, short, swept_axes
 from .plots import heads_over_training, layer_stat_vs_axis, max_logit_over_training, metric_vs_axis
@@ -86,6 +88,17 @@ def build_report(sweep_dirs: Path | list[Path], reports: Path = Path("reports"))
         lines += ["", "## LR sensitivity (Wortsman et al. 2023)", "",
                   "mean over the LR grid of min(loss, initial loss) - best loss; initial loss = ln(vocab). Lower is more robust.", "",
                   markdown_table(["variant", "LR sensitivity"], [[k, f"{v:.3f}"] for k, v in sorted(sensitivity.items(), key=lambda kv: kv[1])])]
+    types = {cell.label: cell.head_types(layers) for cell in cells}
+    if any(t for layer_types in types.values() for t in layer_types):
+        lines += ["", "## Head types per layer", "", HEAD_TYPES_NOTE, "",
+                  markdown_table(["cell", *(f"L{i}" for i in range(layers))],
+                                 [[label, *map(head_type_text, per_layer)] for label, per_layer in types.items()])]
+    phases = {cell.label: phase_steps(cell) for cell in cells}
+    if any(phases.values()):
+        lines += ["", "## Phase change", "", f"The first measured step at which copying on the repeated probe reaches {PHASE_LEVEL} "
+                  "(`attnlab.analysis.phase.phase_change_step`), per seed that ran the head analysis over training.", "",
+                  markdown_table(["cell", "seeds that reach it", "step: median", "step: range"],
+                                 [[label, *phase_text(steps)] for label, steps in phases.items() if steps])]
     errors = [f"- {r.dir.name}: {r.results.get('error')}" for c in cells for r in c.failed]
     if errors:
         lines += ["", "## Failed runs", "", *errors]
@@ -98,11 +111,39 @@ def build_report(sweep_dirs: Path | list[Path], reports: Path = Path("reports"))
                "seeds_per_cell": seeds, "out": str(out),
                "scaled_vs_unscaled": [{"where": p.where, "scaling": p.variant, "diff": p.diff, "n": [len(p.unscaled), len(p.scaled)],
                                        "welch_t": p.test.t if p.test else None, "df": p.test.df if p.test else None,
-                                       "p": p.test.p if p.test else None, "beyond_noise": p.significant} for p in pairs]}
+                                       "p": p.test.p if p.test else None, "beyond_noise": p.significant} for p in pairs],
+               "head_types": [{"axes": c.axes, "layers": types[c.label]} for c in cells],
+               "phase_change_steps": [{"axes": c.axes, "steps": phases[c.label]} for c in cells if phases[c.label]]}
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
     log_summary_run(name, out, plots, runs, sweep_dirs[0])
     print(f"attnlab: {len(cells)} cells ({failed} failed runs) -> {out}/ablation.md, index.html")
     return summary
+
+
+HEAD_TYPES_NOTE = ("Each head's type from the final head analysis (`attnlab.analysis.heads.head_type`, docs/metrics.md): the "
+                   "number of heads of each type per seed, with the seeds that have one when not all do.")
+
+
+def head_type_text(counts: dict[str, list[int]]) -> str:
+    """{type: heads per seed} -> 'induction 1 (2/3 seeds), content 1' (mean heads per seed)."""
+    parts = []
+    for kind, per_seed in sorted(counts.items(), key=lambda kv: -sum(kv[1])):
+        having = sum(n > 0 for n in per_seed)
+        parts.append(f"{kind} {sum(per_seed) / len(per_seed):.3g}" + (f" ({having}/{len(per_seed)} seeds)" if having < len(per_seed) else ""))
+    return ", ".join(parts) or "-"
+
+
+def phase_steps(cell) -> list[int | None]:
+    """Per finished seed with a head-analysis history: its phase-change step (None: never)."""
+    return [phase_change_step(h) for run in cell.ok_runs if len(h := head_history(run.dir)) > 1]
+
+
+def phase_text(steps: list[int | None]) -> list[str]:
+    """[seeds that reach it, median step, range] for the phase-change table."""
+    reached = sorted(s for s in steps if s is not None)
+    if not reached:
+        return [f"0 of {len(steps)}", "-", "-"]
+    return [f"{len(reached)} of {len(steps)}", f"{statistics.median(reached):g}", f"{reached[0]}-{reached[-1]}"]
 
 
 def index_html(name, intro, header, body, sensitivity, plots, significance=None) -> str:

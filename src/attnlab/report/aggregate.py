@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,6 +66,17 @@ class Cell:
     @property
     def label(self) -> str:
         return ", ".join(f"{short(k)}={v}" for k, v in self.axes.items()) or "all"
+
+    def head_types(self, layers: int) -> list[dict[str, list[int]]]:
+        """Per layer, {type: number of heads of that type in each finished seed that ran the head
+        analysis} (results.json "heads"); types no seed has are left out."""
+        analysed = [r.results["heads"] for r in self.ok_runs if r.results.get("heads")]
+        out = []
+        for layer in range(layers):
+            counts = [Counter(h["type"] for h in heads if h["layer"] == layer) for heads in analysed]
+            kinds = sorted({k for c in counts for k in c})
+            out.append({kind: [c[kind] for c in counts] for kind in kinds})
+        return out
 
 
 def short(key: str) -> str:

@@ -3,7 +3,6 @@ per-layer entropy against d_k, max logit over training from each run's attention
 and the head analysis over training from each run's heads.json."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import matplotlib
@@ -11,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ..analysis.outputs import HEADS_JSON  # noqa: E402
+from ..analysis.phase import head_history  # noqa: E402
 from ..callbacks.attention_stats import read_history  # noqa: E402
 from .aggregate import Cell, short  # noqa: E402
 
@@ -142,26 +141,27 @@ HEAD_PANELS = {"repeat_acc": "copying accuracy on the probe", "induction_max": "
 
 
 def heads_over_training(cells: list[Cell], path: Path) -> Path | None:
-    """The head analysis' history (heads.json) of each cell: copying accuracy, then per layer the
-    best induction score and the knockout of the whole layer, against the step; None if no run has one."""
+    """The head analysis' history (heads.json) of every seed of each cell, one colour per cell:
+    copying accuracy, then per layer the best induction score and the knockout of the whole layer,
+    against the step; None if no run has one. Every seed is drawn, so a seed that never makes the
+    phase change shows as its own flat line."""
     histories = {}
     for cell in cells:
-        run = next(iter(cell.ok_runs), None)
-        file = run.dir / HEADS_JSON if run else None
-        if file and file.is_file():
-            history = json.loads(file.read_text()).get("history") or []
-            if len(history) > 1:
-                histories[cell.label] = history
+        runs = [h for run in cell.ok_runs if len(h := head_history(run.dir)) > 1]
+        if runs:
+            histories[cell.label] = runs
     if not histories:
         return None
     fig, axes = plt.subplots(1, len(HEAD_PANELS), figsize=(4.2 * len(HEAD_PANELS), 3.4), squeeze=False)
-    for colour, (label, history) in enumerate(histories.items()):
-        steps = [p["step"] for p in history]
-        axes[0][0].plot(steps, [p["repeat_acc"] for p in history], color=f"C{colour}", label=label)
-        for ax, stat in zip(axes[0][1:], list(HEAD_PANELS)[1:]):
-            layers = sorted({k.split("/")[0] for k in history[-1] if k.startswith("L") and k.endswith(f"/{stat}")})
-            for style, layer in zip(["-", "--", ":", "-."], layers):
-                ax.plot(steps, [p.get(f"{layer}/{stat}") for p in history], style, color=f"C{colour}")
+    for colour, (label, runs) in enumerate(histories.items()):
+        for seed, history in enumerate(runs):
+            steps = [p["step"] for p in history]
+            axes[0][0].plot(steps, [p["repeat_acc"] for p in history], color=f"C{colour}", lw=1 if len(runs) == 1 else 0.8,
+                            label=label if seed == 0 else None)
+            for ax, stat in zip(axes[0][1:], list(HEAD_PANELS)[1:]):
+                layers = sorted({k.split("/")[0] for k in history[-1] if k.startswith("L") and k.endswith(f"/{stat}")})
+                for style, layer in zip(["-", "--", ":", "-."], layers):
+                    ax.plot(steps, [p.get(f"{layer}/{stat}") for p in history], style, color=f"C{colour}", lw=0.8)
     for ax, title in zip(axes[0], HEAD_PANELS.values()):
         ax.set_xlabel("step")
         ax.set_title(title.replace("L{i}", "each layer") + (" (solid L0, dashed L1, ...)" if "{i}" in title else ""), fontsize=8)

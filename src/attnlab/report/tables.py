@@ -12,10 +12,14 @@ from .significance import cell_key
 LABELS = {"val/loss": "val loss", "val/acc": "val acc", "perf/tokens_per_s": "tokens/s", "mem/peak_bytes": "peak MiB"}
 SCALE = {"mem/peak_bytes": 1 / 2**20}
 # Head-analysis columns, shown when the runs logged them (the task studies)
-HEAD_METRICS = {"heads/repeat_acc": "repeat acc (probe)", "heads/induction_max": "induction (best head)",
-                "heads/induction_control_max": "control (best head)"}
-HEAD_LAYER_STATS = {"induction_knockout_all_heads": "heads/L{i}/induction_knockout_all_heads"}
-ATTN_LAYER_STATS = {s: f"attn/L{{i}}/{s}" for s in LAYER_STATS}
+HEAD_METRICS = {"heads/repeat_acc": "repeat acc (probe)", "heads/in_context_score": "in-context score",
+                "heads/induction_control_max": "induction control (best head)"}
+# per layer, the best head's score for each mechanism (the induction circuit's previous-token head in
+# layer 0, a sink head) and the knockout of all of a layer's induction edges
+HEAD_LAYER_STATS = {"previous_token (best head)": "heads/L{i}/previous_token_max", "sink (best head)": "heads/L{i}/sink_max",
+                    "induction (best head)": "heads/L{i}/induction_max",
+                    "induction_knockout_all_heads": "heads/L{i}/induction_knockout_all_heads"}
+ATTN_LAYER_STATS = {s: f"attn/L{{i}}/{s}" for s in (*LAYER_STATS, "escape_mass")}
 
 
 def _mean_std(cell: Cell, key: str) -> str:
@@ -36,9 +40,8 @@ def _present(cells: list[Cell], keys) -> list[str]:
 
 
 def _layer_columns(cells: list[Cell]) -> dict[str, str]:
-    """Per-layer columns: the attention statistics, then the head knockouts when present."""
-    heads = {name: t for name, t in HEAD_LAYER_STATS.items() if _present(cells, [t])}
-    return {**ATTN_LAYER_STATS, **heads}
+    """Per-layer columns: the attention statistics, then the head scores, those that some run logged."""
+    return {name: t for name, t in {**ATTN_LAYER_STATS, **HEAD_LAYER_STATS}.items() if _present(cells, [t])}
 
 
 def _status(cell: Cell) -> str:
@@ -85,3 +88,18 @@ def csv_text(cells: list[Cell], axes: list[str], layers: int) -> str:
             row += [cell.mean(k), cell.std(k)]
         writer.writerow(["" if v is None else v for v in row])
     return buf.getvalue()
+
+
+def read_csv(text: str) -> tuple[list[str], list[list]]:
+    """csv_text's output back as (header, rows): a column whose cells all read as numbers holds
+    floats, any other column strings (an axis such as init_std mixes 0.02 and fan_in; W&B wants one
+    type per column); empty cells are None."""
+    def number(cell: str) -> float | None:
+        try:
+            return float(cell)
+        except ValueError:
+            return None
+
+    header, *body = list(csv.reader(io.StringIO(text)))
+    numeric = [all(c == "" or number(c) is not None for c in column) for column in zip(*body)] if body else []
+    return header, [[None if c == "" else number(c) if is_num else c for c, is_num in zip(row, numeric)] for row in body]

@@ -6,9 +6,9 @@ under the sweep dir (``<sweep dir>/wandb/offline-run-*``) so that ``make sync`` 
 """
 from __future__ import annotations
 
-import csv
-import io
 from pathlib import Path
+
+from .tables import read_csv
 
 
 def wandb_target(runs) -> dict | None:
@@ -23,21 +23,6 @@ def wandb_target(runs) -> dict | None:
     return None
 
 
-def numeric_rows(csv_text: str) -> tuple[list[str], list[list]]:
-    """ablation.csv as W&B Table columns and rows: a column whose cells all read as numbers holds
-    floats (W&B can plot them), any other column strings (W&B wants one type per column, and an
-    axis such as init_std mixes 0.02 and fan_in); empty cells are None."""
-    def number(cell: str) -> float | None:
-        try:
-            return float(cell)
-        except ValueError:
-            return None
-
-    header, *body = list(csv.reader(io.StringIO(csv_text)))
-    numeric = [all(c == "" or number(c) is not None for c in column) for column in zip(*body)] if body else []
-    return header, [[None if c == "" else number(c) if is_num else c for c, is_num in zip(row, numeric)] for row in body]
-
-
 def log_summary_run(study: str, out: Path, plots: list[Path], runs, sweep_dir: Path) -> Path | None:
     """Log ``out/ablation.csv`` as the Table ``ablation`` and each plot as ``plots/<name>`` to one
     run named ``<study>-table`` (job type ``summary``); return its run dir, or None when the study's
@@ -47,7 +32,7 @@ def log_summary_run(study: str, out: Path, plots: list[Path], runs, sweep_dir: P
         return None
     import wandb
 
-    columns, data = numeric_rows((out / "ablation.csv").read_text())
+    columns, data = read_csv((out / "ablation.csv").read_text())
     try:
         run = wandb.init(project=target["project"], group=target["group"], mode=target["mode"], name=f"{study}-table",
                          job_type="summary", dir=str(sweep_dir),

@@ -82,23 +82,3 @@ def jacobian(rows: list[dict], path: Path) -> str:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return _save(fig, path)
-
-
-def heads(scores: list[dict], path: Path) -> str:
-    """Per-head scores as a layers x heads heat map per score type."""
-    import numpy as np
-
-    kinds = [k for k in ("positional", "sink", "induction") if k in scores[0]]
-    fig, axes = plt.subplots(1, len(kinds), figsize=(3.4 * len(kinds), 2.8), layout="constrained")
-    for ax, kind in zip(np.atleast_1d(axes), kinds):
-        m = np.array([s[kind].tolist() for s in scores])
-        im = ax.imshow(m, vmin=0, vmax=1, cmap="viridis")
-        ax.set_title(kind, fontsize=10)
-        ax.set_xlabel("head")
-        ax.set_ylabel("layer")
-        for (i, j), v in np.ndenumerate(m):
-            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="w" if v < 0.5 else "k")
-    fig.colorbar(im, ax=list(np.atleast_1d(axes)), shrink=0.8)
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
-    return path.name

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from ..analysis import plot_heads
 from . import equivalence, jacobian, masks, memory, numerics, plots
 from .report import write_reports
 from .verdict import Claim
@@ -22,8 +23,11 @@ JAC_STDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 11.3, 16.0, 32.0)
 JAC_N = 64
 
 
-def reproduce(mode: str, out: Path, log=print) -> tuple[list[Claim], dict]:
-    """All claims the mode covers, figures written into ``out``; returns (claims, meta)."""
+def reproduce(mode: str, out: Path, log=print, reports: Path | None = None) -> tuple[list[Claim], dict]:
+    """All claims the mode covers, figures written into ``out``; returns (claims, meta). Claims 12
+    and 13 cite the mechanism studies' reports under ``reports`` (default: ``out``'s parent, i.e.
+    reports/ for reports/repro)."""
+    reports = Path(out).parent if reports is None else Path(reports)
     cfg = MODES[mode]
     # Shared CPUs: one thread is faster than two fighting over a busy core, and nothing here is timed.
     torch.set_num_threads(1)
@@ -68,8 +72,8 @@ def reproduce(mode: str, out: Path, log=print) -> tuple[list[Claim], dict]:
             res = step("training runs (claims 8, 10, 12, 13)",
                        lambda: training.run_all(Path(work), cfg["ablation_steps"], cfg["heads_steps"], log=log))
         claims += [training.claim_8(res, jac_rows, JAC_N), training.claim_10_full(res, cfg["samples"]),
-                   training.claim_12(res), training.claim_13(res)]
-        plots.heads(res["heads"]["scores_final"], out / "heads.png")
+                   training.claim_12(res, reports), training.claim_13(res, reports)]
+        plot_heads(res["heads"]["heads"], out / "heads.png", "Head scores and types, tiny GPT (claim 12)")
         plots.jacobian(jac_rows, out / "jacobian.png")
     else:
         claims.append(step("claim 10 (math)", lambda: numerics.claim_10_fast(cfg["samples"])))

@@ -8,20 +8,23 @@ attention statistics (``attention_stats`` on the hooked q, k) and head scores.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
 import torch
 
-from ..attention import attention_probs
 from ..attention.stats import attention_stats, layer_values, uniform_sink_mass
+from ..analysis import THRESHOLDS, analyze_heads, build_probes
+from ..analysis.outputs import table_columns, table_rows
 from ..callbacks.probe import probe as qk_per_layer  # (q, k, scale) per layer, eval mode
 from ..config import compose_config
 from ..data import TextDataModule
 from ..model import GPT, GPTConfig
 from ..console import quiet_lightning
 from ..train import train
+from . import studies
 from .judge import SINK_THRESHOLD, judge_8, judge_10, judge_12, judge_13
 from .verdict import Claim, Table, fmt
 
@@ -118,43 +121,19 @@ def layer_stats(model: GPT, idx: torch.Tensor) -> list[dict]:
     return out
 
 
-def head_scores(probs: torch.Tensor, induction_probs: torch.Tensor | None = None, half: int | None = None) -> dict:
-    """Per-head scores from attention maps (B, H, T, T) (DESIGN.md, head scores):
-    prev (mean p[i, i-1]), positional (mean p[i, i-1] + p[i, i-2], i >= 2: 'the previous 1-2 tokens'),
-    sink (mean p[i, 0], all queries), induction (on a random sequence repeated twice, mean weight from
-    a second-half token to the token after its first occurrence, second half only)."""
-    t = probs.shape[-1]
-    i = torch.arange(t)
-    scores = {
-        "prev": probs[..., i[1:], i[1:] - 1].mean((0, 2)),
-        "positional": (probs[..., i[2:], i[2:] - 1] + probs[..., i[2:], i[2:] - 2]).mean((0, 2)),
-        "sink": probs[..., :, 0].mean((0, 2)),
-    }
-    if induction_probs is not None:
-        half = half or induction_probs.shape[-1] // 2
-        rows = torch.arange(half, 2 * half)
-        scores["induction"] = induction_probs[..., rows, rows - half + 1].mean((0, 2))
-    return scores
+def head_analysis(model: GPT, block_size: int) -> tuple[list[dict], dict]:
+    """The project's head analysis (``attnlab.analysis.heads``: scores, one type per head, knockouts)
+    on a trained text model, probed with a validation batch of the text and the repeated probe over
+    its characters, as the heads callback of a training run would."""
+    dm = TextDataModule(block_size=block_size, batch_size=16, steps=1, val_batches=1, seed=SEED)
+    dm.setup("fit")
+    return analyze_heads(model, build_probes(model, dm.vocab(), dm))
 
 
-THRESHOLDS = {"positional": 0.5, "induction": 0.3, "sink": SINK_THRESHOLD}  # sink: Gu et al. 2024's 0.3
-
-
-def classify_heads(scores_by_layer: list[dict]) -> list[dict]:
-    """Per layer, the heads whose score passes THRESHOLDS (a head may have several types)."""
-    return [{kind: [h for h, v in enumerate(s[kind].tolist()) if v > thr] for kind, thr in THRESHOLDS.items() if kind in s}
-            for s in scores_by_layer]
-
-
-@torch.no_grad()
-def model_head_scores(model: GPT, text_idx: torch.Tensor, vocab_size: int, half: int = 32, seed: int = 0) -> list[dict]:
-    g = torch.Generator().manual_seed(seed)
-    first = torch.randint(0, vocab_size, (text_idx.shape[0], half), generator=g)
-    rep = torch.cat([first, first], dim=1)
-    text = qk_per_layer(model, text_idx)
-    ind = qk_per_layer(model, rep)
-    return [head_scores(attention_probs(q, k, s), attention_probs(qi, ki, si), half)
-            for (q, k, s), (qi, ki, si) in zip(text, ind)]
+def types_per_layer(heads: list[dict]) -> list[dict[str, list[int]]]:
+    """{type: [count]} per layer: the studies' per-seed shape (report.aggregate.Cell.head_types), one seed."""
+    layers = max(h["layer"] for h in heads) + 1
+    return [{kind: [n] for kind, n in sorted(Counter(h["type"] for h in heads if h["layer"] == i).items())} for i in range(layers)]
 
 
 def init_and_final_stats(run: TrainedRun, batches) -> dict:
@@ -202,10 +181,11 @@ def run_all(work: Path, ablation_steps: int, heads_steps: int, ablation_layers: 
     run = train_run(label, ov, heads_steps, work)
     log(f"  trained {label}: {heads_steps} steps, {run.wall_s:.0f} s, val/loss {run.metrics.get('val/loss', float('nan')):.3f}")
     probe = batches[0][0]
+    analysed, analysis_summary = head_analysis(run.final, run.model_cfg["block_size"])
     heads = {
         "summary": init_and_final_stats(run, batches),
-        "scores_final": model_head_scores(run.final, probe, run.model_cfg["vocab_size"]),
-        "scores_init": model_head_scores(run.init, probe, run.model_cfg["vocab_size"]),
+        "heads": analysed,
+        "heads_summary": analysis_summary,
         "sink_final": [s["per_head"]["sink_mass"] for s in layer_stats(run.final, probe)],
         "sink_init": [s["per_head"]["sink_mass"] for s in layer_stats(run.init, probe)],
         "block_size": run.model_cfg["block_size"],
@@ -299,52 +279,59 @@ def claim_10_full(res: dict, samples: int) -> Claim:
     return Claim(10, CLAIM_10, SOURCE_10, measured, *judge_10({**facts, "training": training}), tables)
 
 
-def claim_12(res: dict) -> Claim:
-    h = res["heads"]
-    scores = h["scores_final"]
-    kinds = classify_heads(scores)
-    n_layer = len(scores)
-    counts = {kind: [len(k[kind]) for k in kinds] for kind in THRESHOLDS}
-    m = {"counts": counts, "n_layer": n_layer, "steps": res["settings"]["heads_steps"], "val_loss": h["summary"]["final"]["loss"],
-         "strongest": {k: max(float(s[k].max()) for s in scores) for k in ("prev", "sink", "induction")}}
-    rows = []
-    for layer, s in enumerate(scores):
-        for head in range(len(s["prev"])):
-            rows.append([layer, head] + [fmt(float(s[k][head]), 3) for k in ("prev", "positional", "sink", "induction")]
-                        + [", ".join(kind for kind in THRESHOLDS if head in kinds[layer][kind]) or "-"])
+def claim_12(res: dict, reports: Path) -> Claim:
+    h, settings = res["heads"], res["settings"]
+    heads = h["heads"]
+    n_layer = max(x["layer"] for x in heads) + 1
+    m = {"text": {"n_layer": n_layer, "steps": settings["heads_steps"], "val_loss": h["summary"]["final"]["loss"], "seed": settings["seed"],
+                  "types": types_per_layer(heads)},
+         "induction": studies.induction_measurements(reports),
+         "sinks": studies.sinks_measurements(reports, sinks_uniform())}
     t = Table(
-        f"Head scores after {res['settings']['heads_steps']} steps (tiny GPT: {n_layer} layers x 4 heads, d_k 32, seed {res['settings']['seed']})",
-        ["layer", "head", "prev-token", "previous 1-2 tokens", "sink (first token)", "induction", "type"], rows,
-        note="Types: positional if > 0.5 of the weight is on the previous 1-2 tokens, sink if the mean first-token weight > 0.3 "
-        "(Gu et al. 2024), induction if > 0.3 (random tokens repeated twice). Uniform causal attention gives a sink score of "
-        f"{uniform_sink_mass(h['block_size']):.3f}. Syntactic heads cannot be scored on characters and are not tested.",
+        f"Head scores and types after {settings['heads_steps']} steps (tiny GPT: {n_layer} layers x {len(heads) // n_layer} heads, "
+        f"seed {settings['seed']}, Shakespeare)",
+        table_columns(heads), [[fmt(v, 3) if isinstance(v, float) else v for v in row] for row in table_rows(heads)],
+        note="Scores and types as `attnlab.analysis.heads` defines them (docs/metrics.md): type = the first rule that holds, in "
+        "the order " + ", ".join(f"{k} >= {v}" for k, v in THRESHOLDS.items()) + "; otherwise content. The article's positional "
+        "heads are our previous_token and positional types; its syntactic heads cannot be scored on characters. Uniform causal "
+        f"attention gives a sink score of {uniform_sink_mass(h['block_size']):.3f}.",
     )
     return Claim(
         12, "Head types in trained models: positional (layers 1-4), syntactic (5-16), induction (middle-late), sink (every layer)",
         {"positional": "layers 1-4", "syntactic": "layers 5-16", "induction": "middle-late layers", "sink": "every layer"},
-        {"counts_per_layer": counts, "scores": [{k: v.tolist() for k, v in s.items()} for s in scores], "steps": res["settings"]["heads_steps"]},
-        *judge_12(m),
-        [t],
-        ["heads.png"],
+        m, *judge_12(m), [t], ["heads.png"],
     )
 
 
-def claim_13(res: dict) -> Claim:
+def sinks_uniform() -> float:
+    """Uniform attention's sink mass at the sinks study's block size (its config, as `make sweep` composes it)."""
+    return uniform_sink_mass(int(compose_config([f"experiment={studies.SINKS}"]).model.block_size))
+
+
+def claim_13(res: dict, reports: Path) -> Claim:
     h = res["heads"]
     base = uniform_sink_mass(h["block_size"])
     final = [float(x.mean()) for x in h["sink_final"]]
     init = [float(x.mean()) for x in h["sink_init"]]
     top = max(float(x.max()) for x in h["sink_final"])
-    m = {"init": init, "final": final, "top": top, "uniform": base, "steps": res["settings"]["heads_steps"],
-         "n_sink_heads": sum(int((x > SINK_THRESHOLD).sum()) for x in h["sink_final"])}
-    t = Table(f"Sink mass (mean weight on position 0) per layer, tiny GPT, {res['settings']['heads_steps']} steps",
-              ["layer", "at init", "after training", "max over heads after", "uniform attention"],
-              [[i, fmt(a, 3), fmt(b, 3), fmt(float(x.max()), 3), fmt(base, 3)] for i, (a, b, x) in enumerate(zip(init, final, h["sink_final"]))],
-              note="Training windows start at random offsets, so position 0 is an arbitrary character, not a BOS token.")
+    m = {"text": {"init": init, "final": final, "top": top, "uniform": base, "steps": res["settings"]["heads_steps"],
+                  "n_sink_heads": sum(int((x > SINK_THRESHOLD).sum()) for x in h["sink_final"])},
+         "sinks": studies.sinks_measurements(reports, sinks_uniform())}
+    tables = [Table(f"Sink mass (mean weight on position 0) per layer, tiny GPT, {res['settings']['heads_steps']} steps",
+                    ["layer", "at init", "after training", "max over heads after", "uniform attention"],
+                    [[i, fmt(a, 3), fmt(b, 3), fmt(float(x.max()), 3), fmt(base, 3)] for i, (a, b, x) in enumerate(zip(init, final, h["sink_final"]))],
+                    note="Training windows start at random offsets, so position 0 is an arbitrary character, not a BOS token.")]
+    if m["sinks"]:
+        s = m["sinks"]
+        tables.append(Table(
+            f"The sinks study ({s['source']}): per cell, each layer's largest head first-token weight, sink mass and escape mass",
+            ["cell", "seeds", "best sink head per layer", "sink mass per layer", "escape mass per layer"],
+            [[name, c["seeds"], *(" / ".join(fmt(x, 3) for x in c[k]) for k in ("sink_max", "sink_mass", "escape_mass"))]
+             for name, c in s["cells"].items()],
+            note=f"Uniform attention's sink mass at the study's block size: {s['uniform']:.3f}; a sink head: > {SINK_THRESHOLD} "
+            "(Gu et al. 2024). Escape mass: the weight an escape slot (model.attention.sink) sends nowhere."))
     return Claim(
         13, "Attention sink: the first token absorbs weight because softmax must sum to 1",
         {"sink": "first token absorbs a large share of attention", "cause": "softmax sums to 1"},
-        {"sink_mass_init": init, "sink_mass_final": final, "max_head_sink_final": top, "uniform_baseline": base},
-        *judge_13(m),
-        [t],
+        m, *judge_13(m), tables,
     )

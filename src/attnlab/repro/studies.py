@@ -1,0 +1,98 @@
+"""The committed mechanism studies that claims 12 and 13 cite, read back from their reports.
+
+Claims 12 (head types) and 13 (attention sinks) are about mechanisms a short text run does not
+form. The settings in which they can form are studies of their own (``make sweep
+SWEEP=induction_heads`` / ``SWEEP=sinks``, several seeds, minutes each), so ``make repro`` does not
+retrain them: it reads ``reports/<study>/ablation.csv`` (mean and std over seeds per cell, written
+by ``make table``) and cites it. A missing report leaves that part of the claim untested, and
+says which command produces it.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..report.tables import read_csv
+
+INDUCTION, SINKS = "induction_heads", "sinks"
+
+
+def study_cells(reports: Path, study: str) -> list[dict] | None:
+    """The rows of ``reports/<study>/ablation.csv`` as {column: value}; None when there is none."""
+    path = Path(reports) / study / "ablation.csv"
+    if not path.is_file():
+        return None
+    header, rows = read_csv(path.read_text())
+    return [dict(zip(header, row)) for row in rows]
+
+
+def study_head_types(reports: Path, study: str, axes: dict) -> list[dict[str, list[int]]] | None:
+    """The head types per layer ({type: heads per seed}) of the cell with these axes, from
+    ``reports/<study>/summary.json``; None when the report or the cell has none."""
+    path = Path(reports) / study / "summary.json"
+    if not path.is_file():
+        return None
+    cell = next((c for c in json.loads(path.read_text()).get("head_types", [])
+                 if all(c["axes"].get(k, str(v)) == str(v) for k, v in axes.items())), None)
+    return cell["layers"] if cell and any(cell["layers"]) else None
+
+
+def _cell(cells: list[dict], axes: dict) -> dict | None:
+    """The cell whose axis columns read as the given override values (an axis the sweep held fixed
+    has no column, and matches)."""
+    return next((c for c in cells if all(k not in c or _axis_text(c[k]) == str(v) for k, v in axes.items())), None)
+
+
+def _axis_text(value) -> str:
+    """An axis value as it was swept: 2.0 read back from the CSV is the override 2."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def _stat(cell: dict, key: str) -> dict | None:
+    mean = cell.get(f"{key}_mean")
+    return None if mean is None else {"mean": mean, "std": cell.get(f"{key}_std") or 0.0}
+
+
+TWO_LAYER = {"model.n_layer": 2, "model.attention.scaling": "inv_sqrt_d"}
+ONE_LAYER = {"model.n_layer": 1, "model.attention.scaling": "inv_sqrt_d"}
+
+
+def induction_measurements(reports: Path) -> dict | None:
+    """The induction circuit in the study's scaled cells: per layer the head types, layer 0's best
+    previous-token head, layer 1's best induction head against the best control score and the
+    knockout of layer 1's induction edges (2 layers), and the 1-layer model's best induction head.
+    None without the report (or with one written before these columns existed)."""
+    cells = study_cells(reports, INDUCTION)
+    two = _cell(cells or [], TWO_LAYER)
+    if two is None or _stat(two, "heads/L1/induction_max") is None:
+        return None
+    out = {"source": f"reports/{INDUCTION}", "seeds": int(two["n_ok"]),
+           "two_layer": {"types": study_head_types(reports, INDUCTION, TWO_LAYER),
+                         "previous_token_L0": _stat(two, "heads/L0/previous_token_max"),
+                         "induction_L1": _stat(two, "heads/L1/induction_max"),
+                         "control": _stat(two, "heads/induction_control_max"),
+                         "knockout_L1": _stat(two, "heads/L1/induction_knockout_all_heads"),
+                         "repeat_acc": _stat(two, "heads/repeat_acc")}}
+    one = _cell(cells, ONE_LAYER)
+    if one is not None:
+        out["one_layer"] = {"induction_L0": _stat(one, "heads/L0/induction_max"), "repeat_acc": _stat(one, "heads/repeat_acc")}
+    return out
+
+
+def sinks_measurements(reports: Path, uniform: float) -> dict | None:
+    """Per (data.bos, model.attention.sink) cell: the seeds, each layer's head types, best sink
+    head, sink mass and escape mass. ``uniform``: the sink mass of uniform attention at the study's
+    block size. None without the report."""
+    cells = study_cells(reports, SINKS)
+    if not cells or "heads/L0/sink_max_mean" not in cells[0]:
+        return None
+    layers = sum(f"heads/L{i}/sink_max_mean" in cells[0] for i in range(len(cells[0])))
+    out = {"source": f"reports/{SINKS}", "uniform": uniform, "cells": {}}
+    for cell in cells:
+        axes = {k: cell[k] for k in ("data.bos", "model.attention.sink")}
+        per_layer = {name: [cell.get(f"{template.format(i=i)}_mean") for i in range(layers)]
+                     for name, template in (("sink_max", "heads/L{i}/sink_max"), ("sink_mass", "attn/L{i}/sink_mass"),
+                                            ("escape_mass", "attn/L{i}/escape_mass"))}
+        key = f"bos={str(cell['data.bos']).lower()}, sink={cell['model.attention.sink']}"
+        out["cells"][key] = {"seeds": int(cell["n_ok"]), "types": study_head_types(reports, SINKS, axes), **per_layer}
+    return out
