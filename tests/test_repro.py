@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from attnlab.analysis.heads import types_by_layer
 from attnlab.report import build_report
 from attnlab.repro import equivalence, jacobian, judge, masks, memory, numerics, report, runner, studies, training
 from attnlab.repro.verdict import AGREES, DIFFERS, Claim, Table, combine, compare, same_printed, within
@@ -207,10 +208,11 @@ def test_jacobian_shrinks_with_logit_std():
 
 
 # ---------------------------------------------------------------- training helpers (claims 8, 12, 13)
-def test_types_per_layer_has_the_studies_shape():
+def test_head_types_by_layer_per_seed():
     heads = [{"layer": 0, "head": 0, "type": "content"}, {"layer": 0, "head": 1, "type": "previous_token"},
              {"layer": 1, "head": 0, "type": "induction"}, {"layer": 1, "head": 1, "type": "induction"}]
-    assert training.types_per_layer(heads) == [{"content": [1], "previous_token": [1]}, {"induction": [2]}]
+    assert types_by_layer([heads], 2) == [{"content": [1], "previous_token": [1]}, {"induction": [2]}]
+    assert types_by_layer([heads, heads[:2]], 2)[1] == {"induction": [2, 0]}
     assert judge.seeds_with({"induction": [1, 2, 0]}, ("induction",)) == [True, True, False]
     assert judge.seeds_with({"positional": [1, 0], "previous_token": [0, 1]}, judge.POSITIONAL_TYPES) == [True, True]
     assert judge.seeds_with({}, ("sink",)) == [] and not judge.most([])

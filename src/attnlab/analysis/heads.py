@@ -44,6 +44,7 @@ Type, the first rule that holds (thresholds in THRESHOLDS, chosen before any run
 """
 from __future__ import annotations
 
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -370,4 +371,14 @@ def heads_summary(heads: list[dict]) -> dict:
             out[f"L{layer}/{name}_max"] = max(h["scores"][name] for h in heads if h["layer"] == layer)
     for kind in TYPES:
         out[f"n_{kind}"] = sum(h["type"] == kind for h in heads)
+    return out
+
+
+def types_by_layer(heads_per_seed: list[list[dict]], layers: int) -> list[dict[str, list[int]]]:
+    """Per layer, {type: number of heads of that type in each seed's analysis}, for the head records
+    of several seeds of one setting; types no seed has are left out."""
+    out = []
+    for layer in range(layers):
+        counts = [Counter(h["type"] for h in heads if h["layer"] == layer) for heads in heads_per_seed]
+        out.append({kind: [c[kind] for c in counts] for kind in sorted({k for c in counts for k in c})})
     return out

@@ -4,9 +4,10 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..analysis.heads import types_by_layer
 
 # per-layer statistics shown in the table, and run-level metrics
 LAYER_STATS = ("entropy_norm", "max_prob", "max_logit", "sink_mass")
@@ -68,15 +69,8 @@ class Cell:
         return ", ".join(f"{short(k)}={v}" for k, v in self.axes.items()) or "all"
 
     def head_types(self, layers: int) -> list[dict[str, list[int]]]:
-        """Per layer, {type: number of heads of that type in each finished seed that ran the head
-        analysis} (results.json "heads"); types no seed has are left out."""
-        analysed = [r.results["heads"] for r in self.ok_runs if r.results.get("heads")]
-        out = []
-        for layer in range(layers):
-            counts = [Counter(h["type"] for h in heads if h["layer"] == layer) for heads in analysed]
-            kinds = sorted({k for c in counts for k in c})
-            out.append({kind: [c[kind] for c in counts] for kind in kinds})
-        return out
+        """Per layer, {type: heads of that type per finished seed that ran the head analysis}."""
+        return types_by_layer([r.results["heads"] for r in self.ok_runs if r.results.get("heads")], layers)
 
 
 def short(key: str) -> str:

@@ -8,7 +8,6 @@ attention statistics (``attention_stats`` on the hooked q, k) and head scores.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import torch
 
 from ..attention.stats import attention_stats, layer_values, uniform_sink_mass
 from ..analysis import THRESHOLDS, analyze_heads, build_probes
+from ..analysis.heads import types_by_layer
 from ..analysis.outputs import table_columns, table_rows
 from ..callbacks.probe import probe as qk_per_layer  # (q, k, scale) per layer, eval mode
 from ..config import compose_config
@@ -128,12 +128,6 @@ def head_analysis(model: GPT, block_size: int) -> tuple[list[dict], dict]:
     dm = TextDataModule(block_size=block_size, batch_size=16, steps=1, val_batches=1, seed=SEED)
     dm.setup("fit")
     return analyze_heads(model, build_probes(model, dm.vocab(), dm))
-
-
-def types_per_layer(heads: list[dict]) -> list[dict[str, list[int]]]:
-    """{type: [count]} per layer: the studies' per-seed shape (report.aggregate.Cell.head_types), one seed."""
-    layers = max(h["layer"] for h in heads) + 1
-    return [{kind: [n] for kind, n in sorted(Counter(h["type"] for h in heads if h["layer"] == i).items())} for i in range(layers)]
 
 
 def init_and_final_stats(run: TrainedRun, batches) -> dict:
@@ -284,7 +278,7 @@ def claim_12(res: dict, reports: Path) -> Claim:
     heads = h["heads"]
     n_layer = max(x["layer"] for x in heads) + 1
     m = {"text": {"n_layer": n_layer, "steps": settings["heads_steps"], "val_loss": h["summary"]["final"]["loss"], "seed": settings["seed"],
-                  "types": types_per_layer(heads)},
+                  "types": types_by_layer([heads], n_layer)},
          "induction": studies.induction_measurements(reports),
          "sinks": studies.sinks_measurements(reports, sinks_uniform())}
     t = Table(
