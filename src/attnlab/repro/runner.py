@@ -25,9 +25,8 @@ JAC_N = 64
 
 def reproduce(mode: str, out: Path, log=print, reports: Path | None = None) -> tuple[list[Claim], dict]:
     """All claims the mode covers, figures written into ``out``; returns (claims, meta). Claims 12
-    and 13 cite the mechanism studies' reports under ``reports`` (default: ``out``'s parent, i.e.
-    reports/ for reports/repro)."""
-    reports = Path(out).parent if reports is None else Path(reports)
+    and 13 cite the mechanism studies' reports under ``reports`` (default: reports/)."""
+    reports = Path("reports") if reports is None else Path(reports)
     cfg = MODES[mode]
     # Shared CPUs: one thread is faster than two fighting over a busy core, and nothing here is timed.
     torch.set_num_threads(1)
@@ -83,8 +82,8 @@ def reproduce(mode: str, out: Path, log=print, reports: Path | None = None) -> t
     return claims, meta
 
 
-def main(mode: str, out: Path, log=print) -> list[Claim]:
-    claims, meta = reproduce(mode, out, log)
+def main(mode: str, out: Path, log=print, reports: Path | None = None) -> list[Claim]:
+    claims, meta = reproduce(mode, out, log, reports)
     paths = write_reports(claims, out, meta)
     for c in claims:
         log(f"claim {c.id:>2}: {c.verdict:<7} {c.claim}")
