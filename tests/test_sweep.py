@@ -213,6 +213,19 @@ def test_head_columns_appear_only_when_the_runs_logged_them(tmp_path):
     assert not (tmp_path / "r2" / "fake" / "heads_over_training.png").exists()
 
 
+def test_recording_only_overrides_do_not_split_cells(tmp_path):
+    fake_run(tmp_path / "a", "0", ["model.d_k=16", "seed=0", "logger=csv", "~callbacks.checkpoint=null"], 1.0)
+    fake_run(tmp_path / "b", "1", ["model.d_k=16", "seed=1"], 1.2)
+    fake_run(tmp_path / "b", "2", ["model.d_k=32", "seed=1"], 1.4)
+    build_report([tmp_path / "a", tmp_path / "b"], reports=tmp_path / "r")
+    md = (tmp_path / "r" / "fake" / "ablation.md").read_text()
+    assert "| 16 | ok 2 | 1.10 ± 0.14 |" in md and "| logger |" not in md
+    assert "grouped regardless: callbacks.checkpoint ((default), null); logger ((default), csv)." in md
+    fake_run(tmp_path / "c", "3", ["model.d_k=16", "seed=2", "model.n_head=8"], 1.0)  # a real difference stays an axis
+    build_report([tmp_path / "b", tmp_path / "c"], reports=tmp_path / "r2")
+    assert "| d_k | n_head | runs |" in (tmp_path / "r2" / "fake" / "ablation.md").read_text()
+
+
 def test_head_types_per_layer_counted_per_seed(tmp_path):
     def heads(*types_l1):
         return [{"layer": 0, "head": h, "type": "previous_token", "scores": {}} for h in range(2)] + \

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..analysis.phase import PHASE_LEVEL, head_history, phase_change_step
 from ..results import atomic_write_text
-from .aggregate import group_cells, load_sweeps, lr_sensitivity, n_layers, seeds_per_cell, short, swept_axes
+from .aggregate import group_cells, load_sweeps, lr_sensitivity, n_layers, recording_differences, seeds_per_cell, short, swept_axes
 from .plots import heads_over_training, layer_stat_vs_axis, max_logit_over_training, metric_vs_axis
 from .significance import marked_cells, pairs_table, scaling_pairs
 from .significance import summary as significance_summary
@@ -77,7 +77,9 @@ def build_report(sweep_dirs: Path | list[Path], reports: Path = Path("reports"))
         f"{seeds} finished seed(s) per cell, {failed} failed). {spread} list layers 0 to "
         f"{layers - 1}. Peak MiB is the peak tensor memory of a training step above its start level."
         + (" A * after a val loss: this scaled cell differs from its unscaled twin beyond seed noise (see below)."
-           if any(p.significant for p in pairs) else ""),
+           if any(p.significant for p in pairs) else "")
+        + (f" Runs differ in settings that change what they record, not what they train, and are grouped regardless: "
+           f"{'; '.join(recording)}." if (recording := recording_differences(runs)) else ""),
         "",
         markdown_table(header, body),
     ]
@@ -94,7 +96,7 @@ def build_report(sweep_dirs: Path | list[Path], reports: Path = Path("reports"))
                   markdown_table(["cell", *(f"L{i}" for i in range(layers))],
                                  [[label, *map(head_type_text, per_layer)] for label, per_layer in types.items()])]
     phases = {cell.label: phase_steps(cell) for cell in cells}
-    if any(phases.values()):
+    if any(step is not None for steps in phases.values() for step in steps):  # a text model never copies: no table
         lines += ["", "## Phase change", "", f"The first measured step at which copying on the repeated probe reaches {PHASE_LEVEL} "
                   "(`attnlab.analysis.phase.phase_change_step`), per seed that ran the head analysis over training.", "",
                   markdown_table(["cell", "seeds that reach it", "step: median", "step: range"],

@@ -12,7 +12,10 @@ from ..analysis.heads import types_by_layer
 # per-layer statistics shown in the table, and run-level metrics
 LAYER_STATS = ("entropy_norm", "max_prob", "max_logit", "sink_mass")
 RUN_METRICS = ("val/loss", "val/acc", "perf/tokens_per_s", "mem/peak_bytes")
-IGNORED_AXES = {"seed"}
+# Overrides that are not axes: the seed (replicates of a cell), and settings that change what a run
+# records, not what it trains (loggers, the progress bar, checkpoints, the attention-map callback,
+# which only reads the model in eval mode). A study run in parts may differ in these.
+IGNORED_AXES = {"seed", "logger", "trainer.enable_progress_bar", "callbacks.checkpoint", "callbacks.attention_maps"}
 
 
 @dataclass
@@ -92,6 +95,16 @@ def run_identity(run: RunResult) -> tuple:
     """What makes a run unique in a study: its overrides without the seed, and the seed it ran with."""
     rest = tuple(sorted((k, v) for k, v in run.overrides.items() if k not in IGNORED_AXES))
     return rest, run.results.get("config", {}).get("seed", run.overrides.get("seed"))
+
+
+def recording_differences(runs: list[RunResult]) -> list[str]:
+    """The ignored recording-only overrides (IGNORED_AXES but the seed) whose values differ between
+    runs, as 'key=value' for the report's header."""
+    values: dict[str, set] = {}
+    for run in runs:
+        for k in IGNORED_AXES - {"seed"}:
+            values.setdefault(k, set()).add(run.overrides.get(k, "(default)"))
+    return [f"{k} ({', '.join(sorted(v))})" for k, v in sorted(values.items()) if len(v) > 1]
 
 
 def load_sweeps(sweep_dirs: list[Path]) -> list[RunResult]:
