@@ -121,6 +121,11 @@ def _seeds(n: int) -> str:
     return f"{n} seed{'s' if n != 1 else ''}"
 
 
+def _over(n: int) -> str:
+    """What a per-layer list of study values is when it comes from several seeds."""
+    return f" (means over {n} seeds)" if n > 1 else ""
+
+
 def judge_12(m: dict) -> tuple[str, str]:
     """Claim 12 (head types in trained models), from three models: the character model repro trains
     (``text``: n_layer, steps, val_loss, seed, types = per layer {type: [count]}), the induction_heads
@@ -169,7 +174,7 @@ def judge_12(m: dict) -> tuple[str, str]:
             every = bool(cell["types"]) and all(most(seeds_with(layer, ("sink",))) for layer in cell["types"])
             found["sink"] |= every
             text.append(f"In the sinks study ({_seeds(cell['seeds'])}, {len(cell['sink_max'])} layers, text with BOS, no escape slot, {snk['source']}) "
-                        f"the best sink head per layer scores {', '.join(f'{x:.3f}' for x in cell['sink_max'])}: "
+                        f"the best sink head per layer scores {', '.join(f'{x:.3f}' for x in cell['sink_max'])}{_over(cell['seeds'])}: "
                         + ("a sink head in every layer." if every else "not a sink head in every layer."))
     v, why = combine({HEAD_PARTS[k]: ok for k, ok in found.items()})
     shown = [HEAD_PARTS[k] for k, ok in found.items() if ok]
@@ -215,7 +220,7 @@ def judge_13(m: dict) -> tuple[str, str]:
         peak = max(base["sink_max"])
         forms |= peak > SINK_THRESHOLD
         text.append(f"In the sinks study ({_seeds(base['seeds'])}, text with a BOS token, {snk['source']}) the largest head's first-token "
-                    f"weight per layer is {', '.join(f'{x:.3f}' for x in base['sink_max'])} without an escape slot (uniform "
+                    f"weight per layer is {', '.join(f'{x:.3f}' for x in base['sink_max'])}{_over(base['seeds'])} without an escape slot (uniform "
                     f"attention: {snk['uniform']:.3f}): " + ("a sink forms on BOS." if peak > SINK_THRESHOLD else "no sink forms on BOS."))
         slots = {k: snk["cells"].get(f"bos=true, sink={k}") for k in ESCAPES}
         slots = {k: c for k, c in slots.items() if c is not None}
