@@ -3,9 +3,9 @@
 Claims 12 (head types) and 13 (attention sinks) are about mechanisms a short text run does not
 form. The settings in which they can form are studies of their own (``make sweep
 SWEEP=induction_heads`` / ``SWEEP=sinks``, several seeds, minutes each), so ``make repro`` does not
-retrain them: it reads ``reports/<study>/ablation.csv`` (mean and std over seeds per cell, written
-by ``make table``) and cites it. A missing report leaves that part of the claim untested, and
-says which command produces it.
+retrain them: it reads ``reports/<study>/ablation.csv`` (mean and std over seeds per cell) and
+``summary.json`` (head types per layer and seed), both written by ``make table``, and cites them.
+A missing report leaves that part of the claim untested, and says which command produces it.
 """
 from __future__ import annotations
 
