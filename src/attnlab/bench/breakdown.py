@@ -121,6 +121,9 @@ def table(data: dict) -> list[dict]:
     seconds = {"interpreter start and exit (wall minus the child's span)": wall - data["span_s"],
                "imports (torch, lightning, hydra, attnlab)": data["imports_s"],
                "W&B: import": data["wandb_import_s"], **data["seconds"]}
+    # what the child spent outside every phase: wrapping and unwrapping the hooks, reading the clock
+    seconds["the breakdown's own instrumentation"] = data["span_s"] - sum(seconds.values()) + seconds[
+        "interpreter start and exit (wall minus the child's span)"]
     calls = data["calls"]
     rows = []
     for phase, sec in seconds.items():
