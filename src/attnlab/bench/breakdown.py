@@ -118,12 +118,11 @@ def run_child(overrides: list[str], run_dir: Path, cprofile: bool = False, env: 
 def table(data: dict) -> list[dict]:
     """Rows (group, phase, seconds, share, calls, ms per call) that add up to the process's wall time."""
     wall, steps = data["wall_s"], max(1, data.get("steps") or 1)
-    seconds = {"interpreter start and exit (wall minus the child's span)": wall - data["span_s"],
-               "imports (torch, lightning, hydra, attnlab)": data["imports_s"],
-               "W&B: import": data["wandb_import_s"], **data["seconds"]}
+    in_child = {"imports (torch, lightning, hydra, attnlab)": data["imports_s"], "W&B: import": data["wandb_import_s"],
+                **data["seconds"]}
     # what the child spent outside every phase: wrapping and unwrapping the hooks, reading the clock
-    seconds["the breakdown's own instrumentation"] = data["span_s"] - sum(seconds.values()) + seconds[
-        "interpreter start and exit (wall minus the child's span)"]
+    in_child["the breakdown's own instrumentation"] = data["span_s"] - sum(in_child.values())
+    seconds = {"interpreter start and exit (wall minus the child's span)": wall - data["span_s"], **in_child}
     calls = data["calls"]
     rows = []
     for phase, sec in seconds.items():

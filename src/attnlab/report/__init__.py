@@ -7,7 +7,7 @@ import json
 import statistics
 from pathlib import Path
 
-from ..analysis.phase import PHASE_LEVEL, head_history, phase_change_step
+from ..analysis.phase import PHASE_LEVEL, phase_change_step
 from ..results import atomic_write_text
 from .aggregate import group_cells, load_sweeps, lr_sensitivity, n_layers, recording_differences, seeds_per_cell, short, swept_axes
 from .plots import heads_over_training, layer_stat_vs_axis, max_logit_over_training, metric_vs_axis
@@ -61,7 +61,8 @@ def build_report(sweep_dirs: Path | list[Path], reports: Path = Path("reports"))
         if axis not in ("model.d_k", "optim.lr"):
             plots.append(metric_vs_axis(cells, axis, "val/loss", out / f"val_loss_vs_{short(axis)}.png"))
     plots.append(max_logit_over_training(cells, out / "max_logit_over_training.png"))
-    plots.append(heads_over_training(cells, out / "heads_over_training.png"))
+    histories = {cell.label: cell.head_histories() for cell in cells}
+    plots.append(heads_over_training(histories, out / "heads_over_training.png"))
     plots = [p for p in plots if p is not None]
 
     header, body = rows(cells, axes, layers, marked_cells(pairs))
@@ -95,7 +96,7 @@ def build_report(sweep_dirs: Path | list[Path], reports: Path = Path("reports"))
         lines += ["", "## Head types per layer", "", HEAD_TYPES_NOTE, "",
                   markdown_table(["cell", *(f"L{i}" for i in range(layers))],
                                  [[label, *map(head_type_text, per_layer)] for label, per_layer in types.items()])]
-    phases = {cell.label: phase_steps(cell) for cell in cells}
+    phases = {label: [phase_change_step(h) for h in runs] for label, runs in histories.items()}
     if any(step is not None for steps in phases.values() for step in steps):  # a text model never copies: no table
         lines += ["", "## Phase change", "", f"The first measured step at which copying on the repeated probe reaches {PHASE_LEVEL} "
                   "(`attnlab.analysis.phase.phase_change_step`), per seed that ran the head analysis over training.", "",
@@ -133,11 +134,6 @@ def head_type_text(counts: dict[str, list[int]]) -> str:
         having = sum(n > 0 for n in per_seed)
         parts.append(f"{kind} {sum(per_seed) / len(per_seed):.3g}" + (f" ({having}/{len(per_seed)} seeds)" if having < len(per_seed) else ""))
     return ", ".join(parts) or "-"
-
-
-def phase_steps(cell) -> list[int | None]:
-    """Per finished seed with a head-analysis history: its phase-change step (None: never)."""
-    return [phase_change_step(h) for run in cell.ok_runs if len(h := head_history(run.dir)) > 1]
 
 
 def phase_text(steps: list[int | None]) -> list[str]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..analysis.heads import types_by_layer
+from ..analysis.phase import head_history
 
 # per-layer statistics shown in the table, and run-level metrics
 LAYER_STATS = ("entropy_norm", "max_prob", "max_logit", "sink_mass")
@@ -75,6 +76,10 @@ class Cell:
         """Per layer, {type: heads of that type per finished seed that ran the head analysis}."""
         return types_by_layer([r.results["heads"] for r in self.ok_runs if r.results.get("heads")], layers)
 
+    def head_histories(self) -> list[list[dict]]:
+        """The head analysis over training (heads.json "history") of each finished seed that has one."""
+        return [h for run in self.ok_runs if len(h := head_history(run.dir)) > 1]
+
 
 def short(key: str) -> str:
     """model.attention.scaling -> scaling: the last name of a key is what people call the axis."""
@@ -99,7 +104,7 @@ def run_identity(run: RunResult) -> tuple:
 
 def recording_differences(runs: list[RunResult]) -> list[str]:
     """The ignored recording-only overrides (IGNORED_AXES but the seed) whose values differ between
-    runs, as 'key=value' for the report's header."""
+    runs, as 'key (value, value)' for the report's header."""
     values: dict[str, set] = {}
     for run in runs:
         for k in IGNORED_AXES - {"seed"}:

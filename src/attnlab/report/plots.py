@@ -10,7 +10,6 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ..analysis.phase import head_history  # noqa: E402
 from ..callbacks.attention_stats import read_history  # noqa: E402
 from .aggregate import Cell, short  # noqa: E402
 
@@ -140,16 +139,12 @@ HEAD_PANELS = {"repeat_acc": "copying accuracy on the probe", "induction_max": "
                "induction_knockout_all_heads": "knockout, all heads of L{i}"}
 
 
-def heads_over_training(cells: list[Cell], path: Path) -> Path | None:
-    """The head analysis' history (heads.json) of every seed of each cell, one colour per cell:
-    copying accuracy, then per layer the best induction score and the knockout of the whole layer,
-    against the step; None if no run has one. Every seed is drawn, so a seed that never makes the
-    phase change shows as its own flat line."""
-    histories = {}
-    for cell in cells:
-        runs = [h for run in cell.ok_runs if len(h := head_history(run.dir)) > 1]
-        if runs:
-            histories[cell.label] = runs
+def heads_over_training(histories: dict[str, list[list[dict]]], path: Path) -> Path | None:
+    """The head analysis' history of every seed of each cell ({cell label: [history per seed]}, one
+    colour per cell): copying accuracy, then per layer the best induction score and the knockout of
+    the whole layer, against the step; None if no run has one. Every seed is drawn, so a seed that
+    never makes the phase change shows as its own flat line."""
+    histories = {label: runs for label, runs in histories.items() if runs}
     if not histories:
         return None
     fig, axes = plt.subplots(1, len(HEAD_PANELS), figsize=(4.2 * len(HEAD_PANELS), 3.4), squeeze=False)

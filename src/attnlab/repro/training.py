@@ -7,6 +7,7 @@ attention statistics (``attention_stats`` on the hooked q, k) and head scores.
 """
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -297,8 +298,10 @@ def claim_12(res: dict, reports: Path) -> Claim:
     )
 
 
+@functools.cache
 def sinks_uniform() -> float:
-    """Uniform attention's sink mass at the sinks study's block size (its config, as `make sweep` composes it)."""
+    """Uniform attention's sink mass at the sinks study's block size (its config, as `make sweep`
+    composes it; composed once for claims 12 and 13)."""
     return uniform_sink_mass(int(compose_config([f"experiment={studies.SINKS}"]).model.block_size))
 
 
