@@ -144,13 +144,19 @@ def newest_intact(ckpt_dir: Path) -> tuple[Path | None, int | None, list[tuple[P
 
 
 def rng_state() -> dict[str, Any]:
-    """Global RNG states as tensors and plain values (loadable with weights_only=True)."""
+    """Global RNG states as tensors and plain values (loadable with weights_only=True).
+
+    On a GPU, dropout draws from the CUDA generators, so their states are saved too (only once
+    CUDA is initialised: asking earlier would start a CUDA context in a CPU run)."""
     np_state = np.random.get_state()
-    return {
+    state = {
         "torch": torch.get_rng_state(),
         "python": random.getstate(),
         "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
     }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
@@ -159,3 +165,5 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate((version, tuple(internal), gauss_next))
     name, keys, *rest = state["numpy"]
     np.random.set_state((name, np.array(keys, dtype=np.uint32), *rest))
+    if state.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

@@ -50,7 +50,12 @@ class LitGPT(L.LightningModule):
     @property
     def compiled(self) -> bool:
         """True while the steps run the torch.compile'd model (false again after a failed compile)."""
-        return bool(self.model.cfg.compile) and not self.__dict__.get("_compile_failed", False)
+        return bool(self.model.cfg.compile) and not self.__dict__.get("_compile_failed")
+
+    @property
+    def compile_record(self) -> dict:
+        """For results.json: whether torch.compile was asked for, ran, or fell back (and why)."""
+        return {"asked": bool(self.model.cfg.compile), "ran": self.compiled, "fallback": self.__dict__.get("_compile_failed")}
 
     def step_forward(self, x, y):
         """The training and validation forward: ``self.model``, or its torch.compile'd wrapper.
@@ -69,7 +74,7 @@ class LitGPT(L.LightningModule):
         except torch._dynamo.exc.BackendCompilerFailed as err:
             reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
             print(f"attnlab: model.compile=true: torch.compile cannot run here ({reason}); training eager", file=sys.stderr)
-            self.__dict__["_compile_failed"] = True
+            self.__dict__["_compile_failed"] = reason
             return self.model(x, y)
 
     def training_step(self, batch, batch_idx):

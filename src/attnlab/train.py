@@ -6,6 +6,7 @@ turns known failures into one line on stderr and a non-zero exit.
 from __future__ import annotations
 
 import gc
+import importlib.util
 import logging
 import os
 import sys
@@ -80,8 +81,17 @@ def wandb_run_id(run_dir: Path) -> str:
 
 
 def build_loggers(cfg: DictConfig, run_dir: Path) -> list:
+    """The configured loggers. Without the wandb package (a cluster node with a site torch, say)
+    the W&B logger is left out with one line, and CSV is kept or added so the run still logs."""
     loggers = []
-    for name, lg_cfg in (cfg.get("logger") or {}).items():
+    chosen = dict(cfg.get("logger") or {})
+    if "wandb" in chosen and chosen["wandb"].mode != "disabled" and importlib.util.find_spec("wandb") is None:
+        del chosen["wandb"]
+        if is_rank_zero():
+            print("attnlab: logger=wandb: the wandb package is not installed; logging to CSV only "
+                  "(pip install wandb, or logger=csv to silence this)", file=sys.stderr)
+        chosen.setdefault("csv", OmegaConf.load(CONF_DIR / "logger" / "csv.yaml")["csv"])
+    for name, lg_cfg in chosen.items():
         if name == "wandb":
             if lg_cfg.mode == "disabled":
                 continue  # truly off: no wandb.init, no files
@@ -213,6 +223,7 @@ def train(cfg: DictConfig) -> dict:
             trainer.validate(module, datamodule=dm, verbose=False)
         metrics = final_metrics(trainer, module, callbacks)
         record.data["attention"]["kernel"], record.data["attention"]["kernel_changed"] = kernels_used(module)
+        record.data["compile"] = module.compile_record
         extra = {k: v for cb in callbacks if hasattr(cb, "results_fields") for k, v in cb.results_fields().items()}
         record.finish("ok", metrics, **extra)
         return metrics

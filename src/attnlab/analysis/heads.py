@@ -149,7 +149,8 @@ def cut_edges(model, layer: int, head: int | None, edges: torch.Tensor):
         p = p.masked_fill(edges.to(p.device).unsqueeze(1), 0.0)
         p = p / (p.sum(-1, keepdim=True) + escape).clamp_min(1e-12)
         out = output.clone()
-        out[:, one] = (p @ v.float()).to(out.dtype)
+        with torch.autocast(p.device.type, enabled=False):  # re-weighted in fp32, whatever the run's autocast
+            out[:, one] = (p @ v.float()).to(out.dtype)
         return out
 
     handle = model.attention_layers()[layer].register_forward_hook(hook, with_kwargs=True)

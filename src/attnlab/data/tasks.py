@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from ..errors import DataError
-from .text import BOS, CharTokenizer, ResumableDataModule, Shifted
+from .text import BOS, CharTokenizer, ResumableDataModule
+from .text import VAL_SEED
 
 IGNORE = -100
 TRAIN_STREAM, VAL_STREAM, PROBE_STREAM = 0, 1, 2
@@ -52,7 +53,7 @@ class GeneratedBatches(Dataset):
         return self.n_batches
 
     def sequences(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        rng = rng_for(self.task.seed, self.stream, i)
+        rng = rng_for(VAL_SEED if self.stream == VAL_STREAM else self.task.seed, self.stream, i)  # val: one set for every seed
         seq, scored = self.task.generate(rng, self.task.batch_size)
         for _ in range(100):
             clash = np.array([row.tobytes() in self.exclude for row in seq])
@@ -138,17 +139,14 @@ class TaskDataModule(ResumableDataModule):
         seq, scored = self.generate(rng_for(self.seed + seed, PROBE_STREAM, 0), n)
         return to_xy(seq, scored)[0]
 
-    def batch_loader(self, batches: Dataset) -> DataLoader:
-        """Items are whole batches; an own generator keeps the global RNG untouched (see ResumableDataModule)."""
-        return DataLoader(batches, batch_size=None, shuffle=False, num_workers=self.num_workers,
-                          generator=torch.Generator().manual_seed(0))
-
     def train_dataloader(self):
-        skip = self.consumed_samples // self.global_batch  # optimizer steps already taken
-        return self.batch_loader(Shifted(self.train_set, skip) if skip else self.train_set)
+        # data.batch_size is per process, as for text: under DDP rank r reads batches r, r + W, ...
+        # of a stream W times as long, so the global batch holds W different batches
+        self.train_set.n_batches = self.steps * (self.global_batch // self.batch_size)
+        return self.train_loader(self.train_set, batched=True)
 
     def val_dataloader(self):
-        return self.batch_loader(self.val_set)
+        return self.loader(self.val_set, batched=True)
 
 
 class MQARDataModule(TaskDataModule):
