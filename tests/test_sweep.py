@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from omegaconf import OmegaConf
 
@@ -160,13 +161,20 @@ def test_report_merges_sweep_dirs_and_marks_differences_beyond_seed_noise(tmp_pa
     assert "| 32 | inv_sqrt_d | 0.02 | ok 3 | 1.917 ± 0.095 |" in md  # within noise: no mark
     text = md.split("## Scaled vs unscaled")[1]
     assert "Welch's t-test" in text and "2 of 4 scaled/unscaled pairs differ beyond seed noise" in text
-    assert "Scaling lowers the loss at d_k=16, init_std=fan_in (inv_sqrt_d - none = -0.303, p < 0.001)" in text
+    assert "Holm-corrected p (over the 4 tests of this table) is below 0.05" in text
+    assert "Scaling lowers the loss at d_k=16, init_std=fan_in (inv_sqrt_d - none = -0.303, p < 0.001, Holm < 0.001)" in text
     assert "Scaling raises the loss at d_k=16, init_std=0.02 (inv_sqrt_d - none = +0.100" in text
-    assert "Within seed noise at d_k=32, init_std=0.02" in text and text.count("**yes**") == 2
+    assert "No difference beyond seed noise at d_k=32, init_std=0.02 (inv_sqrt_d - none = +0.017, p = 0.84, Holm = 1), smaller than the 0.221" in text
+    assert text.split("## Each axis")[0].count("**yes**") == 2 and "little power" not in md
     summary = json.loads((tmp_path / "r" / "fake" / "summary.json").read_text())
     expected = welch(STUDY[("16", "none", "0.02")], STUDY[("16", "inv_sqrt_d", "0.02")])
     pair = next(p for p in summary["scaled_vs_unscaled"] if p["where"] == "d_k=16, init_std=0.02")
     assert pair["p"] == pytest.approx(expected.p) and pair["beyond_noise"] and len(summary["sweep_dirs"]) == 3
+    raw = sorted(p["p"] for p in summary["scaled_vs_unscaled"])
+    assert min(p["p_holm"] for p in summary["scaled_vs_unscaled"]) == pytest.approx(4 * raw[0])
+    # per-seed values with their seed ids: what a per-seed range in the docs is quoted from
+    cell = next(c for c in summary["per_seed"] if c["axes"] == {"model.d_k": "16", "model.attention.scaling": "none", "model.init_std": "0.02"})
+    assert [(r["seed"], r["metrics"]["val/loss"]) for r in cell["runs"]] == [(0, 1.80), (1, 1.81), (2, 1.82)]
 
 
 def test_one_seed_claims_no_significance(tmp_path):
@@ -207,7 +215,7 @@ def test_head_columns_appear_only_when_the_runs_logged_them(tmp_path):
     assert "| 0.78 / -0.001 |" in md  # knockout per layer, L0 then L1
     csv_header = (tmp_path / "r1" / "fake" / "ablation.csv").read_text().splitlines()[0]
     assert "heads/L1/induction_knockout_all_heads_mean" in csv_header
-    assert "## Phase change" in md and "| 1 of 1 | 5 | 5-5 |" in md  # copying reaches 0.5 at step 5
+    assert "## Phase change" in md and "| 1 of 1 seeds (95 % Wilson interval 0.21-1.00) | 5 | 5-5 |" in md  # copying reaches 0.5 at step 5
     plain = (tmp_path / "r2" / "fake" / "ablation.md").read_text()
     assert "repeat acc" not in plain and "knockout" not in plain and "Phase change" not in plain
     assert not (tmp_path / "r2" / "fake" / "heads_over_training.png").exists()
@@ -315,3 +323,93 @@ def test_a_pair_with_one_seed_on_one_side_is_left_untested(tmp_path):
     assert "1-3 finished seed(s) per cell" in md and "| 16 | none | 0.02 | ok 1 | 1.800 |" in md
     assert "untested (1 seed)" in md and "Not tested: d_k=16, init_std=0.02 (1 seed)." in md
     assert "1 of 3 scaled/unscaled pairs differ beyond seed noise" in md and "1-3 seeds per cell" in md
+
+
+def test_holm_adjusts_the_family_and_keeps_the_order():
+    from attnlab.report.significance import holm
+
+    # m = 4: 4 x 0.01, 3 x 0.02, 2 x 0.03 (kept monotone), 1 x 0.5; untested pairs stay None
+    adjusted = holm([0.03, 0.01, None, 0.5, 0.02])
+    assert adjusted[2] is None and adjusted[1] == pytest.approx(0.04) and adjusted[4] == pytest.approx(0.06)
+    assert adjusted[0] == pytest.approx(0.06) and adjusted[3] == pytest.approx(0.5)
+    assert holm([0.4, 0.9]) == pytest.approx([0.8, 0.9])
+
+
+def test_wilson_interval_for_a_mechanism_that_forms_in_some_seeds():
+    from attnlab.report.significance import k_of_n_text, wilson
+
+    lo, hi = wilson(8, 10)
+    assert (round(lo, 3), round(hi, 3)) == (0.49, 0.943)  # the closed form at z = 1.96
+    assert wilson(0, 3)[0] == 0.0 and wilson(3, 3)[1] == 1.0 and 0 < wilson(3, 3)[0] < 1
+    assert k_of_n_text(8, 10) == "8 of 10 seeds (95 % Wilson interval 0.49-0.94)"
+
+
+CROSSED = {  # (bos, sink) -> val loss per seed: BOS helps by 0.1 in every stratum, the sink axis does nothing
+    ("False", "none"): [2.00, 2.02, 2.04], ("True", "none"): [1.90, 1.92, 1.94],
+    ("False", "learned"): [2.01, 2.03, 2.02], ("True", "learned"): [1.91, 1.93, 1.92],
+}
+
+
+def _crossed_study(root: Path, losses: dict) -> Path:
+    for (bos, sink), values in losses.items():
+        for seed, loss in enumerate(values):
+            fake_run(root, f"{bos}-{sink}-{seed}", [f"data.bos={bos}", f"model.attention.sink={sink}", f"seed={seed}"], loss)
+    return root
+
+
+def test_a_crossed_study_reports_each_axis_pooled_over_the_other(tmp_path):
+    build_report(_crossed_study(tmp_path / "s", CROSSED), reports=tmp_path / "r")
+    md = (tmp_path / "r" / "fake" / "ablation.md").read_text()
+    text = md.split("## Each axis pooled over the others")[1]
+    assert "Holm-corrected over the 2 effects" in text
+    assert "bos=True vs False (over 2 strata): -0.100, p < 0.001, Holm < 0.001: beyond seed noise." in text
+    bos, sink = json.loads((tmp_path / "r" / "fake" / "summary.json").read_text())["pooled_effects"]
+    assert bos["axis"] == "data.bos" and bos["diff"] == pytest.approx(-0.1) and bos["beyond_noise"]
+    assert sink["level"] == "learned" and sink["reference"] == "none" and not sink["beyond_noise"]
+    assert "sink=learned vs none (over 2 strata): +0.000, p = 1, Holm = 1: no difference beyond seed noise." in text
+    # the opposite measurement: BOS does nothing either, and the text says so
+    flat = {k: [v - 0.1 * (k[0] == "False") for v in vals] for k, vals in CROSSED.items()}
+    build_report(_crossed_study(tmp_path / "flat", flat), reports=tmp_path / "r2")
+    bos2 = json.loads((tmp_path / "r2" / "fake" / "summary.json").read_text())["pooled_effects"][0]
+    assert not bos2["beyond_noise"] and abs(bos2["diff"]) < 0.01
+
+
+def test_pooled_effect_matches_a_stratified_welch_by_hand():
+    from attnlab.report.aggregate import Cell
+    from attnlab.report.significance import factor_effects
+
+    def cell(bos, sink, values):
+        c = Cell({"data.bos": bos, "model.attention.sink": sink})
+        c.values = lambda key, v=values: v  # what the test reads
+        return c
+
+    cells = [cell(b, s, v) for (b, s), v in CROSSED.items()]
+    effect = factor_effects(cells, ["data.bos", "model.attention.sink"])[0]
+    v = [statistics.variance(x) / 3 for x in CROSSED.values()]
+    se = math.sqrt(sum(v)) / 2
+    assert effect.diff == pytest.approx(-0.1) and effect.test.t == pytest.approx(-0.1 / se)
+    assert effect.test.df == pytest.approx(sum(v) ** 2 / sum(x**2 / 2 for x in v))
+
+
+def test_text_val_windows_do_not_depend_on_the_training_seed():
+    from attnlab.data import TextDataModule
+
+    windows = []
+    for seed in (0, 7):
+        dm = TextDataModule(block_size=16, batch_size=2, steps=4, val_batches=2, seed=seed)
+        dm.setup("fit")
+        dm.train_dataloader()
+        windows.append((dm.val_set.offsets.clone(), dm.train_set.offsets.clone()))
+    assert torch.equal(windows[0][0], windows[1][0])  # the same validation windows for both seeds
+    assert not torch.equal(windows[0][1], windows[1][1])  # while the training windows differ
+
+
+def test_task_val_stream_does_not_depend_on_the_training_seed():
+    from attnlab.data.tasks import InductionDataModule
+
+    sets = []
+    for seed in (0, 7):
+        dm = InductionDataModule(vocab_size=64, block_size=32, batch_size=4, steps=2, val_batches=2, seed=seed)
+        dm.setup("fit")
+        sets.append((dm.val_set.sequences(0)[0], dm.train_set.sequences(0)[0]))
+    assert (sets[0][0] == sets[1][0]).all() and not (sets[0][1] == sets[1][1]).all()

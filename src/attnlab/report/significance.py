@@ -5,6 +5,13 @@ values on every other axis. The test is Welch's t-test (two-sided, unequal varia
 per cell a bootstrap has only 10 distinct resamples per group and gives intervals that are too
 narrow, while the t-test accounts for how little 3 values say about the spread. With one seed per
 cell there is no spread to compare against, and nothing is called significant.
+
+A table runs a family of tests, one per pair, so a pair counts as beyond seed noise only when its
+Holm-corrected p (Holm 1979: the k-th smallest of m p values times m - k + 1, kept monotone) is below
+ALPHA; the raw p is printed beside it. A study that crosses axes (sinks: data.bos x escape slot) also
+gets each axis's effect pooled over the others (``factor_effects``: a stratified Welch test, the
+difference averaged over the strata), which the pairs alone would hide. A mechanism that forms in some
+seeds only is reported as k of n with a Wilson interval (``k_of_n_text``), not as a mean.
 """
 from __future__ import annotations
 
@@ -43,15 +50,49 @@ def welch(a: list[float], b: list[float]) -> Welch | None:
     return Welch(t, df, float(2 * student_t.sf(abs(t), df)))
 
 
+def t_critical(df: float, alpha: float = ALPHA) -> float:
+    """The two-sided critical value of Student's t: |t| beyond it has p < alpha."""
+    from scipy.stats import t as student_t
+
+    return float(student_t.ppf(1 - alpha / 2, df))
+
+
+def holm(pvalues: list[float | None]) -> list[float | None]:
+    """Holm-adjusted p values (None stays None): reject where adjusted p < alpha controls the family-wise error."""
+    tested = sorted((p, i) for i, p in enumerate(pvalues) if p is not None)
+    out: list[float | None] = [None] * len(pvalues)
+    running, m = 0.0, len(tested)
+    for rank, (p, i) in enumerate(tested):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
+
+
+def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """95 % Wilson score interval for k successes in n trials (sound at small n and at k = 0 or n)."""
+    if n == 0:
+        return 0.0, 1.0
+    p = k / n
+    centre, half = (p + z * z / (2 * n)) / (1 + z * z / n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def k_of_n_text(k: int, n: int, unit: str = "seeds") -> str:
+    """'8 of 10 seeds (95 % Wilson interval 0.49-0.94)': a bimodal outcome as a count with its uncertainty."""
+    lo, hi = wilson(k, n)
+    return f"{k} of {n} {unit} (95 % Wilson interval {lo:.2f}-{hi:.2f})"
+
+
 @dataclass
 class Pair:
-    """One scaled cell against its unscaled twin."""
+    """One scaled cell against its unscaled twin; ``p_holm`` is set over the table's family of pairs."""
 
     rest: dict[str, str]  # the other axes' values
     variant: str
     unscaled: list[float]
     scaled: list[float]
     test: Welch | None
+    p_holm: float | None = None
 
     @property
     def diff(self) -> float:
@@ -60,7 +101,16 @@ class Pair:
 
     @property
     def significant(self) -> bool:
-        return self.test is not None and self.test.p < ALPHA
+        """Beyond seed noise after the Holm correction over the table's pairs."""
+        return self.p_holm is not None and self.p_holm < ALPHA
+
+    @property
+    def threshold(self) -> float | None:
+        """The smallest |difference| this pair's test would call beyond noise at raw p < ALPHA."""
+        if self.test is None:
+            return None
+        se = math.sqrt(statistics.variance(self.unscaled) / len(self.unscaled) + statistics.variance(self.scaled) / len(self.scaled))
+        return t_critical(self.test.df) * se
 
     @property
     def where(self) -> str:
@@ -81,17 +131,20 @@ def scaling_pairs(cells: list[Cell], axes: list[str], metric: str = "val/loss") 
         unscaled, scaled = twin.values(metric), cell.values(metric)
         if unscaled and scaled:
             pairs.append(Pair({a: cell.axes[a] for a in others}, cell.axes[SCALING_AXIS], unscaled, scaled, welch(unscaled, scaled)))
+    for pair, adjusted in zip(pairs, holm([p.test.p if p.test else None for p in pairs])):
+        pair.p_holm = adjusted
     return pairs
 
 
 def pairs_table(pairs: list[Pair]) -> tuple[list[str], list[list[str]]]:
-    header = ["where", "scaling", "val loss none", "val loss scaled", "scaled - none", "t", "df", "p", f"beyond seed noise (p < {ALPHA})"]
+    header = ["where", "scaling", "val loss none", "val loss scaled", "scaled - none", "t", "df", "p", "p (Holm)",
+              f"beyond seed noise (Holm p < {ALPHA})"]
     body = []
     for p in pairs:
         t = p.test
         body.append([p.where, p.variant, mean_pm_std(statistics.fmean(p.unscaled), _std(p.unscaled), len(p.unscaled)),
                      mean_pm_std(statistics.fmean(p.scaled), _std(p.scaled), len(p.scaled)), f"{p.diff:+.3f}",
-                     f"{t.t:.2f}" if t else "-", f"{t.df:.1f}" if t else "-", _p(t.p) if t else "-",
+                     f"{t.t:.2f}" if t else "-", f"{t.df:.1f}" if t else "-", _p(t.p) if t else "-", _p(p.p_holm) if t else "-",
                      ("**yes**" if p.significant else "no") if t else f"untested ({_why_untested(p)})"])
     return header, body
 
@@ -127,17 +180,18 @@ def summary(pairs: list[Pair]) -> str:
     better = [p for p in tested if p.significant and p.diff < 0]
     worse = [p for p in tested if p.significant and p.diff > 0]
     within = [p for p in tested if not p.significant]
-    lines = [f"Test: {TEST_NAME} on the final val loss, {seed_text} seeds per cell, p < {ALPHA} counts as beyond seed noise. "
-             f"{len(better) + len(worse)} of {len(tested)} scaled/unscaled pairs differ beyond seed noise."]
+    raw = sum(p.test.p < ALPHA for p in tested)
+    lines = [f"Test: {TEST_NAME} on the final val loss, {seed_text} seeds per cell; p is the raw p value, and a pair counts as "
+             f"beyond seed noise when its Holm-corrected p (over the {len(tested)} test{'s' if len(tested) != 1 else ''} of this table) "
+             f"is below {ALPHA}. {len(better) + len(worse)} of {len(tested)} scaled/unscaled pairs differ beyond seed noise"
+             + (f" ({raw} at raw p < {ALPHA})." if raw != len(better) + len(worse) else ".")]
     if better:
         lines.append("Scaling lowers the loss at " + "; ".join(_describe(p) for p in better) + ".")
     if worse:
         lines.append("Scaling raises the loss at " + "; ".join(_describe(p) for p in worse) + ".")
     if within:
-        lines.append("Within seed noise at " + "; ".join(_describe(p) for p in within) + ".")
-    if len(tested) > 1:
-        lines.append(f"With {len(tested)} tests at {ALPHA}, about {ALPHA * len(tested):.1f} would pass by chance if no pair differed; "
-                     "the t-test has little power with so few seeds, so 'within noise' is not 'no effect'.")
+        lines.append("No difference beyond seed noise at " + "; ".join(
+            _describe(p) + f", smaller than the {p.threshold:.3f} this test needs at raw p < {ALPHA}" for p in within) + ".")
     untested = [p for p in pairs if p.test is None]
     if untested:
         lines.append("Not tested: " + "; ".join(f"{p.where} ({_why_untested(p)})" for p in untested) + ".")
@@ -145,7 +199,99 @@ def summary(pairs: list[Pair]) -> str:
 
 
 def _describe(p: Pair) -> str:
-    return f"{p.where} ({p.variant} - none = {p.diff:+.3f}, {_p_clause(p.test.p)})"
+    return f"{p.where} ({p.variant} - none = {p.diff:+.3f}, {_p_clause(p.test.p)}, Holm {_p_clause(p.p_holm)[2:]})"
+
+
+@dataclass
+class Effect:
+    """One axis's level against its reference level, pooled over the strata of the other axes."""
+
+    axis: str
+    level: str
+    reference: str
+    diff: float  # mean over strata of mean(level) - mean(reference)
+    strata: int
+    test: Welch | None
+    p_holm: float | None = None
+
+    @property
+    def significant(self) -> bool:
+        return self.p_holm is not None and self.p_holm < ALPHA
+
+
+def _reference(axis: str, levels: list[str]) -> str:
+    """The level an axis's others are compared with: no scaling, no escape slot, off, else the first."""
+    for ref in (BASELINE, "false", "False", "0"):
+        if ref in levels:
+            return ref
+    return levels[0]
+
+
+def factor_effects(cells: list[Cell], axes: list[str], metric: str = "val/loss") -> list[Effect]:
+    """For a study crossing two or more axes: each axis's non-reference levels against its reference,
+    the difference of cell means averaged over every combination of the other axes (a stratum), tested
+    with a stratified Welch t (variance of the average from each cell's seed variance, Welch-Satterthwaite
+    df). Needs every stratum at both levels with 2+ seeds; Holm-corrected over all the effects."""
+    if len(axes) < 2:
+        return []
+    by_key = {tuple(c.axes[a] for a in axes): c for c in cells}
+    effects = []
+    for i, axis in enumerate(axes):
+        levels = list(dict.fromkeys(c.axes[axis] for c in cells))
+        ref = _reference(axis, levels)
+        strata = sorted({tuple(c.axes[a] for a in axes if a != axis) for c in cells})
+        for level in (lv for lv in levels if lv != ref):
+            diffs, var_terms = [], []
+            for stratum in strata:
+                pair = [by_key.get(stratum[:i] + (lv,) + stratum[i:]) for lv in (level, ref)]
+                if any(c is None for c in pair):
+                    break
+                values = [c.values(metric) for c in pair]
+                if any(len(v) < 2 for v in values):
+                    break
+                diffs.append(statistics.fmean(values[0]) - statistics.fmean(values[1]))
+                var_terms += [(statistics.variance(v) / len(v), len(v)) for v in values]
+            else:
+                k = len(strata)
+                se2 = sum(v for v, _ in var_terms) / k**2
+                test = None
+                if se2 > 0:
+                    from scipy.stats import t as student_t
+
+                    diff = statistics.fmean(diffs)
+                    df = sum(v for v, _ in var_terms) ** 2 / sum(v**2 / (n - 1) for v, n in var_terms)
+                    t = diff / math.sqrt(se2)
+                    test = Welch(t, df, float(2 * student_t.sf(abs(t), df)))
+                effects.append(Effect(axis, level, ref, statistics.fmean(diffs), k, test))
+    for effect, adjusted in zip(effects, holm([e.test.p if e.test else None for e in effects])):
+        effect.p_holm = adjusted
+    return effects
+
+
+def effects_summary(effects: list[Effect], metric: str = "val/loss") -> str:
+    """The sentences about each axis's pooled effect, chosen by the measured values."""
+    if not effects:
+        return ""
+    tested = [e for e in effects if e.test is not None]
+    lines = [f"Each axis's effect on the final {metric} pooled over the other axes: the difference "
+             "of cell means averaged over every combination of the others, a stratified Welch t-test, Holm-corrected over the "
+             f"{len(tested)} effect{'s' if len(tested) != 1 else ''}."]
+    for e in effects:
+        name = f"{short(e.axis)}={e.level} vs {e.reference} (over {e.strata} strata): {e.diff:+.3f}"
+        if e.test is None:
+            lines.append(f"{name}, untested (no spread over seeds).")
+        else:
+            lines.append(f"{name}, {_p_clause(e.test.p)}, Holm {_p_clause(e.p_holm)[2:]}: "
+                         + ("beyond seed noise." if e.significant else "no difference beyond seed noise."))
+    return " ".join(lines)
+
+
+def effects_table(effects: list[Effect]) -> tuple[list[str], list[list[str]]]:
+    header = ["axis", "level vs reference", "strata", "pooled difference", "t", "df", "p", "p (Holm)", f"beyond seed noise (Holm p < {ALPHA})"]
+    body = [[short(e.axis), f"{e.level} vs {e.reference}", str(e.strata), f"{e.diff:+.3f}",
+             f"{e.test.t:.2f}" if e.test else "-", f"{e.test.df:.1f}" if e.test else "-", _p(e.test.p) if e.test else "-",
+             _p(e.p_holm) if e.test else "-", ("**yes**" if e.significant else "no") if e.test else "untested"] for e in effects]
+    return header, body
 
 
 def marked_cells(pairs: list[Pair]) -> set[tuple]:

@@ -74,10 +74,15 @@ def html_table(header: list[str], body: list[list[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(trs)}</tbody></table>"
 
 
+def csv_keys(cells: list[Cell], layers: int) -> list[str]:
+    """The metrics the machine-readable outputs carry: run metrics, head metrics and per-layer columns that some run logged."""
+    keys = [*RUN_METRICS, *_present(cells, HEAD_METRICS)]
+    return keys + [t.format(i=i) for t in _layer_columns(cells).values() for i in range(layers)]
+
+
 def csv_text(cells: list[Cell], axes: list[str], layers: int) -> str:
     """Machine-readable: every metric as mean and std columns, one row per cell."""
-    keys = [*RUN_METRICS, *_present(cells, HEAD_METRICS)]
-    keys += [t.format(i=i) for t in _layer_columns(cells).values() for i in range(layers)]
+    keys = csv_keys(cells, layers)
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(axes + ["n_ok", "n_failed", "errors"] + [f"{k}_{x}" for k in keys for x in ("mean", "std")])

@@ -9,7 +9,7 @@ from torch import nn
 
 from ..attention import attend
 from ..errors import KernelUnavailable
-from .verdict import Claim, Table, combine, fmt
+from .verdict import Claim, Table, fmt, grade
 
 
 def manual_attention(Q, K, V, causal_mask=None):
@@ -60,7 +60,7 @@ def backends_vs_reference(seed: int = 42) -> list[dict]:
 def claim_4() -> Claim:
     m = equivalence_as_written()
     rows = backends_vs_reference()
-    v, why = combine({
+    v, reason = grade({
         "hand-written == SDPA to ~1e-7": m["max_diff_sdpa"] < 1e-5,
         "outputs before position 5 unchanged": m["diff_before_5"] == 0.0,
         "outputs from position 5 do change": m["diff_from_5"] > 0.0,
@@ -75,9 +75,9 @@ def claim_4() -> Claim:
     return Claim(
         4, "Hand-written attention equals F.scaled_dot_product_attention (is_causal) to ~1e-7; changing V after position 5 leaves earlier outputs unchanged",
         {"max_diff": 1e-7, "diff_before_5": 0.0},
-        {**m, "backends": rows}, v,
-        f"max |manual - SDPA| = {m['max_diff_sdpa']:.1e}; positions < 5 change by exactly {m['diff_before_5']:g} and "
-        f"positions >= 5 by up to {m['diff_from_5']:.3g}. {why}.",
+        {**m, "backends": rows}, v, reason,
+        f"max |manual - SDPA| = {m['max_diff_sdpa']:.1e}; positions < 5 change by {m['diff_before_5']:g} and "
+        f"positions >= 5 by up to {m['diff_from_5']:.3g}.",
         [t1, t2],
     )
 
@@ -119,7 +119,7 @@ def claim_5(trials: int) -> Claim:
     # keys come in 4 identical pairs, so a random map peaks on the right pair 1 time in 4
     chance = 0.25
     points = hit > chance + 0.15 and src_w > 0.25
-    v, why = combine({"rows 4..7 point at columns 0..3 (clearly above chance)": points})
+    v, reason = grade({"rows 4..7 point at columns 0..3 (clearly above chance)": points})
     t = Table("Seed 000 experiment 3: rows 4..7 (copies) vs columns 0..3 (their sources)",
               ["case", "share of copy rows peaking on their source", "mean weight on source", "mean max weight", "chance"], [
                   ["as written (after experiment 2, seed 42)", fmt(as_written["hit_rate"], 2), fmt(as_written["source_weight"], 3), fmt(as_written["max_weight"], 3), "0.25"],
@@ -130,13 +130,13 @@ def claim_5(trials: int) -> Claim:
         5, "A sequence whose second half copies the first: rows 4..7 of the attention map point at columns 0..3",
         {"rows_4_7_point_at": "columns 0..3"},
         {"as_written": as_written, "over_seeds": {"trials": trials, "hit_rate": hit, "source_weight": src_w, "max_weight": max_w}},
-        v,
+        v, reason,
         f"With random projections the copy rows peak on their source column {hit:.0%} of the time over {trials} seeds "
-        f"(chance 25 %), with weight {src_w:.3f} there (uniform 0.125, max {max_w:.3f}): "
+        f"(chance {chance:.0%}), with weight {src_w:.3f} there (uniform {1 / 8:.3f}, max {max_w:.3f}): "
         + ("content matching appears even with random projections. " if points else
            f"the map is {'near-uniform' if max_w < 0.25 else 'peaked, but not on the source'} and content matching does not appear without training. ")
         + ("Each source column also ties exactly with the copy's own column" if as_written["twin_gap"] == 0 else
            "The source column and the copy's own column differ")
-        + f" (|gap| {as_written['twin_gap']:.1e}). {why}.",
+        + f" (|gap| {as_written['twin_gap']:.1e}).",
         [t],
     )

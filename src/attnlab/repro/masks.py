@@ -2,19 +2,25 @@
 
 The probabilities are read off every path the same way: v is the identity (d_v = T), so the
 output row *is* the attention row, for explicit softmax and fused kernels alike.
+Two ways of building a -1e9 mask are measured: ``-1e9`` (masked_fill with a Python scalar in the
+logits' dtype, as both articles write it) and ``-1e9 cast`` (an additive mask built in fp32, then cast
+to the logits' dtype: the common pattern, and the one where fp16 silently turns -1e9 into -inf).
 Outcomes: ok (masked keys get 0, visible keys match a float64 reference), zeros (a fully masked
 row returns 0: the clean result), uniform (equal weight on every key, masked ones included),
 unmasked (weights as if there were no mask), leak / wrong, NaN, error (with its message).
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .verdict import Claim, Table, combine
+from .verdict import DEPENDS, Claim, Table, grade
 
-FILLS = ("-inf", "finfo.min", "-1e9", "-1e4")
+CAST = "-1e9 cast"  # -1e9 in an fp32 mask, cast to the logits' dtype
+FILLS = ("-inf", "finfo.min", "-1e9", CAST, "-1e4")
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 PATHS = ("explicit softmax", "SDPA math", "SDPA flash")
 ROWS = ("partial", "full")
@@ -23,7 +29,12 @@ TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 
 
 def fill_number(fill: str, dtype: torch.dtype) -> float:
-    return torch.finfo(dtype).min if fill == "finfo.min" else float(fill)
+    return torch.finfo(dtype).min if fill == "finfo.min" else -1e9 if fill == CAST else float(fill)
+
+
+def cast_mask(allowed: torch.Tensor, dtype: torch.dtype, value: float = -1e9) -> torch.Tensor:
+    """An additive mask built in fp32 and cast to ``dtype`` (where fp16 has no -1e9, the cast gives -inf)."""
+    return torch.zeros(allowed.shape, dtype=torch.float32).masked_fill(~allowed, value).to(dtype)
 
 
 def probe_inputs(t: int = 8, seed: int = 0):
@@ -40,16 +51,17 @@ def probe_inputs(t: int = 8, seed: int = 0):
 
 def attention_rows(path: str, fill: str, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
     """The (t, t) attention rows a path produces, in fp32. Explicit softmax replaces masked logits by the fill
-    (masked_fill, as both articles write it); SDPA adds the fill as a float mask built in the same dtype."""
+    (masked_fill, as both articles write it) or, for CAST, adds the cast fp32 mask; SDPA adds the fill as a
+    float mask built in the same dtype (or the cast one)."""
     q, k, v, allowed = probe_inputs(seed=seed)
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     scale = q.shape[-1] ** -0.5
     value = fill_number(fill, dtype)
     if path == "explicit softmax":
         scores = (q @ k.transpose(-2, -1)) * scale
-        out = scores.masked_fill(~allowed, value).softmax(-1)
+        out = (scores + cast_mask(allowed, dtype) if fill == CAST else scores.masked_fill(~allowed, value)).softmax(-1)
     else:
-        mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, value)
+        mask = cast_mask(allowed, dtype) if fill == CAST else torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, value)
         backend = SDPBackend.MATH if path == "SDPA math" else SDPBackend.FLASH_ATTENTION
         with sdpa_kernel([backend]):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
@@ -147,14 +159,25 @@ def grid_tables(grid: list[dict]) -> list[Table]:
 
 def claim_7(grid: list[dict]) -> Claim:
     fp16_1e9 = {p: lookup(grid, path=p, dtype="fp16", fill="-1e9", row="partial") for p in PATHS}
-    inf_full = {p: lookup(grid, path=p, dtype=d, fill="-inf", row="full") for p in PATHS for d in ("fp32",)}
+    cast_value = float(cast_mask(torch.tensor([False]), torch.float16)[0])  # what -1e9 becomes in the cast mask
+    fp16_cast = {r: {p: lookup(grid, path=p, dtype="fp16", fill=CAST, row=r) for p in PATHS} for r in ROWS}
+    inf_full = {p: lookup(grid, path=p, dtype="fp32", fill="-inf", row="full") for p in PATHS}
     inf_partial_ok = all(g["outcome"] == "ok" for g in grid if g["fill"] == "-inf" and g["row"] == "partial")
     inf_full_safe = all(g["outcome"] in SAFE for g in grid if g["fill"] == "-inf" and g["row"] == "full")
-    unusable = all(o in ("error", "NaN", "leak", "wrong") for o in fp16_1e9.values())
-    v, why = combine({
-        "-1e9 does not fit in fp16": unusable,
-        "-inf is safe in PyTorch": inf_partial_ok and inf_full_safe,
-    })
+    # "-1e9 goes beyond fp16's range and becomes -inf or NaN", per way of building the mask
+    silent = {"masked_fill with a Python scalar": any(o == "NaN" for o in fp16_1e9.values()),
+              "an fp32 mask cast to fp16": math.isinf(cast_value) or "NaN" in fp16_cast["full"].values()}
+    parts = {"-inf is right for partly masked rows": inf_partial_ok}
+    details = {"-inf is safe for fully masked rows": inf_full_safe}
+    if all(silent.values()) or not any(silent.values()):
+        v, reason = grade({"-1e9 becomes -inf or NaN in fp16": all(silent.values()), **parts}, details)
+    else:
+        held = [k for k, ok in silent.items() if ok]
+        v = DEPENDS
+        reason = (f"-1e9 becomes -inf or NaN in fp16 with {', '.join(held)}, not with "
+                  + ", ".join(k for k, ok in silent.items() if not ok) + "; -inf is "
+                  + ("right" if inf_partial_ok else "wrong") + " for partly masked rows and "
+                  + ("safe" if inf_full_safe else "not safe") + " for fully masked rows.")
     safe = safe_combinations(grid)
     nan_free = safe_combinations(grid, full_ok=SAFE | {"uniform", "unmasked", "other"})
     inf_full_explicit = {d: lookup(grid, path="explicit softmax", dtype=d, fill="-inf", row="full") for d in DTYPES}
@@ -167,18 +190,20 @@ def claim_7(grid: list[dict]) -> Claim:
             others[g["outcome"]] = others.get(g["outcome"], 0) + 1
     tables = grid_tables(grid)
     tables[0].note = ("Partial row: keys 0-2 visible. Full row: every key masked. Explicit softmax replaces masked logits by the fill "
-                      "(masked_fill); SDPA gets the fill as an additive float mask in the same dtype, or a boolean mask. "
-                      "NaN-free (full row finite, possibly attending to masked keys): " + "; ".join(nan_free) + ".")
+                      f"(masked_fill with a Python scalar); '{CAST}' adds -1e9 from a mask built in fp32 and cast to the dtype "
+                      f"(in fp16 it becomes {cast_value}); SDPA gets the fill as an additive float mask in the same dtype, or a boolean "
+                      "mask. NaN-free (full row finite, possibly attending to masked keys): " + "; ".join(nan_free) + ".")
     return Claim(
         7, "-inf vs -1e9 masks: -1e9 overflows fp16; -inf is 'safe' in PyTorch (softmax handles -inf specially)",
         {"-1e9 in fp16": "overflows to -inf or NaN", "-inf": "safe"},
-        {"fp16_-1e9": fp16_1e9, "-inf_fully_masked_row_fp32": inf_full, "safe": safe, "nan_free": nan_free, "grid": grid},
-        v,
-        _claim_7_fp16(fp16_1e9, grid)
+        {"fp16_-1e9": fp16_1e9, "fp16_-1e9_cast": fp16_cast, "cast_value_fp16": cast_value, "silent_overflow": silent,
+         "-inf_fully_masked_row_fp32": inf_full, "safe": safe, "nan_free": nan_free, "grid": grid},
+        v, reason,
+        _claim_7_fp16(fp16_1e9, grid) + " " + _claim_7_cast(cast_value, fp16_cast)
         + (" -inf is right for partly masked rows" if inf_partial_ok else " -inf is wrong for some partly masked rows")
         + f"; a fully masked row (e.g. a padding query) gives {inf_full['explicit softmax']} through an explicit softmax "
         + ("in every dtype" if len(inf_full_explicit) == 1 else "(" + ", ".join(f"{d}: {o}" for d, o in inf_full_explicit.items()) + ")")
-        + f"; SDPA math/flash return {inf_full['SDPA math']}/{inf_full['SDPA flash']} for it. {why}. Safe (partly masked row right, "
+        + f"; SDPA math/flash return {inf_full['SDPA math']}/{inf_full['SDPA flash']} for it. Safe (partly masked row right, "
         "fully masked row zeros): " + ("; ".join(safe) or "none") + ". The other combinations' fully masked rows: "
         + ", ".join(f"{o} {n}" for o, n in sorted(others.items())) + " (uniform or unmasked: finite, but wrong unless that row's output "
         "is discarded).",
@@ -187,34 +212,45 @@ def claim_7(grid: list[dict]) -> Claim:
 
 
 def _claim_7_fp16(fp16_1e9: dict, grid: list[dict]) -> str:
-    """What -1e9 does in fp16, as measured: refused, NaN, or something else."""
+    """What masked_fill(-1e9) does in fp16, as measured: refused, NaN, or something else."""
     outcomes = set(fp16_1e9.values())
     if outcomes == {"error"}:
         message = next(g["message"] for g in grid if g["fill"] == "-1e9" and g["dtype"] == "fp16" and g["outcome"] == "error")
-        return f"-1e9 is indeed unusable in fp16, but it does not silently become -inf or NaN: PyTorch refuses it ({message})."
-    return "-1e9 in fp16 gives " + ", ".join(f"{o} ({p})" for p, o in fp16_1e9.items()) + "."
+        return f"masked_fill with -1e9 on fp16 logits does not silently become -inf or NaN: PyTorch refuses it ({message})."
+    return "masked_fill with -1e9 on fp16 logits gives " + ", ".join(f"{o} ({p})" for p, o in fp16_1e9.items()) + "."
+
+
+def _claim_7_cast(value: float, outcomes: dict) -> str:
+    """What the fp32-built, fp16-cast -1e9 mask does, as measured."""
+    rows = "; ".join(f"{r} row " + ", ".join(f"{o} ({p})" for p, o in outcomes[r].items()) for r in ROWS)
+    return (f"A -1e9 mask built in fp32 and cast to fp16 holds {value}" + (", as the source says" if math.isinf(value) else "")
+            + f": {rows}.")
 
 
 def claim_11(grid: list[dict]) -> Claim:
     bf16 = {p: lookup(grid, path=p, dtype="bf16", fill="-1e9", row="full") for p in PATHS}
-    v, why = combine({"-1e9 in bf16, fully masked row -> NaN": bf16["explicit softmax"] == "NaN"})
+    v, reason = grade({"-1e9 in bf16, fully masked row -> NaN": bf16["explicit softmax"] == "NaN"})
     nan_cases = sorted({f"{g['path']} / {g['dtype']} / {g['fill']}" for g in grid if g["outcome"] == "NaN"})
     nan_fills = {g["fill"] for g in grid if g["outcome"] == "NaN"}
+    # a fill that is -inf by the time the softmax sees it: written so, or -1e9 cast to a dtype without it
+    inf_masked = all(g["fill"] == "-inf" or (g["fill"] == CAST and math.isinf(float(cast_mask(torch.tensor([False]), DTYPES[g["dtype"]])[0])))
+                     for g in grid if g["outcome"] == "NaN")
     if not nan_fills:
         nan_text = "No combination gives NaN."
-    elif nan_fills == {"-inf"}:
-        nan_text = f"The NaN comes from -inf, the fill both articles recommend; NaN cases: {', '.join(nan_cases)}."
+    elif inf_masked:
+        nan_text = (f"The NaN comes from a fill that is -inf when the softmax sees it (-inf, the fill both articles recommend"
+                    + (", or -1e9 cast to fp16" if CAST in nan_fills else "") + f"); NaN cases: {', '.join(nan_cases)}.")
     else:
         nan_text = f"NaN cases: {', '.join(nan_cases)}."
     return Claim(
         11, "-1e9 in BF16 with a fully masked row gives NaN, not 0",
         {"bf16 -1e9 fully masked row": "NaN"},
         {"bf16_-1e9_full_row": bf16, "nan_cases": nan_cases},
-        v,
+        v, reason,
         f"Measured on torch {torch.__version__}: a fully masked row with -1e9 in bf16 is {bf16['explicit softmax']} through an explicit softmax"
         + (" (every entry is the same -1e9, so after the max is subtracted each is exp(0) = 1: equal weights, finite)"
            if bf16["explicit softmax"] == "uniform" else "")
         + f" and {bf16['SDPA math']}/{bf16['SDPA flash']} in SDPA math/flash"
         + (" (bf16 cannot hold -1e9 + a logit more finely than -1e9 itself)" if "uniform" in (bf16["SDPA math"], bf16["SDPA flash"]) else "")
-        + f". {nan_text} {why}.",
+        + f". {nan_text}",
     )

@@ -9,6 +9,8 @@ import torch
 
 from ..analysis import plot_heads
 from . import equivalence, jacobian, masks, memory, numerics, plots
+from ..data.text import VAL_SEED
+from .baseline import attention_free_levels
 from .report import write_reports
 from .verdict import Claim
 
@@ -70,7 +72,9 @@ def reproduce(mode: str, out: Path, log=print, reports: Path | None = None) -> t
         with tempfile.TemporaryDirectory(prefix="attnlab-repro-") as work:
             res = step("training runs (claims 8, 10, 12, 13)",
                        lambda: training.run_all(Path(work), cfg["ablation_steps"], cfg["heads_steps"], log=log))
-        claims += [training.claim_8(res, jac_rows, JAC_N), training.claim_10_full(res, cfg["samples"]),
+        level = step("attention-free level (claim 8)", lambda: attention_free_levels(
+            window_seeds=(VAL_SEED,), batches=training.probe_batches()))
+        claims += [training.claim_8(res, jac_rows, JAC_N, level, reports), training.claim_10_full(res, cfg["samples"]),
                    training.claim_12(res, reports), training.claim_13(res, reports)]
         plot_heads(res["heads"]["heads"], out / "heads.png", "Head scores and types, tiny GPT (claim 12)")
         plots.jacobian(jac_rows, out / "jacobian.png")
@@ -86,6 +90,6 @@ def main(mode: str, out: Path, log=print, reports: Path | None = None) -> list[C
     claims, meta = reproduce(mode, out, log, reports)
     paths = write_reports(claims, out, meta)
     for c in claims:
-        log(f"claim {c.id:>2}: {c.verdict:<7} {c.claim}")
+        log(f"claim {c.id:>2}: {c.verdict:<8} {c.claim}\n           {c.reason}")
     log(f"wrote {paths['md']}, {paths['json']}, {paths['readme']} ({meta['wall_s']:.0f} s)")
     return claims

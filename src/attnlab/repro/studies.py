@@ -1,5 +1,7 @@
 """The committed mechanism studies that claims 12 and 13 cite, read back from their reports.
 
+Claim 8 (training fails without scaling) is answered by the dk_scaling study (d_k x scaling x init,
+several seeds, 2000 steps: runs that are well below the attention-free level), read the same way.
 Claims 12 (head types) and 13 (attention sinks) are about mechanisms a short text run does not
 form. The settings in which they can form are studies of their own (``make sweep
 SWEEP=induction_heads`` / ``SWEEP=sinks``, several seeds, minutes each), so ``make repro`` does not
@@ -12,9 +14,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..report.aggregate import short
 from ..report.tables import read_csv
 
-INDUCTION, SINKS = "induction_heads", "sinks"
+INDUCTION, SINKS, DK_SCALING = "induction_heads", "sinks", "dk_scaling"
 
 
 def study_cells(reports: Path, study: str) -> list[dict] | None:
@@ -95,4 +98,36 @@ def sinks_measurements(reports: Path, uniform: float) -> dict | None:
                                             ("escape_mass", "attn/L{i}/escape_mass"))}
         key = f"bos={str(cell['data.bos']).lower()}, sink={cell['model.attention.sink']}"
         out["cells"][key] = {"seeds": int(cell["n_ok"]), "types": study_head_types(reports, SINKS, axes), **per_layer}
+    return out
+
+
+def dk_scaling_measurements(reports: Path) -> dict | None:
+    """Per (init_std, d_k): the unscaled and scaled cells' final val loss (mean, std, seeds), the Welch p of
+    the pair and its Holm-corrected p over the study's pairs (recomputed from the raw p when the summary
+    predates it), and the seed ids when the summary lists them. None without the report."""
+    from ..report.significance import holm
+
+    cells = study_cells(reports, DK_SCALING)
+    path = Path(reports) / DK_SCALING / "summary.json"
+    if not cells or not path.is_file():
+        return None
+    summary = json.loads(path.read_text())
+    pairs = summary.get("scaled_vs_unscaled", [])
+    adjusted = holm([p.get("p") for p in pairs])
+    pairs = [{**p, "p_holm": p.get("p_holm", adj),
+              "at": dict(kv.split("=", 1) for kv in p["where"].split(", ") if "=" in kv)} for p, adj in zip(pairs, adjusted)]
+    seeds = sorted({r["seed"] for c in summary.get("per_seed", []) for r in c["runs"]}, key=str)
+    out = {"source": f"reports/{DK_SCALING}", "seeds": summary.get("seeds_per_cell"), "seed_ids": seeds or None, "cells": []}
+    # an axis the sweep held fixed has no column: one value, named by the run config it does not record here
+    inits = list(dict.fromkeys(_axis_text(c["model.init_std"]) for c in cells)) if "model.init_std" in cells[0] else ["-"]
+    d_ks = sorted({int(c["model.d_k"]) for c in cells}) if "model.d_k" in cells[0] else ["-"]
+    for init in inits:
+        for d_k in d_ks:
+            axes = {k: v for k, v in (("model.init_std", init), ("model.d_k", d_k)) if v != "-"}
+            unscaled, scaled = (_cell(cells, {**axes, "model.attention.scaling": s}) for s in ("none", "inv_sqrt_d"))
+            if unscaled is None or scaled is None:
+                continue
+            pair = next((p for p in pairs if all(p["at"].get(short(k), str(v)) == str(v) for k, v in axes.items())), {})
+            out["cells"].append({"init_std": init, "d_k": d_k, "p": pair.get("p"), "p_holm": pair.get("p_holm"),
+                                 **{k: {**_stat(c, "val/loss"), "n": int(c["n_ok"])} for k, c in (("unscaled", unscaled), ("scaled", scaled))}})
     return out

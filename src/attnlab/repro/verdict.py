@@ -1,8 +1,12 @@
 """Claims, tables and verdicts: the common shape every reproduction returns.
 
-A verdict is binary on purpose ("agrees" | "differs"); how much and why goes in ``detail``.
-Numbers are compared with explicit tolerances, chosen per claim from the precision the
-source prints (a figure printed to 3 decimals agrees within half a unit of the last digit).
+A verdict takes one of five values, each with a one-sentence ``reason`` built from the measurement:
+``agrees``; ``partly`` (the main claim holds, a detail differs: the reason names it); ``depends``
+(holds under one condition, not another: the reason names both); ``differs``; and ``untested``
+(what this budget or machine cannot test, a mechanism that did not form included: the reason says
+what would test it). A two-valued verdict would call an untested claim wrong, or a claim with a
+wrong detail right. How much and why goes in ``detail``. Numbers are compared with explicit
+tolerances, chosen per claim from the precision the source prints.
 """
 from __future__ import annotations
 
@@ -12,7 +16,8 @@ from typing import Any, Iterable
 
 from ..results import json_safe
 
-AGREES, DIFFERS = "agrees", "differs"
+AGREES, PARTLY, DEPENDS, DIFFERS, UNTESTED = "agrees", "partly", "depends", "differs", "untested"
+VERDICTS = (AGREES, PARTLY, DEPENDS, DIFFERS, UNTESTED)
 
 
 @dataclass
@@ -34,18 +39,22 @@ class Claim:
     source: Any
     measured: Any
     verdict: str
+    reason: str  # why this verdict, in one sentence: the part that holds, the detail or condition, what would test it
     detail: str
     tables: list[Table] = field(default_factory=list)
     figures: list[str] = field(default_factory=list)  # PNG file names, relative to the output dir
 
     def __post_init__(self):
-        if self.verdict not in (AGREES, DIFFERS):
-            raise ValueError(f"verdict must be {AGREES!r} or {DIFFERS!r}, got {self.verdict!r}")
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {', '.join(VERDICTS)}, got {self.verdict!r}")
+        if not self.reason.strip():
+            raise ValueError(f"claim {self.id}: a {self.verdict!r} verdict needs its reason")
 
     def to_json(self) -> dict:
         return {
             "id": self.id, "claim": self.claim, "source": json_safe(self.source, digits=6),
-            "measured": json_safe(self.measured, digits=6), "verdict": self.verdict, "detail": self.detail,
+            "measured": json_safe(self.measured, digits=6), "verdict": self.verdict, "reason": self.reason,
+            "detail": self.detail,
         }
 
 
@@ -76,10 +85,38 @@ def verdict(ok: bool) -> str:
     return AGREES if ok else DIFFERS
 
 
-def combine(parts: dict[str, bool]) -> tuple[str, str]:
-    """A claim made of several statements agrees only if every part does; names the failing parts."""
-    failing = [name for name, ok in parts.items() if not ok]
-    return verdict(not failing), ("All parts hold" if not failing else "Failing: " + "; ".join(failing))
+def _join(names) -> str:
+    return "; ".join(names)
+
+
+def grade(main: dict[str, bool | str], details: dict[str, bool | str] | None = None) -> tuple[str, str]:
+    """(verdict, reason) of a claim from its parts. A part's value is True (holds), False (fails) or a
+    string (untested here: the string says what would test it). ``main``: the statements the claim
+    stands on; ``details``: figures or side remarks that can be wrong while the main claim holds.
+
+    A failing main part -> differs; else an untested main part -> untested; else a failing detail ->
+    partly; else agrees (an untested detail is named in the reason, it does not change the verdict)."""
+    details = details or {}
+    fail = [k for k, v in main.items() if not isinstance(v, str) and not v]
+    held = [k for k, v in main.items() if not isinstance(v, str) and v]
+    open_ = {k: v for k, v in main.items() if isinstance(v, str)}
+    bad_detail = [k for k, v in details.items() if not isinstance(v, str) and not v]
+    open_detail = {k: v for k, v in details.items() if isinstance(v, str)}
+    untested = "; ".join(f"{k} ({v})" for k, v in {**open_, **open_detail}.items())
+    also = (f" Holds: {_join(held)}." if held else "") + (f" Does not hold: {_join(bad_detail)}." if bad_detail else "")
+    if fail:
+        return DIFFERS, f"Does not hold: {_join(fail + bad_detail)}." + (f" Holds: {_join(held)}." if held else "") \
+            + (f" Not tested: {untested}." if untested else "")
+    if open_:
+        return UNTESTED, f"Not tested here: {untested}.{also}"
+    if bad_detail:
+        return PARTLY, f"Holds: {_join(held)}. Does not hold: {_join(bad_detail)}." + (f" Not tested: {untested}." if untested else "")
+    return AGREES, f"Holds: {_join(held)}." + (f" Not tested: {untested}." if untested else "")
+
+
+def depends(holds_when: str, fails_when: str) -> tuple[str, str]:
+    """(depends, reason): the claim holds under one measured condition and not under another."""
+    return DEPENDS, f"Holds {holds_when}; not {fails_when}."
 
 
 def fmt(x, digits: int = 4) -> str:
