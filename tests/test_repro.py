@@ -592,6 +592,99 @@ def test_claim_8_reads_the_dk_scaling_study_as_make_table_writes_it(tmp_path):
     assert c8.tables[-1].rows[3][:2] == ["fan_in", 128] and "1 of 3 scaled runs" not in c8.detail
 
 
+# ---------------------------------------------------------------- every other claim: the opposite measurement turns verdict and text
+def test_claim_1_turns_with_the_theory_and_the_source_column(monkeypatch):
+    c = numerics.claim_1(2000)
+    assert c.verdict == AGREES and "the theory holds" in c.detail and "sampling noise (at most 2.5 standard errors from 1)" in c.detail
+    monkeypatch.setattr(numerics, "dot_std_large_sample", lambda d, n, seed=0, **k: 1.2 * math.sqrt(d))
+    monkeypatch.setitem(numerics.SOURCE_DOT_STD, 1024, (33.293, 1.2))
+    c = numerics.claim_1(2000)
+    assert c.verdict == DIFFERS and "off the theory's 1 by more than sampling noise" in c.detail
+    assert "the source's 1.000-1.200 are more than sampling noise (12.6 standard errors from 1)" in c.detail
+    assert "does not print its table" in c.detail and "std(q.k) = sqrt(d)" in c.reason
+
+
+def test_claim_2_turns_with_the_cells(monkeypatch):
+    rows = numerics.saturation_as_written()
+    monkeypatch.setattr(numerics, "saturation_as_written", lambda: [{**r, "max_p": 0.3} for r in rows])
+    c = numerics.claim_2()
+    assert c.verdict == DIFFERS and c.detail.startswith("Cells differ") and "the mean max prob is 0.30-0.30: not saturated." in c.detail
+    assert c.reason == "Does not hold: max prob cells. Holds: entropy cells."
+
+
+def test_claim_3_turns_with_each_of_its_parts(monkeypatch):
+    written, corrected = numerics.unscaled_as_written, numerics.unscaled_corrected
+    # the source's reference fixed (log of the softmax's size) and every unscaled row saturated: one way wrong, not three
+    monkeypatch.setattr(numerics, "unscaled_as_written", lambda **k: [{**r, "uniform": math.log(r["entries"])} for r in written(**k)])
+    monkeypatch.setattr(numerics, "unscaled_corrected", lambda **k: [{**r, "max_p_unscaled": 0.9995, "entropy_scaled": 1.0}
+                                                                     for r in corrected(**k)])
+    c = numerics.claim_3(20)
+    assert c.verdict == PARTLY and "wrong in one way" in c.detail and "well below log 500 = 6.21" in c.detail
+    assert "uses log d" not in c.detail and "is false at d=16" not in c.detail and "'uniform entropy'" not in c.reason
+
+
+def test_claims_4_5_turn_with_the_maps(monkeypatch):
+    m = equivalence.equivalence_as_written()
+    monkeypatch.setattr(equivalence, "equivalence_as_written", lambda seed=42: {**m, "diff_before_5": 0.5})
+    c4 = equivalence.claim_4()
+    assert c4.verdict == DIFFERS and c4.reason.startswith("Does not hold: outputs before position 5 unchanged.")
+    perfect = torch.full((8, 8), 0.1 / 7)
+    perfect[torch.arange(4, 8), torch.arange(0, 4)] = 0.9
+    monkeypatch.setattr(equivalence, "copy_attention", lambda seed=None: perfect.clone())
+    c5 = equivalence.claim_5(3)
+    assert c5.verdict == AGREES and "peak on their source column 100%" in c5.detail and "content matching appears" in c5.detail
+
+
+def test_claim_7_turns_when_the_cast_mask_stays_finite(monkeypatch):
+    finite = lambda allowed, dtype, value=-1e9: torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, -6e4)  # noqa: E731
+    monkeypatch.setattr(masks, "cast_mask", finite)
+    c7 = masks.claim_7(masks.mask_grid())
+    assert c7.verdict == DIFFERS and c7.reason.startswith("Does not hold: -1e9 becomes -inf or NaN in fp16; -inf is safe for fully")
+    assert "holds -60000.0:" in c7.detail and "as the source says" not in c7.detail
+
+
+def test_claims_9_11_turn_with_the_measurements(monkeypatch):
+    p, _ = numerics.softmax_numpy_as_written()
+    monkeypatch.setattr(numerics, "SOURCE_SOFTMAX_4", [round(float(x), 3) for x in p])
+    c9 = numerics.claim_9(2000)
+    assert c9.verdict == AGREES and c9.detail.startswith("The printed probabilities match what the code prints")
+    grid = [{**g, "outcome": "NaN"} if (g["dtype"], g["fill"], g["row"]) == ("bf16", "-1e9", "full") else g for g in masks.mask_grid()]
+    c11 = masks.claim_11(grid)
+    assert c11.verdict == AGREES and "is NaN through an explicit softmax" in c11.detail and "NaN cases:" in c11.detail
+
+
+def _mem(naive_exp: float, flash_exp: float, d_grows: bool) -> dict:
+    rows = [{"T": t, "d": 64, "naive": 1000 * t**naive_exp, "sdpa": 500 * t**flash_exp, "flash": 500 * t**flash_exp} for t in (256, 512, 1024)]
+    return {"rows": rows, "naive_by_d": {16: 1e6, 64: 1e6 * (4 if d_grows else 1.01), 256: 1e6 * (16 if d_grows else 1.02)},
+            "t_by_d": 1024, "heads": 4, "d": 64}
+
+
+def test_claims_14_15_turn_with_the_measured_growth(monkeypatch):
+    c14 = memory.claim_14(_mem(2.0, 1.0, d_grows=True))
+    assert c14.verdict == AGREES and "memory does grow with d as O(n^2 d) says: the measured peak changes x16.00" in c14.detail
+    c14 = memory.claim_14(_mem(2.0, 1.0, d_grows=False))
+    assert c14.verdict == PARTLY and "but memory is O(n^2 + n d), not O(n^2 d)" in c14.detail
+    assert memory.claim_14(_mem(1.0, 1.0, d_grows=False)).verdict == DIFFERS
+    assert "SDPA and the forced flash kernel peak at the same bytes" in memory.memory_table(_mem(2.0, 1.0, True)).note
+    c15 = memory.claim_15(_mem(2.0, 2.0, d_grows=False))
+    assert c15.verdict == DIFFERS and c15.detail.startswith("The flash kernel's memory is not linear in T")
+    c15 = memory.claim_15(_mem(2.0, 1.0, d_grows=False))
+    assert c15.verdict == PARTLY and "with d^2, which the source drops" in c15.detail and "not the M = 98,304-fold" in c15.detail
+    assert "HBM traffic measured (a CUDA machine" in c15.reason
+    monkeypatch.setattr(memory, "hbm_flash", lambda n, d, m: n * n / m)  # a bound without d: what the source writes
+    c15 = memory.claim_15(_mem(2.0, 1.0, d_grows=False))
+    assert c15.verdict == AGREES and "as the source's O(n^2/M) says" in c15.detail and "about M-fold." in c15.detail
+
+
+def test_repro_report_prints_each_verdict_with_its_reason(tmp_path):
+    claims = [Claim(1, "c1", 1, 1, AGREES, "Holds: a.", "d1"), Claim(2, "c2", 1, 1, UNTESTED, "Not tested here: b (needs a GPU).", "d2"),
+              Claim(3, "c3", 1, 1, DEPENDS, "Holds at x; not at y.", "d3")]
+    md = report.render_markdown(claims, {"mode": "fast", "torch": "t", "device": "CPU", "wall_s": 1.0})
+    assert "**Of 3 claims: 1 agree, 1 depend on a condition, 1 untested here.**" in md
+    assert "| [2](#claim-2) | c2 | untested | Not tested here: b (needs a GPU). |" in md
+    assert "**Verdict: depends.** Holds at x; not at y." in md
+
+
 # ---------------------------------------------------------------- deterministic claims pinned at their measured values
 # Measured with `python -m attnlab.repro --mode fast` (torch 2.13.0, CPU, seeded). Numbers from seeded float math are pinned
 # to 1e-4 relative (the digits the report prints); a change here means the reproduction changed, not noise.

@@ -124,8 +124,9 @@ def claim_5(trials: int) -> Claim:
               ["case", "share of copy rows peaking on their source", "mean weight on source", "mean max weight", "chance"], [
                   ["as written (after experiment 2, seed 42)", fmt(as_written["hit_rate"], 2), fmt(as_written["source_weight"], 3), fmt(as_written["max_weight"], 3), "0.25"],
                   [f"{trials} seeds", fmt(hit, 3), fmt(src_w, 3), fmt(max_w, 3), "0.25"],
-              ], note="A copy token has the same key as its source (k_i = k_{i-4}), so columns i-4 and i always get exactly the same "
-              "weight; and with untrained W_Q != W_K nothing makes q_i . k_i the largest score. Uniform weight would be 0.125.")
+              ], note="A copy token has the same key as its source (k_i = k_{i-4}), so columns i-4 and i get the same weight (measured "
+              f"|gap| {as_written['twin_gap']:.1e}); with untrained W_Q != W_K nothing makes q_i . k_i the largest score. Uniform "
+              f"weight would be {1 / 8:.3f}.")
     return Claim(
         5, "A sequence whose second half copies the first: rows 4..7 of the attention map point at columns 0..3",
         {"rows_4_7_point_at": "columns 0..3"},

@@ -246,8 +246,9 @@ def judge_12(m: dict) -> tuple[str, str, str]:
             f"In the induction_heads study ({_seeds(n)}, 2 attention-only layers, {ind['source']}) the head types are [{_types_text(types)}]; "
             f"layer 0's best previous-token score is {_ms(two['previous_token_L0'], n)}, layer 1's best induction score "
             f"{_ms(two['induction_L1'], n)} against a best control of {_ms(two['control'], n)}, and cutting layer 1's induction edges "
-            f"lowers the right token's probability by {_ms(two['knockout_L1'], n)} (copying accuracy {_ms(two['repeat_acc'], n)}; "
-            "means over seeds of a bimodal outcome, hence the spread): "
+            f"lowers the right token's probability by {_ms(two['knockout_L1'], n)} (copying accuracy {_ms(two['repeat_acc'], n)}"
+            + ("; means over seeds some of which form the circuit and some not, hence the spread" if 0 < sum(both) < len(both) else "")
+            + "): "
             + (f"the canonical circuit, a positional head in layer 0 and an induction head in layer 1, forms in {_k_of_n(both)}"
                if most(both) else f"an induction head in layer 1 in {_k_of_n(l1)}, a positional head in layer 0 in {_k_of_n(l0)}")
             + (f", and the knockout confirms layer 1's role (at least {KNOCKOUT_LARGE})." if knocked else
