@@ -335,8 +335,8 @@ def test_claim_8_verdict_reason_and_text_turn_with_the_measurements():
     assert (v_all, v_none, v_some, v_unk) == (AGREES, DIFFERS, DEPENDS, UNTESTED)
     assert judge.judge_8(_m8("all", mechanism=False))[0] == PARTLY  # fails, but not through a vanished gradient
     assert "vanishing gradient" in judge.judge_8(_m8("all", mechanism=False))[1]
-    assert r_some.startswith("Holds") is False and "at init_std=fan_in, d_k 128 (14%)" in r_some
-    assert "not at init_std=0.02, d_k 16, 128; init_std=fan_in, d_k 16 (97%, 97%, 97%)" in r_some
+    assert r_some.startswith("Training fails without scaling") and "at init_std=fan_in: d_k 128 (14%);" in r_some
+    assert "not at init_std=0.02: d_k 16 (97%), 128 (97%); init_std=fan_in: d_k 16 (97%)." in r_some
     assert "needs longer runs" in r_unk and "Does not hold" in r_none
     assert "bigram 2.500 nats (unigram 3.300, chance ln 84 = 4.431); on the val window sets 2.490-2.520" in t_all
     assert "every scaled run is clearly below the attention-free level." in t_all
@@ -499,7 +499,7 @@ def test_claim_13_verdict_reason_and_text_turn_with_the_measurements():
     v_yes, r_yes, t_yes = judge.judge_13(_m13(True))
     v_no, r_no, t_no = judge.judge_13(_m13(False))
     assert (v_yes, v_no) == (AGREES, UNTESTED)  # no sink: neither part is tested, neither is wrong
-    assert "Does not hold" not in r_no and "no head formed one here" in r_no and "there is no sink for an escape slot to remove" in r_no
+    assert "Does not hold" not in r_no and "no head formed one here" in r_no and "(there is no sink for an escape slot to remove)" in r_no
     assert t_yes.startswith("A sink forms in the character model: 3 head(s)") and "No sink" not in t_yes
     assert t_no.startswith("No sink in the character model") and "A sink forms" not in t_no
     assert "above uniform attention's 0.159 in every layer" in t_yes and "below uniform attention's 0.159 in every layer" in t_no
@@ -588,7 +588,7 @@ def test_claim_8_reads_the_dk_scaling_study_as_make_table_writes_it(tmp_path):
     ablation = [_summary(label, 4.2, 3.5) for label, _ in training.ABLATION_RUNS]  # the repro's own runs learn nothing yet
     res = {"ablation": ablation, "settings": {"seed": 0, "ablation_steps": 5, "ablation_layers": 2, "heads_steps": 5, "batch": "b", "probe": "p"}}
     c8 = training.claim_8(res, jacobian.jacobian_vs_logit_std(runner.JAC_STDS, n=8, rows=50), 8, LEVEL, reports)
-    assert c8.verdict == DEPENDS and "at init_std=fan_in, d_k 64, 128 (7%, 7%); not at init_std=0.02, d_k 64, 128 (103%, 103%)" in c8.reason
+    assert c8.verdict == DEPENDS and "at init_std=fan_in: d_k 64 (7%), 128 (7%); not at init_std=0.02: d_k 64 (103%), 128 (103%)." in c8.reason
     assert c8.tables[-1].rows[3][:2] == ["fan_in", 128] and "1 of 3 scaled runs" not in c8.detail
 
 

@@ -413,3 +413,26 @@ def test_task_val_stream_does_not_depend_on_the_training_seed():
         dm.setup("fit")
         sets.append((dm.val_set.sequences(0)[0], dm.train_set.sequences(0)[0]))
     assert (sets[0][0] == sets[1][0]).all() and not (sets[0][1] == sets[1][1]).all()
+
+
+def test_restat_from_the_csv_alone_gives_the_tests_the_runs_give(tmp_path):
+    """A report's significance recomputed from ablation.csv's means, stds and counts equals the one made from the runs."""
+    from attnlab.report.restat import restat, standins
+
+    vals = standins(1.5, 0.2, 4)
+    assert statistics.fmean(vals) == pytest.approx(1.5) and statistics.stdev(vals) == pytest.approx(0.2)
+    build_report(fake_study(tmp_path, [0, 1, 2], STUDY), reports=tmp_path / "r")
+    out = tmp_path / "r" / "fake"
+    before = json.loads((out / "summary.json").read_text())
+    md = (out / "ablation.md").read_text()
+    (out / "ablation.md").write_text(md.replace("| 1.910 ± 0.010 * |", "| 1.910 ± 0.010 |").replace("p (Holm)", "old"))
+    after = restat(out)
+    for a, b in zip(before["scaled_vs_unscaled"], after["pairs"]):
+        assert (a["where"], a["beyond_noise"]) == (b["where"], b["beyond_noise"])
+        assert b["p"] == pytest.approx(a["p"], rel=1e-9) and b["p_holm"] == pytest.approx(a["p_holm"], rel=1e-9)
+    for a, b in zip(before["pooled_effects"], after["pooled_effects"]):
+        assert b["p"] == pytest.approx(a["p"], rel=1e-9) and b["diff"] == pytest.approx(a["diff"])
+    md = (out / "ablation.md").read_text()
+    assert "| 1.910 ± 0.010 * |" in md and "p (Holm)" in md and md.count("## Scaled vs unscaled") == 1  # marks and section rebuilt
+    assert "recomputed by `python -m attnlab.report --restat`" in md and md.count("## Each axis pooled over the others") == 1
+    assert json.loads((out / "summary.json").read_text())["per_seed"] == before["per_seed"]  # run values kept, never stand-ins

@@ -190,12 +190,18 @@ def summary(pairs: list[Pair]) -> str:
     if worse:
         lines.append("Scaling raises the loss at " + "; ".join(_describe(p) for p in worse) + ".")
     if within:
-        lines.append("No difference beyond seed noise at " + "; ".join(
-            _describe(p) + f", smaller than the {p.threshold:.3f} this test needs at raw p < {ALPHA}" for p in within) + ".")
+        lines.append("No difference beyond seed noise at " + "; ".join(_describe(p) + _within_why(p) for p in within) + ".")
     untested = [p for p in pairs if p.test is None]
     if untested:
         lines.append("Not tested: " + "; ".join(f"{p.where} ({_why_untested(p)})" for p in untested) + ".")
     return " ".join(lines)
+
+
+def _within_why(p: Pair) -> str:
+    """Why a pair is not beyond noise: smaller than the raw test's threshold, or past it but not past Holm's."""
+    if abs(p.diff) < p.threshold:
+        return f", smaller than the {p.threshold:.3f} this test needs at raw p < {ALPHA}"
+    return f": beyond the raw test's {p.threshold:.3f}, but not after the Holm correction"
 
 
 def _describe(p: Pair) -> str:

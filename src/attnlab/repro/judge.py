@@ -37,14 +37,19 @@ def _cell_verdict(c: dict) -> str:
 
 
 def _where(cells: list[dict]) -> str:
+    """'init_std=fan_in: d_k 64 (38%), 128 (14%)': the cells grouped by init, each with its share of the scaled gain."""
     by_init: dict[str, list[str]] = {}
     for c in cells:
-        by_init.setdefault(c["init_std"], []).append(f"{c['d_k']}")
-    return "; ".join(f"init_std={i}, d_k {', '.join(d)}" for i, d in by_init.items())
+        by_init.setdefault(c["init_std"], []).append(f"{c['d_k']} ({_pct(c['share'])})")
+    return "; ".join(f"init_std={i}: d_k {', '.join(d)}" for i, d in by_init.items())
 
 
-def _shares(cells: list[dict]) -> str:
-    return ", ".join(f"{_pct(c['share'])}" for c in cells)
+def _windows_text(windows: list[float]) -> str:
+    if not windows:
+        return ""
+    if len(windows) == 1:
+        return f"; on the fixed val windows {windows[0]:.3f}"
+    return f"; on the val window sets {min(windows):.3f}-{max(windows):.3f}"
 
 
 def judge_8(m: dict) -> tuple[str, str, str]:
@@ -58,7 +63,7 @@ def judge_8(m: dict) -> tuple[str, str, str]:
     j, lv, runs, study = m["jacobian"], m["level"], m["runs"], m.get("study")
     b = lv["bigram"]
     text = [f"Attention-free level on the val split: bigram {b:.3f} nats (unigram {lv['unigram']:.3f}, chance ln {lv['vocab']} = "
-            f"{lv['chance']:.3f})" + (f"; on the val window sets {min(lv['windows']):.3f}-{max(lv['windows']):.3f}" if lv.get("windows") else "")
+            f"{lv['chance']:.3f})" + _windows_text(lv.get("windows") or [])
             + ". A model below it uses its context, i.e. its attention."]
     own = []
     for name, p in runs["pairs"].items():
@@ -104,8 +109,8 @@ def judge_8(m: dict) -> tuple[str, str, str]:
                            "needs longer runs, e.g. `make sweep SWEEP=dk_scaling SEEDS=3`"})
     elif fails and holds:
         v = DEPENDS
-        reason = (f"Training fails without scaling (under {_pct(FAIL_RATIO)} of the scaled gain over the attention-free level) at "
-                  f"{_where(fails)} ({_shares(fails)}); not at {_where(holds)} ({_shares(holds)}).")
+        reason = (f"Training fails without scaling (the unscaled run reaches under {_pct(FAIL_RATIO)} of the scaled run's gain over the "
+                  f"attention-free level) at {_where(fails)}; not at {_where(holds)}.")
         if not all(mechanism.values()):
             reason += " The stated mechanism, a vanishing gradient, is not what the measurements show."
     else:
@@ -203,7 +208,7 @@ def _over(n: int) -> str:
 
 SINK_NEEDS = ("a model in which sinks form: they are reported in LMs pre-trained on billions of tokens (Gu et al. 2024), "
               "e.g. the sinks study run far longer or wider")
-SYNTAX_NEEDS = "a word-level model of real text (characters and random tokens have no syntax)"
+SYNTAX_NEEDS = "a word-level model of real text: characters and random tokens have no syntax"
 
 
 def _part(shown: bool, elsewhere: bool, needs: str) -> bool | str:
@@ -327,7 +332,7 @@ def judge_13(m: dict) -> tuple[str, str, str]:
             text.append("The escape slot removes the sink: the weight that went to BOS now goes nowhere, as 'softmax must sum to 1' "
                         "predicts." if cause else "The sink stays with an escape slot: the slot does not take its place.")
         elif peak <= SINK_THRESHOLD:
-            cause = f"there is no sink for an escape slot to remove; needs {SINK_NEEDS}"
+            cause = "there is no sink for an escape slot to remove"
             text.append("So the cause cannot be tested here: there is no sink for the slot to remove.")
         else:
             cause = "the sinks study has no escape-slot cell"

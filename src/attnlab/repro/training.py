@@ -253,7 +253,7 @@ def claim_8(res: dict, jac_rows: list[dict], jac_n: int, level: dict, reports: P
             [[c["init_std"], c["d_k"], mean_pm_std(c["unscaled"]["mean"], c["unscaled"]["std"], c["unscaled"]["n"]),
               mean_pm_std(c["scaled"]["mean"], c["scaled"]["std"], c["scaled"]["n"]),
               fmt(share, 3) if (share := gain_share(c["unscaled"]["mean"], c["scaled"]["mean"], b)) is not None else "-",
-              fmt(c["p"], 2) if c["p"] is not None else "-", fmt(c["p_holm"], 2) if c["p_holm"] is not None else "-"]
+              f"{c['p']:.2g}" if c["p"] is not None else "-", f"{c['p_holm']:.2g}" if c["p_holm"] is not None else "-"]
              for c in st["cells"]],
             note="Share of the scaled gain: (bigram level - unscaled loss) / (bigram level - scaled loss); 1 = as good as scaled, "
             "0 = no better than a model without attention. The level is the bigram cross-entropy of the whole val split, fitted "
