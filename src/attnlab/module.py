@@ -11,6 +11,7 @@ import time
 
 import lightning as L
 import torch
+import torch.nn.functional as F
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
@@ -43,6 +44,7 @@ class LitGPT(L.LightningModule):
                                           validate_args=False)
         self.last_val_step = -1
         self._step_rates: list[float] = []
+        self._masked: dict[str, MeanMetric] = {}  # val/<class>/loss|acc of a task's metric masks, made on first use
 
     def forward(self, idx, targets=None):
         return self.model(idx, targets)
@@ -113,12 +115,29 @@ class LitGPT(L.LightningModule):
         logits, loss = self.step_forward(x, y)
         self.val_loss.update(loss, weight=(y != -100).sum())
         self.val_acc.update(logits.argmax(-1).flatten(), y.flatten())
+        masks = getattr(getattr(self.trainer, "datamodule", None), "metric_masks", None)
+        if masks is not None:  # a task's named position classes: val/<name>/loss and val/<name>/acc
+            self._update_masked(logits, y, masks(x))
+
+    def _update_masked(self, logits, y, masks: dict[str, torch.Tensor]) -> None:
+        nll = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), ignore_index=-100, reduction="none").view_as(y)
+        right = (logits.argmax(-1) == y).float()
+        for name, mask in masks.items():
+            mask = mask & (y != -100)
+            for kind, values in (("loss", nll), ("acc", right)):
+                key = f"val/{name}/{kind}"
+                if key not in self._masked:
+                    self._masked[key] = MeanMetric().to(self.device)
+                self._masked[key].update(values[mask], weight=torch.ones_like(values[mask]))
 
     def on_validation_epoch_end(self):
         val_loss = self.val_loss.compute()
         self.log("val/loss", val_loss, prog_bar=True)
         self.log("val/ppl", torch.exp(val_loss))  # exp of the token-weighted mean NLL: perplexity's definition
         self.log("val/acc", self.val_acc.compute())
+        for key, metric in self._masked.items():
+            self.log(key, metric.compute())
+            metric.reset()
         for metric in (self.val_loss, self.val_acc):
             metric.reset()
         self.last_val_step = self.global_step

@@ -18,6 +18,13 @@ Per head (tensors of shape (H,)), over the queries i with k_i > 1 visible keys:
   sink_mass     mean of p_i0, the weight on the first token
   escape_mass   with an escape slot (``sink``): mean of the weight that goes nowhere, 1 - sum_j p_ij
                 (not reported without one)
+  sink_mass_<c> with ``query_classes`` {c: (B, T) bool}: sink_mass over the queries of class c only,
+                e.g. ``dormant`` (queries that need no attention) and ``active`` (those that do)
+
+Extreme tokens (Guo et al. 2024), from the probe's value vectors and residual stream:
+  value_drain   per head, ||v_0|| / mean_{t>0} ||v_t||: below 1 when the first token's value shrinks
+  residual_peak per layer, ||h_0|| / mean_{t>0} ||h_t|| of the block's output: above 1 when the
+                first token's residual state grows
 
 With an escape slot the weights on the real keys sum to 1 - escape: max_prob, max_prob_max and
 sink_mass are those weights as they are (what the head puts on a key), while entropy and
@@ -35,18 +42,20 @@ from .sink import with_escape
 
 STATS = ("entropy", "entropy_norm", "max_prob", "max_prob_max", "max_logit", "sink_mass")  # + escape_mass with a sink
 # How per-head values become one per-layer value.
-LAYER_REDUCE = {"max_prob_max": "max", "max_logit": "max"}
+LAYER_REDUCE = {"max_prob_max": "max", "max_logit": "max", "sink_mass_dormant": "max", "sink_mass_active": "max",
+                "value_drain": "min"}  # a sink is one head's doing: the layer reports its strongest head
 
 
 @torch.no_grad()
 def attention_stats(
     q: torch.Tensor, k: torch.Tensor, scale, causal: bool = True, block: int = 128,
     bias: Callable[[torch.Tensor, torch.Tensor], torch.Tensor | None] | None = None,
-    sink: torch.Tensor | None = None,
+    sink: torch.Tensor | None = None, query_classes: dict[str, torch.Tensor] | None = None,
 ) -> dict:
     """Per-head statistics of softmax(scale * q k^T + bias) under a causal (or no) mask; q, k: (B, H, T, d).
     ``bias(rows, keys)`` gives an additive (H, rows, keys) logit bias (``Attention.logit_bias``) or
-    None; ``sink`` the (H,) escape logits (``Attention.sink_logit()``) or None."""
+    None; ``sink`` the (H,) escape logits (``Attention.sink_logit()``) or None; ``query_classes``
+    named (B, T) masks of queries whose first-token weight is also reported on its own."""
     q, k = q.float(), k.float()
     sink = sink.detach().float() if sink is not None else None
     if torch.is_tensor(scale):
@@ -55,6 +64,9 @@ def attention_stats(
     b, h, t, _ = q.shape
     kt = k.transpose(-2, -1)
     sums = {name: torch.zeros(h, dtype=torch.float64, device=q.device) for name in ("entropy", "entropy_norm", "max_prob", "sink_mass", "escape_mass")}
+    classes = {name: mask.to(q.device).bool() for name, mask in (query_classes or {}).items()}
+    class_sums = {name: torch.zeros(h, dtype=torch.float64, device=q.device) for name in classes}
+    class_rows = dict.fromkeys(classes, 0)
     n_rows = 0
     max_logit = torch.full((h,), float("-inf"), device=q.device)
     max_prob_max = torch.zeros(h, device=q.device)
@@ -79,6 +91,10 @@ def attention_stats(
         counted = n_visible > 1  # rows with a choice to make
         if not counted.any():
             continue
+        for name, mask in classes.items():
+            chosen = mask[:, rows] & counted[None, :]  # (B, r)
+            class_sums[name] += (p[..., 0] * chosen[:, None]).sum((0, 2)).double()
+            class_rows[name] += int(chosen.sum())
         ent, p, n_visible, escape = ent[..., counted], p[:, :, counted], n_visible[counted], escape[..., counted]
         row_max = p.amax(-1)  # (B, H, r')
         sums["entropy"] += ent.sum((0, 2)).double()
@@ -94,7 +110,16 @@ def attention_stats(
     out["max_logit"] = max_logit
     if sink is None:
         del out["escape_mass"]  # logged only for models with an escape slot
+    for name, total in class_sums.items():
+        out[f"sink_mass_{name}"] = (total / class_rows[name] if class_rows[name] else torch.full_like(total, float("nan"))).float()
     return out
+
+
+def first_token_norm_ratio(x: torch.Tensor) -> torch.Tensor:
+    """||x_0|| / mean_{t>0} ||x_t|| over the batch, for x (B, H, T, d) -> (H,), or (B, T, d) -> scalar."""
+    norms = x.float().norm(dim=-1)  # (B, H, T) or (B, T)
+    first, rest = norms[..., 0].mean(0), norms[..., 1:].mean((0, -1))
+    return first / rest.clamp_min(1e-30)
 
 
 def uniform_sink_mass(t: int) -> float:

@@ -34,6 +34,22 @@ def capture_qk(model: GPT):
 
 
 @contextmanager
+def capture_streams(model: GPT):
+    """Collect each attention layer's value vectors (B, H, T, d) and each block's output, the
+    residual stream after it (B, T, d), in layer order: what the extreme-token metrics read."""
+    values: list[torch.Tensor] = []
+    residuals: list[torch.Tensor] = []
+    handles = [layer.register_forward_pre_hook(lambda m, args: values.append(args[2].detach()))
+               for layer in model.attention_layers()]
+    handles += [block.register_forward_hook(lambda m, args, out: residuals.append(out.detach())) for block in model.blocks]
+    try:
+        yield values, residuals
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextmanager
 def eval_mode(model: torch.nn.Module):
     """The model in eval mode (no dropout) within the block, its previous mode restored after."""
     was_training = model.training

@@ -301,3 +301,115 @@ class InductionDataModule(TaskDataModule):
         else:
             body = rng.integers(1, self.n_tokens, size=(n, t - 1))
         return torch.from_numpy(np.concatenate([np.zeros((n, 1), dtype=np.int64), body], axis=1))
+
+
+class BigramBackcopyDataModule(TaskDataModule):
+    """Bigram-Backcopy (Guo et al. 2024, "Active-Dormant Attention Heads"): a testbed for sinks.
+
+    A sequence of T+1 tokens: ``<bos>`` (an extra id, V), then a fixed bigram Markov chain over V
+    tokens, except that each of the ``n_triggers`` most frequent tokens (under the chain's
+    stationary distribution) is followed by a copy of the token before it. A trigger query needs
+    the previous token (an *active* head); every other query is served by the bigram path and
+    needs no attention at all (the head is *dormant* there), which is where a sink can form.
+
+    The chain is part of the task, not of the run: drawn from ``chain_seed`` (``chain=random``:
+    each token moves to ``chain_support`` successors with Dirichlet(1) weights) or estimated from
+    the Shakespeare corpus's character bigrams (``chain=shakespeare``, V = its characters), so
+    every training seed learns the same task. The first token after ``<bos>`` is never a
+    trigger; a copy is never a trigger either, so triggers do not chain.
+
+    Scored for training: every position after ``<bos>``. Named metric masks for evaluation
+    (``metric_masks``): ``copy`` (the queries at a trigger) and ``bigram`` (the others).
+    """
+
+    name = "bigram_backcopy"
+
+    def __init__(self, vocab_size: int = 32, n_triggers: int = 3, chain: str = "random", chain_support: int = 4,
+                 chain_seed: int = 0, bos: bool = True, **kwargs):
+        self.n_triggers, self.chain, self.chain_support, self.chain_seed = n_triggers, chain, chain_support, chain_seed
+        if chain == "shakespeare":
+            from .text import shakespeare_text
+
+            self.chars, self.transition = corpus_bigrams(shakespeare_text())
+            vocab_size = len(self.chars)
+        super().__init__(vocab_size, bos=bos, **kwargs)
+        if chain != "shakespeare":
+            self.chars = [f"t{i}" for i in range(self.n_tokens)]
+            self.transition = random_chain(self.n_tokens, chain_support, chain_seed)
+        stationary = stationary_distribution(self.transition)
+        self.triggers = np.sort(np.argsort(-stationary, kind="stable")[:n_triggers])
+        self.is_trigger = np.zeros(self.n_tokens + 1, dtype=bool)  # indexed by id, <bos> included
+        self.is_trigger[self.triggers] = True
+        # the chain as generation uses it: nothing moves to a trigger from a trigger (never used) and
+        # the first token is drawn from the stationary distribution over non-triggers
+        start = np.where(self.is_trigger[:-1], 0.0, stationary)
+        self.start = start / start.sum()
+
+    def check(self) -> None:
+        if self.chain not in ("random", "shakespeare"):
+            raise DataError(f"data.chain={self.chain!r} is not accepted; expected random or shakespeare")
+        if not self.bos:
+            raise DataError("data.bos=false is not supported by data=bigram_backcopy (its sequences start with <bos>); expected true")
+        if not 1 <= self.n_triggers < self.n_tokens:
+            raise DataError(f"data.n_triggers={self.n_triggers}; expected 1..{self.n_tokens - 1} (data.vocab_size - 1)")
+        if self.chain == "random" and not 1 <= self.chain_support <= self.n_tokens:
+            raise DataError(f"data.chain_support={self.chain_support}; expected 1..{self.n_tokens} (data.vocab_size)")
+        if self.seq_len < 3:
+            raise DataError(f"data.seq_len={self.seq_len} is too short; expected at least 3")
+
+    def tokens(self) -> list[str]:
+        return [*self.chars, BOS]
+
+    def generate(self, rng, n):
+        t = self.seq_len
+        seq = np.full((n, t + 1), self.n_tokens, dtype=np.int64)  # column 0 stays <bos>
+        seq[:, 1] = rng.choice(self.n_tokens, size=n, p=self.start)
+        cumulative = np.cumsum(self.transition, axis=1)
+        for j in range(1, t):
+            current = seq[:, j]
+            drawn = (rng.random(n)[:, None] < cumulative[current]).argmax(axis=1)
+            seq[:, j + 1] = np.where(self.is_trigger[current], seq[:, j - 1], drawn)
+        scored = np.ones((n, t), dtype=bool)
+        scored[:, 0] = False  # the token after <bos> has no context to predict it from
+        return seq, scored
+
+    def metric_masks(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Which positions of inputs ``x`` (B, T) are trigger queries (``copy``) and which are not."""
+        trigger = torch.from_numpy(self.is_trigger).to(x.device)[x]
+        trigger[:, 0] = False
+        body = torch.ones_like(trigger)
+        body[:, 0] = False
+        return {"copy": trigger, "bigram": body & ~trigger}
+
+    def query_classes(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The queries that need the head (``active``: at a trigger) and those that do not (``dormant``)."""
+        masks = self.metric_masks(x)
+        return {"active": masks["copy"], "dormant": masks["bigram"]}
+
+
+def random_chain(n: int, support: int, seed: int) -> np.ndarray:
+    """(n, n) row-stochastic: each token moves to ``support`` distinct successors, Dirichlet(1) weights."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 7]))
+    out = np.zeros((n, n))
+    successors = distinct_draws(rng, n, support, 0, n)
+    out[np.arange(n)[:, None], successors] = rng.dirichlet(np.ones(support), size=n)
+    return out
+
+
+def corpus_bigrams(text: str) -> tuple[list[str], np.ndarray]:
+    """The characters of ``text`` and its (add-one smoothed) character bigram chain."""
+    chars = sorted(set(text))
+    index = {c: i for i, c in enumerate(chars)}
+    ids = np.array([index[c] for c in text])
+    counts = np.ones((len(chars), len(chars)))
+    np.add.at(counts, (ids[:-1], ids[1:]), 1)
+    return chars, counts / counts.sum(axis=1, keepdims=True)
+
+
+def stationary_distribution(transition: np.ndarray) -> np.ndarray:
+    """The chain's long-run token frequencies (power iteration from uniform; a reducible chain gives
+    the frequencies reached from the uniform start)."""
+    p = np.full(len(transition), 1.0 / len(transition))
+    for _ in range(500):
+        p = p @ transition
+    return p / p.sum()
