@@ -1,0 +1,402 @@
+"""Every figure README.md's "Headline findings" and docs/{results,studies,metrics}.md quote is what a committed
+report file says.
+
+Each checked text has a list of fragments, each built here from the report file it cites (reports/*/summary.json,
+ablation.csv, reports/bench/*.json, reports/repro/repro.json) with the project's own formatting helpers. The test
+asserts that every fragment appears in its text, and that every decimal number of the text lies inside one of
+them: a figure with no file behind it, or one that drifted from its file, fails. Integers are mostly settings and
+counts; those that state a result (repeats, k of n seeds, steps of a phase change) are inside fragments too.
+Constants the code defines (thresholds, the uniform sink level) come from the code, not from this file.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from attnlab.analysis.heads import THRESHOLDS
+from attnlab.analysis.phase import PHASE_LEVEL
+from attnlab.attention.stats import uniform_sink_mass
+from attnlab.report import head_type_text
+from attnlab.report.numbers import mean_pm_std
+from attnlab.report.significance import ALPHA, k_of_n_text
+from attnlab.report.tables import read_csv
+from attnlab.repro import judge
+from attnlab.repro.report import tally
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORTS = ROOT / "reports"
+MiB = 2**20
+
+
+# ---------------------------------------------------------------- reading the reports
+@cache
+def summary(study: str) -> dict:
+    return json.loads((REPORTS / study / "summary.json").read_text())
+
+
+@cache
+def cells(study: str) -> list[dict]:
+    header, rows = read_csv((REPORTS / study / "ablation.csv").read_text())
+    return [dict(zip(header, r)) for r in rows]
+
+
+def _axis(v) -> str:
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+
+def cell(study: str, **axes) -> dict:
+    """The ablation.csv row whose axes read as given (keys: the last name of the axis)."""
+    match = [c for c in cells(study) if all(_axis(c[next(k for k in c if k.rsplit(".", 1)[-1] == a)]) == str(v) for a, v in axes.items())]
+    assert len(match) == 1, (study, axes, len(match))
+    return match[0]
+
+
+def ms(study: str, key: str, **axes) -> str:
+    """A cell's mean ± std as the study's table prints it."""
+    c = cell(study, **axes)
+    return mean_pm_std(c[f"{key}_mean"], c[f"{key}_std"], int(c["n_ok"]))
+
+
+def per_layer(study: str, stat: str, layers: int, digits: int = 2, **axes) -> str:
+    """A per-layer column as the table prints it (means over seeds, L0 / L1 / ...)."""
+    from attnlab.report.numbers import plain
+
+    c = cell(study, **axes)
+    return " / ".join(plain(c[f"attn/L{i}/{stat}_mean"], digits) for i in range(layers))
+
+
+def layer_means(study: str, template: str, layers: int, **axes) -> list[float]:
+    c = cell(study, **axes)
+    return [c[f"{template.format(i=i)}_mean"] for i in range(layers)]
+
+
+def pair(study: str, where: str) -> dict:
+    return next(p for p in summary(study)["scaled_vs_unscaled"] if p["where"] == where)
+
+
+@cache
+def bench() -> dict:
+    return json.loads((REPORTS / "bench" / "bench.json").read_text())
+
+
+def kernel(backend: str, t: int) -> dict:
+    return next(k for k in bench()["kernels"] if k["backend"] == backend and k["T"] == t)
+
+
+@cache
+def repro() -> dict:
+    return {r["id"]: r for r in json.loads((REPORTS / "repro" / "repro.json").read_text())}
+
+
+def f(x: float, digits: int) -> str:
+    return f"{x:.{digits}f}"
+
+
+def span(values, digits: int, sep: str = "–") -> str:
+    lo, hi = f(min(values), digits), f(max(values), digits)
+    return lo if lo == hi else f"{lo}{sep}{hi}"
+
+
+def pct(x: float) -> str:
+    return f"{x:.0%}"
+
+
+# ---------------------------------------------------------------- shared figures
+def dk_figures() -> dict[str, str]:
+    pairs = summary("dk_scaling")["scaled_vs_unscaled"]
+    beyond = sum(p["beyond_noise"] for p in pairs)
+    raw = sum(p["p"] < ALPHA for p in pairs)
+    out = {"holm": f"{beyond} of {len(pairs)} pairs differ beyond seed noise after the Holm correction ({raw} at raw p < {ALPHA})"}
+    for d in (32, 64, 128):
+        out[f"fanin{d}"] = f(-pair("dk_scaling", f"d_k={d}, init_std=fan_in")["diff"], 2)
+    out["fanin128_means"] = (f"{ms('dk_scaling', 'val/loss', d_k=128, scaling='none', init_std='fan_in')} vs "
+                             f"{ms('dk_scaling', 'val/loss', d_k=128, scaling='inv_sqrt_d', init_std='fan_in')}")
+    p16 = pair("dk_scaling", "d_k=16, init_std=fan_in")
+    out["fanin16"] = f"p = {p16['p']:.2g}, Holm {p16['p_holm']:.2g}"
+    small = [pair("dk_scaling", f"d_k={d}, init_std=0.02") for d in (16, 32)]
+    out["small_better"] = span([p["diff"] for p in small], 3)
+    p64 = pair("dk_scaling", "d_k=64, init_std=0.02")
+    out["small64"] = f"{p64['diff']:.3f} at d_k 64 (raw p = {p64['p']:.2g}, Holm {p64['p_holm']:.2g})"
+    out["small128"] = f(-pair("dk_scaling", "d_k=128, init_std=0.02")["diff"], 3)
+    unscaled = [c for c in cells("dk_scaling") if c["model.attention.scaling"] == "none"]
+    out["max_logit"] = f"{max(c[f'attn/L{i}/max_logit_mean'] for c in unscaled for i in range(4)):.0f}"
+    out["max_prob"] = f(max(c[f"attn/L{i}/max_prob_mean"] for c in unscaled for i in range(4)), 2)
+    study = repro()[8]["measured"]["judged"]
+    level = study["level"]["bigram"]
+    out["bigram"] = f(level, 3)
+    shares = {c["d_k"]: judge.gain_share(c["unscaled"]["mean"], c["scaled"]["mean"], level)
+              for c in study["study"]["cells"] if c["init_std"] == "fan_in"}
+    out["shares"] = f"{pct(shares[64])} and {pct(shares[128])} of the scaled runs' gain"
+    return out
+
+
+def induction_figures() -> dict[str, str]:
+    steps = next(c["steps"] for c in summary("induction_heads")["phase_change_steps"]
+                 if c["axes"] == {"model.n_layer": "2", "model.attention.scaling": "inv_sqrt_d"})
+    reached = sorted(s for s in steps if s is not None)
+    two = summary("induction_heads")["head_types"]
+    l1 = next(c for c in two if c["axes"] == {"model.n_layer": "2", "model.attention.scaling": "inv_sqrt_d"})["layers"][1]
+    formed = sum(n > 0 for n in l1["induction"])
+    sink = next(c for c in two if c["axes"] == {"model.n_layer": "2", "model.attention.scaling": "none"})["layers"][1]
+    nothing = [c for c in summary("induction_heads")["phase_change_steps"] if c["axes"]["model.n_layer"] == "1"
+               or c["axes"]["model.attention.scaling"] == "none"]
+    assert all(s is None for c in nothing for s in c["steps"])
+    return {"formed": k_of_n_text(formed, len(l1["induction"])), "phase": f"step {statistics.median(reached):g} (median; "
+            f"{reached[0]}–{reached[-1]})", "phase_seeds": k_of_n_text(len(reached), len(steps)),
+            "nothing": k_of_n_text(0, len(nothing[0]["steps"])), "level": f"{PHASE_LEVEL}",
+            "sink_seeds": f"{sum(n > 0 for n in sink['sink'])} of {len(sink['sink'])} seeds",
+            "knockout": ms("induction_heads", "heads/L1/induction_knockout_all_heads", n_layer=2, scaling="inv_sqrt_d"),
+            "induction_score": ms("induction_heads", "heads/L1/induction_max", n_layer=2, scaling="inv_sqrt_d"),
+            "control": ms("induction_heads", "heads/induction_control_max", n_layer=2, scaling="inv_sqrt_d"),
+            "l1_types": head_type_text(l1)}
+
+
+def sinks_figures() -> dict[str, str]:
+    s = summary("sinks")
+    best = max(c[f"heads/L{i}/sink_max_mean"] for c in cells("sinks") for i in range(4))
+    bos = next(e for e in s["pooled_effects"] if e["axis"] == "data.bos")
+    l0 = [cell("sinks", bos=b, sink="none")["attn/L0/sink_mass_mean"] for b in ("False", "True")]
+    escape = [c[f"attn/L{i}/escape_mass_mean"] for c in cells("sinks") if c["model.attention.sink"] != "none" for i in range(4)]
+    block = 128  # the sinks study's block size (conf/experiment/sinks.yaml), checked below
+    from attnlab.config import compose_config
+
+    assert int(compose_config(["experiment=sinks"]).model.block_size) == block
+    return {"runs": f"{s['runs']} runs", "best": f(best, 3), "threshold": f"{judge.SINK_THRESHOLD}",
+            "bos": f"{bos['diff']:+.3f} nats (p = {bos['p']:.2g}, Holm {bos['p_holm']:.2g})",
+            "l0": f"{f(l0[0], 3)} → {f(l0[1], 3)}", "uniform": f(uniform_sink_mass(block), 3), "escape": span(escape, 2)}
+
+
+def e2e_figures() -> dict[str, str]:
+    rows = {r["arm"]: r for r in bench()["e2e"]["rows"]}
+    d = rows["defaults"]
+    return {"ratio": f"**{d['wall_ratio']:.2f}** ({span(d['wall_ratio_range'], 2)} over {bench()['e2e']['repeats']} alternated repeats",
+            "sdpa": f"{rows['sdpa']['wall_ratio']:.2f} with `attention=sdpa`", "val_loss": f(d["val_loss"]["attnlab"][0], 4)}
+
+
+def memory_figures() -> dict[str, str]:
+    return {"peak": f"{kernel('naive', 4096)['peak_bytes'] / MiB:.0f} MiB explicit vs {kernel('sdpa', 4096)['peak_bytes'] / MiB:.0f} MiB fused"}
+
+
+def repro_tally() -> str:
+    return tally([r["verdict"] for r in repro().values()])
+
+
+# ---------------------------------------------------------------- the texts and their fragments
+def readme_headline() -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index("## Headline findings")
+    end = text.index("\n## ", start + 1)
+    return text[start:end]
+
+
+def readme_fragments() -> list[str]:
+    dk, ind, snk, e2e = dk_figures(), induction_figures(), sinks_figures(), e2e_figures()
+    return [dk["holm"], dk["fanin32"], dk["fanin64"], dk["fanin128"], dk["fanin128_means"], dk["fanin16"], dk["small_better"],
+            dk["small128"], dk["max_logit"], dk["max_prob"], dk["bigram"], dk["shares"],
+            ind["formed"], ind["phase"], ind["nothing"], ind["level"], ind["sink_seeds"],
+            snk["runs"], snk["best"], snk["threshold"], snk["bos"], snk["l0"], snk["uniform"], snk["escape"],
+            e2e["ratio"], e2e["sdpa"], memory_figures()["peak"], repro_tally()]
+
+
+def doc(name: str) -> str:
+    return (ROOT / "docs" / name).read_text()
+
+
+def studies_fragments() -> list[str]:
+    rows = []
+    for study in ("dk_scaling", "sinks_scaling_qk_norm", "sinks", "mqar", "induction_heads", "induction_backends"):
+        s = summary(study)
+        seeds = s.get("seeds_per_cell") or (str(s["runs"] // s["cells"]) if s["runs"] % s["cells"] == 0 else "?")  # older summaries
+        rows.append(f"`reports/{study}/` | {s['runs']} / {s['cells']} | {seeds} |")
+    return rows
+
+
+def metrics_fragments() -> list[str]:
+    t = THRESHOLDS
+    return [f"induction − control ≥ {t['induction']}", f"previous_token ≥ {t['previous_token']}", f"sink ≥ {t['sink']}",
+            f"entropy_norm ≥ {t['uniform']}", f"positional ≥ {t['positional']}"]
+
+
+def ms_time(ms_: float) -> str:
+    """A kernel time as the benchmark table prints it."""
+    return f"{ms_:.1f} ms" if ms_ < 10 else f"{ms_:.0f} ms" if ms_ < 1000 else f"{ms_ / 1000:.1f} s"
+
+
+def mib(b: float) -> str:
+    return f"{b / MiB:.1f}" if b < 10 * MiB else f"{b / MiB:.0f}"
+
+
+def results_figures() -> dict[str, str]:
+    """Every figure docs/results.md quotes, by name, from the report it cites."""
+    from attnlab.config import compose_config
+
+    out: dict[str, str] = {}
+    tiny_block = int(compose_config([]).model.block_size)
+    # unscaled vs scaled over training: the default model's cells of dk_scaling (d_k 32, init 0.02)
+    for sc in ("none", "inv_sqrt_d"):
+        for stat, digits in (("entropy_norm", 2), ("max_logit", 2), ("sink_mass", 2)):
+            out[f"d32_{sc}_{stat}"] = per_layer("dk_scaling", stat, 4, digits, d_k=32, scaling=sc, init_std="0.02")
+    out["uniform_tiny"] = f(uniform_sink_mass(tiny_block), 3)
+    # make train and the backends' throughput (bench.json)
+    e2e = e2e_figures()
+    out["e2e_val_loss"] = e2e["val_loss"]
+    train = {t["backend"]: t for t in bench()["train"]}
+    out["to_scaled"] = ", ".join(f"{b} {train[b]['ratio_to_scaled']:.3f}" for b in ("naive", "sdpa", "flash"))
+    out["to_scaled_range"] = span([x for b in ("naive", "sdpa", "flash") for x in train[b]["ratio_to_scaled_range"]], 2)
+    out["to_plain"] = ", ".join(f"{b} {train[b]['ratio']:.3f}" for b in ("naive", "scaled", "sdpa", "flash"))
+    out["train_repeats"] = f"median of {train['scaled']['setup']['repeats']} repeats"
+    # the main ablation
+    dk = dk_figures()
+    out.update({f"dk_{k}": v for k, v in dk.items() if k not in ("shares", "small_better", "small128")})
+    small = [pair("dk_scaling", f"d_k={d}, init_std=0.02") for d in (16, 32)]
+    out["dk_small_diffs"] = ", ".join(f"{p['diff']:+.3f}" for p in small)
+    out["dk_128_002"] = (f"{ms('dk_scaling', 'val/loss', d_k=128, scaling='none', init_std='0.02')} unscaled vs "
+                         f"{ms('dk_scaling', 'val/loss', d_k=128, scaling='inv_sqrt_d', init_std='0.02')} scaled")
+    ent = [statistics.fmean(layer_means("dk_scaling", "attn/L{i}/entropy_norm", 4, d_k=d, scaling="none", init_std="0.02"))
+           for d in (16, 32, 64, 128)]
+    out["dk_ent_none"] = ", ".join(f(x, 2) for x in ent)
+    out["dk_128_maxprob"] = per_layer("dk_scaling", "max_prob", 4, 2, d_k=128, scaling="none", init_std="0.02")
+    out["dk_128_maxlogit"] = per_layer("dk_scaling", "max_logit", 4, 2, d_k=128, scaling="none", init_std="0.02")
+    scaled002 = [c for c in cells("dk_scaling") if c["model.attention.scaling"] == "inv_sqrt_d" and _axis(c["model.init_std"]) == "0.02"]
+    out["dk_scaled_ent"] = span([c[f"attn/L{i}/entropy_norm_mean"] for c in scaled002 for i in range(4)], 2)
+    out["dk_scaled_logit"] = span([c[f"attn/L{i}/max_logit_mean"] for c in scaled002 for i in range(4)], 0)
+    fan_none = [c for c in cells("dk_scaling") if c["model.attention.scaling"] == "none" and _axis(c["model.init_std"]) == "fan_in"
+                and int(c["model.d_k"]) >= 64]
+    out["dk_fan_maxprob"] = span([c[f"attn/L{i}/max_prob_mean"] for c in fan_none for i in range(4)], 2)
+    best = [c["val/loss_mean"] for c in cells("dk_scaling") if c["model.attention.scaling"] == "inv_sqrt_d"
+            and _axis(c["model.init_std"]) == "fan_in"]
+    out["dk_best"] = span(best, 3)
+    out["dk_sink"] = span([c[f"attn/L{i}/sink_mass_mean"] for c in cells("dk_scaling") for i in range(4)], 3)
+    study = repro()[8]["measured"]["judged"]
+    level = study["level"]["bigram"]
+    for c in study["study"]["cells"]:
+        share = judge.gain_share(c["unscaled"]["mean"], c["scaled"]["mean"], level)
+        out[f"share_{c['init_std']}_{c['d_k']}"] = f"| {c['init_std']} | {c['d_k']} | {f(c['unscaled']['mean'], 3)} | {f(c['scaled']['mean'], 3)} | {pct(share)} |"
+    out["unigram"] = f(study["level"]["unigram"], 3)
+    out["grad_ratio"] = f"the unscaled q/k gradient at init is {study['fanin']['grad_ratio']:.1f}x the scaled one"
+    out["fail_ratio"] = pct(judge.FAIL_RATIO)
+    # tasks and head types
+    out.update({f"ind_{k}": v for k, v in induction_figures().items()})
+    heads_md = (REPORTS / "heads" / "text_model_heads.md").read_text()
+    rows = [r.strip("|").split("|") for r in heads_md.splitlines() if re.match(r"^\| \d+ \| \d+ \|", r)]
+    rows = [[c.strip() for c in r] for r in rows if len(r) == 10]  # the per-head table, not the types-per-layer one
+    col = {name: i for i, name in enumerate(["layer", "head", "type", "previous_token", "induction", "induction_control",
+                                                 "induction_knockout", "sink", "positional", "entropy_norm"])}
+    l0 = [r for r in rows if r[0] == "0"]
+    out["text_l0"] = f"all {len(l0)} heads of layer 0 (positional {span([float(r[col['positional']]) for r in l0], 2)})"
+    assert all(r[col["type"]] == "positional" for r in l0)
+    out["text_induction"] = f"score <= {max(float(r[col['induction']]) for r in rows):.3f}, knockout {max(float(r[col['induction_knockout']]) for r in rows) + 0.0:.3f}"
+    out["text_sink"] = f"first-token weight <= {max(float(r[col['sink']]) for r in rows):.3f}"
+    sink_types = next(c for c in summary("sinks")["head_types"] if c["axes"] == {"data.bos": "True", "model.attention.sink": "none"})["layers"]
+    out["sinks_l0_types"] = head_type_text(sink_types[0])
+    # MQAR
+    for sc in ("inv_sqrt_d", "none"):
+        for t in (64, 128):
+            accs = [f(cell("mqar", attention=b, scaling=sc, block_size=t)["val/acc_mean"], 3) for b in ("naive", "scaled", "sdpa", "flash")]
+            out[f"mqar_{sc}_{t}"] = f"| {sc} | {t} | " + " | ".join(accs) + " |"
+    acc = {sc: [c["val/acc_mean"] for c in cells("mqar") if c["model.attention.scaling"] == sc] for sc in ("inv_sqrt_d", "none")}
+    out["mqar_scaled"], out["mqar_none"] = span(acc["inv_sqrt_d"], 3), span(acc["none"], 3)
+    l0logit = [c["attn/L0/max_logit_mean"] for c in cells("mqar") if c["model.attention.scaling"] == "none"]
+    out["mqar_l0_logit"] = span(l0logit, 0)
+    out["mqar_l0_ent"] = f(max(c["attn/L0/entropy_norm_mean"] for c in cells("mqar") if c["model.attention.scaling"] == "none"), 2)
+    # the first sinks study (scaling x qk_norm, one seed)
+    for sc in ("none", "inv_sqrt_d"):
+        for qk in ("False", "True"):
+            c = cell("sinks_scaling_qk_norm", scaling=sc, qk_norm=qk)
+            out[f"sq_{sc}_{qk}"] = (f"| {sc} | {qk.lower()} | {f(c['val/loss_mean'], 3)} | "
+                                    f"{per_layer('sinks_scaling_qk_norm', 'sink_mass', 4, 2, scaling=sc, qk_norm=qk)} | "
+                                    f"{per_layer('sinks_scaling_qk_norm', 'max_logit', 4, 2, scaling=sc, qk_norm=qk)} |")
+    # the sinks study (BOS x escape slot)
+    out.update({f"snk_{k}": v for k, v in sinks_figures().items()})
+    for c in cells("sinks"):
+        name = f"bos={c['data.bos']}, sink={c['model.attention.sink']}"
+        out[f"snk_row_{name}"] = (f"| {name} | {ms('sinks', 'val/loss', bos=c['data.bos'], sink=c['model.attention.sink'])} | "
+                                  + " / ".join(f(c[f"heads/L{i}/sink_max_mean"], 3) for i in range(4)) + " |")
+    # the callbacks' cost
+    cb = bench()["callbacks"]
+    out["cb_ratio"] = f"**{cb['overhead_ratio']:.3f}** ({span(cb['overhead_ratio_range'], 3)})"
+    out["cb_repeats"] = f"{cb['measured_steps']} steps, {cb['repeats']} alternating repeats"
+    hooks = cb["hook_ms_per_step"]
+    out["cb_hooks"] = (f"heads {hooks['HeadAnalysis']:.2f}, guard {hooks['NonFiniteGuard']:.2f}, maps {hooks['AttentionMaps']:.2f}, "
+                       f"statistics {hooks['AttentionStats']:.2f}")
+    runs = json.loads((REPORTS / "bench" / "callback_overhead_runs.json").read_text())
+    out["cb_runs"] = (f"**{runs['wall_ratio_median']:.3f}** (median; pairs {span(runs['wall_ratio'], 2)}), median step-time ratio "
+                      f"{runs['median_step_ratio_median']:.2f} ({span(runs['median_step_ratio'], 2)})")
+    # kernels
+    m = bench()["machine"]
+    out["matmul"] = f"{m['matmul_gflops']:.1f} GFLOP/s"
+    out["kernel_repeats"] = f"median of {bench()['kernel_setup']['repeats']}"
+    for t in (256, 1024, 4096, 8192):
+        ex = [kernel(b, t) for b in ("naive", "scaled")]
+        fu = [kernel(b, t) for b in ("sdpa", "flash")]
+        out[f"k{t}"] = (f"| {t} | {ms_time(ex[0]['fwd_bwd_ms'])} | {ms_time(fu[0]['fwd_bwd_ms'])} | "
+                        f"{span([100 * k['peak_fraction'] for k in ex], 0)} | {span([100 * k['peak_fraction'] for k in fu], 0)} | "
+                        f"{mib(ex[0]['peak_bytes'])} / {mib(fu[0]['peak_bytes'])} |")
+    exp, ratio = bench()["memory_exponent"], bench()["memory_ratio_8192_1024"]
+    out["mem_exp"] = (f"T^{exp['naive']:.2f} for the explicit kernels (×{ratio['naive']:.1f} from T = 1024 to 8192) and as "
+                      f"T^{exp['sdpa']:.2f} for the fused ones (×{ratio['sdpa']:.1f})")
+    out["frac_256_8192"] = f"{100 * kernel('sdpa', 256)['peak_fraction']:.0f} % at T = 256, {100 * kernel('sdpa', 8192)['peak_fraction']:.0f} % at T = 8192"
+    out["peak4096"] = memory_figures()["peak"]
+    out["tally"] = repro_tally()
+    from attnlab.bench.kernels import BACKWARD_FACTOR
+
+    out["backward"] = f"backward counted as {BACKWARD_FACTOR}× forward"  # a definition of the benchmark, from its code
+    return out
+
+
+def results_fragments() -> list[str]:
+    return list(results_figures().values())
+
+
+TEXTS = {
+    "README.md Headline findings": (readme_headline, readme_fragments),
+    "docs/results.md": (lambda: doc("results.md"), results_fragments),
+    "docs/studies.md": (lambda: doc("studies.md"), studies_fragments),
+    "docs/metrics.md": (lambda: doc("metrics.md"), metrics_fragments),
+}
+
+
+# ---------------------------------------------------------------- the check
+def masked(text: str) -> str:
+    """The text with code blocks, inline code and link targets blanked (same length): their digits are not figures."""
+    out = re.sub(r"```.*?```", lambda m: " " * len(m.group(0)), text, flags=re.S)
+    out = re.sub(r"`[^`\n]*`", lambda m: " " * len(m.group(0)), out)
+    return re.sub(r"\]\([^)]*\)", lambda m: " " * len(m.group(0)), out)
+
+
+def decimals(text: str) -> list[re.Match]:
+    return list(re.finditer(r"(?<![\w.])\d+\.\d+(?![\w.]*\d)", masked(text)))
+
+
+def uncovered(text: str, fragments: list[str]) -> list[str]:
+    spans = [(m.start(), m.start() + len(frag)) for frag in fragments for m in re.finditer(re.escape(frag), text)]
+    bad = []
+    for m in decimals(text):
+        if not any(a <= m.start() and m.end() <= b for a, b in spans):
+            bad.append(text[max(0, m.start() - 60):m.end() + 20].replace("\n", " "))
+    return bad
+
+
+@pytest.mark.parametrize("name", list(TEXTS))
+def test_every_quoted_figure_is_what_its_report_says(name):
+    text_of, fragments_of = TEXTS[name]
+    text, fragments = text_of(), fragments_of()
+    missing = [frag for frag in fragments if frag not in text]
+    assert not missing, f"{name}: not quoted as the reports say: {missing}"
+    bad = uncovered(text, fragments)
+    assert not bad, f"{name}: figures that no report file backs: {bad}"
+
+
+def test_the_check_catches_a_drifted_and_an_unbacked_figure():
+    frag = dk_figures()["fanin128_means"]
+    text = f"unscaled {frag} at d_k 128"
+    assert uncovered(text, [frag]) == []
+    drifted = text.replace(frag.split(" ")[0], f"{float(frag.split(' ')[0]) + 0.001:.3f}")
+    assert frag not in drifted and uncovered(drifted, [frag])
+    assert uncovered("callbacks cost 1.012 (5 repeats)", [frag]) and not uncovered("see `reports/x 1.2`", [])
