@@ -14,6 +14,8 @@ REPRO  ?= full
 BENCH  ?= full
 RUN    ?=
 JOBS   ?= 2
+LAUNCHER ?= local
+PARTITION ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help install lock wheelhouse offline-check train test test-all sweep table repro bench sample gpu-check dashboard sync clean
@@ -49,8 +51,8 @@ test: $(STAMP) ## run the fast test suite (no network, no GPU)
 test-all: $(STAMP) ## run every test, the slow ones too
 	$(BIN)/pytest -q -n 2 $(ARGS)
 
-sweep: $(STAMP) ## Hydra multirun of a study (SWEEP=dk_scaling|backends|..., SEEDS=n, JOBS=2 parallel jobs of 1 thread), then make table
-	$(BIN)/attnlab sweep --study $(SWEEP) --seeds $(SEEDS) --jobs $(JOBS) $(ARGS)
+sweep: $(STAMP) ## Hydra multirun of a study (SWEEP=dk_scaling|backends|..., SEEDS=n, JOBS=2 parallel jobs of 1 thread; LAUNCHER=slurm [PARTITION=p]: as SLURM jobs), then make table
+	$(BIN)/attnlab sweep --study $(SWEEP) --seeds $(SEEDS) --jobs $(JOBS) --launcher $(LAUNCHER) $(if $(PARTITION),--partition $(PARTITION)) $(ARGS)
 
 table: $(STAMP) ## aggregate sweeps into reports/<study>/: mean ± std over seeds, Welch t-test (DIR="a b c" merges dirs; default the latest)
 	$(BIN)/attnlab table $(DIR)

@@ -28,6 +28,7 @@ HARMLESS_WARNINGS = (
     r"Checkpoint directory .* exists and is not empty",  # resume=true: it should be
     r".*does not have many workers.*",                  # in-memory data: workers would only add overhead
     r".*smaller than the logging interval.*",           # short runs (smoke tests) log every step anyway
+    r"The `srun` command is available on your system",  # a SLURM client here, a run outside a job: intended
 )
 
 

@@ -1,14 +1,17 @@
 """``make sweep``: run a study as a Hydra multirun, then aggregate it into reports/<study>/.
 
     python -m attnlab.sweep --study dk_scaling --seeds 3 --jobs 2 [extra hydra overrides]
+    python -m attnlab.sweep --study dk_scaling --launcher slurm --partition gpu [...]
 
 Equivalent to ``python -m attnlab.train -m experiment=<study> seed=0,1,2`` with a known sweep dir,
 followed by ``python -m attnlab.report <sweep dir>``. Failed cells do not stop the others; the
-exit code is non-zero if any cell failed.
+exit code is non-zero if any cell failed. ``--launcher slurm`` submits the cells as SLURM jobs
+(``hydra/launcher=slurm``, one array) and builds the same table once they have all ended.
 """
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -57,10 +60,17 @@ def wandb_sweep_yaml(study: str) -> str:
             f"command: {command}\n")
 
 
-def sweep_command(study: str, seeds: int, jobs: int, sweep_dir: Path, extra: list[str]) -> list[str]:
+LAUNCHERS = ("local", "slurm")
+
+
+def sweep_command(study: str, seeds: int, jobs: int, sweep_dir: Path, extra: list[str],
+                  launcher: str = "local", partition: str | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "attnlab.train", "-m", f"experiment={study}", f"hydra.sweep.dir={sweep_dir}"]
     if seeds > 1:
         cmd.append(f"seed=range(0,{seeds})")
+    if launcher == "slurm":  # the scheduler decides how many run at once; each job gets the CPUs it asked for
+        cmd.append("hydra/launcher=slurm")
+        return cmd + ([f"hydra.launcher.partition={partition}"] if partition else []) + extra
     if jobs > 1:
         # each job gets its share of the cores instead of all of them fighting for every core
         cmd += ["hydra/launcher=joblib", f"hydra.launcher.n_jobs={jobs}"]
@@ -71,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = command_parser("sweep", "Run a study (Hydra multirun) and build its report.")
     parser.add_argument("--study", default="dk_scaling", help="one of: " + ", ".join(studies()))
     parser.add_argument("--seeds", type=int, default=1)
-    parser.add_argument("--jobs", type=int, default=1, help="parallel jobs (joblib launcher) when > 1")
+    parser.add_argument("--jobs", type=int, default=1, help="parallel jobs (joblib launcher) when > 1; local launcher only")
+    parser.add_argument("--launcher", default="local", choices=LAUNCHERS,
+                        help="local: on this machine; slurm: as SLURM jobs (conf/hydra/launcher/slurm.yaml)")
+    parser.add_argument("--partition", default=None, help="the SLURM partition (--launcher slurm; default: the cluster's)")
     parser.add_argument("--logs", default="logs/train/multiruns")
     parser.add_argument("--wandb-spec", action="store_true", help="print the study's W&B grid sweep file and exit")
     args, extra = parser.parse_known_args(argv)
@@ -84,16 +97,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.seeds < 1 or args.jobs < 1:
         print(f"attnlab: error: --seeds {args.seeds} --jobs {args.jobs}: expected positive integers", file=sys.stderr)
         return 2
-    if args.jobs > 1 and any(x.split("=", 1)[0] in ("trainer", "trainer.strategy") and "ddp" in x for x in extra):
+    if args.partition and args.launcher != "slurm":
+        print(f"attnlab: error: --partition {args.partition} needs --launcher slurm (LAUNCHER=slurm); "
+              f"--launcher is {args.launcher}", file=sys.stderr)
+        return 2
+    if args.launcher == "slurm" and shutil.which("sbatch") is None:
+        print("attnlab: error: --launcher slurm: sbatch is not on PATH; expected a SLURM login node (or a test "
+              "cluster: tests/slurm_cluster.py start), or --launcher local", file=sys.stderr)
+        return 2
+    if args.launcher == "local" and args.jobs > 1 and any(x.split("=", 1)[0] in ("trainer", "trainer.strategy") and "ddp" in x for x in extra):
         print(f"attnlab: error: --jobs {args.jobs} with DDP: each DDP job starts its own processes, which Hydra's "
               "parallel launcher cannot host; use JOBS=1 (jobs one after another, each on all its devices)", file=sys.stderr)
         return 2
     sweep_dir = Path(args.logs) / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{args.study}"
-    cmd = sweep_command(args.study, args.seeds, args.jobs, sweep_dir, extra)
+    cmd = sweep_command(args.study, args.seeds, args.jobs, sweep_dir, extra, args.launcher, args.partition)
     print("attnlab: " + " ".join(cmd[1:]), flush=True)
     started = time.perf_counter()
     env = dict(os.environ)
-    if args.jobs > 1:  # share the cores: torch would otherwise start one thread per core in every job
+    if args.launcher == "local" and args.jobs > 1:  # share the cores: torch would otherwise start one thread per core in every job
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.jobs)))
     proc = subprocess.run(cmd, env=env)
     print(f"attnlab: sweep took {time.perf_counter() - started:.0f} s", flush=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import json
 import logging
 import os
 import sys
@@ -29,7 +30,8 @@ from .devices import ddp_multirun_job, prepare_device
 from .errors import AttnlabError, CheckpointError, ConfigError, RunFault, WriteFailed
 from .module import LitGPT
 from .resources import check_fits, is_out_of_memory, out_of_memory
-from .results import DISK_HINTS, RunRecord, is_rank_zero
+from .results import DISK_HINTS, RESULTS, RunRecord, is_rank_zero
+from .slurm import cluster_plugins, scheduler_restarts, slurm_job
 
 log = logging.getLogger("attnlab")
 
@@ -132,13 +134,46 @@ def check_kernel_runs(module: LitGPT, cfg: DictConfig, trainer: L.Trainer) -> No
         model(x)
 
 
+def requeued_resume(run_dir: Path, restarts: int) -> tuple[str | None, dict | None]:
+    """A requeued attempt continues the newest intact checkpoint of its own run dir, with no
+    resume=true to type: it is the same job, sent back to the queue by a time limit or a preemption."""
+    ckpt_dir = run_dir / "checkpoints"
+    path, step, skipped = newest_intact(ckpt_dir) if ckpt_dir.is_dir() else (None, None, [])
+    damaged = "".join(f"; {p.name} {problem}" for p, problem in skipped)
+    if path is None:
+        note = f"requeued attempt {restarts + 1}: no intact checkpoint in {ckpt_dir}{damaged}; starting at step 0"
+        resumed = None
+    else:
+        note = f"requeued attempt {restarts + 1}: resuming from {path.name} (step {step}){damaged}"
+        resumed = {"path": str(path), "step": step, "requeued_attempt": restarts + 1, "note": note,
+                   "skipped": [{"path": str(p), "problem": problem} for p, problem in skipped]}
+    if is_rank_zero():
+        print(f"attnlab: {note}", file=sys.stderr)
+    return (str(path) if path else None), resumed
+
+
+def earlier_interruptions(run_dir: Path) -> list[dict]:
+    """The interruptions the run dir's results.json lists: a resumed run keeps its history."""
+    try:
+        return list(json.loads((run_dir / RESULTS).read_text()).get("interruptions") or [])
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
 def resume_checkpoint(cfg: DictConfig, run_dir: Path) -> tuple[str | None, dict | None]:
     """The checkpoint to continue from, checked, and what results.json says about it.
 
-    ``ckpt_path``: that file, or one line saying what is wrong with it. ``resume=true``: the run
-    dir's last.ckpt, or when it is damaged the newest intact checkpoint beside it (said in one line
-    on stderr); one line when none is intact. Damaged files are left where they are.
+    A requeued SLURM attempt: its run dir's newest intact checkpoint (``requeued_resume``), before
+    anything else. ``ckpt_path``: that file, or one line saying what is wrong with it.
+    ``resume=true``: the run dir's last.ckpt, or when it is damaged the newest intact checkpoint
+    beside it (said in one line on stderr); one line when none is intact. Damaged files are left
+    where they are.
     """
+    restarts = scheduler_restarts()
+    if restarts:
+        path, resumed = requeued_resume(run_dir, restarts)
+        if path is not None or not (cfg.get("ckpt_path") or cfg.get("resume")):
+            return path, resumed
     if cfg.get("ckpt_path"):
         if not Path(cfg.ckpt_path).is_file():
             raise ConfigError("ckpt_path", cfg.ckpt_path, "an existing checkpoint file")
@@ -168,9 +203,17 @@ def resume_checkpoint(cfg: DictConfig, run_dir: Path) -> tuple[str | None, dict 
     return str(path), resumed
 
 
+def reached(trainer: L.Trainer | None) -> dict | None:
+    """The last logged values and the step: what an interrupted run got to."""
+    if trainer is None:
+        return None
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if torch.is_tensor(v) and v.numel() == 1}
+    return metrics | {"step": trainer.global_step}
+
+
 def final_metrics(trainer: L.Trainer, module: LitGPT, callbacks: list) -> dict:
     """Last logged values, the median tokens/s over steps, and each callback's ``summary()``."""
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if torch.is_tensor(v) and v.numel() == 1}
+    metrics = reached(trainer)
     for callback in callbacks:
         metrics.update(callback.summary() if hasattr(callback, "summary") else {})
     metrics["perf/tokens_per_s"] = module.median_tokens_per_s
@@ -186,6 +229,7 @@ def train(cfg: DictConfig) -> dict:
     if note and is_rank_zero():
         print(f"attnlab: {note}", file=sys.stderr)
     record = RunRecord(run_dir, cfg)
+    record.data["slurm"] = slurm_job()
     loggers: list = []
     trainer = estimate = None
     try:
@@ -198,6 +242,7 @@ def train(cfg: DictConfig) -> dict:
         model_cfg = OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": dm.vocab_size}
         module = LitGPT(model_cfg, OmegaConf.to_container(cfg.optim, resolve=True), max_steps, vocab=dm.vocab())
         ckpt_path, record.data["resumed_from"] = resume_checkpoint(cfg, run_dir)
+        record.data["interruptions"] = earlier_interruptions(run_dir) if ckpt_path or scheduler_restarts() else []
         loggers = build_loggers(cfg, run_dir)
         callbacks = [*build_callbacks(cfg), *progress_line(cfg.trainer.enable_progress_bar),
                      GracefulInterrupt(run_dir / "checkpoints" / "last.ckpt")]
@@ -205,7 +250,7 @@ def train(cfg: DictConfig) -> dict:
             cfg.trainer,
             logger=loggers or False,
             callbacks=callbacks,
-            plugins=[AtomicCheckpointIO()],
+            plugins=[AtomicCheckpointIO(), *cluster_plugins()],
             default_root_dir=str(run_dir),
             val_check_interval=min(cfg.trainer.val_check_interval, max_steps),
         )
@@ -228,7 +273,12 @@ def train(cfg: DictConfig) -> dict:
         record.finish("ok", metrics, **extra)
         return metrics
     except (KeyboardInterrupt, Interrupted) as err:
-        record_failure(record, "interrupted", err, str(err) or "interrupted")
+        if isinstance(err, Interrupted):
+            if err.handoff:  # the scheduler requeues now; W&B closed first, while its process still lives
+                finish_wandb(loggers, failed=True)
+                err.hand_over()
+            record.data.setdefault("interruptions", []).append(err.record())
+        record_failure(record, "interrupted", err, str(err) or "interrupted", reached(trainer))
         raise
     except AttnlabError as err:
         record_failure(record, "failed", err, str(err))
@@ -253,12 +303,13 @@ def as_known_fault(err: Exception, cfg: DictConfig, trainer, estimate) -> Attnla
     return None
 
 
-def record_failure(record: RunRecord, status: str, err: BaseException, error: str) -> None:
-    """Write the failure into results.json; if even that write fails, the error line says so too."""
+def record_failure(record: RunRecord, status: str, err: BaseException, error: str, metrics: dict | None = None) -> None:
+    """Write the failure (and what the run reached) into results.json; if even that write fails,
+    the error line says so too."""
     if isinstance(err, WriteFailed) and err.path == record.path:
         return  # results.json itself could not be written: nothing more to try
     try:
-        record.finish(status, error=error)
+        record.finish(status, metrics, error=error)
     except WriteFailed as write_err:
         err.args = (f"{err} (results.json not updated either: {write_err})",)
 
@@ -268,7 +319,11 @@ def finish_wandb(loggers: list, failed: bool) -> None:
     if any(type(lg).__name__ == "WandbLogger" for lg in loggers):
         import wandb
 
-        wandb.finish(exit_code=1 if failed else 0)
+        try:
+            wandb.finish(exit_code=1 if failed else 0)
+        except Exception as err:  # noqa: BLE001 - e.g. its service process killed with the job: say so, keep the run's own error
+            print(f"attnlab: W&B run not closed cleanly ({type(err).__name__}: {err}); its offline files hold what was "
+                  "logged before", file=sys.stderr)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
@@ -279,7 +334,9 @@ def hydra_entry(cfg: DictConfig) -> float | None:
             metrics = train(cfg)
     except Interrupted as err:
         print(f"attnlab: interrupted: {err}", file=sys.stderr)
-        sys.exit(130)  # also ends a multirun: the user asked to stop
+        if multirun and os.environ.get("SUBMITIT_EXECUTOR") and not err.requeued:
+            return None  # a cluster job of its own (scancel, requeues used up): results.json says so; the others go on
+        sys.exit(130)  # ends a local multirun (the user asked to stop); a requeued job leaves submitit no result
     except AttnlabError as err:
         print(f"attnlab: error: {err}", file=sys.stderr)
         if multirun:

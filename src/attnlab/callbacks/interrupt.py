@@ -1,4 +1,12 @@
-"""SIGINT / SIGTERM: finish the current step, save ``last.ckpt``, then stop with status interrupted.
+"""Signals: finish the current step, save ``last.ckpt``, then stop with status interrupted.
+
+SIGINT / SIGTERM (Ctrl+C, ``kill``, ``scancel``) stop the run. SIGUSR1 / SIGUSR2 are what a
+scheduler sends before a time limit or a preemption (submitit asks SLURM for SIGUSR2; Lightning's
+SLURM environment uses SIGUSR1): the run saves the same way, then hands the job to the handler
+that was installed before training, submitit's, which requeues it (or says why not). Requeueing
+has that one owner: Lightning's own SLURM auto-requeue is turned off (``train.cluster_plugins``)
+because it saves from inside the signal handler, in the middle of a step. The requeued attempt
+resumes from the checkpoint (``train.resume_checkpoint``).
 
 The signal only sets a flag; the checkpoint is written between steps, so it is a consistent state
 to resume from (``resume=true``). A second SIGINT interrupts at once. Under DDP the flag is
@@ -15,13 +23,58 @@ import lightning as L
 
 from ..errors import AttnlabError
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+REQUEUE_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+
 
 class Interrupted(AttnlabError):
-    pass
+    """A run stopped by a signal at ``step``; ``requeued`` when the scheduler will run it again.
+
+    ``handoff``: the scheduler's handler, still to be run (``hand_over``) once the run has closed
+    its loggers: requeueing makes SLURM send SIGTERM to every process of the job, W&B's included.
+    """
+
+    def __init__(self, message: str, signal_name: str | None = None, step: int | None = None,
+                 requeued: bool = False, handoff=None, resume_hint: str = ""):
+        super().__init__(message)
+        self.signal_name, self.step, self.requeued = signal_name, step, requeued
+        self.handoff, self.resume_hint = handoff, resume_hint
+
+    def hand_over(self) -> None:
+        """Run the scheduler's handler now; the message then says whether the job was requeued."""
+        if self.handoff is None:
+            return
+        handler, signum = self.handoff
+        self.handoff = None
+        self.requeued, what = hand_to_scheduler(handler, signum)
+        self.args = (f"{self.args[0]}; {what}" + ("" if self.requeued else f" {self.resume_hint}"),)
+
+    def record(self) -> dict:
+        """What results.json says about this interruption."""
+        return {"signal": self.signal_name, "step": self.step, "requeued": self.requeued}
+
+
+def is_submitit_handler(handler) -> bool:
+    return type(getattr(handler, "__self__", None)).__module__.startswith("submitit")
+
+
+def hand_to_scheduler(handler, signum: int) -> tuple[bool, str]:
+    """Run submitit's handler for ``signum`` now, at a step boundary: (requeued, what happened).
+
+    It requeues the job (``scontrol requeue``) and exits (SystemExit), or raises why it will not
+    (too many timeouts); neither may escape here, so the run can record which one it was.
+    """
+    try:
+        handler(signum, None)
+    except SystemExit:
+        return True, "requeued by the scheduler; the next attempt resumes from it"
+    except Exception as err:  # noqa: BLE001 - submitit's UncompletedJobError: "Job not requeued because: ..."
+        return False, f"{str(err).rstrip('.')}; resume with"
+    return False, "not requeued by this process (not rank 0); resume with"
 
 
 class GracefulInterrupt(L.Callback):
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGNALS = STOP_SIGNALS + REQUEUE_SIGNALS
 
     def __init__(self, checkpoint_path: Path):
         self.checkpoint_path = Path(checkpoint_path)
@@ -31,7 +84,8 @@ class GracefulInterrupt(L.Callback):
     def _handler(self, signum, frame):
         if self.received is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt  # pressed twice: stop now
-        self.received = signum
+        if self.received is None or signum in REQUEUE_SIGNALS:  # a requeue signal wins over the SIGTERM after it
+            self.received = signum
 
     def on_fit_start(self, trainer, pl_module):
         if threading.current_thread() is threading.main_thread():
@@ -42,10 +96,13 @@ class GracefulInterrupt(L.Callback):
             return
         trainer.save_checkpoint(self.checkpoint_path)  # every rank: saving is collective under DDP
         name = signal.Signals(self.received).name if self.received is not None else "a signal to another rank"
-        raise Interrupted(
-            f"{name} at step {trainer.global_step}: checkpoint saved to {self.checkpoint_path}; "
-            f"resume with resume=true hydra.run.dir={self.checkpoint_path.parent.parent}"
-        )
+        run_dir = self.checkpoint_path.parent.parent
+        hint = f"resume=true hydra.run.dir={run_dir}"
+        message = f"{name} at step {trainer.global_step}: checkpoint saved to {self.checkpoint_path}"
+        scheduler = self._previous.get(self.received)
+        if self.received in REQUEUE_SIGNALS and is_submitit_handler(scheduler):
+            raise Interrupted(message, name, trainer.global_step, handoff=(scheduler, self.received), resume_hint=hint)
+        raise Interrupted(f"{message}; resume with {hint}", name if self.received is not None else None, trainer.global_step)
 
     def teardown(self, trainer, pl_module, stage):
         for sig, handler in self._previous.items():
