@@ -756,3 +756,25 @@ def test_pinned_fast_mode_verdicts_and_numbers(tmp_path):
     assert m14["naive_peak_ratio_d256_over_d16"] == pytest.approx(1.11278, **PIN)
     assert m15["flash_peak_exponent_T"] == pytest.approx(1.05761, **PIN) and m15["naive_peak_MiB_at_Tmax"] == pytest.approx(68.0)
     assert m15["reduction_n8192_d128_M192KB"] == pytest.approx(6.09375) and m15["bound_exponents"] == {"n": 2, "M": -1, "d": 2}
+
+
+@pytest.mark.slow
+def test_repro_verdicts_go_to_one_wandb_run_with_their_reasons(tmp_path, monkeypatch):
+    """`attnlab repro --wandb offline`: one run with a Table of every verdict and its reason, the tally as its summary."""
+    from test_wandb_summary import records  # the offline-file reader, one implementation
+
+    from attnlab.report.wandb_summary import log_repro_summary
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    results = [{"id": 1, "claim": "c1", "verdict": "agrees", "reason": "Holds: a."},
+               {"id": 2, "claim": "c2", "verdict": "untested", "reason": "Not tested here: b (needs a GPU)."}]
+    run_dir = log_repro_summary(results, tmp_path, mode="offline")
+    assert run_dir is not None and run_dir.is_dir()
+    (path,) = run_dir.glob("run-*.wandb")
+    summary = {u.key: json.loads(u.value_json) for r in records(path) if r.WhichOneof("record_type") == "summary"
+               for u in r.summary.update if u.key.startswith("verdicts/")}
+    assert summary == {"verdicts/agrees": 1, "verdicts/partly": 0, "verdicts/depends": 0, "verdicts/differs": 0, "verdicts/untested": 1}
+    table = next(run_dir.glob("files/media/table/verdicts_*.table.json"))  # the Table, stored as a file beside the run
+    data = json.loads(table.read_text())
+    assert data["columns"] == ["id", "claim", "verdict", "reason"]
+    assert data["data"] == [[1, "c1", "agrees", "Holds: a."], [2, "c2", "untested", "Not tested here: b (needs a GPU)."]]
