@@ -659,6 +659,15 @@ def _mem(naive_exp: float, flash_exp: float, d_grows: bool) -> dict:
             "t_by_d": 1024, "heads": 4, "d": 64}
 
 
+def test_claim_6_turns_with_the_arithmetic(monkeypatch):
+    mem = _mem(2.0, 1.0, d_grows=False)
+    c6 = memory.claim_6(mem)
+    assert c6.verdict == AGREES and c6.detail.startswith("The arithmetic is right")
+    monkeypatch.setattr(memory, "attention_matrix_bytes", lambda b, h, t, n: 2 * b * h * t * t * n)  # twice the true size
+    c6 = memory.claim_6(mem)
+    assert c6.verdict == DIFFERS and c6.detail.startswith("The arithmetic is off") and "4.295 GB" in c6.detail
+
+
 def test_claims_14_15_turn_with_the_measured_growth(monkeypatch):
     c14 = memory.claim_14(_mem(2.0, 1.0, d_grows=True))
     assert c14.verdict == AGREES and "memory does grow with d as O(n^2 d) says: the measured peak changes x16.00" in c14.detail
