@@ -436,6 +436,8 @@ def test_restat_from_the_csv_alone_gives_the_tests_the_runs_give(tmp_path):
     assert "| 1.910 ± 0.010 * |" in md and "p (Holm)" in md and md.count("## Scaled vs unscaled") == 1  # marks and section rebuilt
     assert "recomputed by `python -m attnlab.report --restat`" in md and md.count("## Each axis pooled over the others") == 1
     assert json.loads((out / "summary.json").read_text())["per_seed"] == before["per_seed"]  # run values kept, never stand-ins
+    page = (out / "index.html").read_text()
+    assert "<h2>Each axis pooled over the others</h2>" in page and "p (Holm)" in page and page.count("<tr") == 1 + 8 + 1 + 4 + 1 + 3
 
 
 def test_significance_text_turns_with_the_measurements():

@@ -115,6 +115,22 @@ def _mechanism_sections(md: str, data: dict) -> str:
     return md
 
 
+def _rewrite_index(report: Path, md: str, pairs, effects) -> None:
+    """index.html from the rewritten ablation.md's intro, main table and plots, with the new significance sections."""
+    from . import index_html
+
+    lines = md.split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith("| "))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    main = [lines[start]] + lines[start + 2:end]  # the header and the rows, not the |---| line
+    split = lambda line: [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]  # noqa: E731
+    header, body = split(main[0]), [split(line) for line in main[1:]]
+    plots = [report / m.group(1) for m in re.finditer(r"^!\[[^\]]*\]\(([^)]+\.png)\)", md, re.M) if (report / m.group(1)).is_file()]
+    significance = (summary(pairs) + " " + NOTE, *pairs_table(pairs)) if pairs else None
+    pooled = (effects_summary(effects, METRIC) + " " + NOTE, *effects_table(effects)) if effects else None
+    atomic_write_text(report / "index.html", index_html(report.name, lines[2], header, body, {}, plots, significance, pooled))
+
+
 def restat(report: Path) -> dict:
     """Recompute and rewrite the significance of a committed report; returns the new statistics."""
     report = Path(report)
@@ -132,6 +148,7 @@ def restat(report: Path) -> dict:
     data = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
     md = _mechanism_sections(md, data)
     atomic_write_text(report / "ablation.md", md)
+    _rewrite_index(report, md, pairs, effects)
     data["scaled_vs_unscaled"] = [{"where": p.where, "scaling": p.variant, "diff": p.diff, "n": [len(p.unscaled), len(p.scaled)],
                                    "welch_t": p.test.t if p.test else None, "df": p.test.df if p.test else None,
                                    "p": p.test.p if p.test else None, "p_holm": p.p_holm, "beyond_noise": p.significant} for p in pairs]
