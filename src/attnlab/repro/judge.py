@@ -6,7 +6,7 @@ that states an outcome has both branches written; the one that holds is printed.
 """
 from __future__ import annotations
 
-from .verdict import DEPENDS, grade
+from .verdict import depends, grade
 
 FAIL_RATIO = 0.5  # an unscaled run "fails" when it reaches less than half the scaled run's gain over the attention-free level
 CLEARLY_BELOW = 0.1  # nats: a scaled run uses attention when it ends this far below the attention-free (bigram) level
@@ -108,9 +108,8 @@ def judge_8(m: dict) -> tuple[str, str, str]:
         v, reason = grade({"training fails without scaling": "no run here has a scaled model clearly below the attention-free level; "
                            "needs longer runs, e.g. `make sweep SWEEP=dk_scaling SEEDS=3`"})
     elif fails and holds:
-        v = DEPENDS
-        reason = (f"Training fails without scaling (the unscaled run reaches under {_pct(FAIL_RATIO)} of the scaled run's gain over the "
-                  f"attention-free level) at {_where(fails)}; not at {_where(holds)}.")
+        v, reason = depends(f"Training fails without scaling (the unscaled run reaches under {_pct(FAIL_RATIO)} of the scaled run's "
+                            "gain over the attention-free level)", f"at {_where(fails)}", f"at {_where(holds)}")
         if not all(mechanism.values()):
             reason += " The stated mechanism, a vanishing gradient, is not what the measurements show."
     else:
@@ -140,10 +139,10 @@ def judge_10(m: dict) -> tuple[str, str, str]:
         v, reason = grade({"1/(sigma^2 sqrt d) gives unit logit std, sigma^2 the init variance (the source's words) or the q/k "
                            "component variance": source_reading})
     elif component_reading:
-        v, reason = DEPENDS, (f"Holds when sigma^2 is the variance of the q/k components; not when it is the weights' init variance, as "
-                              f"the source words it (off by {off}x here, d_model = {m['d_model']}).")
+        v, reason = depends("The rule holds", "when sigma^2 is the variance of the q/k components", "when it is the weights' init "
+                            f"variance, as the source words it (off by {off}x here, d_model = {m['d_model']})")
     else:
-        v, reason = DEPENDS, ("Holds when sigma^2 is the weights' init variance; not when it is the variance of the q/k components.")
+        v, reason = depends("The rule holds", "when sigma^2 is the weights' init variance", "when it is the variance of the q/k components")
     t = m.get("training")
     if t is None:
         text.append("(Training check: full mode.)")

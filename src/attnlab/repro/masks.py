@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .verdict import DEPENDS, Claim, Table, grade
+from .verdict import Claim, Table, depends, grade
 
 CAST = "-1e9 cast"  # -1e9 in an fp32 mask, cast to the logits' dtype
 FILLS = ("-inf", "finfo.min", "-1e9", CAST, "-1e4")
@@ -172,12 +172,10 @@ def claim_7(grid: list[dict]) -> Claim:
     if all(silent.values()) or not any(silent.values()):
         v, reason = grade({"-1e9 becomes -inf or NaN in fp16": all(silent.values()), **parts}, details)
     else:
-        held = [k for k, ok in silent.items() if ok]
-        v = DEPENDS
-        reason = (f"-1e9 becomes -inf or NaN in fp16 with {', '.join(held)}, not with "
-                  + ", ".join(k for k, ok in silent.items() if not ok) + "; -inf is "
-                  + ("right" if inf_partial_ok else "wrong") + " for partly masked rows and "
-                  + ("safe" if inf_full_safe else "not safe") + " for fully masked rows.")
+        v, reason = depends("-1e9 becomes -inf or NaN in fp16", "with " + ", ".join(k for k, ok in silent.items() if ok),
+                            "with " + ", ".join(k for k, ok in silent.items() if not ok))
+        reason += (" -inf is " + ("right" if inf_partial_ok else "wrong") + " for partly masked rows and "
+                   + ("safe" if inf_full_safe else "not safe") + " for fully masked rows.")
     safe = safe_combinations(grid)
     nan_free = safe_combinations(grid, full_ok=SAFE | {"uniform", "unmasked", "other"})
     inf_full_explicit = {d: lookup(grid, path="explicit softmax", dtype=d, fill="-inf", row="full") for d in DTYPES}

@@ -81,10 +81,6 @@ def same_printed(source: Iterable[float], measured: Iterable[float], decimals: i
     return all(f"{s:.{decimals}f}" == f"{m:.{decimals}f}" for s, m in zip(source, measured, strict=True))
 
 
-def verdict(ok: bool) -> str:
-    return AGREES if ok else DIFFERS
-
-
 def _join(names) -> str:
     return "; ".join(names)
 
@@ -114,9 +110,9 @@ def grade(main: dict[str, bool | str], details: dict[str, bool | str] | None = N
     return AGREES, f"Holds: {_join(held)}." + (f" Not tested: {untested}." if untested else "")
 
 
-def depends(holds_when: str, fails_when: str) -> tuple[str, str]:
-    """(depends, reason): the claim holds under one measured condition and not under another."""
-    return DEPENDS, f"Holds {holds_when}; not {fails_when}."
+def depends(statement: str, holds_when: str, fails_when: str) -> tuple[str, str]:
+    """(depends, reason): ``statement`` holds under one measured condition and not under another."""
+    return DEPENDS, f"{statement} {holds_when}; not {fails_when}."
 
 
 def fmt(x, digits: int = 4) -> str:
