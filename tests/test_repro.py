@@ -758,6 +758,7 @@ def test_pinned_fast_mode_verdicts_and_numbers(tmp_path):
     assert m9["softmax"] == pytest.approx([0.579259, 0.213097, 0.12925, 0.0783941], **PIN)
     assert m9["logit_std"] == {"128": pytest.approx(11.2958, **PIN), "512": pytest.approx(22.4443, **PIN)}
     m10 = by_id[10].measured
+    assert m10["readings"] == {"sigma^2 = the weights' init variance (the source's words)": DIFFERS, "sigma^2 = the q/k component variance": AGREES}
     assert sorted({r["after_rule"] for r in m10["sigma_rule"]}) == pytest.approx([1.00293, 1.01012], **PIN)
     # the model's init draws depend on the model code's parameter order: pinned to what the claim itself checks against
     assert [r["logit_std"] for r in m10["model_init"]] == pytest.approx([0.20504, 0.570009], rel=0.05)

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import torch
 
-from .verdict import Claim, Table, compare, fmt, grade, same_printed, within
+from .verdict import AGREES, DIFFERS, Claim, Table, compare, fmt, grade, same_printed, within
 
 DIMS = (16, 64, 256, 1024)
 
@@ -372,7 +372,10 @@ def claim_10_math(samples: int) -> tuple[dict, list[Table], dict]:
     facts = {"math_ok": ok_math, "component_ok": ok_component, "weight_ok": ok_weight, "weight_off": weight_off,
              "d_model": D_MODEL_10, "init_std": INIT_10,
              "after_min": min(r["after_rule"] for r in rows), "after_max": max(r["after_rule"] for r in rows)}
-    measured = {"sigma_rule": rows, "model_init": model_rows}
+    # the two readings of "init variance sigma^2", judged apart: the source's words (the weights) and the q/k components
+    readings = {"sigma^2 = the weights' init variance (the source's words)": AGREES if ok_math and ok_weight else DIFFERS,
+                "sigma^2 = the q/k component variance": AGREES if ok_math and ok_component else DIFFERS}
+    measured = {"sigma_rule": rows, "model_init": model_rows, "readings": readings, "weight_reading_off_by": weight_off}
     return measured, [t1, t2], facts
 
 
