@@ -233,6 +233,11 @@ def shared_cluster(root: Path):
             users.write_text(str(count))
             if count == 0:
                 cluster.stop()
+                users.unlink()
+    if not users.exists():  # the last one out: nothing of the cluster is left
+        (root / "lock").unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            root.rmdir()
 
 
 def main(argv: list[str]) -> int:

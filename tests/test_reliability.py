@@ -91,15 +91,40 @@ def test_resume_continues_the_same_wandb_run(tmp_path):
     assert len(offline_runs) == 2 and all(p.name.endswith(first_id) for p in offline_runs)
 
 
-def test_sigterm_saves_checkpoint_and_marks_interrupted(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR2])  # SIGUSR2: a scheduler's warning, outside submitit
+def test_sigterm_saves_checkpoint_and_marks_interrupted(tmp_path, sig):
     run_dir = tmp_path / "run"
-    proc = start_and_signal(run_dir, signal.SIGTERM, "trainer.max_steps=300")
+    proc = start_and_signal(run_dir, sig, "trainer.max_steps=300")
     assert proc.returncode == 130, proc.stderr[-2000:]
-    assert "Traceback" not in proc.stderr and "SIGTERM at step" in proc.stderr
+    assert "Traceback" not in proc.stderr and f"{sig.name} at step" in proc.stderr
     record = results(run_dir)
-    assert record["status"] == "interrupted" and "SIGTERM" in record["error"]
+    assert record["status"] == "interrupted" and sig.name in record["error"]
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert 20 <= ckpt["global_step"] < 300
+    # what it reached, and the interruption, are in the record
+    assert record["metrics"]["step"] == ckpt["global_step"] and "train/loss" in record["metrics"]
+    assert record["interruptions"] == [{"signal": sig.name, "step": ckpt["global_step"], "requeued": False}]
+
+
+def test_a_requeued_attempt_resumes_its_run_dir_without_resume_true(make_cfg, monkeypatch):
+    """SLURM_RESTART_COUNT says the job was requeued: the run continues its own newest intact
+    checkpoint (last.ckpt damaged here, so step4.ckpt), replays the lost steps exactly, and keeps
+    the earlier interruptions."""
+    cfg = make_cfg("callbacks=default", "checkpoint.every_n_steps=2", "checkpoint.keep=-1")
+    run_dir = Path(cfg.paths.output_dir)
+    first = train(cfg)
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"PK\x03\x04 cut short")  # the attempt was killed mid-save
+    (run_dir / "checkpoints" / "step6.ckpt").unlink()
+    record = results(run_dir)
+    record["interruptions"] = [{"signal": "SIGUSR2", "step": 4, "requeued": True}]
+    (run_dir / "results.json").write_text(json.dumps(record))
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    again = train(cfg)
+    record = results(run_dir)
+    assert record["resumed_from"]["step"] == 4 and record["resumed_from"]["requeued_attempt"] == 2
+    assert record["resumed_from"]["path"].endswith("step4.ckpt") and "last.ckpt" in record["resumed_from"]["skipped"][0]["path"]
+    assert record["interruptions"] == [{"signal": "SIGUSR2", "step": 4, "requeued": True}]
+    assert again["val/loss"] == first["val/loss"] and again["step"] == 6
 
 
 def test_sigint_is_graceful_too(tmp_path):
