@@ -1,9 +1,9 @@
 """Studies on a live one-node SLURM cluster (tests/slurm_cluster.py): a sweep through sbatch, a time
 limit that requeues a run which then resumes bit for bit, and scancel (issue 26).
 
-The live tests (marker ``slurm``) skip, in one line, where Debian's slurm-wlm and munge are not
-installed or not root; CI installs them (.ci/run). Runs are tiny; the cluster is shared by the
-pytest-xdist workers of one session. The checks of bad input need no cluster.
+Marked ``slurm``; skipped, in one line, where Debian's slurm-wlm and munge are not installed or
+not root; CI installs them (.ci/run). Runs are tiny; the cluster is shared by the pytest-xdist
+workers of one session. The launcher's bad input is checked without a cluster: test_launchers.py.
 """
 from __future__ import annotations
 
@@ -26,7 +26,9 @@ from slurm_cluster import SlurmCluster, missing, shared_cluster
 # CI sets ATTNLAB_REQUIRE_SLURM (.ci/run): there a missing cluster fails the tests instead of skipping them
 REQUIRED = bool(os.environ.get("ATTNLAB_REQUIRE_SLURM"))
 WHY_NOT = missing()
-live = pytest.mark.skipif(WHY_NOT is not None and not REQUIRED, reason=str(WHY_NOT))
+if WHY_NOT and not REQUIRED:
+    pytest.skip(WHY_NOT, allow_module_level=True)  # one line for the whole module
+pytestmark = pytest.mark.slurm
 
 # a small model with dropout (the RNG state matters on resume), checkpoints kept, the measuring callbacks off
 TINY = ["model.n_layer=2", "model.d_model=64", "model.dropout=0.1", "data.val_batches=2", "optim.warmup_steps=5",
@@ -87,8 +89,6 @@ def time_limit(cluster: SlurmCluster, job: str) -> str:
     return cluster.run("squeue", "-h", "-j", job, "-o", "%l", check=False).stdout.strip()
 
 
-@pytest.mark.slurm
-@live
 def test_sweep_through_sbatch_ends_ok_with_its_table(cluster, tmp_path):
     """`attnlab sweep --launcher slurm`: two cells as one job array, both ok, the table built as for a
     local sweep, and the console says once (not every poll) that sacct has no accounting."""
@@ -126,8 +126,6 @@ def steps_for(seconds: float, cluster: SlurmCluster, tmp_path: Path) -> int:
     return max(1000, int(seconds / step_s) // 100 * 100)
 
 
-@pytest.mark.slurm
-@live
 def test_time_limit_signals_requeues_and_resumes_bitwise(cluster, tmp_path):
     """A job whose time limit is cut short gets submitit's SIGUSR2: the run saves at a step boundary,
     says `interrupted` (requeued) in results.json, submitit requeues it, and the next attempt resumes
@@ -168,8 +166,6 @@ def test_time_limit_signals_requeues_and_resumes_bitwise(cluster, tmp_path):
     assert len(offline) == 2 and all(name.endswith(run_id) for name in offline)  # one W&B run, two attempts
 
 
-@pytest.mark.slurm
-@live
 def test_scancel_leaves_an_interrupted_record_and_a_checkpoint(cluster, tmp_path):
     """scancel sends SIGTERM: the run saves at the next step boundary, results.json says interrupted
     (not requeued) with the step it reached, and the sweep ends instead of waiting for a result."""
@@ -187,24 +183,3 @@ def test_scancel_leaves_an_interrupted_record_and_a_checkpoint(cluster, tmp_path
     assert interruption["requeued"] is False and interruption["step"] == record["metrics"]["step"] >= 20
     assert read_checkpoint(run_dir / "checkpoints" / "last.ckpt")["global_step"] == record["metrics"]["step"]
 
-
-def sweep_cli(tmp_path: Path, *args: str, path: str = "/usr/bin:/bin") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "attnlab.sweep", "--logs", str(tmp_path / "logs"), *args], cwd=tmp_path,
-                          env={"PATH": path, "HOME": str(tmp_path)}, capture_output=True, text=True, timeout=120)
-
-
-def test_partition_without_the_slurm_launcher_is_refused_in_one_line(tmp_path):
-    proc = sweep_cli(tmp_path, "--study", "smoke", "--partition", "gpu")
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
-    assert "--partition gpu needs --launcher slurm" in proc.stderr and not (tmp_path / "logs").exists()
-
-
-def test_slurm_launcher_without_sbatch_is_refused_in_one_line(tmp_path):
-    proc = sweep_cli(tmp_path, "--study", "smoke", "--launcher", "slurm", path=str(tmp_path))
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
-    assert "sbatch is not on PATH" in proc.stderr and not (tmp_path / "logs").exists()
-
-
-def test_unknown_launcher_names_the_accepted_ones(tmp_path):
-    proc = sweep_cli(tmp_path, "--study", "smoke", "--launcher", "pbs")
-    assert proc.returncode == 2 and "attnlab: error: argument --launcher: invalid choice: 'pbs' (choose from 'local', 'slurm')" in proc.stderr
