@@ -11,7 +11,6 @@ Constants the code defines (thresholds, the uniform sink level) come from the co
 from __future__ import annotations
 
 import json
-import math
 import re
 import statistics
 from functools import cache
