@@ -1,5 +1,6 @@
 """Studies on a live one-node SLURM cluster (tests/slurm_cluster.py): a sweep through sbatch, a time
-limit that requeues a run which then resumes bit for bit, and scancel (issue 26).
+limit that requeues a run which then resumes bit for bit, a requeue by SLURM itself, and scancel
+(issue 26).
 
 Marked ``slurm``; skipped, in one line, where Debian's slurm-wlm and munge are not installed or
 not root; CI installs them (.ci/run). Runs are tiny; the cluster is shared by the pytest-xdist
@@ -166,20 +167,31 @@ def test_time_limit_signals_requeues_and_resumes_bitwise(cluster, tmp_path):
     assert len(offline) == 2 and all(name.endswith(run_id) for name in offline)  # one W&B run, two attempts
 
 
-def test_scancel_leaves_an_interrupted_record_and_a_checkpoint(cluster, tmp_path):
-    """scancel sends SIGTERM: the run saves at the next step boundary, results.json says interrupted
-    (not requeued) with the step it reached, and the sweep ends instead of waiting for a result."""
+def test_requeue_then_scancel_each_leave_a_record_and_a_checkpoint(cluster, tmp_path):
+    """What a preemption with PreemptMode=REQUEUE does (``scontrol requeue``: SIGTERM, then SLURM runs
+    the job again): the run saves, says requeued, and the next attempt resumes by itself while the
+    sweep waits. Then scancel (SIGTERM, no requeue): it saves, says interrupted, not requeued, with the
+    step it reached, and the sweep ends instead of waiting for a result."""
     sweep, log = tmp_path / "sweep", tmp_path / "sweep.log"
     proc = start(train_cmd("-m", *ON_SLURM, *TINY, "trainer.max_steps=100000", "checkpoint.every_n_steps=20",
                            "logger=csv", f"hydra.sweep.dir={sweep}"), cluster, log)
-    run_dir = sweep / "0"
-    wait_for(lambda: (run_dir / "checkpoints" / "last.ckpt").exists(), 300, "first checkpoint", proc, log)
-    cluster.run("scancel", job_of(cluster, sweep))
+    run_dir, last = sweep / "0", sweep / "0" / "checkpoints" / "last.ckpt"
+    wait_for(last.exists, 300, "first checkpoint", proc, log)
+    job = job_of(cluster, sweep)
+    cluster.run("scontrol", "requeue", job)
+    first = wait_for(lambda: (run_dir / "results.json").exists() and results(run_dir), 120, "the requeued record", proc, log)
+    assert first["status"] == "interrupted" and "requeued by SLURM" in first["error"], first["error"]
+    reached = first["metrics"]["step"]
+    assert first["interruptions"] == [{"signal": "SIGTERM", "step": reached, "requeued": True}]
+    # the next attempt: resumed from that step, and on to a checkpoint of its own
+    wait_for(lambda: read_checkpoint(last)["global_step"] > reached, 300, "the next attempt's checkpoint", proc, log)
+    cluster.run("scancel", job)
     assert proc.wait(timeout=120) == 0, log.read_text()[-3000:]
     record = results(run_dir)
     assert record["status"] == "interrupted" and record["error"].startswith("SIGTERM at step"), record["error"]
     assert f"resume=true hydra.run.dir={run_dir}" in record["error"]
-    (interruption,) = record["interruptions"]
-    assert interruption["requeued"] is False and interruption["step"] == record["metrics"]["step"] >= 20
-    assert read_checkpoint(run_dir / "checkpoints" / "last.ckpt")["global_step"] == record["metrics"]["step"]
-
+    assert record["resumed_from"]["step"] == reached and record["slurm"]["restarts"] == 1
+    assert record["interruptions"][0] == first["interruptions"][0]
+    stopped = record["interruptions"][1]
+    assert stopped["requeued"] is False and stopped["step"] == record["metrics"]["step"] > reached
+    assert read_checkpoint(last)["global_step"] == record["metrics"]["step"]

@@ -2,7 +2,8 @@
 on a SLURM cluster").
 
 - ``scheduler_restarts``: how often SLURM has requeued this job; a requeued attempt resumes its
-  own run dir (``train.resume_checkpoint``).
+  own run dir (``train.resume_checkpoint``). ``being_requeued``: whether a SIGTERM is SLURM
+  requeueing the job itself (a preemption), so the run says so and leaves submitit no result.
 - ``cluster_plugins``: Lightning's SLURM environment with its auto-requeue off, so requeueing has
   one owner, submitit (callbacks/interrupt.py says why).
 - ``SlurmWatcher``: submitit follows its jobs with ``sacct``; on a cluster without accounting
@@ -13,6 +14,8 @@ on a SLURM cluster").
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -26,6 +29,21 @@ def scheduler_restarts() -> int:
         return int(os.environ.get("SLURM_RESTART_COUNT") or 0)
     except ValueError:
         return 0
+
+
+def being_requeued() -> bool:
+    """Whether the SIGTERM this SLURM job got comes from a requeue (a preemption with
+    PreemptMode=REQUEUE, ``scontrol requeue``, a node failure), not a cancel: SLURM has already
+    counted the restart that this attempt's ``SLURM_RESTART_COUNT`` does not have yet."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job or shutil.which("scontrol") is None:
+        return False
+    try:
+        out = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    found = re.search(r"\bRestarts=(\d+)", out)
+    return found is not None and int(found.group(1)) > scheduler_restarts()
 
 
 def slurm_job() -> dict | None:

@@ -1,6 +1,7 @@
 """Signals: finish the current step, save ``last.ckpt``, then stop with status interrupted.
 
-SIGINT / SIGTERM (Ctrl+C, ``kill``, ``scancel``) stop the run. SIGUSR1 / SIGUSR2 are what a
+SIGINT / SIGTERM (Ctrl+C, ``kill``, ``scancel``) stop the run; a SIGTERM with which SLURM
+requeues the job itself (a preemption) is recorded as requeued. SIGUSR1 / SIGUSR2 are what a
 scheduler sends before a time limit or a preemption (submitit asks SLURM for SIGUSR2; Lightning's
 SLURM environment uses SIGUSR1): the run saves the same way, then hands the job to the handler
 that was installed before training, submitit's, which requeues it (or says why not). Requeueing
@@ -22,6 +23,7 @@ from pathlib import Path
 import lightning as L
 
 from ..errors import AttnlabError
+from ..slurm import being_requeued
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 REQUEUE_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
@@ -102,6 +104,9 @@ class GracefulInterrupt(L.Callback):
         scheduler = self._previous.get(self.received)
         if self.received in REQUEUE_SIGNALS and is_submitit_handler(scheduler):
             raise Interrupted(message, name, trainer.global_step, handoff=(scheduler, self.received), resume_hint=hint)
+        if self.received == signal.SIGTERM and being_requeued():  # SLURM requeues it (a preemption), not a cancel
+            raise Interrupted(f"{message}; requeued by SLURM; the next attempt resumes from it", name,
+                              trainer.global_step, requeued=True)
         raise Interrupted(f"{message}; resume with {hint}", name if self.received is not None else None, trainer.global_step)
 
     def teardown(self, trainer, pl_module, stage):
