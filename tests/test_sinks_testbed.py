@@ -110,3 +110,24 @@ def test_a_training_run_logs_the_task_metrics_and_the_extreme_token_metrics(make
                 "attn/L0/sink_mass_active", "attn/L0/value_drain", "attn/L0/residual_peak"):
         assert math.isfinite(metrics[key]), key
     assert 0 <= metrics["val/copy/acc"] <= 1 and metrics["attn/L0/value_drain"] > 0
+
+
+def test_the_study_table_shows_the_extreme_token_columns_and_the_formation_plot(tmp_path):
+    import json
+
+    from attnlab.report import build_report
+    from test_sweep import fake_run
+
+    for sink in ("none", "learned"):
+        for seed in (0, 1):
+            extra = {"val/copy/acc": 0.99, "val/bigram/loss": 0.65, "attn/L0/sink_mass_dormant": 0.9 if sink == "none" else 0.1,
+                     "attn/L0/value_drain": 0.2, "attn/L0/residual_peak": 0.3}
+            name = f"{sink}-{seed}"
+            fake_run(tmp_path / "sweep", name, [f"model.attention.sink={sink}", f"seed={seed}"], 0.66, n_layer=1, extra=extra)
+            history = [{"step": s, "attn/L0/sink_mass_dormant": s / 1000, "attn/L0/value_drain": 1 - s / 2000,
+                        "attn/L0/residual_peak": 0.3, "attn/L0/max_logit": 5.0} for s in (1, 501, 1001)]
+            (tmp_path / "sweep" / name / "attention_stats.jsonl").write_text("\n".join(map(json.dumps, history)) + "\n")
+    build_report(tmp_path / "sweep", reports=tmp_path / "r")
+    md = (tmp_path / "r" / "fake" / "ablation.md").read_text()
+    assert "copy acc" in md and "bigram loss" in md and "sink_mass_dormant" in md and "value_drain" in md
+    assert (tmp_path / "r" / "fake" / "sink_formation.png").stat().st_size > 0

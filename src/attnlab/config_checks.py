@@ -11,6 +11,7 @@ from .attention import BACKENDS, MASK_FILLS, SCALINGS
 from .attention.position import POS_ENCODINGS
 from .attention.sink import SINKS
 from .errors import ConfigError
+from .module import OPTIMIZERS
 
 PRECISIONS = ("auto", "32", "32-true", "64", "64-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true")
 WANDB_MODES = ("offline", "online", "disabled")
@@ -71,6 +72,7 @@ RULES: list[tuple[str, tuple[Callable, str]]] = [
     ("optim.min_lr", non_negative_number),
     ("optim.warmup_steps", (lambda v: _is_int(v) and v >= 0, "an integer >= 0")),
     ("optim.weight_decay", non_negative_number),
+    ("optim.name", one_of(OPTIMIZERS)),
     ("seed", (lambda v: _is_int(v) and v >= 0, "an integer >= 0")),
     ("checkpoint.every_n_steps", positive_int),
     ("checkpoint.keep", (lambda v: _is_int(v) and v >= -1, "an integer >= 0 (0: last.ckpt only), or -1 to keep all")),

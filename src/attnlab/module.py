@@ -19,6 +19,8 @@ from .checkpointing import rng_state, set_rng_state
 from .errors import ConfigError
 from .model import GPT, GPTConfig
 
+OPTIMIZERS = ("adamw", "sgd")  # optim.name
+
 
 def warmup_cosine(step: int, warmup_steps: int, max_steps: int, lr: float, min_lr: float) -> float:
     """nanoGPT's schedule as a multiplier of ``lr``: linear warmup, cosine decay to min_lr, then flat."""
@@ -156,7 +158,10 @@ class LitGPT(L.LightningModule):
             {"params": [p for p in params if p.dim() >= 2], "weight_decay": o["weight_decay"]},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
         ]
-        opt = torch.optim.AdamW(groups, lr=o["lr"], betas=tuple(o["betas"]))
+        if o.get("name", "adamw") == "sgd":  # the sinks testbed's control arm: no adaptive step sizes
+            opt = torch.optim.SGD(groups, lr=o["lr"], momentum=o.get("momentum", 0.9))
+        else:
+            opt = torch.optim.AdamW(groups, lr=o["lr"], betas=tuple(o["betas"]))
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda s: warmup_cosine(s, o["warmup_steps"], self.hparams.max_steps, o["lr"], o["min_lr"])
         )

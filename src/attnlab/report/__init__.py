@@ -10,7 +10,7 @@ from pathlib import Path
 from ..analysis.phase import PHASE_LEVEL, phase_change_step
 from ..results import atomic_write_text
 from .aggregate import group_cells, load_sweeps, lr_sensitivity, n_layers, recording_differences, seeds_per_cell, short, swept_axes
-from .plots import heads_over_training, layer_stat_vs_axis, max_logit_over_training, metric_vs_axis
+from .plots import extreme_tokens_over_training, heads_over_training, layer_stat_vs_axis, max_logit_over_training, metric_vs_axis
 from .significance import effects_summary, effects_table, factor_effects, k_of_n_text, marked_cells, pairs_table, scaling_pairs
 from .significance import summary as significance_summary
 from ..markdown import markdown_table
@@ -61,6 +61,7 @@ def build_report(sweep_dirs: Path | list[Path], reports: Path = Path("reports"))
         if axis not in ("model.d_k", "optim.lr"):
             plots.append(metric_vs_axis(cells, axis, "val/loss", out / f"val_loss_vs_{short(axis)}.png"))
     plots.append(max_logit_over_training(cells, out / "max_logit_over_training.png"))
+    plots.append(extreme_tokens_over_training(cells, out / "sink_formation.png"))
     histories = {cell.label: cell.head_histories() for cell in cells}
     plots.append(heads_over_training(histories, out / "heads_over_training.png"))
     plots = [p for p in plots if p is not None]

@@ -114,6 +114,37 @@ def max_logit_over_training(cells: list[Cell], path: Path) -> Path | None:
     return _save(fig, path)
 
 
+EXTREME_PANELS = {"sink_mass_dormant": "first-token weight, dormant queries", "value_drain": "value drain ||v_0|| / ||v_t||",
+                  "residual_peak": "residual peak ||h_0|| / ||h_t||"}
+
+
+def extreme_tokens_over_training(cells: list[Cell], path: Path, layer: int = 0) -> Path | None:
+    """When a sink forms: layer ``layer``'s dormant first-token weight, value drain and residual peak
+    against the step, one colour per cell and one line per seed (every seed drawn); None if no run
+    recorded them (a task without query classes)."""
+    fig, axes = plt.subplots(1, len(EXTREME_PANELS), figsize=(4.2 * len(EXTREME_PANELS), 3.4), squeeze=False)
+    drawn = False
+    for colour, cell in enumerate(cells):
+        for seed, run in enumerate(cell.ok_runs):
+            points = [p for p in read_history(run.dir) if f"attn/L{layer}/sink_mass_dormant" in p]
+            if not points:
+                continue
+            drawn = True
+            for ax, stat in zip(axes[0], EXTREME_PANELS):
+                ax.plot([p["step"] for p in points], [p[f"attn/L{layer}/{stat}"] for p in points], color=f"C{colour}",
+                        lw=0.9, alpha=0.8, label=cell.label if seed == 0 else None)
+    if not drawn:
+        plt.close(fig)
+        return None
+    for ax, (stat, title) in zip(axes[0], EXTREME_PANELS.items()):
+        ax.set_xlabel("step")
+        ax.set_title(f"L{layer}: {title}", fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0][0].axhline(0.3, color="k", lw=0.6, ls="--")  # Gu et al.'s sink threshold
+    axes[0][-1].legend(fontsize=6)
+    return _save(fig, path)
+
+
 def stats_over_training(runs: dict[str, Path], stats: tuple[str, ...], path: Path) -> Path | None:
     """Per-layer statistics against the step for a few runs side by side (one panel per statistic)."""
     fig, axes = plt.subplots(1, len(stats), figsize=(4.2 * len(stats), 3.4), squeeze=False)

@@ -9,7 +9,10 @@ from .aggregate import LAYER_STATS, RUN_METRICS, Cell, short
 from .numbers import mean_pm_std, plain
 from .significance import cell_key
 
-LABELS = {"val/loss": "val loss", "val/acc": "val acc", "perf/tokens_per_s": "tokens/s", "mem/peak_bytes": "peak MiB"}
+LABELS = {"val/loss": "val loss", "val/acc": "val acc", "perf/tokens_per_s": "tokens/s", "mem/peak_bytes": "peak MiB",
+          "val/copy/acc": "copy acc", "val/bigram/loss": "bigram loss"}
+# a task's metric-mask columns (data=bigram_backcopy), shown when the runs logged them
+TASK_METRICS = ("val/copy/acc", "val/bigram/loss")
 SCALE = {"mem/peak_bytes": 1 / 2**20}
 # Head-analysis columns, shown when the runs logged them (the task studies)
 HEAD_METRICS = {"heads/repeat_acc": "repeat acc (probe)", "heads/in_context_score": "in-context score",
@@ -19,7 +22,10 @@ HEAD_METRICS = {"heads/repeat_acc": "repeat acc (probe)", "heads/in_context_scor
 HEAD_LAYER_STATS = {"previous_token (best head)": "heads/L{i}/previous_token_max", "sink (best head)": "heads/L{i}/sink_max",
                     "induction (best head)": "heads/L{i}/induction_max",
                     "induction_knockout_all_heads": "heads/L{i}/induction_knockout_all_heads"}
-ATTN_LAYER_STATS = {s: f"attn/L{{i}}/{s}" for s in (*LAYER_STATS, "escape_mass")}
+# shown when some run logged them: the escape slot's mass, and the extreme-token metrics of a task
+# with query classes (the sinks testbed)
+ATTN_LAYER_STATS = {s: f"attn/L{{i}}/{s}" for s in (*LAYER_STATS, "escape_mass", "sink_mass_dormant", "sink_mass_active",
+                                                       "value_drain", "residual_peak")}
 
 
 def _mean_std(cell: Cell, key: str) -> str:
@@ -52,7 +58,7 @@ def _status(cell: Cell) -> str:
 def rows(cells: list[Cell], axes: list[str], layers: int, marked: set[tuple] = frozenset()) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the human-readable table (per-layer values as L0 / L1 / ...); the val loss
     of a cell in ``marked`` (see significance.marked_cells) carries a " *"."""
-    metrics = [*RUN_METRICS, *_present(cells, HEAD_METRICS)]
+    metrics = [*RUN_METRICS, *_present(cells, TASK_METRICS), *_present(cells, HEAD_METRICS)]
     per_layer = _layer_columns(cells)
     header = [short(a) for a in axes] + ["runs"] + [LABELS.get(m) or HEAD_METRICS[m] for m in metrics]
     header += [f"{s} (L0/…/L{layers - 1})" for s in per_layer]
@@ -76,7 +82,7 @@ def html_table(header: list[str], body: list[list[str]]) -> str:
 
 def csv_keys(cells: list[Cell], layers: int) -> list[str]:
     """The metrics the machine-readable outputs carry: run metrics, head metrics and per-layer columns that some run logged."""
-    keys = [*RUN_METRICS, *_present(cells, HEAD_METRICS)]
+    keys = [*RUN_METRICS, *_present(cells, TASK_METRICS), *_present(cells, HEAD_METRICS)]
     return keys + [t.format(i=i) for t in _layer_columns(cells).values() for i in range(layers)]
 
 
