@@ -789,3 +789,47 @@ def test_repro_verdicts_go_to_one_wandb_run_with_their_reasons(tmp_path, monkeyp
     data = json.loads(table.read_text())
     assert data["columns"] == ["id", "claim", "verdict", "reason"]
     assert data["data"] == [[1, "c1", "agrees", "Holds: a."], [2, "c2", "untested", "Not tested here: b (needs a GPU)."]]
+
+
+def _testbed(base: list, slot: list, sgd: list | None = None) -> dict:
+    """studies.sinks_bb_measurements' shape: per arm every seed's dormant first-token weight, etc."""
+    from attnlab.repro.studies import BB_BASE, BB_SGD, BB_SLOTS
+
+    arm = lambda dormant, escape=None: {"seeds": list(range(len(dormant))), "dormant": dormant, "active": [0.001] * len(dormant),  # noqa: E731
+                                        "escape": escape or [None] * len(dormant), "value_drain": [0.2] * len(dormant),
+                                        "copy_acc": [0.99] * len(dormant)}
+    arms = {BB_BASE: arm(base), BB_SLOTS[0]: arm(slot, [0.9] * len(slot)), BB_SLOTS[1]: arm(slot, [0.8] * len(slot))}
+    if sgd is not None:
+        arms[BB_SGD] = arm(sgd)
+    return {"source": "reports/sinks_bb", "uniform": 0.075, "arms": arms}
+
+
+def test_claim_13_the_testbed_decides_the_cause_both_ways():
+    from attnlab.repro.studies import BB_SLOTS
+
+    no_text_sink = _m13(False)  # neither the character model nor the text study forms one
+    formed = {**no_text_sink, "sinks_bb": _testbed([0.99, 0.98, 0.97, 0.2, 0.99], [0.05, 0.04, 0.06, 0.05, 0.05], [0.1] * 5)}
+    v, reason, text = judge.judge_13(formed)
+    assert v == AGREES, reason
+    assert "a sink forms in 4 of 5 seeds" in text and "dormant queries ends at 0.200-0.990 over 5 seeds" in text
+    assert "The escape slot removes the sink in most seeds of every slot arm" in text
+    assert "With SGD in place of AdamW: a sink in 0 of 5 seeds" in text
+    stays = {**no_text_sink, "sinks_bb": _testbed([0.99] * 5, [0.9] * 5)}
+    v, reason, text = judge.judge_13(stays)
+    assert v == DIFFERS and "The sink stays in most seeds of every slot arm" in text and "The escape slot removes" not in text
+    mixed = _testbed([0.99] * 5, [0.9] * 5)
+    mixed["arms"][BB_SLOTS[1]]["dormant"] = [0.05] * 5  # the learned logit takes the weight, softmax + 1 does not
+    v, reason, text = judge.judge_13({**no_text_sink, "sinks_bb": mixed})
+    assert v == DEPENDS and "The sink goes with AdamW, a learned escape logit and stays with AdamW, softmax + 1" in text
+    assert reason.startswith("An escape slot takes the sink's weight") and "with AdamW, a learned escape logit" in reason
+    none = {**no_text_sink, "sinks_bb": _testbed([0.1] * 5, [0.05] * 5)}
+    v, reason, text = judge.judge_13(none)
+    assert v == UNTESTED and "a sink forms in 0 of 5 seeds" in text and "cannot test the cause either" in text
+
+
+def test_claim_12_mentions_the_testbed_without_judging_deep_models_by_it():
+    m = {"text": {"n_layer": 2, "steps": 5, "val_loss": 2.0, "seed": 0, "types": [{"content": [1]}, {"content": [1]}]},
+         "induction": None, "sinks": None, "sinks_bb": _testbed([0.99] * 3, [0.1] * 3)}
+    v, reason, text = judge.judge_12(m)
+    assert "parks those queries on the first token in 3 of 3 seeds" in text
+    assert "sink heads in every layer (it formed in no model here" in reason  # a 1-layer testbed does not decide it

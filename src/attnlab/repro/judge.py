@@ -275,6 +275,13 @@ def judge_12(m: dict) -> tuple[str, str, str]:
             text.append(f"In the sinks study ({_seeds(cell['seeds'])}, {len(cell['sink_max'])} layers, text with BOS, no escape slot, {snk['source']}) "
                         f"the best sink head per layer scores {', '.join(f'{x:.3f}' for x in cell['sink_max'])}{_over(cell['seeds'])}: "
                         + ("a sink head in every layer." if every else "not a sink head in every layer."))
+    bb = m.get("sinks_bb")
+    from .studies import BB_BASE
+
+    if bb is not None and BB_BASE in bb["arms"]:
+        text.append(f"In the sinks testbed ({bb['source']}: one layer, one head, built so that most queries need no attention) the "
+                    f"head parks those queries on the first token in {_k_of_n(_bb_sinks(bb['arms'][BB_BASE]))}; a one-layer model "
+                    "cannot say whether every layer of a deep model holds a sink head, so that part stays as the models above leave it.")
     needs = {"positional": "a model that attends by offset (any trained model of text)",
              "induction": "data with repeats to copy, as in the induction_heads study", "sink": SINK_NEEDS}
     parts = {HEAD_PARTS[k]: _part(found[k], anywhere[k], needs[k]) for k in found}
@@ -335,6 +342,71 @@ def judge_13(m: dict) -> tuple[str, str, str]:
             text.append("So the cause cannot be tested here: there is no sink for the slot to remove.")
         else:
             cause = "the sinks study has no escape-slot cell"
+    forms_bb, cause_bb, bb_text = _testbed(m.get("sinks_bb"))
+    forms |= forms_bb
+    text += bb_text
+    if isinstance(cause_bb, tuple):  # one slot removes the sink, another does not
+        v, reason = depends(f"{SINK_PARTS['cause'][0].upper()}{SINK_PARTS['cause'][1:]}", *cause_bb)
+        return v, reason, " ".join(text)
+    if cause_bb is not None:  # the testbed is the direct test: a sink that forms, and the slot offered to it
+        cause = cause_bb
     v, reason = grade({SINK_PARTS["forms"]: forms if forms else f"no head formed one here; needs {SINK_NEEDS}",
                        SINK_PARTS["cause"]: cause})
     return v, reason, " ".join(text)
+
+
+def _spread(values: list) -> str:
+    """A per-seed value as its range over the seeds ('0.981-0.998'), or the one value."""
+    xs = [x for x in values if x is not None]
+    if not xs:
+        return "-"
+    return f"{min(xs):.3f}" if len(xs) == 1 or min(xs) == max(xs) else f"{min(xs):.3f}-{max(xs):.3f}"
+
+
+def _bb_sinks(arm: dict) -> list[bool]:
+    """Per seed of a testbed arm: do its dormant queries put more than the sink threshold on the first token?"""
+    return [x is not None and x > SINK_THRESHOLD for x in arm["dormant"]]
+
+
+def _testbed(bb: dict | None) -> tuple[bool, bool | str | None, list[str]]:
+    """Claim 13 on the Bigram-Backcopy testbed (studies.sinks_bb_measurements): whether a sink forms in
+    most seeds with softmax and AdamW, the cause's verdict (None when the testbed cannot give one: no
+    report, or no sink to remove) and the sentences that say so."""
+    from .studies import BB_BASE, BB_SGD, BB_SLOTS
+
+    if bb is None:
+        return False, None, ["The sinks testbed has no report here (`make sweep SWEEP=sinks_bb SEEDS=5` writes it)."]
+    arms, sinks = bb["arms"], _bb_sinks
+    base = arms.get(BB_BASE)
+    if base is None:
+        return False, None, [f"The sinks testbed ({bb['source']}) has no softmax + AdamW cell."]
+    forms = most(sinks(base))
+    text = [f"In the Bigram-Backcopy testbed ({bb['source']}: one layer, one head; trigger queries need the previous token, the "
+            f"others nothing), with softmax and AdamW the first-token weight of the dormant queries ends at {_spread(base['dormant'])} "
+            f"over {_seeds(len(base['seeds']))} (active queries {_spread(base['active'])}, uniform attention about "
+            f"{bb['uniform']:.3f}; copy accuracy {_spread(base['copy_acc'])}): a sink forms in {_k_of_n(sinks(base))}."]
+    slots = {name: arms[name] for name in BB_SLOTS if name in arms}
+    for name, arm in slots.items():
+        text.append(f"With {name}: a sink in {_k_of_n(sinks(arm))}, dormant first-token weight {_spread(arm['dormant'])}, "
+                    f"escape mass {_spread(arm['escape'])}, copy accuracy {_spread(arm['copy_acc'])}.")
+    if BB_SGD in arms:
+        arm = arms[BB_SGD]
+        text.append(f"With SGD in place of AdamW: a sink in {_k_of_n(sinks(arm))}, dormant first-token weight "
+                    f"{_spread(arm['dormant'])}, copy accuracy {_spread(arm['copy_acc'])}.")
+    if not forms:
+        text.append("With no sink in most seeds, the testbed cannot test the cause either.")
+        return False, None, text
+    if not slots:
+        return True, "the sinks testbed has no escape-slot arm (`make sweep SWEEP=sinks_bb`)", text
+    removed = [name for name, arm in slots.items() if not most(sinks(arm))]
+    kept = [name for name in slots if name not in removed]
+    if not kept:
+        text.append("The escape slot removes the sink in most seeds of every slot arm: the dormant weight goes nowhere instead of to "
+                    "the first token, as 'softmax must sum to 1' predicts.")
+        return True, True, text
+    if not removed:
+        text.append("The sink stays in most seeds of every slot arm: offered a way to put weight nowhere, the dormant queries "
+                    "still put it on the first token, which 'softmax must sum to 1' alone does not explain.")
+        return True, False, text
+    text.append(f"The sink goes with {' and '.join(removed)} and stays with {' and '.join(kept)}.")
+    return True, (f"with {' and '.join(removed)}", f"with {' and '.join(kept)}"), text

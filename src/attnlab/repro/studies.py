@@ -17,7 +17,12 @@ from pathlib import Path
 from ..report.aggregate import short
 from ..report.tables import read_csv
 
-INDUCTION, SINKS, DK_SCALING = "induction_heads", "sinks", "dk_scaling"
+INDUCTION, SINKS, DK_SCALING, SINKS_BB = "induction_heads", "sinks", "dk_scaling", "sinks_bb"
+# the testbed's arms as its merged sweeps name them (experiment x escape slot)
+BB_BASE, BB_SGD = "AdamW, softmax", "SGD, softmax"
+BB_SLOTS = ("AdamW, softmax + 1 (zero_logit slot)", "AdamW, a learned escape logit")
+BB_ARMS = {("sinks_bb", "none"): BB_BASE, ("sinks_bb", "zero_logit"): BB_SLOTS[0], ("sinks_bb", "learned"): BB_SLOTS[1],
+           ("sinks_bb_sgd", "none"): BB_SGD}
 
 
 def study_cells(reports: Path, study: str) -> list[dict] | None:
@@ -99,6 +104,27 @@ def sinks_measurements(reports: Path, uniform: float) -> dict | None:
         key = f"bos={str(cell['data.bos']).lower()}, sink={cell['model.attention.sink']}"
         out["cells"][key] = {"seeds": int(cell["n_ok"]), "types": study_head_types(reports, SINKS, axes), **per_layer}
     return out
+
+
+def sinks_bb_measurements(reports: Path, uniform: float) -> dict | None:
+    """The Bigram-Backcopy testbed (experiment=sinks_bb, + sinks_bb_sgd): per arm, every seed's final
+    first-token weight from dormant and from active queries, escape mass, value drain and copy
+    accuracy, from ``reports/sinks_bb/summary.json``'s per-seed values. ``uniform``: uniform attention's
+    first-token weight at the testbed's block size. None without the report."""
+    path = Path(reports) / SINKS_BB / "summary.json"
+    if not path.is_file():
+        return None
+    arms = {}
+    for cell in json.loads(path.read_text()).get("per_seed", []):
+        axes = cell["axes"]
+        name = BB_ARMS.get((axes.get("experiment", SINKS_BB), axes.get("model.attention.sink", "none")))
+        if name is None or not cell["runs"]:
+            continue
+        values = {key: [r["metrics"].get(metric) for r in cell["runs"]] for key, metric in (
+            ("dormant", "attn/L0/sink_mass_dormant"), ("active", "attn/L0/sink_mass_active"), ("escape", "attn/L0/escape_mass"),
+            ("value_drain", "attn/L0/value_drain"), ("copy_acc", "val/copy/acc"))}
+        arms[name] = {"seeds": [r["seed"] for r in cell["runs"]], **values}
+    return {"source": f"reports/{SINKS_BB}", "uniform": uniform, "arms": arms} if arms else None
 
 
 def dk_scaling_measurements(reports: Path) -> dict | None:

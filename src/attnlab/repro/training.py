@@ -297,7 +297,7 @@ def claim_12(res: dict, reports: Path) -> Claim:
     m = {"text": {"n_layer": n_layer, "steps": settings["heads_steps"], "val_loss": h["summary"]["final"]["loss"], "seed": settings["seed"],
                   "types": types_by_layer([heads], n_layer)},
          "induction": studies.induction_measurements(reports),
-         "sinks": studies.sinks_measurements(reports, sinks_uniform())}
+         "sinks": studies.sinks_measurements(reports, sinks_uniform()), "sinks_bb": studies.sinks_bb_measurements(reports, testbed_uniform())}
     t = Table(
         f"Head scores and types after {settings['heads_steps']} steps (tiny GPT: {n_layer} layers x {len(heads) // n_layer} heads, "
         f"seed {settings['seed']}, Shakespeare)",
@@ -321,6 +321,12 @@ def sinks_uniform() -> float:
     return uniform_sink_mass(int(compose_config([f"experiment={studies.SINKS}"]).model.block_size))
 
 
+@functools.cache
+def testbed_uniform() -> float:
+    """Uniform attention's first-token weight at the sinks testbed's block size."""
+    return uniform_sink_mass(int(compose_config([f"experiment={studies.SINKS_BB}"]).model.block_size))
+
+
 def claim_13(res: dict, reports: Path) -> Claim:
     h = res["heads"]
     base = uniform_sink_mass(h["block_size"])
@@ -329,7 +335,7 @@ def claim_13(res: dict, reports: Path) -> Claim:
     top = max(float(x.max()) for x in h["sink_final"])
     m = {"text": {"init": init, "final": final, "top": top, "uniform": base, "steps": res["settings"]["heads_steps"],
                   "n_sink_heads": sum(int((x > SINK_THRESHOLD).sum()) for x in h["sink_final"])},
-         "sinks": studies.sinks_measurements(reports, sinks_uniform())}
+         "sinks": studies.sinks_measurements(reports, sinks_uniform()), "sinks_bb": studies.sinks_bb_measurements(reports, testbed_uniform())}
     tables = [Table(f"Sink mass (mean weight on position 0) per layer, tiny GPT, {res['settings']['heads_steps']} steps",
                     ["layer", "at init", "after training", "max over heads after", "uniform attention"],
                     [[i, fmt(a, 3), fmt(b, 3), fmt(float(x.max()), 3), fmt(base, 3)] for i, (a, b, x) in enumerate(zip(init, final, h["sink_final"]))],
