@@ -62,6 +62,11 @@ def train_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "attnlab.train", *args]
 
 
+def train_losses(csv_dir: Path) -> dict[int, float]:
+    rows = csv.DictReader(open(csv_dir / "metrics.csv"))
+    return {int(r["step"]): float(r["train/loss"]) for r in rows if r.get("train/loss")}
+
+
 def results(run_dir: Path) -> dict:
     return json.loads((run_dir / "results.json").read_text())
 
@@ -161,7 +166,10 @@ def test_time_limit_signals_requeues_and_resumes_bitwise(cluster, tmp_path):
     assert final["resumed_from"]["step"] == first["metrics"]["step"] > 0
     assert final["interruptions"] == first["interruptions"]  # the history stays with the run
     assert final["metrics"]["val/loss"] == reference["metrics"]["val/loss"]
-    assert final["metrics"]["train/loss"] == reference["metrics"]["train/loss"]
+    # every train loss the resumed attempt logged equals the uninterrupted run's at that step
+    resumed, whole_curve = train_losses(run_dir / "csv" / "version_1"), train_losses(tmp_path / "whole" / "csv" / "version_0")
+    assert min(resumed) > first["metrics"]["step"] and max(resumed) >= steps - 10
+    assert resumed == {step: whole_curve[step] for step in resumed}
     run_id = (run_dir / "wandb_run_id").read_text()
     offline = sorted(p.name for p in (run_dir / "wandb").glob("offline-run-*"))
     assert len(offline) == 2 and all(name.endswith(run_id) for name in offline)  # one W&B run, two attempts
