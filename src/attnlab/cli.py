@@ -15,7 +15,7 @@ import sys
 # command -> (module, entry function, one-line help). Modules are imported only when run.
 COMMANDS = {
     "train": ("attnlab.train", "main", "train one model; Hydra overrides, e.g. attention=sdpa model.d_k=64 (-m: multirun)"),
-    "sweep": ("attnlab.sweep", "main", "run a study as a Hydra multirun, then its table (--study, --seeds, --jobs)"),
+    "sweep": ("attnlab.sweep", "main", "run a study as a Hydra multirun, then its table (--study, --seeds, --jobs; --launcher slurm)"),
     "table": ("attnlab.report.__main__", "main", "aggregate a sweep dir into reports/<study>/ (default: the latest)"),
     "repro": ("attnlab.repro.__main__", "cli", "reproduce and check the source articles' claims (--mode fast|full)"),
     "bench": ("attnlab.bench.__main__", "main", "kernel, memory and training-throughput benchmarks (--mode)"),
