@@ -29,6 +29,7 @@ HARMLESS_WARNINGS = (
     r".*does not have many workers.*",                  # in-memory data: workers would only add overhead
     r".*smaller than the logging interval.*",           # short runs (smoke tests) log every step anyway
     r"The `srun` command is available on your system",  # a SLURM client here, a run outside a job: intended
+    r".*resuming from a checkpoint that ended before the epoch ended.*",  # the data modules restore their position
 )
 
 
