@@ -805,7 +805,7 @@ def _testbed(base: list, slot: list, sgd: list | None = None) -> dict:
 
 
 def test_claim_13_the_testbed_decides_the_cause_both_ways():
-    from attnlab.repro.studies import BB_SLOTS
+    from attnlab.repro.studies import BB_SGD, BB_SLOTS
 
     no_text_sink = _m13(False)  # neither the character model nor the text study forms one
     formed = {**no_text_sink, "sinks_bb": _testbed([0.99, 0.98, 0.97, 0.2, 0.99], [0.05, 0.04, 0.06, 0.05, 0.05], [0.1] * 5)}
@@ -813,7 +813,11 @@ def test_claim_13_the_testbed_decides_the_cause_both_ways():
     assert v == AGREES, reason
     assert "a sink forms in 4 of 5 seeds" in text and "dormant queries ends at 0.200-0.990 over 5 seeds" in text
     assert "The escape slot removes the sink in most seeds of every slot arm" in text
-    assert "With SGD in place of AdamW: a sink in 0 of 5 seeds" in text
+    assert "With SGD in place of AdamW: a sink in 0 of 5 seeds" in text and "does not separate the optimizer" not in text
+    unsolved = _testbed([0.99] * 5, [0.05] * 5, [0.06] * 5)
+    unsolved["arms"][BB_SGD]["copy_acc"] = [0.87] * 5
+    assert "below the 0.95 that solves the copy task, so this arm does not separate the optimizer" in judge.judge_13(
+        {**no_text_sink, "sinks_bb": unsolved})[2]
     stays = {**no_text_sink, "sinks_bb": _testbed([0.99] * 5, [0.9] * 5)}
     v, reason, text = judge.judge_13(stays)
     assert v == DIFFERS and "The sink stays in most seeds of every slot arm" in text and "The escape slot removes" not in text

@@ -363,6 +363,9 @@ def _spread(values: list) -> str:
     return f"{min(xs):.3f}" if len(xs) == 1 or min(xs) == max(xs) else f"{min(xs):.3f}-{max(xs):.3f}"
 
 
+COPY_SOLVED = 0.95  # copy accuracy at which the testbed's task counts as learned (AdamW reaches 0.99+)
+
+
 def _bb_sinks(arm: dict) -> list[bool]:
     """Per seed of a testbed arm: do its dormant queries put more than the sink threshold on the first token?"""
     return [x is not None and x > SINK_THRESHOLD for x in arm["dormant"]]
@@ -391,8 +394,11 @@ def _testbed(bb: dict | None) -> tuple[bool, bool | str | None, list[str]]:
                     f"escape mass {_spread(arm['escape'])}, copy accuracy {_spread(arm['copy_acc'])}.")
     if BB_SGD in arms:
         arm = arms[BB_SGD]
+        solved = all(x is not None and x >= COPY_SOLVED for x in arm["copy_acc"])
         text.append(f"With SGD in place of AdamW: a sink in {_k_of_n(sinks(arm))}, dormant first-token weight "
-                    f"{_spread(arm['dormant'])}, copy accuracy {_spread(arm['copy_acc'])}.")
+                    f"{_spread(arm['dormant'])}, copy accuracy {_spread(arm['copy_acc'])}"
+                    + ("." if solved else f", below the {COPY_SOLVED} that solves the copy task, so this arm does not separate the "
+                       "optimizer from how far training got."))
     if not forms:
         text.append("With no sink in most seeds, the testbed cannot test the cause either.")
         return False, None, text
