@@ -171,6 +171,24 @@ def sinks_figures() -> dict[str, str]:
             "l0": f"{f(l0[0], 3)} → {f(l0[1], 3)}", "uniform": f(uniform_sink_mass(block), 3), "escape": span(escape, 2)}
 
 
+def testbed_figures() -> dict[str, str]:
+    """The sinks testbed's figures, from the per-seed values in reports/sinks_bb/summary.json."""
+    def arm(sink: str, experiment: str = "sinks_bb") -> dict[str, list[float]]:
+        runs = next(c["runs"] for c in summary("sinks_bb")["per_seed"]
+                    if c["axes"] == {"model.attention.sink": sink, "experiment": experiment})
+        return {k: [r["metrics"][f"attn/L0/{k}"] for r in runs if f"attn/L0/{k}" in r["metrics"]]
+                for k in ("sink_mass_dormant", "value_drain", "escape_mass")}
+
+    base, zero, learned = arm("none"), arm("zero_logit"), arm("learned")
+    formed = lambda a: sum(x > judge.SINK_THRESHOLD for x in a["sink_mass_dormant"])  # noqa: E731
+    n = len(base["sink_mass_dormant"])
+    return {"base": f"{span(base['sink_mass_dormant'], 3)} of their weight on `<bos>` in {k_of_n_text(formed(base), n)}",
+            "drain": f"{span(base['value_drain'], 3)} of the others' norm",
+            "slots": f"{formed(zero)} of {n} and {formed(learned)} of {n} seeds (first-token weight {span(zero['sink_mass_dormant'], 3)} "
+                     f"with softmax + 1, {span(learned['sink_mass_dormant'], 3)} with a learned logit)",
+            "escape": f"the slot takes {span(zero['escape_mass'] + learned['escape_mass'], 3)}"}
+
+
 def e2e_figures() -> dict[str, str]:
     rows = {r["arm"]: r for r in bench()["e2e"]["rows"]}
     d = rows["defaults"]
@@ -200,6 +218,7 @@ def readme_fragments() -> list[str]:
             dk["small128"], dk["max_logit"], dk["max_prob"], dk["bigram"], dk["shares"],
             ind["formed"], ind["phase"], ind["nothing"], ind["level"], ind["sink_seeds"],
             snk["runs"], snk["best"], snk["threshold"], snk["bos"], snk["l0"], snk["uniform"], snk["escape"],
+            *testbed_figures().values(),
             e2e["ratio"], e2e["sdpa"], memory_figures()["peak"], repro_tally()]
 
 
@@ -209,7 +228,7 @@ def doc(name: str) -> str:
 
 def studies_fragments() -> list[str]:
     rows = []
-    for study in ("dk_scaling", "sinks_scaling_qk_norm", "sinks", "mqar", "induction_heads", "induction_backends"):
+    for study in ("dk_scaling", "sinks_scaling_qk_norm", "sinks", "mqar", "induction_heads", "induction_backends", "sinks_bb"):
         s = summary(study)
         seeds = s.get("seeds_per_cell") or (str(s["runs"] // s["cells"]) if s["runs"] % s["cells"] == 0 else "?")  # older summaries
         rows.append(f"`reports/{study}/` | {s['runs']} / {s['cells']} | {seeds} |")
