@@ -836,4 +836,7 @@ def test_claim_12_mentions_the_testbed_without_judging_deep_models_by_it():
          "induction": None, "sinks": None, "sinks_bb": _testbed([0.99] * 3, [0.1] * 3)}
     v, reason, text = judge.judge_12(m)
     assert "parks those queries on the first token in 3 of 3 seeds" in text
-    assert "sink heads in every layer (it formed in no model here" in reason  # a 1-layer testbed does not decide it
+    assert "sink heads in every layer (a sink head formed only in the one-layer sinks testbed here" in reason  # it does not decide it
+    assert v == UNTESTED
+    m["sinks_bb"] = _testbed([0.1] * 3, [0.1] * 3)
+    assert "sink heads in every layer (it formed in no model here" in judge.judge_12(m)[1]

@@ -278,6 +278,7 @@ def judge_12(m: dict) -> tuple[str, str, str]:
     bb = m.get("sinks_bb")
     from .studies import BB_BASE
 
+    testbed_sink = bb is not None and BB_BASE in bb["arms"] and most(_bb_sinks(bb["arms"][BB_BASE]))
     if bb is not None and BB_BASE in bb["arms"]:
         text.append(f"In the sinks testbed ({bb['source']}: one layer, one head, built so that most queries need no attention) the "
                     f"head parks those queries on the first token in {_k_of_n(_bb_sinks(bb['arms'][BB_BASE]))}; a one-layer model "
@@ -285,6 +286,9 @@ def judge_12(m: dict) -> tuple[str, str, str]:
     needs = {"positional": "a model that attends by offset (any trained model of text)",
              "induction": "data with repeats to copy, as in the induction_heads study", "sink": SINK_NEEDS}
     parts = {HEAD_PARTS[k]: _part(found[k], anywhere[k], needs[k]) for k in found}
+    if testbed_sink and isinstance(parts[HEAD_PARTS["sink"]], str):
+        parts[HEAD_PARTS["sink"]] = ("a sink head formed only in the one-layer sinks testbed here; needs a deep model in which "
+                                     "sinks form, to see whether every layer holds one")
     v, reason = grade(parts, {"syntactic heads in the middle layers": f"needs {SYNTAX_NEEDS}"})
     return v, reason, " ".join(text)
 
