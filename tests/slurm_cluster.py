@@ -99,6 +99,9 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 ReturnToService=2
+# trust the node line below instead of draining the node when slurmd counts the hardware differently
+# (a container's cpuset, sockets x cores x threads)
+SlurmdParameters=config_overrides
 KillWait={KILL_WAIT_S}
 SlurmctldTimeout=30
 SlurmdTimeout=60
