@@ -4,10 +4,11 @@ SIGINT / SIGTERM (Ctrl+C, ``kill``, ``scancel``) stop the run; a SIGTERM with wh
 requeues the job itself (a preemption) is recorded as requeued. SIGUSR1 / SIGUSR2 are what a
 scheduler sends before a time limit or a preemption (submitit asks SLURM for SIGUSR2; Lightning's
 SLURM environment uses SIGUSR1): the run saves the same way, then hands the job to the handler
-that was installed before training, submitit's, which requeues it (or says why not). Requeueing
-has that one owner: Lightning's own SLURM auto-requeue is turned off (``train.cluster_plugins``)
-because it saves from inside the signal handler, in the middle of a step. The requeued attempt
-resumes from the checkpoint (``train.resume_checkpoint``).
+that was installed before training when it is submitit's, which requeues it (or says why not);
+otherwise it stops as on SIGTERM. Requeueing has that one owner: Lightning's own SLURM
+auto-requeue is turned off (``slurm.cluster_plugins``) because it saves from inside the signal
+handler, in the middle of a step. The requeued attempt resumes from the checkpoint
+(``train.resume_checkpoint``).
 
 The signal only sets a flag; the checkpoint is written between steps, so it is a consistent state
 to resume from (``resume=true``). A second SIGINT interrupts at once. Under DDP the flag is
