@@ -369,7 +369,7 @@ def results_figures() -> dict[str, str]:
 
 
 def results_fragments() -> list[str]:
-    return list(results_figures().values())
+    return [*results_figures().values(), *testbed_figures().values()]
 
 
 TEXTS = {
