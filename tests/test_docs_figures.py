@@ -171,7 +171,7 @@ def sinks_figures() -> dict[str, str]:
             "l0": f"{f(l0[0], 3)} → {f(l0[1], 3)}", "uniform": f(uniform_sink_mass(block), 3), "escape": span(escape, 2)}
 
 
-def testbed_figures() -> dict[str, str]:
+def sinks_testbed_figures() -> dict[str, str]:
     """The sinks testbed's figures, from the per-seed values in reports/sinks_bb/summary.json."""
     def arm(sink: str, experiment: str = "sinks_bb") -> dict[str, list[float]]:
         runs = next(c["runs"] for c in summary("sinks_bb")["per_seed"]
@@ -218,7 +218,7 @@ def readme_fragments() -> list[str]:
             dk["small128"], dk["max_logit"], dk["max_prob"], dk["bigram"], dk["shares"],
             ind["formed"], ind["phase"], ind["nothing"], ind["level"], ind["sink_seeds"],
             snk["runs"], snk["best"], snk["threshold"], snk["bos"], snk["l0"], snk["uniform"], snk["escape"],
-            *testbed_figures().values(),
+            *sinks_testbed_figures().values(),
             e2e["ratio"], e2e["sdpa"], memory_figures()["peak"], repro_tally()]
 
 
@@ -369,7 +369,7 @@ def results_figures() -> dict[str, str]:
 
 
 def results_fragments() -> list[str]:
-    return [*results_figures().values(), *testbed_figures().values()]
+    return [*results_figures().values(), *sinks_testbed_figures().values()]
 
 
 TEXTS = {
