@@ -331,3 +331,18 @@ def test_two_layer_model_has_an_induction_head(induction_run):
     layer0 = [h for h in heads if h["layer"] == 0]
     assert max(h["scores"]["previous_token"] for h in layer0) >= 0.4, heads
     assert max(h["scores"]["positional"] for h in layer0) >= 0.7, heads
+
+
+def test_the_probe_cap_changes_nothing_up_to_the_cap_and_bounds_longer_blocks():
+    """callbacks.heads.max_len: at T <= the cap the probes (and so every score) are today's; a longer block
+    is analysed on its first max_len positions, so the analysis costs the same at any block size."""
+    from attnlab.analysis.heads import build_probes
+    from attnlab.model.gpt import GPT, GPTConfig
+
+    short = GPT(GPTConfig(vocab_size=20, n_layer=1, n_head=2, d_model=16, block_size=64))
+    today, capped = build_probes(short, None, None, n=4), build_probes(short, None, None, n=4, max_len=256)
+    for field in ("plain", "repeat", "half", "start", "control"):
+        assert torch.equal(getattr(today, field), getattr(capped, field)), field
+    long = GPT(GPTConfig(vocab_size=20, n_layer=1, n_head=2, d_model=16, block_size=1024))
+    capped = build_probes(long, None, None, n=4, max_len=256)
+    assert capped.plain.shape == (4, 256) and capped.repeat.shape[1] <= 256 and int(capped.half.max()) <= 128

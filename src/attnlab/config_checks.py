@@ -78,6 +78,7 @@ RULES: list[tuple[str, tuple[Callable, str]]] = [
     ("checkpoint.keep", (lambda v: _is_int(v) and v >= -1, "an integer >= 0 (0: last.ckpt only), or -1 to keep all")),
     ("memory_check", boolean),
     ("callbacks.heads.knockout", (lambda v: v is None or v in KNOCKOUT, "one of " + ", ".join(KNOCKOUT))),
+    ("callbacks.heads.max_len", (lambda v: v is None or (_is_int(v) and v >= 2), "an integer >= 2 or null (the whole block)")),
 ]
 
 

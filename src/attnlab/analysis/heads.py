@@ -283,10 +283,15 @@ def random_probe(vocab_size: int, length: int, n: int = 16, seed: int = 0) -> to
     return torch.randint(vocab_size, (n, length), generator=gen)
 
 
-def build_probes(model, vocab: list[str] | None, datamodule=None, n: int = 16, seed: int = 0) -> Probes:
+def build_probes(model, vocab: list[str] | None, datamodule=None, n: int = 16, seed: int = 0,
+                 max_len: int | None = None) -> Probes:
     """The plain probe from the data (a task's ``probe_batch``, else its first validation batch,
-    else random tokens) and the repeated probe over the model's vocabulary and block size."""
-    block = model.cfg.block_size
+    else random tokens) and the repeated probe over the model's vocabulary and block size.
+
+    ``max_len`` caps the probe length: the analysis (T x T weights per layer, and the knockout's
+    n_layer x (n_head + 1) extra forwards) then costs the same at any block size, at the price of
+    scoring heads on the first ``max_len`` positions only. At block sizes up to the cap nothing changes."""
+    block = model.cfg.block_size if max_len is None else min(model.cfg.block_size, max_len)
     vocab = vocab or model.cfg.vocab_size
     repeat, half, start, control = repeated_probe(vocab, block, n, seed)
     plain, source = None, "random"

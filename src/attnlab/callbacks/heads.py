@@ -33,10 +33,13 @@ class HeadAnalysis(Callback):
         plot: bool = True,
         thresholds: dict | None = None,
         knockout: str = "final",
+        max_len: int | None = 256,
     ):
         if knockout not in KNOCKOUT:
             raise ValueError(f"callbacks.heads.knockout={knockout!r}; expected one of {', '.join(KNOCKOUT)}")
-        self.every_n_steps, self.n_probe, self.seed, self.knockout = every_n_steps, n_probe, seed, knockout
+        if max_len is not None and (not isinstance(max_len, int) or max_len < 2):
+            raise ValueError(f"callbacks.heads.max_len={max_len!r}; expected an integer >= 2 or null (the whole block)")
+        self.every_n_steps, self.n_probe, self.seed, self.knockout, self.max_len = every_n_steps, n_probe, seed, knockout, max_len
         self.output_dir, self.plot = output_dir, plot
         self.thresholds = {**THRESHOLDS, **(thresholds or {})}
         self.probes: Probes | None = None
@@ -47,7 +50,8 @@ class HeadAnalysis(Callback):
     def _measure(self, trainer: L.Trainer, pl_module: L.LightningModule, final: bool = False) -> dict:
         if self.probes is None:
             vocab = pl_module.hparams.get("vocab") if hasattr(pl_module, "hparams") else None
-            self.probes = build_probes(pl_module.model, vocab, getattr(trainer, "datamodule", None), self.n_probe, self.seed)
+            self.probes = build_probes(pl_module.model, vocab, getattr(trainer, "datamodule", None), self.n_probe, self.seed,
+                                       self.max_len)
         knockout = self.knockout == "always" or (final and self.knockout == "final")
         with training_precision(trainer)():  # the forwards see the training dtype and kernel
             self.heads, self.final = analyze_heads(pl_module.model, self.probes, self.thresholds, knockout=knockout)
