@@ -40,7 +40,7 @@ $(STAMP): pyproject.toml setup.py constraints.txt
 	$(PIP) -c $(VENV)/constraints.txt -e '.[dev]'
 	touch $@
 
-install: $(STAMP) ## create .venv and install attnlab with its pinned dependencies
+install: $(STAMP) ## create .venv and install attnlab at the lock's versions (constraints.txt; a torch already in the venv is kept)
 
 train: $(STAMP) ## train the default model (tiny GPT, scaled attention, Shakespeare); ARGS="hydra overrides"
 	$(BIN)/attnlab train $(ARGS)
