@@ -175,3 +175,21 @@ def test_without_wandb_the_default_logger_falls_back_to_csv_in_one_line(make_cfg
     from pathlib import Path
 
     assert list(Path(run_dir, "csv").glob("**/metrics.csv")) and not Path(run_dir, "wandb").exists()
+
+
+def test_a_kernel_error_keeps_the_rows_before_it_and_fails_the_check(tmp_path, monkeypatch):
+    from attnlab.bench import kernels
+
+    real, calls = kernels.bench_one, []
+
+    def breaks_on_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kernels, "bench_one", breaks_on_second)
+    code, report = check(tmp_path, "--only", "kernels", "--max-t", "512")
+    assert code == 1
+    assert [r["status"] for r in report["kernels"]] == ["pass", "fail"]
+    assert report["kernels"][-1]["error"].startswith("RuntimeError: CUDA error: an illegal memory access")

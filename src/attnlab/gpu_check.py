@@ -147,23 +147,25 @@ def ddp_smoke(out_dir: Path, device: str, timeout: int = 300) -> dict:
     return row
 
 
-def kernel_rows(device: torch.device, max_t: int):
-    """One sequence length at a time (each saved as it finishes); an out-of-memory row is the
-    measurement at that T, any other error a failed row."""
+def kernel_rows(device: torch.device, max_t: int, add) -> None:
+    """Every T up to ``max_t`` in one run, each row handed to ``add`` as it is measured (so it is
+    saved then); a variant out of memory at some T is skipped at longer ones, as `make bench` does.
+    An out-of-memory row is the measurement at that T; any other error ends the phase as a failed row."""
     from .bench.kernels import KernelPlan, run_kernels
 
+    def classified(row: dict) -> dict:
+        error = row.get("error") or ""
+        row["status"] = "pass" if not error else ("oom" if "memory" in error or error.startswith("skipped") else "fail")
+        return row
+
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    for seq_len in (t for t in (512, 1024, 2048, 4096, 8192, 16384, 32768) if t <= max_t):
-        plan = KernelPlan((seq_len,), (), batch=2, heads=16, head_dim=64, dtype=dtype, repeats=5, warmup=2,
-                          min_sample_s=0.01, matmul_n=8192 if device.type == "cuda" else 256)
-        try:
-            rows = run_kernels(plan, device, log=lambda line: print("  " + line, flush=True))
-        except Exception as err:  # noqa: BLE001 - one bad T must not lose the others
-            rows = [{"backend": "all", "T": seq_len, "error": one_line(err)}]
-        for row in rows:
-            error = row.get("error") or ""
-            row["status"] = "pass" if not error else ("oom" if "memory" in error or error.startswith("skipped") else "fail")
-            yield row
+    plan = KernelPlan(tuple(t for t in (512, 1024, 2048, 4096, 8192, 16384, 32768) if t <= max_t), (), batch=2, heads=16,
+                      head_dim=64, dtype=dtype, repeats=5, warmup=2, min_sample_s=0.01,
+                      matmul_n=8192 if device.type == "cuda" else 256)
+    try:
+        run_kernels(plan, device, log=lambda line: print("  " + line, flush=True), on_row=lambda row: add(classified(row)))
+    except Exception as err:  # noqa: BLE001 - the rows measured so far are saved; this one says why the rest are not
+        add({"backend": "all", "T": None, "error": one_line(err), "status": "fail"})
 
 
 def package_status(name: str) -> str:
@@ -296,7 +298,7 @@ def write_report(report: dict, out: Path) -> tuple[Path, Path]:
         lines += ["", f"DDP smoke ({r['devices']} process{'es' * (r['devices'] > 1)}, `{r['command']}`): "
                   f"**{r['status']}** {r.get('error') or ''} ({_fmt(r.get('wall_s'))} s)"]
     if report.get("kernels"):
-        kernels = [[r["backend"], r["T"], r["status"], _fmt(r.get("fwd_bwd_ms")), _mib(r.get("peak_bytes")), r.get("error") or ""]
+        kernels = [[r["backend"], _fmt(r["T"]), r["status"], _fmt(r.get("fwd_bwd_ms")), _mib(r.get("peak_bytes")), r.get("error") or ""]
                    for r in report["kernels"]]
         lines += ["", "Kernel benchmark (fwd+bwd, bf16 on CUDA, B=2, H=16, d=64):", "",
                   markdown_table(["backend", "T", "status", "fwd+bwd ms", "peak MiB", "error"], kernels)]
@@ -367,8 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     if "ddp" in phases:
         add("ddp", ddp_smoke(runs, args.device))
     if "kernels" in phases:
-        for row in kernel_rows(torch.device(args.device), args.max_t):
-            add("kernels", row)
+        kernel_rows(torch.device(args.device), args.max_t, lambda row: add("kernels", row))
     report["wall_s"] = time.perf_counter() - started
     _, md_path = write_report(report, out)
     code, summary = verdict(report)

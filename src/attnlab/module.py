@@ -130,7 +130,7 @@ class LitGPT(L.LightningModule):
                 key = f"val/{name}/{kind}"
                 if key not in self._masked:
                     self._masked[key] = MeanMetric().to(self.device)
-                self._masked[key].update(values[mask], weight=torch.ones_like(values[mask]))
+                self._masked[key].update(values[mask])
 
     def on_validation_epoch_end(self):
         val_loss = self.val_loss.compute()

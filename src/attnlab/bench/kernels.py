@@ -182,12 +182,15 @@ def bench_one(name: str, kernel: Callable, seq_len: int, plan: KernelPlan, devic
     return row
 
 
-def run_kernels(plan: KernelPlan, device: torch.device, log: Callable[[str], None] = print) -> list[dict]:
+def run_kernels(plan: KernelPlan, device: torch.device, log: Callable[[str], None] = print,
+                on_row: Callable[[dict], None] | None = None) -> list[dict]:
     """Every variant at every sequence length.
 
     Backends alternate within each T (shortest T first), so a change in the machine's load hits
     them alike; beside each timed row the matmul yardstick is measured again and the row's
     ``peak_fraction`` is its fwd+bwd GFLOP/s over that. A variant that runs out of memory stops growing.
+    ``on_row`` sees each row as soon as it is measured (gpu-check saves it then: a later error or a
+    kill keeps it).
     """
     rows, failed = [], set()
     probe = MatmulProbe(device, plan.dtype, plan.matmul_n)
@@ -197,6 +200,8 @@ def run_kernels(plan: KernelPlan, device: torch.device, log: Callable[[str], Non
         for name, kernel in variants.items():
             if name in failed:
                 rows.append(empty_row(name, seq_len, plan, timed, "skipped: a shorter T failed"))
+                if on_row is not None:
+                    on_row(rows[-1])
                 continue
             row = bench_one(name, kernel, seq_len, plan, device, timed=timed)
             if row["gflops"]:
@@ -206,6 +211,8 @@ def run_kernels(plan: KernelPlan, device: torch.device, log: Callable[[str], Non
             if row["error"] and ("memory" in row["error"] or row["error"].startswith("skipped")):
                 failed.add(name)
             log(_row_line(row))
+            if on_row is not None:
+                on_row(row)
     return rows
 
 
