@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,9 +50,7 @@ def binary_args(python_version: str) -> list[str]:
 def collect(out: Path, python_version: str, lock: Path) -> list[str]:
     """Download or build every pin into ``out``; returns the pins that had to be built from source."""
     pins = requirements(lock)
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
-        f.write("\n".join(pins) + "\n")
-    if pip("download", *binary_args(python_version), "-d", str(out), "-r", f.name).returncode == 0:
+    if pip("download", *binary_args(python_version), "-d", str(out), *pins).returncode == 0:
         built = []
     else:  # some pins have no wheel: find which, one by one
         built = [p for p in pins if pip("download", *binary_args(python_version), "-d", str(out), p).returncode != 0]
