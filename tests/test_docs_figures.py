@@ -196,6 +196,13 @@ def e2e_figures() -> dict[str, str]:
             "sdpa": f"{rows['sdpa']['wall_ratio']:.2f} with `attention=sdpa`", "val_loss": f(d["val_loss"]["attnlab"][0], 4)}
 
 
+def longctx_figures() -> dict[str, str]:
+    runs = {r["extra"]: r["wall_s"] for r in json.loads((REPORTS / "bench" / "longctx_runs.json").read_text())["runs"]}
+    default, none, nocap = runs[""], runs["callbacks=none"], runs["callbacks.heads.max_len=null"]
+    pairs = [d / n for d, n in zip(default, none)]
+    return {"ratio": f"{span(pairs, 2)}× a run without callbacks", "before": f"down from {max(nocap) / statistics.fmean(none):.1f}×"}
+
+
 def memory_figures() -> dict[str, str]:
     return {"peak": f"{kernel('naive', 4096)['peak_bytes'] / MiB:.0f} MiB explicit vs {kernel('sdpa', 4096)['peak_bytes'] / MiB:.0f} MiB fused"}
 
@@ -219,7 +226,7 @@ def readme_fragments() -> list[str]:
             ind["formed"], ind["phase"], ind["nothing"], ind["level"], ind["sink_seeds"],
             snk["runs"], snk["best"], snk["threshold"], snk["bos"], snk["l0"], snk["uniform"], snk["escape"],
             *sinks_testbed_figures().values(),
-            e2e["ratio"], e2e["sdpa"], memory_figures()["peak"], repro_tally()]
+            e2e["ratio"], e2e["sdpa"], memory_figures()["peak"], *longctx_figures().values(), repro_tally()]
 
 
 def doc(name: str) -> str:
