@@ -812,7 +812,7 @@ def test_claim_13_the_testbed_decides_the_cause_both_ways():
     v, reason, text = judge.judge_13(formed)
     assert v == AGREES, reason
     assert "a sink forms in 4 of 5 seeds" in text and "dormant queries ends at 0.200-0.990 over 5 seeds" in text
-    assert "The escape slot removes the sink in most seeds of every slot arm" in text
+    assert "The escape slot removes the sink in most seeds of every slot arm (the slot takes 0.800-0.900 of the weight)" in text
     assert "With SGD in place of AdamW: a sink in 0 of 5 seeds" in text and "does not separate the optimizer" not in text
     unsolved = _testbed([0.99] * 5, [0.05] * 5, [0.06] * 5)
     unsolved["arms"][BB_SGD]["copy_acc"] = [0.87] * 5

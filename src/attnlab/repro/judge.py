@@ -411,8 +411,9 @@ def _testbed(bb: dict | None) -> tuple[bool, bool | str | None, list[str]]:
     removed = [name for name, arm in slots.items() if not most(sinks(arm))]
     kept = [name for name in slots if name not in removed]
     if not kept:
-        text.append("The escape slot removes the sink in most seeds of every slot arm: the dormant weight goes nowhere instead of to "
-                    "the first token, as 'softmax must sum to 1' predicts.")
+        escape = [x for arm in slots.values() for x in arm["escape"]]
+        text.append(f"The escape slot removes the sink in most seeds of every slot arm (the slot takes {_spread(escape)} of the "
+                    "weight), as 'softmax must sum to 1' predicts.")
         return True, True, text
     if not removed:
         text.append("The sink stays in most seeds of every slot arm: offered a way to put weight nowhere, the dormant queries "
