@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from attnlab.attention import BACKENDS, attend
+from attnlab.callbacks.interrupt import Interrupted
 from attnlab.checkpointing import AtomicCheckpointIO
 from attnlab.train import train
 from conftest import ROOT
@@ -104,6 +105,30 @@ def test_sigterm_saves_checkpoint_and_marks_interrupted(tmp_path, sig):
     # what it reached, and the interruption, are in the record
     assert record["metrics"]["step"] == ckpt["global_step"] and "train/loss" in record["metrics"]
     assert record["interruptions"] == [{"signal": sig.name, "step": ckpt["global_step"], "requeued": False}]
+
+
+def test_sigterm_during_training_is_ours_not_lightnings(make_cfg):
+    """Lightning installs its own SIGTERM handler after on_fit_start; it raises SIGTERMException (a
+    SystemExit: exit 0, no checkpoint, no record) at the next batch or validation step. During the
+    training steps the handler must be attnlab's, and outside fit the original one again."""
+    import signal_probe
+    from attnlab.callbacks.interrupt import GracefulInterrupt
+
+    before = signal.getsignal(signal.SIGTERM)
+    signal_probe.RecordSigtermHandler.handlers = []
+    train(make_cfg("+callbacks.probe._target_=signal_probe.RecordSigtermHandler"))
+    seen = signal_probe.RecordSigtermHandler.handlers
+    assert seen and all(isinstance(getattr(h, "__self__", None), GracefulInterrupt) for h in seen), seen
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_sigterm_in_the_closing_validation_is_recorded_as_an_interruption(make_cfg):
+    cfg = make_cfg("+callbacks.probe._target_=signal_probe.SigtermInClosingValidation", "trainer.val_check_interval=4")  # 6 steps: the closing validation runs
+    with pytest.raises(Interrupted, match="SIGTERM at step"):
+        train(cfg)
+    record = results(Path(cfg.paths.output_dir))
+    assert record["status"] == "interrupted" and record["interruptions"][-1]["signal"] == "SIGTERM"
+    assert record["metrics"]["step"] == cfg.trainer.max_steps
 
 
 def test_a_requeued_attempt_resumes_its_run_dir_without_resume_true(make_cfg, monkeypatch):

@@ -11,7 +11,11 @@ handler, in the middle of a step. The requeued attempt resumes from the checkpoi
 (``train.resume_checkpoint``).
 
 The signal only sets a flag; the checkpoint is written between steps, so it is a consistent state
-to resume from (``resume=true``). A second SIGINT interrupts at once. Under DDP the flag is
+to resume from (``resume=true``). Lightning installs a SIGTERM handler of its own once fit has
+started (after ``on_fit_start``); it would raise ``SIGTERMException``, a ``SystemExit`` that ends
+the process with status 0 and no checkpoint, at the next batch or validation step. So the handler
+here is installed again when training starts, and ``train`` records a ``SIGTERMException`` from
+outside the training steps (the closing validation) as an interruption. A second SIGINT interrupts at once. Under DDP the flag is
 reduced over the ranks after every step (a signal may reach one process only), so all of them
 save and stop at the same step and none waits in a collective for the others.
 """
@@ -93,6 +97,12 @@ class GracefulInterrupt(L.Callback):
     def on_fit_start(self, trainer, pl_module):
         if threading.current_thread() is threading.main_thread():
             self._previous = {s: signal.signal(s, self._handler) for s in self.SIGNALS}
+
+    def on_train_start(self, trainer, pl_module):
+        """Take SIGTERM back from Lightning's signal connector (installed after ``on_fit_start``);
+        ``_previous`` keeps what was there before fit, which teardown restores."""
+        if self._previous:
+            signal.signal(signal.SIGTERM, self._handler)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if not trainer.strategy.reduce_boolean_decision(self.received is not None, all=False):
