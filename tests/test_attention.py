@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnlab.attention import BACKENDS, Attention, attend, static_scale
+from attnlab.attention import BACKENDS, Attention, AttentionConfig, attend, static_scale
 from attnlab.attention.scaling import qk_component_std
 
 
@@ -85,8 +85,8 @@ def test_naive_is_scaled_with_prescaled_logits():
     torch.manual_seed(1)
     d = 64
     q, k, v = (torch.randn(2, 4, 16, d) for _ in range(3))
-    naive = Attention("naive", "none", 4, d)
-    scaled = Attention("scaled", "inv_sqrt_d", 4, d)
+    naive = Attention(AttentionConfig("naive", "none"), 4, d)
+    scaled = Attention(AttentionConfig("scaled", "inv_sqrt_d"), 4, d)
     assert naive.softmax_scale() == 1.0 and scaled.softmax_scale() == 1 / 8
     # 1/8 is a power of two, so pre-dividing q is exact and the outputs agree bit for bit
     assert torch.equal(naive(q / 8, k, v), scaled(q, k, v))
@@ -121,7 +121,7 @@ def test_sigma_scaling_gives_unit_variance_logits_at_init():
 
 
 def test_learned_scale_is_a_positive_per_head_parameter():
-    attn = Attention("sdpa", "learned", 4, 16)
+    attn = Attention(AttentionConfig("sdpa", "learned"), 4, 16)
     s = attn.softmax_scale()
     assert s.shape == (4,) and torch.allclose(s, torch.full((4,), 0.25))
     q, k, v = (torch.randn(1, 4, 6, 16) for _ in range(3))

@@ -94,7 +94,8 @@ def test_kernel_choice_is_asked_with_the_autocast_dtype(monkeypatch):
 
 
 class FlashAttnStandIn:
-    """flash_attn's contract: (B, T, H, D) inputs of one dtype, fp16/bf16 only, softmax_scale, causal."""
+    """flash_attn's contract: (B, T, H, D) inputs of one dtype, fp16/bf16 only, softmax_scale, causal;
+    k and v may have fewer heads, a divisor of q's (MQA/GQA), as flash_attn_func takes them."""
 
     def __init__(self):
         self.calls: list[dict] = []
@@ -102,8 +103,12 @@ class FlashAttnStandIn:
     def __call__(self, q, k, v, dropout_p=0.0, softmax_scale=None, causal=False):
         assert q.dtype in (torch.float16, torch.bfloat16), "flash_attn only supports fp16 and bf16"
         assert q.dtype == k.dtype == v.dtype, "flash_attn needs q, k, v of one dtype"
-        assert q.shape == k.shape == v.shape and q.dim() == 4
-        self.calls.append({"shape": tuple(q.shape), "scale": softmax_scale, "causal": causal, "dtype": q.dtype})
+        assert k.shape == v.shape and q.dim() == 4 and q.shape[:2] == k.shape[:2] and q.shape[3] == k.shape[3]
+        assert q.shape[2] % k.shape[2] == 0, "flash_attn: the number of heads in q must be a multiple of k's"
+        self.calls.append({"shape": tuple(q.shape), "scale": softmax_scale, "causal": causal, "dtype": q.dtype,
+                           **({"kv_heads": k.shape[2]} if k.shape[2] != q.shape[2] else {})})
+        groups = q.shape[2] // k.shape[2]
+        k, v = k.repeat_interleave(groups, dim=2), v.repeat_interleave(groups, dim=2)
         out = reference_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), softmax_scale)
         return out.transpose(1, 2).to(q.dtype)
 
@@ -133,7 +138,21 @@ def test_flash_attn_contract_under_autocast(flash_attn_on_cpu, qk_norm):
     assert layer.attn.kernel == "flash_attn"
     call = flash_attn_on_cpu.calls[-1]
     assert call == {"shape": (b, t, h, d), "scale": pytest.approx(1 / math.sqrt(d)), "causal": True, "dtype": torch.bfloat16}
-    layer.attn.backend = "scaled"  # the same weights through the explicit kernel, in fp32
+    layer.attn.cfg.backend = "scaled"  # the same weights through the explicit kernel, in fp32
+    torch.testing.assert_close(y.float(), layer(x), atol=3e-2, rtol=3e-2)
+
+
+def test_flash_attn_takes_grouped_keys_and_values_natively(flash_attn_on_cpu):
+    """model.n_kv_head < n_head: flash_attn gets k, v with the fewer heads (no copy to every query
+    head), and the result is the explicit kernel's broadcast."""
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=11, block_size=7, n_head=4, n_kv_head=2, d_model=32, attention={"backend": "flash"})
+    layer = CausalSelfAttention(cfg)
+    x = torch.randn(2, 7, 32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = layer(x)
+    assert layer.attn.kernel == "flash_attn" and flash_attn_on_cpu.calls[-1]["kv_heads"] == 2
+    layer.attn.cfg.backend = "scaled"
     torch.testing.assert_close(y.float(), layer(x), atol=3e-2, rtol=3e-2)
 
 
@@ -366,12 +385,12 @@ def test_knockout_reweights_in_fp32_under_bf16_autocast():
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), cut_edges(model, 0, 1, edges):
         model(idx)
     capture.remove()
-    p = layer.probabilities(seen["q"], seen["k"])[:, 1:2].masked_fill(edges.unsqueeze(1), 0.0)
-    p = p / p.sum(-1, keepdim=True)
+    cut = torch.zeros(1, 2, 1, 1, dtype=torch.bool)
+    cut[:, 1] = True
+    p = layer.weights(seen["q"], seen["k"], cut=cut & edges.unsqueeze(1)).p[:, 1:2]  # fp32, the cut edges out
     fp32 = (p @ seen["v"][:, 1:2].float()).to(seen["out"].dtype)
     bf16 = (p.bfloat16() @ seen["v"][:, 1:2].bfloat16()).to(seen["out"].dtype)
     assert not torch.equal(fp32, bf16)  # the two differ, so the test can tell them apart
-    # the capture hook was registered first and so saw the output before the cut; recompute the cut one
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), cut_edges(model, 0, 1, edges):
         out = {}
         h = layer.register_forward_hook(lambda m, a, o: out.update(o=o))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab.attention import BACKENDS, attention_probs
+from attnlab.attention import BACKENDS
 from attnlab.attention.stats import STATS, attention_stats, uniform_sink_mass
 from attnlab.callbacks.probe import probe
 from attnlab.model import GPT, GPTConfig
@@ -82,10 +82,10 @@ def test_all_weight_on_first_token_is_sink_mass_one():
 
 def explicit_reference(q, k, scale):
     """The metric definitions applied to the full T x T probabilities of the explicit backend."""
-    p = attention_probs(q.double(), k.double(), scale if not torch.is_tensor(scale) else scale.double()).float()
     logits = (q.double() @ k.double().transpose(-2, -1)) * (scale.double().view(1, -1, 1, 1) if torch.is_tensor(scale) else scale)
     t = q.shape[-2]
     visible = torch.ones(t, t, dtype=torch.bool).tril()
+    p = logits.masked_fill(~visible, -math.inf).softmax(-1).float()
     ent = -(p * p.clamp_min(1e-30).log()).sum(-1)  # (B, H, T)
     n = torch.arange(1, t + 1)
     rows = slice(1, None)  # query 0 sees one key: left out of every per-query statistic
@@ -106,9 +106,9 @@ def test_blockwise_stats_equal_explicit_ones(backend, block):
     cfg = GPTConfig(vocab_size=30, block_size=33, n_layer=2, n_head=3, d_model=48, attention={"backend": backend, "scaling": "learned" if backend == "sdpa" else "inv_sqrt_d"})
     model = GPT(cfg)
     x = torch.randint(0, 30, (2, 33))
-    for q, k, scale in probe(model, x):
-        got = attention_stats(q, k, scale, block=block)
-        ref = explicit_reference(q, k, scale)
+    for rec in probe(model, x):
+        got = attention_stats(rec.q, rec.k, rec.layer.weight_rule(), block=block)
+        ref = explicit_reference(rec.q, rec.k, rec.scale)
         for name in STATS:
             torch.testing.assert_close(got[name], ref[name].float(), atol=1e-5, rtol=1e-5, msg=name)
 

@@ -9,7 +9,7 @@ from attnlab.analysis.heads import (
     answer_probability, cut_edges, in_context_score, induction_edges, induction_knockout,
     positional_score, previous_token_score, repeat_accuracy, repeated_probe, sink_score,
 )
-from attnlab.attention import Attention
+from attnlab.attention import Attention, AttentionConfig
 from attnlab.model import GPT, GPTConfig
 
 T, L = 24, 12  # a plain probe of T tokens; a repeated probe r r with |r| = L
@@ -147,7 +147,7 @@ class ToyCopier(torch.nn.Module):
 
     def __init__(self, edges: torch.Tensor, vocab: int):
         super().__init__()
-        self.attn = Attention("scaled", "none", n_head=2, d_k=edges.shape[-1])
+        self.attn = Attention(AttentionConfig("scaled", "none"), n_head=2, d_k=edges.shape[-1])
         self.edges, self.vocab = edges, vocab
 
     def attention_layers(self):

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from attnlab.analysis.heads import head_type, head_scores, layer_probs
-from attnlab.attention import BACKENDS, Attention
+from attnlab.attention import BACKENDS, Attention, AttentionConfig, WeightRule
 from attnlab.attention.position import Rotary, alibi_bias, alibi_slopes
-from attnlab.attention.sink import SINKS
+from attnlab.attention.sink import ESCAPES
 from attnlab.attention.stats import attention_stats
 from attnlab.callbacks.probe import probe
 from attnlab.errors import ConfigError
@@ -67,7 +67,7 @@ def test_alibi_slopes_and_bias():
     assert bias.shape == (2, 4, 4) and bias[1, 3, 0] == -3.0 and bias[0, 3, 1] == -1.0 and bias[0, 2, 2] == 0
 
 
-CASES = [(b, pe, s) for b in BACKENDS for pe in ("none", "alibi") for s in SINKS if not (b == "flash" and pe == "alibi")]
+CASES = [(b, pe, s) for b in BACKENDS for pe in ("none", "alibi") for s in ESCAPES if not (b == "flash" and pe == "alibi")]
 
 
 @pytest.mark.parametrize("backend, pos, sink", CASES)
@@ -77,7 +77,7 @@ def test_attention_matches_float64_reference_with_bias_and_escape(backend, pos, 
     gradient (q, k, v, the learned escape logit) agree with the explicit float64 reference."""
     gen = torch.Generator().manual_seed(hash((backend, pos, sink, scaling)) % 1000)
     h, t, d = 3, 13, 16
-    attn = Attention(backend, scaling, h, d, alibi=pos == "alibi", sink=sink)
+    attn = Attention(AttentionConfig(backend, scaling, sink=sink), h, d, alibi=pos == "alibi")
     if sink == "learned":
         attn.sink.logit.data = torch.tensor([-1.0, 0.5, 2.0])
     if scaling == "learned":
@@ -113,7 +113,7 @@ def test_escape_with_padding_gives_zero_rows_and_matches_reference(backend):
     q, k, v = (torch.randn(2, 2, 9, 8, generator=gen) for _ in range(3))
     kpm = torch.ones(2, 9, dtype=torch.bool)
     kpm[0, :3] = False  # rows 0..2 of batch 0 see no real key: all their weight escapes
-    attn = Attention(backend, "inv_sqrt_d", 2, 8, sink="zero_logit")
+    attn = Attention(AttentionConfig(backend, "inv_sqrt_d", sink="zero_logit"), 2, 8)
     try:
         out = attn(q, k, v, key_padding_mask=kpm)
     except Exception as err:  # the forced flash kernel may refuse an explicit mask on this machine
@@ -145,8 +145,8 @@ def test_statistics_and_head_scores_see_what_the_model_computes(pos, sink):
         hook.remove()
     for p, (v, out) in zip(probs, seen):
         torch.testing.assert_close(p @ v, out, atol=1e-5, rtol=1e-4)
-    for layer, (q, k, scale), p in zip(m.attention_layers(), probe(m, x), probs):
-        stats = attention_stats(q, k, scale, bias=layer.logit_bias, sink=layer.sink_logit(), block=5)
+    for rec, p in zip(probe(m, x), probs):
+        stats = attention_stats(rec.q, rec.k, rec.layer.weight_rule(), block=5)
         rows = p[:, :, 1:]  # row 0 left out
         torch.testing.assert_close(stats["sink_mass"], rows[..., 0].mean((0, 2)), atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(stats["max_prob"], rows.amax(-1).mean((0, 2)), atol=1e-5, rtol=1e-4)
@@ -163,7 +163,7 @@ def test_escape_mass_of_softmax_plus_one_on_equal_logits():
     # all logits 0: query i spreads over i + 1 keys and the slot, so escape_i = 1 / (i + 2)
     t = 6
     q, k = torch.zeros(1, 1, t, 4), torch.zeros(1, 1, t, 4)
-    stats = attention_stats(q, k, 1.0, sink=torch.zeros(1))
+    stats = attention_stats(q, k, WeightRule(escape=torch.zeros(1)))
     expected = sum(1 / (i + 2) for i in range(1, t)) / (t - 1)
     assert stats["escape_mass"].item() == pytest.approx(expected, rel=1e-6)
     assert stats["sink_mass"].item() == pytest.approx(sum(1 / (i + 2) for i in range(1, t)) / (t - 1), rel=1e-6)

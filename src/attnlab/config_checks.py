@@ -7,9 +7,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from .analysis.heads import KNOCKOUT
-from .attention import BACKENDS, MASK_FILLS, SCALINGS
+from dataclasses import fields
+
+from .attention import MASK_FILLS, AttentionConfig
+from .attention.backends import EXPLICIT
 from .attention.position import POS_ENCODINGS
-from .attention.sink import SINKS
 from .errors import ConfigError
 from .module import OPTIMIZERS
 
@@ -49,15 +51,17 @@ def _mask_fill_ok(v) -> bool:
 
 mask_fill = _mask_fill_ok, "one of " + ", ".join(MASK_FILLS) + " (or another negative number)"
 
+# model.attention's rules come from its schema (AttentionConfig's fields and their accepted values)
+ATTENTION_RULES = [(f"model.attention.{f.name}", boolean if f.type in (bool, "bool") else one_of(f.metadata["choices"]))
+                   for f in fields(AttentionConfig) if "choices" in f.metadata]
+
 RULES: list[tuple[str, tuple[Callable, str]]] = [
-    ("model.attention.backend", one_of(BACKENDS)),
-    ("model.attention.scaling", one_of(SCALINGS)),
-    ("model.attention.qk_norm", boolean),
+    *ATTENTION_RULES,
     ("model.attention.mask_fill", mask_fill),
-    ("model.attention.sink", one_of(SINKS)),
     ("model.pos_encoding", one_of(POS_ENCODINGS)),
     ("model.n_layer", positive_int),
     ("model.n_head", positive_int),
+    ("model.n_kv_head", optional_positive_int),
     ("model.d_model", positive_int),
     ("model.d_k", optional_positive_int),
     ("model.block_size", positive_int),
@@ -102,6 +106,17 @@ def check_config(cfg: DictConfig) -> None:
             "model.d_model", cfg.model.d_model,
             f"a multiple of model.n_head={cfg.model.n_head} when model.d_k is null (or set model.d_k)",
         )
+    attention = cfg.model.attention
+    n_kv = cfg.model.get("n_kv_head")
+    if n_kv is not None and cfg.model.n_head % n_kv:
+        raise ConfigError("model.n_kv_head", n_kv, f"a divisor of model.n_head={cfg.model.n_head} (1: multi-query), or null")
+    if attention.get("normalize", "softmax") != "softmax":
+        if attention.backend not in EXPLICIT:
+            raise ConfigError("model.attention.normalize", attention.normalize,
+                              f"softmax with attention={attention.backend} (sigmoid runs on {' and '.join(EXPLICIT)})")
+        if attention.sink != "none":
+            raise ConfigError("model.attention.sink", attention.sink,
+                              "none with model.attention.normalize=sigmoid (an escape slot is a softmax's way out)")
     if cfg.model.pos_encoding == "alibi" and cfg.model.attention.backend == "flash":
         raise ConfigError("model.pos_encoding", "alibi", "learned, rope or none with attention=flash "
                           "(the forced flash kernel takes no bias; alibi runs on naive, scaled and sdpa)")

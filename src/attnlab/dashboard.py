@@ -10,14 +10,12 @@ import netrc
 import os
 import sys
 
+from .attention.stats import METRICS
 from .cli import command_parser
 
 SECTIONS = {
     "Loss": ["train/loss", "val/loss", "val/ppl", "val/acc"],
-    "Entropy (normalised) per layer": ["attn/L{i}/entropy_norm"],
-    "Max probability per layer": ["attn/L{i}/max_prob"],
-    "Max logit per layer": ["attn/L{i}/max_logit"],
-    "Sink mass per layer": ["attn/L{i}/sink_mass"],
+    **{m.panel: [f"attn/L{{i}}/{m.name}"] for m in METRICS if m.panel},  # from the metric registry
     "Gradient reaching q/k": ["grad/L{i}/q_norm", "grad/L{i}/k_norm"],
     "Cost": ["perf/tokens_per_s", "mem/peak_bytes", "mem/attn_matrix_bytes"],
 }

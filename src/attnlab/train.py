@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import hydra
@@ -19,8 +20,10 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
+from .attention import AttentionConfig
 from .callbacks.interrupt import GracefulInterrupt, Interrupted
 from .checkpointing import AtomicCheckpointIO, newest_intact, read_checkpoint
 from .config import CONF_DIR
@@ -35,13 +38,13 @@ from .slurm import cluster_plugins, scheduler_restarts, slurm_job
 
 log = logging.getLogger("attnlab")
 
-# Top-level W&B config fields, so the UI can group and filter runs by the ablation axes.
+# Top-level W&B config fields, so the UI can group and filter runs by the ablation axes; the
+# attention's come from its schema.
 AXES = {
-    "backend": "model.attention.backend",
-    "scaling": "model.attention.scaling",
-    "qk_norm": "model.attention.qk_norm",
+    **{f.name: f"model.attention.{f.name}" for f in fields(AttentionConfig)},
     "d_k": "model.d_k",
     "n_head": "model.n_head",
+    "n_kv_head": "model.n_kv_head",
     "n_layer": "model.n_layer",
     "d_model": "model.d_model",
     "init_std": "model.init_std",
@@ -55,6 +58,7 @@ AXES = {
 def axes(cfg: DictConfig) -> dict:
     values = {name: OmegaConf.select(cfg, key, default=None) for name, key in AXES.items()}
     values["d_k"] = values["d_k"] or cfg.model.d_model // cfg.model.n_head
+    values["n_kv_head"] = values["n_kv_head"] or values["n_head"]
     values["data"] = cfg.data.get("source") or cfg.data.get("_target_", "").rsplit(".", 1)[-1]
     return values
 
@@ -272,6 +276,13 @@ def train(cfg: DictConfig) -> dict:
         extra = {k: v for cb in callbacks if hasattr(cb, "results_fields") for k, v in cb.results_fields().items()}
         record.finish("ok", metrics, **extra)
         return metrics
+    except SIGTERMException:
+        err = Interrupted(f"SIGTERM at step {trainer.global_step if trainer else 0}, outside the training steps: "
+                          f"no checkpoint written after the last periodic one; resume with resume=true hydra.run.dir={run_dir}",
+                          "SIGTERM", trainer.global_step if trainer else 0)
+        record.data.setdefault("interruptions", []).append(err.record())
+        record_failure(record, "interrupted", err, str(err), reached(trainer))
+        raise err from None
     except (KeyboardInterrupt, Interrupted) as err:
         if isinstance(err, Interrupted):
             if err.handoff:  # the scheduler requeues now; W&B closed first, while its process still lives

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..attention import Knockout
 from ..callbacks.probe import eval_mode, probe_with_logits
 from ..data.text import BOS  # the token the data modules put first with data.bos
 
@@ -139,25 +140,15 @@ def induction_edges(half: torch.Tensor, start: torch.Tensor, t: int) -> torch.Te
 @contextmanager
 def cut_edges(model, layer: int, head: int | None, edges: torch.Tensor):
     """Within the block, ``layer``'s ``head`` (None: every head) attends as before minus the given
-    (B, T, T) edges (its remaining weights renormalised); other heads' outputs are left untouched."""
-
-    def hook(module, args, kwargs, output):
-        one = slice(None) if head is None else slice(head, head + 1)
-        q, k, v = args[0][:, one], args[1][:, one], args[2][:, one]
-        p = module.probabilities(args[0], args[1])[:, one]  # with its ALiBi bias and escape slot, if any
-        escape = 1 - p.sum(-1, keepdim=True)  # 0 without an escape slot
-        p = p.masked_fill(edges.to(p.device).unsqueeze(1), 0.0)
-        p = p / (p.sum(-1, keepdim=True) + escape).clamp_min(1e-12)
-        out = output.clone()
-        with torch.autocast(p.device.type, enabled=False):  # re-weighted in fp32, whatever the run's autocast
-            out[:, one] = (p @ v.float()).to(out.dtype)
-        return out
-
-    handle = model.attention_layers()[layer].register_forward_hook(hook, with_kwargs=True)
+    (B, T, T) edges, cut on the layer's own weight path (``Attention.knockout``: a softmax row
+    renormalised over the keys left, a sigmoid row keeping its other weights); other heads' outputs
+    are left untouched."""
+    module = model.attention_layers()[layer]
+    module.knockout = Knockout(edges, head)
     try:
         yield
     finally:
-        handle.remove()
+        module.knockout = None
 
 
 def answer_probability(logits: torch.Tensor, idx: torch.Tensor, half: torch.Tensor, start: torch.Tensor) -> float:
@@ -307,10 +298,9 @@ def build_probes(model, vocab: list[str] | None, datamodule=None, n: int = 16, s
 
 
 def layer_probs(model, idx: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """Attention probabilities (B, H, T, T) of every layer for inputs idx, in fp32, and the logits."""
-    layers, logits = probe_with_logits(model, idx)
-    modules = model.attention_layers()  # each recomputes its own probabilities (ALiBi bias, escape slot)
-    return [modules[i].probabilities(q, k) for i, (q, k, _) in enumerate(layers)], logits
+    """Attention weights (B, H, T, T) of every layer for inputs idx, in fp32, and the logits."""
+    records, logits = probe_with_logits(model, idx)
+    return [rec.layer.probabilities(rec.q, rec.k) for rec in records], logits
 
 
 def repeat_accuracy(logits: torch.Tensor, idx: torch.Tensor, half: torch.Tensor, start: torch.Tensor) -> float:

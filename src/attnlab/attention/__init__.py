@@ -1,10 +1,11 @@
-"""The heart of attnlab: attention backends, scaling rules, masks and streaming statistics."""
-from .backends import BACKENDS, DEFAULT_SCALING, attend, attention_logits, attention_probs
+"""The heart of attnlab: attention backends, scaling rules, the weight rule, masks and streaming statistics."""
+from .backends import BACKENDS, DEFAULT_SCALING, attend
 from .masks import MASK_FILLS, allowed_mask, fill_value
-from .module import Attention
+from .module import Attention, AttentionConfig, Knockout
 from .scaling import SCALINGS, Scale, qk_component_std, static_scale
+from .weights import NORMALIZATIONS, WeightRule, Weights
 
 __all__ = [
-    "BACKENDS", "DEFAULT_SCALING", "MASK_FILLS", "SCALINGS", "Attention", "Scale", "allowed_mask",
-    "attend", "attention_logits", "attention_probs", "fill_value", "qk_component_std", "static_scale",
+    "BACKENDS", "DEFAULT_SCALING", "MASK_FILLS", "NORMALIZATIONS", "SCALINGS", "Attention", "AttentionConfig", "Knockout",
+    "Scale", "WeightRule", "Weights", "allowed_mask", "attend", "fill_value", "qk_component_std", "static_scale",
 ]

@@ -22,48 +22,29 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..errors import KernelUnavailable
-from .masks import allowed_mask, fill_value
+from .masks import allowed_mask
+from .sink import slot_key_attention
+from .weights import WeightRule, expand_kv, per_head
 
 BACKENDS = ("naive", "scaled", "sdpa", "flash")
-
-
-def _per_head(scale: float | torch.Tensor, like: torch.Tensor) -> float | torch.Tensor:
-    return scale.to(like.dtype).view(1, -1, 1, 1) if torch.is_tensor(scale) else scale
 
 
 def _fold_scale(q: torch.Tensor, scale: float | torch.Tensor) -> tuple[torch.Tensor, float]:
     """Fused kernels take a float scale only: fold a per-head tensor into q."""
     if torch.is_tensor(scale):
-        return q * _per_head(scale, q), 1.0
+        return q * per_head(scale, q), 1.0
     return q, float(scale)
 
 
-def attention_logits(q, k, scale, causal=True, key_padding_mask=None, mask_fill="-inf", bias=None):
-    """Scaled, masked logits s * q.k^T + bias (B, H, Tq, Tk) and the boolean mask used (or None).
-    ``bias``: an additive logit bias broadcastable to (B, H, Tq, Tk), e.g. ALiBi's, or None."""
-    logits = (q @ k.transpose(-2, -1)) * _per_head(scale, q)
-    if bias is not None:
-        logits = logits + bias.to(logits.dtype)
-    mask = allowed_mask(q.shape[-2], k.shape[-2], causal, key_padding_mask, q.device)
-    if mask is not None:
-        logits = logits.masked_fill(~mask, fill_value(mask_fill, logits.dtype))
-    return logits, mask
-
-
-def attention_probs(q, k, scale, causal=True, key_padding_mask=None, mask_fill="-inf", bias=None):
-    """Softmax probabilities; rows with no visible key are all zero (as SDPA outputs zeros there)."""
-    logits, mask = attention_logits(q, k, scale, causal, key_padding_mask, mask_fill, bias)
-    probs = torch.softmax(logits, dim=-1)
-    if key_padding_mask is not None:
-        probs = probs.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-    return probs
-
-
-def explicit_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fill="-inf", dropout_p=0.0, bias=None):
-    probs = attention_probs(q, k, scale, causal, key_padding_mask, mask_fill, bias)
+def explicit_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fill="-inf", dropout_p=0.0, bias=None,
+                       normalize="softmax", escape=None):
+    """weights(q, k) v, with the weights of ``WeightRule`` (every normalisation, escape slot and
+    key/value groups); ``bias`` a tensor broadcastable to (B, H, Tq, Tk)."""
+    rule = WeightRule(scale, causal, mask_fill, normalize, escape, None if bias is None else (lambda rows, keys: bias))
+    probs = rule(q, k, key_padding_mask=key_padding_mask).p
     if dropout_p > 0:
         probs = F.dropout(probs, p=dropout_p)
-    return probs.to(v.dtype) @ v, "eager"
+    return probs.to(v.dtype) @ expand_kv(v, q.shape[1]), "eager"
 
 
 def autocast_inputs(q, k, v):
@@ -96,7 +77,7 @@ def _enabled_sdp_backends() -> tuple[bool, ...]:
     return (b.flash_sdp_enabled(), b.mem_efficient_sdp_enabled(), b.math_sdp_enabled(), b.cudnn_sdp_enabled())
 
 
-def sdpa_kernel_name(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None) -> str:
+def sdpa_kernel_name(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False) -> str:
     """Which kernel SDPA dispatches to for these inputs (asks PyTorch's own selector, once per
     signature: shapes, dtypes, device, grad, mask, dropout, causality and the enabled backends)."""
     if torch.compiler.is_compiling():
@@ -104,12 +85,12 @@ def sdpa_kernel_name(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, sc
     key = (
         q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, q.requires_grad or k.requires_grad or v.requires_grad,
         None if attn_mask is None else (attn_mask.shape, attn_mask.dtype), dropout_p > 0, is_causal, scale,
-        _enabled_sdp_backends(),
+        enable_gqa, _enabled_sdp_backends(),
     )
     name = _KERNEL_CHOICE.get(key)
     if name is None:
         try:
-            idx = torch._fused_sdp_choice(q, k, v, attn_mask, dropout_p, is_causal, scale=scale)
+            idx = torch._fused_sdp_choice(q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
             name = "sdpa:" + SDPBackend(idx).name.lower().replace("_attention", "")
         except Exception:  # private API: an unknown answer is better than a crash
             name = "sdpa:unknown"
@@ -121,8 +102,10 @@ def sdpa_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fill
     q, k, v = autocast_inputs(q, k, v)
     q, s = _fold_scale(q, scale)
     attn_mask, is_causal = _sdpa_args(q, k, causal, key_padding_mask, bias)
-    kernel = sdpa_kernel_name(q, k, v, attn_mask, dropout_p, is_causal, s)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=s)
+    gqa = k.shape[1] != q.shape[1]  # key/value groups: SDPA broadcasts them itself
+    kernel = sdpa_kernel_name(q, k, v, attn_mask, dropout_p, is_causal, s, gqa)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=s,
+                                         enable_gqa=gqa)
     return out, kernel
 
 
@@ -182,7 +165,8 @@ def flash_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fil
     try:
         with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
             out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=s
+                q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=s,
+                enable_gqa=k.shape[1] != q.shape[1],
             )
     except RuntimeError as err:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
@@ -197,10 +181,26 @@ KERNELS = {"naive": explicit_attention, "scaled": explicit_attention, "sdpa": sd
 DEFAULT_SCALING = {"naive": "none", "scaled": "inv_sqrt_d", "sdpa": "inv_sqrt_d", "flash": "inv_sqrt_d"}
 
 
-def attend(backend: str, q, k, v, scale, **kwargs) -> tuple[torch.Tensor, str]:
-    """Run ``backend`` and return (output, name of the kernel that ran)."""
+EXPLICIT = ("naive", "scaled")  # the backends that compute the weights themselves (WeightRule)
+
+
+def attend(backend: str, q, k, v, scale, normalize: str = "softmax", escape: torch.Tensor | None = None,
+           **kwargs) -> tuple[torch.Tensor, str]:
+    """Run ``backend`` and return (output, name of the kernel that ran). q is (B, H, T, d); k and v
+    may have fewer heads (H_kv dividing H: grouped-query attention). ``escape``: (H,) escape
+    logits, or None; ``normalize``: softmax, or sigmoid on the explicit backends."""
     try:
         kernel = KERNELS[backend]
     except KeyError:
         raise KernelUnavailable(f"model.attention.backend={backend!r}; expected one of {', '.join(BACKENDS)}") from None
+    if q.shape[1] % k.shape[1]:
+        raise KernelUnavailable(f"{q.shape[1]} query heads cannot share {k.shape[1]} key/value heads: "
+                                "model.n_head must be a multiple of model.n_kv_head")
+    if backend in EXPLICIT:
+        return kernel(q, k, v, scale, normalize=normalize, escape=escape, **kwargs)
+    if normalize != "softmax":
+        raise KernelUnavailable(f"attention={backend} normalises rows with softmax; model.attention.normalize={normalize} "
+                                f"runs on {' and '.join(EXPLICIT)}")
+    if escape is not None:
+        return slot_key_attention(kernel, q, k, v, scale, escape, **kwargs)
     return kernel(q, k, v, scale, **kwargs)

@@ -16,15 +16,20 @@ def fill_value(fill: str | float, dtype: torch.dtype) -> float:
 
 
 def allowed_mask(
-    t_q: int, t_k: int, causal: bool, key_padding_mask: torch.Tensor | None, device=None
+    t_q: int, t_k: int, causal: bool, key_padding_mask: torch.Tensor | None, device=None,
+    rows: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
     """(B|1, 1, t_q, t_k) boolean mask combining causality and key padding; None if nothing is masked.
 
-    ``key_padding_mask`` is (B, t_k) and True for real tokens, False for padding.
+    ``key_padding_mask`` is (B, t_k) and True for real tokens, False for padding. ``rows``: the
+    queries' positions among the keys (default: the last t_q), e.g. one block of query rows.
     """
     mask = None
     if causal:
-        mask = torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(diagonal=t_k - t_q)[None, None]
+        if rows is None:
+            mask = torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(diagonal=t_k - t_q)[None, None]
+        else:
+            mask = (torch.arange(t_k, device=device)[None, :] <= rows.to(device)[:, None])[None, None]
     if key_padding_mask is not None:
         pad = key_padding_mask.to(torch.bool)[:, None, None, :]
         mask = pad if mask is None else mask & pad

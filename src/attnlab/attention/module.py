@@ -1,48 +1,81 @@
-"""The attention layer the model calls: backend, scaling, ALiBi bias and escape slot chosen by config."""
+"""The attention layer the model calls: backend, scaling, normalisation, ALiBi bias, escape slot and
+key/value groups chosen by config (``AttentionConfig``, passed whole)."""
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from .backends import attend, attention_logits
+from .backends import BACKENDS, attend
+from .masks import MASK_FILLS
 from .position import alibi_bias, alibi_slopes
-from .scaling import Scale
-from .sink import SinkLogit, attend_with_sink, with_escape
+from .scaling import SCALINGS, Scale
+from .sink import ESCAPES, SinkLogit
+from .weights import NORMALIZATIONS, WeightRule, Weights, expand_kv
+
+
+def choice(default, choices: tuple, doc: str):
+    """A config field with its accepted values: config_checks and the W&B axes read them here."""
+    return field(default=default, metadata={"choices": choices, "doc": doc})
+
+
+@dataclass
+class AttentionConfig:
+    """``model.attention``, the schema: how each head turns q, k, v into its output. The config
+    checks (config_checks.py) and the W&B grouping axes (train.AXES) are derived from these fields."""
+
+    backend: str = choice("scaled", BACKENDS, "the kernel; the attention= group sets it with its default scaling")
+    scaling: str = choice("inv_sqrt_d", SCALINGS, "the factor s in s * q.k")
+    qk_norm: bool = choice(False, (False, True), "LayerNorm on q and k per head")
+    mask_fill: str = field(default="-inf", metadata={"doc": "what masked logits hold: " + ", ".join(MASK_FILLS)
+                                                        + " or another negative number"})
+    normalize: str = choice("softmax", NORMALIZATIONS, "how a row of logits becomes weights; sigmoid on naive and scaled only")
+    sink: str = choice("none", ESCAPES, "an escape slot per head: zero_logit (softmax plus one) or learned")
+
+
+@dataclass
+class Knockout:
+    """Edges to cut in one head (None: every head) of a layer: (B, T, T) bool, True = cut. The
+    head's weights are recomputed without them, in fp32, as the layer normalises (a softmax row
+    renormalises over the keys left, a sigmoid row keeps its other weights); other heads' outputs
+    are left as the kernel computed them."""
+
+    edges: torch.Tensor
+    head: int | None = None
 
 
 class Attention(nn.Module):
-    """softmax(s * q.k^T + bias + M) v over (B, H, T, d_k) tensors, with an optional escape slot.
+    """normalize(s * q.k^T + bias + M) v over (B, H, T, d_k) queries and (B, H_kv, T, d_k) keys and
+    values, with an optional escape slot.
 
-    Statistics callbacks hook this module: its forward inputs are the post-norm (and, with RoPE,
-    rotated) q, k, v; ``softmax_scale()``, ``logit_bias(rows, keys)`` and ``sink_logit()`` give
-    the rest of what decides the probabilities, and ``probabilities(q, k)`` recomputes them for
-    any backend. ``kernel`` names the kernel that ran in the last forward.
+    ``weight_rule()`` is everything besides q and k that decides the weights, and ``weights(q, k,
+    rows)`` computes them for any block of query rows (attention/weights.py): the explicit kernels,
+    the statistics, the maps and the head analysis all read them from there. Set ``knockout`` to
+    cut edges on that same path. ``kernel`` names the kernel that ran in the last forward.
     """
 
-    def __init__(
-        self,
-        backend: str,
-        scaling: str,
-        n_head: int,
-        d_k: int,
-        sigma_q: float = 1.0,
-        sigma_k: float = 1.0,
-        mask_fill: str = "-inf",
-        dropout: float = 0.0,
-        causal: bool = True,
-        alibi: bool = False,
-        sink: str = "none",
-    ):
+    def __init__(self, cfg: AttentionConfig, n_head: int, d_k: int, n_kv_head: int | None = None,
+                 sigma_q: float = 1.0, sigma_k: float = 1.0, dropout: float = 0.0, causal: bool = True,
+                 alibi: bool = False):
         super().__init__()
-        self.backend, self.mask_fill, self.dropout, self.causal = backend, mask_fill, dropout, causal
-        self.scale = Scale(scaling, d_k, n_head, sigma_q, sigma_k)
+        if cfg.normalize not in NORMALIZATIONS:
+            raise ValueError(f"model.attention.normalize={cfg.normalize!r}; expected one of {', '.join(NORMALIZATIONS)}")
+        self.cfg, self.dropout, self.causal = cfg, dropout, causal
+        self.n_head, self.n_kv_head = n_head, n_kv_head or n_head
+        self.scale = Scale(cfg.scaling, d_k, n_head, sigma_q, sigma_k)
         if alibi:  # not persistent: fixed by n_head, so checkpoints hold only what trains
             self.register_buffer("alibi_slopes", alibi_slopes(n_head), persistent=False)
         else:
             self.alibi_slopes = None
-        self.sink = SinkLogit(sink, n_head) if sink != "none" else None
+        self.sink = SinkLogit(cfg.sink, n_head) if cfg.sink != ESCAPES[0] else None
+        self.knockout: Knockout | None = None
         self.kernel: str | None = None  # the last forward's kernel (a probe's too)
         self.training_kernels: list[str] = []  # kernels of the training forwards, in order of first use
+
+    @property
+    def backend(self) -> str:
+        return self.cfg.backend
 
     def softmax_scale(self) -> float | torch.Tensor:
         return self.scale()
@@ -58,42 +91,59 @@ class Attention(nn.Module):
         """The per-head escape logit (H,), or None without an escape slot."""
         return None if self.sink is None else self.sink()
 
-    def _bias(self, t_q: int, t_k: int, device) -> torch.Tensor | None:
-        return self.logit_bias(torch.arange(t_k - t_q, t_k, device=device), torch.arange(t_k, device=device))
+    def weight_rule(self, fp32: bool = False) -> WeightRule:
+        """The scale, bias, mask and normalisation of this layer as it is now (``fp32``: detached
+        fp32 parameters, for measurements)."""
+        scale, escape = self.softmax_scale(), self.sink_logit()
+        if fp32:
+            scale = scale.detach().float() if torch.is_tensor(scale) else scale
+            escape = escape.detach().float() if escape is not None else None
+        return WeightRule(scale, self.causal, self.cfg.mask_fill, self.cfg.normalize, escape,
+                          self.logit_bias if self.alibi_slopes is not None else None)
 
     @torch.no_grad()
-    def probabilities(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        """fp32 weights (B, H, Tq, Tk) on the real keys as this layer computes them; with an escape
-        slot, row i sums to 1 - escape_i. Rows with no visible key are zero. Autocast is switched
-        off here: a probe under bf16-mixed captures bf16 q, k, but the weights are measured in fp32."""
+    def weights(self, q: torch.Tensor, k: torch.Tensor, rows: torch.Tensor | None = None,
+                key_padding_mask: torch.Tensor | None = None, cut: torch.Tensor | None = None) -> Weights:
+        """The layer's weights for query rows ``rows`` in fp32 (autocast off: a probe under
+        bf16-mixed captures bf16 q, k, but the weights are measured in fp32)."""
         with torch.autocast(q.device.type, enabled=False):
-            return self._fp32_probabilities(q.float(), k.float())
+            return self.weight_rule(fp32=True)(q.float(), k.float(), rows, key_padding_mask, cut)
 
-    def _fp32_probabilities(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        scale = self.softmax_scale()
-        scale = scale.detach().float() if torch.is_tensor(scale) else scale
-        bias = self._bias(q.shape[-2], k.shape[-2], q.device)
-        logits, mask = attention_logits(q, k, scale, self.causal, bias=bias)
-        if self.sink is None:
-            p = torch.softmax(logits, dim=-1)
-            return p if mask is None else p.masked_fill(~mask.any(-1, keepdim=True), 0.0)
-        return with_escape(logits, self.sink_logit().detach().float())[0]
+    def probabilities(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """fp32 weights (B, H, Tq, Tk) on the real keys; a row sums to what the rule makes it (1
+        for softmax, 1 - escape with an escape slot, anything for sigmoid); rows with no visible
+        key are zero."""
+        return self.weights(q, k).p
 
     def forward(self, q, k, v, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        kwargs = dict(causal=self.causal, key_padding_mask=key_padding_mask, mask_fill=self.mask_fill,
-                      dropout_p=self.dropout if self.training else 0.0)
-        bias = self._bias(q.shape[-2], k.shape[-2], q.device)
-        if self.sink is not None:
-            out, kernel = attend_with_sink(self.backend, q, k, v, self.softmax_scale(), self.sink_logit(),
-                                                bias=bias, **kwargs)
-        else:
-            out, kernel = attend(self.backend, q, k, v, self.softmax_scale(),
-                                      **kwargs, **({"bias": bias} if bias is not None else {}))
+        cfg = self.cfg
+        bias = self.logit_bias(torch.arange(k.shape[-2] - q.shape[-2], k.shape[-2], device=q.device),
+                               torch.arange(k.shape[-2], device=q.device))
+        out, kernel = attend(cfg.backend, q, k, v, self.softmax_scale(), causal=self.causal,
+                             key_padding_mask=key_padding_mask, mask_fill=cfg.mask_fill,
+                             dropout_p=self.dropout if self.training else 0.0, bias=bias,
+                             normalize=cfg.normalize, escape=self.sink_logit())
+        if self.knockout is not None:
+            out = self._knocked_out(out, q, k, v, key_padding_mask)
         self.kernel = kernel
         if self.training and torch.is_grad_enabled() and kernel not in self.training_kernels:
             self.training_kernels.append(kernel)  # probes run in eval mode under no_grad: never counted
         return out
 
+    def _knocked_out(self, out, q, k, v, key_padding_mask) -> torch.Tensor:
+        heads = slice(None) if self.knockout.head is None else slice(self.knockout.head, self.knockout.head + 1)
+        cut = torch.zeros(1, self.n_head, 1, 1, dtype=torch.bool, device=q.device)
+        cut[:, heads] = True
+        cut = cut & self.knockout.edges.to(q.device).unsqueeze(1)
+        p = self.weights(q, k, key_padding_mask=key_padding_mask, cut=cut).p
+        out = out.clone()
+        with torch.autocast(q.device.type, enabled=False):
+            out[:, heads] = (p @ expand_kv(v.float(), self.n_head))[:, heads].to(out.dtype)
+        return out
+
     def extra_repr(self) -> str:
-        alibi = ", alibi" if self.alibi_slopes is not None else ""
-        return f"backend={self.backend}, mask_fill={self.mask_fill}, causal={self.causal}{alibi}"
+        cfg = self.cfg
+        extras = "".join([", alibi" if self.alibi_slopes is not None else "",
+                          f", normalize={cfg.normalize}" if cfg.normalize != "softmax" else "",
+                          f", n_kv_head={self.n_kv_head}" if self.n_kv_head != self.n_head else ""])
+        return f"backend={cfg.backend}, mask_fill={cfg.mask_fill}, causal={self.causal}{extras}"

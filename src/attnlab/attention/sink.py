@@ -9,12 +9,15 @@ The weight that goes nowhere, exp(b) / (exp(b) + sum_j exp(s_ij)), is the escape
 on the real keys then sum to 1 - escape.
 
 Routes, one per kind of kernel (each tested against a float64 reference, gradients included):
-  naive, scaled  an explicit column: b appended to each row of logits, softmax, column dropped
-  sdpa, flash    an extra key: q gains a component fixed at 1, k a component that is 0 for real keys
-                 and b / s for the slot key (value 0), padded to a head dim that is a multiple of 8;
-                 the slot key goes first, behind a dummy query row, so a square top-left causal
-                 mask (is_causal, no explicit mask: the forced flash kernel takes none) lets query i
-                 see the slot and keys 0..i; the dummy row's output is dropped.
+  naive, scaled  the escape is part of the weight rule (weights.with_escape): b appended to each
+                 row of logits, softmax, column dropped
+  sdpa, flash    an extra key (``slot_key_attention``): q gains a component fixed at 1, k a component
+                 that is 0 for real keys and b / s for the slot key (value 0), padded to a head dim
+                 that is a multiple of 8; the slot key goes first, behind a dummy query row, so a
+                 square top-left causal mask (is_causal, no explicit mask: the forced flash kernel
+                 takes none) lets query i see the slot and keys 0..i; the dummy row's output is
+                 dropped. With key/value groups, k and v are expanded to every query head first (the
+                 slot's logit is per query head).
 The log-sum-exp route (out * sigmoid(lse - b)) is not used: PyTorch's fused kernels return an lse
 that carries no gradient (checked on torch 2.13 CPU), so b and q, k would not train through it.
 """
@@ -24,10 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .backends import attend, attention_logits
+from .weights import expand_kv, per_head
 
-SINKS = ("none", "zero_logit", "learned")
-EXPLICIT = ("naive", "scaled")
+ESCAPES = ("none", "zero_logit", "learned")
 
 
 class SinkLogit(nn.Module):
@@ -36,8 +38,8 @@ class SinkLogit(nn.Module):
 
     def __init__(self, kind: str, n_head: int):
         super().__init__()
-        if kind not in SINKS or kind == "none":
-            raise ValueError(f"model.attention.sink={kind!r}; expected one of {', '.join(SINKS)}")
+        if kind not in ESCAPES or kind == "none":
+            raise ValueError(f"model.attention.sink={kind!r}; expected one of {', '.join(ESCAPES)}")
         self.kind = kind
         if kind == "learned":
             self.logit = nn.Parameter(torch.zeros(n_head))
@@ -51,25 +53,13 @@ class SinkLogit(nn.Module):
         return f"kind={self.kind}"
 
 
-def with_escape(logits: torch.Tensor, sink: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Masked logits (B, H, Tq, Tk) and (H,) escape logits -> (weights on the real keys, escape mass
-    (B, H, Tq)). A row with no visible key puts all its weight on the escape."""
-    column = sink.to(logits.dtype).view(1, -1, 1, 1).expand(*logits.shape[:-1], 1)
-    p = torch.softmax(torch.cat([logits, column], dim=-1), dim=-1)
-    return p[..., :-1], p[..., -1]
-
-
-def _explicit(q, k, v, scale, sink, causal, key_padding_mask, mask_fill, dropout_p, bias):
-    logits, _ = attention_logits(q, k, scale, causal, key_padding_mask, mask_fill, bias)
-    probs, _ = with_escape(logits, sink)
-    if dropout_p > 0:
-        probs = F.dropout(probs, p=dropout_p)
-    return probs.to(v.dtype) @ v, "eager"
-
-
-def _slot_key(backend, q, k, v, scale, sink, causal, key_padding_mask, mask_fill, dropout_p, bias):
+def slot_key_attention(kernel, q, k, v, scale, sink, causal=True, key_padding_mask=None, mask_fill="-inf",
+                       dropout_p=0.0, bias=None) -> tuple[torch.Tensor, str]:
+    """A fused ``kernel`` (backends.KERNELS) with an escape slot of logit ``sink`` (H,) in every
+    head, as an extra key: (output, kernel that ran)."""
     if torch.is_tensor(scale):  # a per-head scale is folded into q, as the fused kernels want a float
-        q, scale = q * scale.to(q.dtype).view(1, -1, 1, 1), 1.0
+        q, scale = q * per_head(scale, q), 1.0
+    k, v = expand_kv(k, q.shape[1]), expand_kv(v, q.shape[1])
     b, h, t, d = q.shape
     width = d + 8 - d % 8  # d + 1 components, rounded up to a multiple of 8 (fused CUDA kernels need it)
     qp = q.new_zeros(b, h, t + 1, width)
@@ -83,13 +73,6 @@ def _slot_key(backend, q, k, v, scale, sink, causal, key_padding_mask, mask_fill
         key_padding_mask = F.pad(key_padding_mask.to(torch.bool), (1, 0), value=True)
     if bias is not None:
         bias = F.pad(bias, (1, 0, 1, 0))  # the slot's logit comes from its key alone
-    out, kernel = attend(backend, qp, kp, vp, scale, causal=causal, key_padding_mask=key_padding_mask,
-                         mask_fill=mask_fill, dropout_p=dropout_p, **({"bias": bias} if bias is not None else {}))
-    return out[:, :, 1:, : v.shape[-1]], kernel
-
-
-def attend_with_sink(backend, q, k, v, scale, sink, causal=True, key_padding_mask=None, mask_fill="-inf",
-                     dropout_p=0.0, bias=None) -> tuple[torch.Tensor, str]:
-    """``attend`` with an escape slot of logit ``sink`` (H,) in every head: (output, kernel that ran)."""
-    route = _explicit if backend in EXPLICIT else lambda *a: _slot_key(backend, *a)
-    return route(q, k, v, scale, sink, causal, key_padding_mask, mask_fill, dropout_p, bias)
+    out, name = kernel(qp, kp, vp, scale, causal=causal, key_padding_mask=key_padding_mask,
+                       mask_fill=mask_fill, dropout_p=dropout_p, bias=bias)
+    return out[:, :, 1:, : v.shape[-1]], name

@@ -1,8 +1,10 @@
 """Attention statistics computed from q and k in query blocks (DESIGN.md, "Metric definitions").
 
-Fused kernels return no probabilities, so every backend is measured the same way: the
-probabilities are recomputed from q, k and the softmax scale, ``block`` query rows at a time,
-in fp32. Peak extra memory is O(B x H x block x T), never T x T.
+Fused kernels return no probabilities, so every backend is measured the same way: the weights are
+recomputed by the layer's own rule (``WeightRule``: scale, bias, the run's mask, normalisation,
+key/value groups), ``block`` query rows at a time, in fp32. Peak extra memory is
+O(B x H x block x T), never T x T. Every metric is one entry of METRICS (name, function, how it
+is reduced, one doc line); docs/metrics.md's table is checked against it.
 
 Queries that see a single key (row 0 under a causal mask) are left out of every per-query
 statistic: their row is one-hot whatever the model does, so counting it would pin max_prob_max at
@@ -18,6 +20,8 @@ Per head (tensors of shape (H,)), over the queries i with k_i > 1 visible keys:
   sink_mass     mean of p_i0, the weight on the first token
   escape_mass   with an escape slot (``sink``): mean of the weight that goes nowhere, 1 - sum_j p_ij
                 (not reported without one)
+  row_mass      with sigmoid attention: mean of sum_j p_ij, what a row's weights add up to (no
+                normalisation makes it 1)
   sink_mass_<c> with ``query_classes`` {c: (B, T) bool}: sink_mass over the queries of class c only,
                 e.g. ``dormant`` (queries that need no attention) and ``active`` (those that do)
 
@@ -25,94 +29,76 @@ Extreme tokens (Guo et al. 2024), from the probe's value vectors and residual st
   value_drain   per head, ||v_0|| / mean_{t>0} ||v_t||: below 1 when the first token's value shrinks
   residual_peak per layer, ||h_0|| / mean_{t>0} ||h_t|| of the block's output: above 1 when the
                 first token's residual state grows
+  attn_out_norm per head, mean over tokens of ||o_t||, the head's output before the output
+                projection: how much a head writes (a dormant head writes little)
 
-With an escape slot the weights on the real keys sum to 1 - escape: max_prob, max_prob_max and
-sink_mass are those weights as they are (what the head puts on a key), while entropy and
-entropy_norm describe the real-key weights renormalised to sum to 1 (how the head spreads the weight
-it does place). An ALiBi ``bias`` is added to the logits before all of this, and max_logit includes
+When rows do not sum to 1 (an escape slot: 1 - escape; sigmoid: anything), max_prob, max_prob_max
+and sink_mass are the weights as they are (what the head puts on a key), while entropy and
+entropy_norm describe each row renormalised to sum to 1 (how the head spreads the weight it does
+place). With grouped-query attention every statistic is per query head (value_drain reads the
+key/value head each query head shares). An ALiBi ``bias`` is added to the logits before all of this, and max_logit includes
 it; with RoPE the captured q and k are already rotated.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
-from .sink import with_escape
-
-STATS = ("entropy", "entropy_norm", "max_prob", "max_prob_max", "max_logit", "sink_mass")  # + escape_mass with a sink
-# How per-head values become one per-layer value.
-LAYER_REDUCE = {"max_prob_max": "max", "max_logit": "max", "sink_mass_dormant": "max", "sink_mass_active": "max",
-                "value_drain": "min"}  # a sink is one head's doing: the layer reports its strongest head
+from .weights import WeightRule, expand_kv
 
 
-@torch.no_grad()
-def attention_stats(
-    q: torch.Tensor, k: torch.Tensor, scale, causal: bool = True, block: int = 128,
-    bias: Callable[[torch.Tensor, torch.Tensor], torch.Tensor | None] | None = None,
-    sink: torch.Tensor | None = None, query_classes: dict[str, torch.Tensor] | None = None,
-) -> dict:
-    """Per-head statistics of softmax(scale * q k^T + bias) under a causal (or no) mask; q, k: (B, H, T, d).
-    ``bias(rows, keys)`` gives an additive (H, rows, keys) logit bias (``Attention.logit_bias``) or
-    None; ``sink`` the (H,) escape logits (``Attention.sink_logit()``) or None; ``query_classes``
-    named (B, T) masks of queries whose first-token weight is also reported on its own."""
-    q, k = q.float(), k.float()
-    sink = sink.detach().float() if sink is not None else None
-    if torch.is_tensor(scale):
-        q = q * scale.float().view(1, -1, 1, 1)
-        scale = 1.0
-    b, h, t, _ = q.shape
-    kt = k.transpose(-2, -1)
-    sums = {name: torch.zeros(h, dtype=torch.float64, device=q.device) for name in ("entropy", "entropy_norm", "max_prob", "sink_mass", "escape_mass")}
-    classes = {name: mask.to(q.device).bool() for name, mask in (query_classes or {}).items()}
-    class_sums = {name: torch.zeros(h, dtype=torch.float64, device=q.device) for name in classes}
-    class_rows = dict.fromkeys(classes, 0)
-    n_rows = 0
-    max_logit = torch.full((h,), float("-inf"), device=q.device)
-    max_prob_max = torch.zeros(h, device=q.device)
-    keys = torch.arange(t, device=q.device)
-    for start in range(0, t, block):
-        rows = torch.arange(start, min(start + block, t), device=q.device)
-        logits = (q[:, :, rows] @ kt) * scale  # (B, H, r, T)
-        extra = bias(rows, keys) if bias is not None else None
-        if extra is not None:
-            logits = logits + extra.float()
-        visible = keys[None, :] <= rows[:, None] if causal else torch.ones(len(rows), t, dtype=torch.bool, device=q.device)
-        logits = logits.masked_fill(~visible, float("-inf"))
-        if sink is None:
-            p, escape = torch.softmax(logits, dim=-1), torch.zeros(logits.shape[:-1], device=q.device)
-            placed = p
-        else:
-            p, escape = with_escape(logits, sink)
-            placed = p / (1 - escape).clamp_min(1e-30).unsqueeze(-1)  # where the placed weight goes
-        ent = -torch.special.xlogy(placed, placed).sum(-1)  # (B, H, r)
-        max_logit = torch.maximum(max_logit, logits.amax((0, 2, 3)))
-        n_visible = visible.sum(-1)  # (r,)
-        counted = n_visible > 1  # rows with a choice to make
-        if not counted.any():
-            continue
-        for name, mask in classes.items():
-            chosen = mask[:, rows] & counted[None, :]  # (B, r)
-            class_sums[name] += (p[..., 0] * chosen[:, None]).sum((0, 2)).double()
-            class_rows[name] += int(chosen.sum())
-        ent, p, n_visible, escape = ent[..., counted], p[:, :, counted], n_visible[counted], escape[..., counted]
-        row_max = p.amax(-1)  # (B, H, r')
-        sums["entropy"] += ent.sum((0, 2)).double()
-        sums["entropy_norm"] += (ent / n_visible.float().log()).sum((0, 2)).double()
-        sums["max_prob"] += row_max.sum((0, 2)).double()
-        sums["sink_mass"] += p[..., 0].sum((0, 2)).double()
-        sums["escape_mass"] += escape.sum((0, 2)).double()
-        max_prob_max = torch.maximum(max_prob_max, row_max.amax((0, 2)))
-        n_rows += b * int(counted.sum())
-    # no query with a choice (T = 1): every per-query statistic is undefined
-    out = {name: (s / n_rows if n_rows else torch.full_like(s, float("nan"))).float() for name, s in sums.items()}
-    out["max_prob_max"] = max_prob_max if n_rows else torch.full_like(max_prob_max, float("nan"))
-    out["max_logit"] = max_logit
-    if sink is None:
-        del out["escape_mass"]  # logged only for models with an escape slot
-    for name, total in class_sums.items():
-        out[f"sink_mass_{name}"] = (total / class_rows[name] if class_rows[name] else torch.full_like(total, float("nan"))).float()
-    return out
+class Rows(NamedTuple):
+    """One block of query rows, what a per-query metric reads."""
+
+    p: torch.Tensor  # (B, H, r, T) weights on the real keys, as they are
+    placed: torch.Tensor  # (B, H, r, T) each row renormalised to sum to 1
+    mass: torch.Tensor  # (B, H, r) what each row sums to
+    logits: torch.Tensor  # (B, H, r, T) scaled logits plus bias, -inf where a key is not visible
+    n_visible: torch.Tensor  # (r,) how many keys each query sees
+
+
+class Record(NamedTuple):
+    """What a per-layer metric reads from the probe (callbacks.probe.ProbeRecord has these fields)."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor  # (B, H_kv, T, d)
+    out: torch.Tensor  # (B, H, T, d) the heads' outputs before the output projection
+    residual: torch.Tensor  # (B, T, d_model) the block's output
+
+
+def always(rule: WeightRule) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A per-layer statistic: ``rows`` gives a value per query (B, H, r), reduced over the counted
+    queries by ``over_rows`` (mean or max); or ``record`` gives one per head (H,) or one for the
+    layer (a 0-d tensor) from the probe record. ``layer``: how heads become the layer's value (mean,
+    max or min). ``all_rows``: queries that see one key count too. ``classes``: also reported over
+    each query class, as ``<name>_<class>``, reduced over heads by ``class_layer``. ``table`` and
+    ``panel``: where reports show it."""
+
+    name: str
+    doc: str
+    rows: Callable[[Rows], torch.Tensor] | None = None
+    record: Callable[[Record], torch.Tensor] | None = None
+    over_rows: str = "mean"
+    layer: str = "mean"
+    all_rows: bool = False
+    applies: Callable[[WeightRule], bool] = always
+    classes: bool = False
+    class_layer: str = "max"
+    table: bool = False  # a column of the study tables (per layer), when some run logged it
+    panel: str | None = None  # a section of the W&B dashboard (make dashboard)
+
+
+def entropy(rows: Rows) -> torch.Tensor:
+    return -torch.special.xlogy(rows.placed, rows.placed).sum(-1)
 
 
 def first_token_norm_ratio(x: torch.Tensor) -> torch.Tensor:
@@ -122,13 +108,127 @@ def first_token_norm_ratio(x: torch.Tensor) -> torch.Tensor:
     return first / rest.clamp_min(1e-30)
 
 
+METRICS = (
+    Metric("entropy", "mean over queries of H_i = -sum_j p_ij log p_ij (nats)", rows=entropy),
+    Metric("entropy_norm", "mean of H_i / log k_i over queries seeing k_i keys (1 uniform, 0 one-hot)",
+           rows=lambda r: entropy(r) / r.n_visible.float().log(), table=True, panel="Entropy (normalised) per layer"),
+    Metric("max_prob", "mean over queries of max_j p_ij", rows=lambda r: r.p.amax(-1), table=True,
+           panel="Max probability per layer"),
+    Metric("max_prob_max", "max over queries of max_j p_ij (1 = a collapsed row)",
+           rows=lambda r: r.p.amax(-1), over_rows="max", layer="max"),
+    Metric("max_logit", "max over every query and visible key of the scaled logit s_ij (Wortsman et al. 2023)", rows=lambda r: r.logits.amax(-1), over_rows="max", layer="max", all_rows=True,
+           table=True, panel="Max logit per layer"),
+    Metric("sink_mass", "mean over queries of p_i0, the weight on the first token (StreamingLLM); a task with query "
+           "classes adds `sink_mass_<class>` over its classes' queries (dormant, active), the layer's value its strongest head (max)", rows=lambda r: r.p[..., 0],
+           classes=True, table=True, panel="Sink mass per layer"),
+    Metric("escape_mass", "with an escape slot: mean over queries of the weight it sends nowhere, 1 - sum_j p_ij",
+           rows=lambda r: 1 - r.mass, applies=lambda rule: rule.escape is not None, table=True),
+    Metric("row_mass", "with sigmoid attention: mean over queries of sum_j p_ij (no normalisation makes it 1)",
+           rows=lambda r: r.mass, applies=lambda rule: rule.normalize != "softmax", table=True, panel="Row mass per layer"),
+    Metric("value_drain", "‖v_0‖ / mean_{t>0} ‖v_t‖ of the value vectors (below 1: the first token's value "
+           "shrinks, Guo et al. 2024's value-state drain)",
+           record=lambda rec: first_token_norm_ratio(expand_kv(rec.v, rec.q.shape[1])), layer="min", table=True),
+    Metric("residual_peak", "‖h_0‖ / mean_{t>0} ‖h_t‖ of the block's output, the residual stream after it (above 1: the first "
+           "token's residual state grows)", record=lambda rec: first_token_norm_ratio(rec.residual), table=True),
+    Metric("attn_out_norm", "mean over tokens of ‖o_t‖, a head's output before the output projection (how much it writes)",
+           record=lambda rec: rec.out.float().norm(dim=-1).mean((0, 2)), table=True, panel="Attention output norm per layer"),
+)
+METRIC = {m.name: m for m in METRICS}
+STATS = tuple(m.name for m in METRICS if m.rows is not None and m.applies(WeightRule()))  # what every run reports
+REDUCE = {"mean": torch.Tensor.mean, "max": torch.Tensor.max, "min": torch.Tensor.min}
+
+
+def table_stats(query_classes: tuple[str, ...]) -> list[str]:
+    """The per-layer columns of a study table, in order: the row metrics, their class variants,
+    then the record metrics (each shown when some run logged it)."""
+    shown = [m for m in METRICS if m.table]
+    return ([m.name for m in shown if m.rows is not None]
+            + [f"{m.name}_{c}" for m in shown if m.classes for c in query_classes]
+            + [m.name for m in shown if m.record is not None])
+
+
+def metrics_table() -> str:
+    """docs/metrics.md's table of the per-layer attention metrics, from METRICS (a test keeps them equal)."""
+    lines = ["| key | meaning | layer value over heads |", "|---|---|---|"]
+    for m in METRICS:
+        layer = "one per layer" if m.name == "residual_peak" else m.layer
+        lines.append(f"| `attn/L{{i}}/{m.name}` | {m.doc} | {layer} |")
+    return "\n".join(lines)
+
+
+def layer_reduction(name: str) -> str:
+    """How the heads' values of metric ``name`` (or ``<name>_<class>``) become the layer's."""
+    if name in METRIC:
+        return METRIC[name].layer
+    base = next((m for m in METRICS if m.classes and name.startswith(m.name + "_")), None)
+    return base.class_layer if base is not None else "mean"
+
+
+@torch.no_grad()
+def attention_stats(
+    q: torch.Tensor, k: torch.Tensor, rule: WeightRule | float | torch.Tensor = 1.0, block: int = 128,
+    query_classes: dict[str, torch.Tensor] | None = None, key_padding_mask: torch.Tensor | None = None,
+) -> dict:
+    """Per-head (H,) values of every row metric of METRICS that applies to ``rule`` (the layer's
+    ``weight_rule()``; a number is a plain softmax with that scale), q (B, H, T, d), k (B, H_kv, T, d).
+    ``query_classes``: named (B, T) masks of queries whose class metrics are also reported."""
+    rule = rule if isinstance(rule, WeightRule) else WeightRule(rule)
+    if torch.is_tensor(rule.scale) or rule.escape is not None:
+        rule = WeightRule(rule.scale.detach().float() if torch.is_tensor(rule.scale) else rule.scale, rule.causal,
+                          rule.mask_fill, rule.normalize, None if rule.escape is None else rule.escape.detach().float(), rule.bias)
+    q, k = q.float(), k.float()
+    b, h, t, _ = q.shape
+    metrics = [m for m in METRICS if m.rows is not None and m.applies(rule)]
+    sums = {m.name: torch.zeros(h, dtype=torch.float64, device=q.device) for m in metrics if m.over_rows == "mean"}
+    maxima = {m.name: torch.full((h,), float("-inf"), device=q.device) for m in metrics if m.over_rows == "max"}
+    classes = {name: mask.to(q.device).bool() for name, mask in (query_classes or {}).items()}
+    class_sums = {(m.name, c): torch.zeros(h, dtype=torch.float64, device=q.device) for m in metrics if m.classes for c in classes}
+    class_rows = dict.fromkeys(classes, 0)
+    n_rows = 0
+    for start in range(0, t, block):
+        rows = torch.arange(start, min(start + block, t), device=q.device)
+        w = rule(q[:, :, rows], k, rows=rows, key_padding_mask=key_padding_mask)
+        mass = w.mass
+        placed = w.p if rule.rows_sum_to_one else w.p / mass.clamp_min(1e-30).unsqueeze(-1)
+        logits = w.logits if rule.mask_fill == "-inf" else w.logits.masked_fill(~w.visible, float("-inf"))
+        n_visible = w.visible[0, 0].sum(-1)  # (r,)
+        block_rows = Rows(w.p, placed, mass, logits, n_visible)
+        counted = n_visible > 1  # rows with a choice to make; masked, not indexed: no copy of the block
+        for m in metrics:
+            values = m.rows(block_rows)  # (B, H, r)
+            if m.over_rows == "max":
+                chosen = values if m.all_rows else torch.where(counted, values, float("-inf"))
+                maxima[m.name] = torch.maximum(maxima[m.name], chosen.amax((0, 2)))
+            else:
+                sums[m.name] += torch.where(counted, values, 0.0).sum((0, 2)).double()
+            for c, mask in classes.items() if m.classes else ():
+                chosen = mask[:, rows] & counted[None, :]  # (B, r)
+                class_sums[m.name, c] += torch.where(chosen[:, None], values, 0.0).sum((0, 2)).double()
+        for c, mask in classes.items():
+            class_rows[c] += int((mask[:, rows] & counted[None, :]).sum())
+        n_rows += b * int(counted.sum())
+    # no query with a choice (T = 1): every per-query statistic is undefined
+    nan = torch.full((h,), float("nan"), device=q.device)
+    out = {name: (s / n_rows).float() if n_rows else nan.clone() for name, s in sums.items()}
+    for m in metrics:
+        if m.over_rows == "max":
+            out[m.name] = maxima[m.name] if (n_rows or m.all_rows) else nan.clone()
+    out = {m.name: out[m.name] for m in metrics}  # in METRICS order
+    for (name, c), total in class_sums.items():
+        out[f"{name}_{c}"] = (total / class_rows[c]).float() if class_rows[c] else nan.clone()
+    return out
+
+
+def record_stats(record: Record) -> dict:
+    """The per-layer metrics of METRICS read from the probe record: (H,) per head, or 0-d per layer."""
+    return {m.name: m.record(record) for m in METRICS if m.record is not None}
+
+
 def uniform_sink_mass(t: int) -> float:
     """sink_mass of uniform causal attention over T positions: mean over i = 1..T-1 of 1/(i+1)."""
     return sum(1.0 / (i + 1) for i in range(1, t)) / (t - 1) if t > 1 else float("nan")
 
 
 def layer_values(per_head: dict) -> dict:
-    """One number per statistic for the layer: mean over heads, or max where LAYER_REDUCE says."""
-    return {
-        name: float(v.max() if LAYER_REDUCE.get(name) == "max" else v.mean()) for name, v in per_head.items()
-    }
+    """One number per statistic for the layer: its heads reduced as METRICS says (mean, max or min)."""
+    return {name: float(REDUCE[layer_reduction(name)](v)) for name, v in per_head.items()}

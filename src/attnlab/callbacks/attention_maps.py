@@ -45,8 +45,7 @@ class AttentionMaps(L.Callback):
         if not trainer.is_global_zero or not trainer.default_root_dir:
             return None
         x = probe_batch(trainer, 1)[:, : self.max_tokens].to(pl_module.device)
-        layers = pl_module.model.attention_layers()  # each recomputes its own probabilities (ALiBi, escape)
-        probs = [layers[i].probabilities(q, k)[0] for i, (q, k, _) in enumerate(probe(pl_module.model, x, training_precision(trainer)))]
+        probs = [rec.layer.probabilities(rec.q, rec.k)[0] for rec in probe(pl_module.model, x, training_precision(trainer))]
         step = trainer.global_step
         path = plot_attention_maps(probs, Path(trainer.default_root_dir) / "attention_maps" / f"step{step}.png", f"step {step}")
         for logger in trainer.loggers:

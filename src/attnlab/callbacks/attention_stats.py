@@ -14,9 +14,9 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from ..attention.stats import attention_stats, first_token_norm_ratio, layer_values
+from ..attention.stats import attention_stats, layer_values, record_stats
 from .cadence import log_metrics, should_run
-from .probe import capture_streams, probe, probe_batch, training_precision
+from .probe import probe, probe_batch, training_precision
 
 HISTORY_FILE = "attention_stats.jsonl"  # one JSON line of per-layer statistics per probe step
 
@@ -36,22 +36,19 @@ class AttentionStats(L.Callback):
         self._x: torch.Tensor | None = None
 
     def measure(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
-        """All statistics of the current model on the probe batch, as flat metric keys."""
+        """Every metric of the registry (attention.stats.METRICS) on the probe batch, as flat keys."""
         if self._x is None:
             self._x = probe_batch(trainer, self.probe_size)
         metrics: dict[str, float] = {}
-        model = pl_module.model
-        layers = model.attention_layers()  # their ALiBi bias and escape logits, if any
         classes = getattr(trainer.datamodule, "query_classes", None)  # e.g. active vs dormant queries
         classes = classes(self._x) if classes is not None else None
-        with capture_streams(model) as (values, residuals):
-            captured = probe(model, self._x.to(pl_module.device), training_precision(trainer))
-        for i, (q, k, scale) in enumerate(captured):
-            per_head = attention_stats(q, k, scale, causal=True, block=self.block, bias=layers[i].logit_bias,
-                                       sink=layers[i].sink_logit(), query_classes=classes)
-            per_head["value_drain"] = first_token_norm_ratio(values[i])
+        for rec in probe(pl_module.model, self._x.to(pl_module.device), training_precision(trainer)):
+            i = rec.index
+            per_head = attention_stats(rec.q, rec.k, rec.layer.weight_rule(fp32=True), block=self.block, query_classes=classes)
+            per_layer = record_stats(rec)
+            per_head |= {name: v for name, v in per_layer.items() if v.dim()}
             metrics.update({f"attn/L{i}/{name}": v for name, v in layer_values(per_head).items()})
-            metrics[f"attn/L{i}/residual_peak"] = float(first_token_norm_ratio(residuals[i]))
+            metrics.update({f"attn/L{i}/{name}": float(v) for name, v in per_layer.items() if not v.dim()})
             if self.per_head:
                 for name, values_h in per_head.items():
                     metrics.update({f"attn/L{i}/H{h}/{name}": float(v) for h, v in enumerate(values_h)})

@@ -1,4 +1,4 @@
-"""The probe pass shared by the measurement callbacks: q, k and scale of every layer.
+"""The probe pass shared by the measurement callbacks: one ``ProbeRecord`` per layer.
 
 Measurement forwards run in the trainer's precision context (autocast for ``*-mixed``), so they
 see the dtypes and kernels the training step sees: Lightning autocasts only inside its own
@@ -9,41 +9,58 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 
 import lightning as L
 import torch
 
+from ..attention import Attention
 from ..model import GPT
 
 
+@dataclass
+class ProbeRecord:
+    """What one attention layer saw and did in a probe forward; what every measurement reads.
+
+    q (B, H, T, d), k and v (B, H_kv, T, d) as they reach the kernel (post-norm, rotated with
+    RoPE); ``out`` the heads' outputs (B, H, T, d) before the output projection; ``residual`` the
+    block's output (B, T, d_model); ``layer`` the Attention module, whose ``weight_rule()`` and
+    ``weights(q, k, rows)`` give the weights as the layer computes them."""
+
+    index: int
+    layer: Attention
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    out: torch.Tensor
+    residual: torch.Tensor | None = None
+
+    @property
+    def scale(self) -> float | torch.Tensor:
+        s = self.layer.softmax_scale()
+        return s.detach() if torch.is_tensor(s) else s
+
+
 @contextmanager
-def capture_qk(model: GPT):
-    """Collect (q, k, scale) from each attention layer's forward, in layer order."""
-    captured: list[tuple[torch.Tensor, torch.Tensor, float | torch.Tensor]] = []
+def capture(model: GPT):
+    """Collect one ProbeRecord per attention layer of each forward, in layer order: one forward
+    hook on each layer (its inputs and output) and one on each block (the residual stream)."""
+    records: list[ProbeRecord] = []
+    layers = model.attention_layers()
 
-    def hook(module, args, kwargs):
-        q, k = args[0], args[1]
-        captured.append((q.detach(), k.detach(), module.softmax_scale()))
+    def on_attention(index):
+        def hook(module, args, kwargs, output):
+            q, k, v = (x.detach() for x in args[:3])
+            records.append(ProbeRecord(index, module, q, k, v, output.detach()))
+        return hook
 
-    handles = [layer.register_forward_pre_hook(hook, with_kwargs=True) for layer in model.attention_layers()]
+    def on_block(module, args, output):
+        records[-1].residual = output.detach()  # the block's attention layer ran just before
+
+    handles = [layer.register_forward_hook(on_attention(i), with_kwargs=True) for i, layer in enumerate(layers)]
+    handles += [block.register_forward_hook(on_block) for block in model.blocks]
     try:
-        yield captured
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-@contextmanager
-def capture_streams(model: GPT):
-    """Collect each attention layer's value vectors (B, H, T, d) and each block's output, the
-    residual stream after it (B, T, d), in layer order: what the extreme-token metrics read."""
-    values: list[torch.Tensor] = []
-    residuals: list[torch.Tensor] = []
-    handles = [layer.register_forward_pre_hook(lambda m, args: values.append(args[2].detach()))
-               for layer in model.attention_layers()]
-    handles += [block.register_forward_hook(lambda m, args, out: residuals.append(out.detach())) for block in model.blocks]
-    try:
-        yield values, residuals
+        yield records
     finally:
         for handle in handles:
             handle.remove()
@@ -75,16 +92,16 @@ def full_precision(device: torch.device | str) -> AbstractContextManager:
 
 
 @torch.no_grad()
-def probe_with_logits(model: GPT, x: torch.Tensor, precision: Precision = nullcontext):
-    """Run ``x`` through the model in eval mode (restored afterwards) and in ``precision``:
-    per-layer (q, k, scale), and the logits."""
-    with eval_mode(model), capture_qk(model) as captured, precision():
+def probe_with_logits(model: GPT, x: torch.Tensor, precision: Precision = nullcontext) -> tuple[list[ProbeRecord], torch.Tensor]:
+    """Run ``x`` through the model in eval mode (restored afterwards) and in ``precision``: one
+    ProbeRecord per layer, and the logits."""
+    with eval_mode(model), capture(model) as records, precision():
         logits, _ = model(x)
-    return [(q, k, s.detach() if torch.is_tensor(s) else s) for q, k, s in captured], logits
+    return records, logits
 
 
-def probe(model: GPT, x: torch.Tensor, precision: Precision = nullcontext) -> list[tuple[torch.Tensor, torch.Tensor, float | torch.Tensor]]:
-    """Per-layer (q, k, softmax scale) of ``x`` in eval mode."""
+def probe(model: GPT, x: torch.Tensor, precision: Precision = nullcontext) -> list[ProbeRecord]:
+    """One ProbeRecord per layer for ``x``, in eval mode."""
     return probe_with_logits(model, x, precision)[0]
 
 

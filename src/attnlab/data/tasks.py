@@ -20,6 +20,7 @@ from .text import BOS, CharTokenizer, ResumableDataModule
 from .text import VAL_SEED
 
 IGNORE = -100
+QUERY_CLASSES = ("dormant", "active")  # bigram_backcopy's queries that need no attention, and those that do
 TRAIN_STREAM, VAL_STREAM, PROBE_STREAM = 0, 1, 2
 
 
@@ -384,7 +385,7 @@ class BigramBackcopyDataModule(TaskDataModule):
     def query_classes(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """The queries that need the head (``active``: at a trigger) and those that do not (``dormant``)."""
         masks = self.metric_masks(x)
-        return {"active": masks["copy"], "dormant": masks["bigram"]}
+        return dict(zip(QUERY_CLASSES, (masks["bigram"], masks["copy"])))
 
 
 def random_chain(n: int, support: int, seed: int) -> np.ndarray:

@@ -15,17 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention import Attention, qk_component_std
+from ..attention import Attention, AttentionConfig, qk_component_std
 from ..attention.position import Rotary
-
-
-@dataclass
-class AttentionConfig:
-    backend: str = "scaled"
-    scaling: str = "inv_sqrt_d"
-    qk_norm: bool = False
-    mask_fill: str = "-inf"
-    sink: str = "none"  # none | zero_logit | learned: an escape logit per head (attention/sink.py)
 
 
 @dataclass
@@ -36,6 +27,7 @@ class GPTConfig:
     n_head: int = 4
     d_model: int = 128
     d_k: int | None = None  # None: d_model // n_head
+    n_kv_head: int | None = None  # key/value heads, n_head a multiple (1: multi-query); None: n_head
     dropout: float = 0.0
     init_std: float | str = 0.02  # or "fan_in"
     attn_only: bool = False
@@ -48,40 +40,40 @@ class GPTConfig:
             self.attention = AttentionConfig(**self.attention)
         if self.d_k is None:
             self.d_k = self.d_model // self.n_head
+        if self.n_kv_head is None:
+            self.n_kv_head = self.n_head
 
 
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
-        inner = cfg.n_head * cfg.d_k
-        self.n_head, self.d_k = cfg.n_head, cfg.d_k
+        inner, kv_inner = cfg.n_head * cfg.d_k, cfg.n_kv_head * cfg.d_k
+        self.n_head, self.n_kv_head, self.d_k = cfg.n_head, cfg.n_kv_head, cfg.d_k
         self.q_proj = nn.Linear(cfg.d_model, inner, bias=False)
-        self.k_proj = nn.Linear(cfg.d_model, inner, bias=False)
-        self.v_proj = nn.Linear(cfg.d_model, inner, bias=False)
+        self.k_proj = nn.Linear(cfg.d_model, kv_inner, bias=False)  # grouped-query: n_kv_head heads of k, v
+        self.v_proj = nn.Linear(cfg.d_model, kv_inner, bias=False)
         self.out_proj = nn.Linear(inner, cfg.d_model, bias=False)
         self.out_proj.is_residual = True
         qk_norm = cfg.attention.qk_norm
         self.q_norm = nn.LayerNorm(cfg.d_k) if qk_norm else nn.Identity()
         self.k_norm = nn.LayerNorm(cfg.d_k) if qk_norm else nn.Identity()
         sigma = qk_component_std(cfg.init_std, cfg.d_model, qk_norm)
-        self.attn = Attention(
-            cfg.attention.backend, cfg.attention.scaling, cfg.n_head, cfg.d_k,
-            sigma_q=sigma, sigma_k=sigma, mask_fill=cfg.attention.mask_fill, dropout=cfg.dropout,
-            alibi=cfg.pos_encoding == "alibi", sink=cfg.attention.sink,
-        )
+        self.attn = Attention(cfg.attention, cfg.n_head, cfg.d_k, cfg.n_kv_head, sigma_q=sigma, sigma_k=sigma,
+                              dropout=cfg.dropout, alibi=cfg.pos_encoding == "alibi")
         # RoPE rotates q and k here, before the Attention module: every backend and every statistic
         # recomputed from the q, k that reach it sees the rotated vectors
         self.rotary = Rotary(cfg.d_k) if cfg.pos_encoding == "rope" else None
         self.resid_dropout = nn.Dropout(cfg.dropout)
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, n * d_k) -> (B, n, T, d_k)."""
         b, t, _ = x.shape
-        return x.view(b, t, self.n_head, self.d_k).transpose(1, 2)
+        return x.view(b, t, -1, self.d_k).transpose(1, 2)
 
     def forward(self, x, key_padding_mask=None):
-        q = self.q_norm(self._heads(self.q_proj(x)))
-        k = self.k_norm(self._heads(self.k_proj(x)))
-        v = self._heads(self.v_proj(x))
+        q = self.q_norm(self._heads(self.q_proj(x)))  # (B, H, T, d_k)
+        k = self.k_norm(self._heads(self.k_proj(x)))  # (B, H_kv, T, d_k)
+        v = self._heads(self.v_proj(x))  # (B, H_kv, T, d_k)
         if self.rotary is not None:
             q, k = self.rotary(q), self.rotary(k)
         y = self.attn(q, k, v, key_padding_mask=key_padding_mask)

@@ -10,8 +10,7 @@ from pathlib import Path
 from ..analysis.heads import types_by_layer
 from ..analysis.phase import head_history
 
-# per-layer statistics shown in the table, and run-level metrics
-LAYER_STATS = ("entropy_norm", "max_prob", "max_logit", "sink_mass")
+# run-level metrics shown in the table (the per-layer ones come from attention.stats.METRICS)
 RUN_METRICS = ("val/loss", "val/acc", "perf/tokens_per_s", "mem/peak_bytes")
 # Overrides that are not axes: the seed (replicates of a cell), and settings that change what a run
 # records, not what it trains (loggers, the progress bar, checkpoints, the attention-map callback,

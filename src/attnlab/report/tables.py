@@ -5,14 +5,18 @@ import csv
 import html
 import io
 
-from .aggregate import LAYER_STATS, RUN_METRICS, Cell, short
+from ..attention.stats import table_stats
+from ..data.tasks import QUERY_CLASSES
+from .aggregate import RUN_METRICS, Cell, short
 from .numbers import mean_pm_std, plain
 from .significance import cell_key
 
 LABELS = {"val/loss": "val loss", "val/acc": "val acc", "perf/tokens_per_s": "tokens/s", "mem/peak_bytes": "peak MiB",
-          "val/copy/acc": "copy acc", "val/bigram/loss": "bigram loss"}
+          "val/copy/acc": "copy acc", "val/bigram/loss": "bigram loss", "mem/kv_cache_bytes_per_token": "KV cache B/token"}
 # a task's metric-mask columns (data=bigram_backcopy), shown when the runs logged them
 TASK_METRICS = ("val/copy/acc", "val/bigram/loss")
+# shown when their value differs between cells (a study of n_kv_head, say)
+COST_METRICS = ("mem/kv_cache_bytes_per_token",)
 SCALE = {"mem/peak_bytes": 1 / 2**20}
 # Head-analysis columns, shown when the runs logged them (the task studies)
 HEAD_METRICS = {"heads/repeat_acc": "repeat acc (probe)", "heads/in_context_score": "in-context score",
@@ -24,8 +28,7 @@ HEAD_LAYER_STATS = {"previous_token (best head)": "heads/L{i}/previous_token_max
                     "induction_knockout_all_heads": "heads/L{i}/induction_knockout_all_heads"}
 # shown when some run logged them: the escape slot's mass, and the extreme-token metrics of a task
 # with query classes (the sinks testbed)
-ATTN_LAYER_STATS = {s: f"attn/L{{i}}/{s}" for s in (*LAYER_STATS, "escape_mass", "sink_mass_dormant", "sink_mass_active",
-                                                       "value_drain", "residual_peak")}
+ATTN_LAYER_STATS = {s: f"attn/L{{i}}/{s}" for s in table_stats(QUERY_CLASSES)}  # from the metric registry
 
 
 def _mean_std(cell: Cell, key: str) -> str:
@@ -45,6 +48,16 @@ def _present(cells: list[Cell], keys) -> list[str]:
     return [k for k in keys if any(c.mean(k.format(i=0)) is not None for c in cells)]
 
 
+def _varying(cells: list[Cell], keys) -> list[str]:
+    """The metrics whose mean differs between cells."""
+    return [k for k in keys if len({c.mean(k) for c in cells} - {None}) > 1]
+
+
+def run_metrics(cells: list[Cell]) -> list[str]:
+    """The run-level columns: the standard ones, then those some run logged or that vary."""
+    return [*RUN_METRICS, *_present(cells, TASK_METRICS), *_present(cells, HEAD_METRICS), *_varying(cells, COST_METRICS)]
+
+
 def _layer_columns(cells: list[Cell]) -> dict[str, str]:
     """Per-layer columns: the attention statistics, then the head scores, those that some run logged."""
     return {name: t for name, t in {**ATTN_LAYER_STATS, **HEAD_LAYER_STATS}.items() if _present(cells, [t])}
@@ -58,7 +71,7 @@ def _status(cell: Cell) -> str:
 def rows(cells: list[Cell], axes: list[str], layers: int, marked: set[tuple] = frozenset()) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the human-readable table (per-layer values as L0 / L1 / ...); the val loss
     of a cell in ``marked`` (see significance.marked_cells) carries a " *"."""
-    metrics = [*RUN_METRICS, *_present(cells, TASK_METRICS), *_present(cells, HEAD_METRICS)]
+    metrics = run_metrics(cells)
     per_layer = _layer_columns(cells)
     header = [short(a) for a in axes] + ["runs"] + [LABELS.get(m) or HEAD_METRICS[m] for m in metrics]
     header += [f"{s} (L0/…/L{layers - 1})" for s in per_layer]
@@ -82,7 +95,7 @@ def html_table(header: list[str], body: list[list[str]]) -> str:
 
 def csv_keys(cells: list[Cell], layers: int) -> list[str]:
     """The metrics the machine-readable outputs carry: run metrics, head metrics and per-layer columns that some run logged."""
-    keys = [*RUN_METRICS, *_present(cells, TASK_METRICS), *_present(cells, HEAD_METRICS)]
+    keys = run_metrics(cells)
     return keys + [t.format(i=i) for t in _layer_columns(cells).values() for i in range(layers)]
 
 

@@ -19,7 +19,7 @@ from ..attention.stats import attention_stats, layer_values, uniform_sink_mass
 from ..analysis import THRESHOLDS, analyze_heads, build_probes
 from ..analysis.heads import types_by_layer
 from ..analysis.outputs import table_columns, table_rows
-from ..callbacks.probe import probe as qk_per_layer  # (q, k, scale) per layer, eval mode
+from ..callbacks.probe import probe  # one ProbeRecord per layer, eval mode
 from ..config import compose_config
 from ..data import TextDataModule
 from ..model import GPT, GPTConfig
@@ -114,12 +114,11 @@ def qk_grad_norms(model: GPT, batch) -> dict:
 def layer_stats(model: GPT, idx: torch.Tensor) -> list[dict]:
     """Per layer: per-head attention statistics (attention_stats) and the unscaled-logit std."""
     out = []
-    for q, k, scale in qk_per_layer(model, idx):
-        per_head = attention_stats(q, k, scale)
-        s = float(scale) if not torch.is_tensor(scale) else scale.view(1, -1, 1, 1)
-        logits = (q @ k.transpose(-2, -1)) * s
-        causal = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool).tril()
-        out.append({"per_head": per_head, "layer": layer_values(per_head), "logit_std": float(logits[..., causal].std())})
+    for rec in probe(model, idx):
+        per_head = attention_stats(rec.q, rec.k, rec.layer.weight_rule(fp32=True))
+        weights = rec.layer.weights(rec.q, rec.k)
+        logits = weights.logits[weights.visible.expand_as(weights.logits)]  # the scaled logits of visible keys
+        out.append({"per_head": per_head, "layer": layer_values(per_head), "logit_std": float(logits.std())})
     return out
 
 
