@@ -197,8 +197,8 @@ def test_config_refuses_alibi_with_forced_flash_and_unknown_values(make_cfg):
         check_config(make_cfg("attention=flash", "model.pos_encoding=alibi"))
     with pytest.raises(ConfigError, match="model.pos_encoding='sinusoidal'.*learned, rope, alibi, none"):
         check_config(make_cfg("model.pos_encoding=sinusoidal"))
-    with pytest.raises(ConfigError, match="model.attention.sink='one'.*none, zero_logit, learned"):
-        check_config(make_cfg("model.attention.sink=one"))
+    with pytest.raises(ConfigError, match="model.attention.escape='one'.*none, zero_logit, learned"):
+        check_config(make_cfg("model.attention.escape=one"))
     with pytest.raises(ConfigError, match="model.d_k=5.*even"):
         check_config(make_cfg("model.pos_encoding=rope", "model.d_k=5"))
 

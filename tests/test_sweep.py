@@ -353,7 +353,7 @@ CROSSED = {  # (bos, sink) -> val loss per seed: BOS helps by 0.1 in every strat
 def _crossed_study(root: Path, losses: dict) -> Path:
     for (bos, sink), values in losses.items():
         for seed, loss in enumerate(values):
-            fake_run(root, f"{bos}-{sink}-{seed}", [f"data.bos={bos}", f"model.attention.sink={sink}", f"seed={seed}"], loss)
+            fake_run(root, f"{bos}-{sink}-{seed}", [f"data.bos={bos}", f"model.attention.escape={sink}", f"seed={seed}"], loss)
     return root
 
 
@@ -366,7 +366,7 @@ def test_a_crossed_study_reports_each_axis_pooled_over_the_other(tmp_path):
     bos, sink = json.loads((tmp_path / "r" / "fake" / "summary.json").read_text())["pooled_effects"]
     assert bos["axis"] == "data.bos" and bos["diff"] == pytest.approx(-0.1) and bos["beyond_noise"]
     assert sink["level"] == "learned" and sink["reference"] == "none" and not sink["beyond_noise"]
-    assert "sink=learned vs none (over 2 strata): +0.000, p = 1, Holm = 1: no difference beyond seed noise." in text
+    assert "escape=learned vs none (over 2 strata): +0.000, p = 1, Holm = 1: no difference beyond seed noise." in text
     # the opposite measurement: BOS does nothing either, and the text says so
     flat = {k: [v - 0.1 * (k[0] == "False") for v in vals] for k, vals in CROSSED.items()}
     build_report(_crossed_study(tmp_path / "flat", flat), reports=tmp_path / "r2")
@@ -379,12 +379,12 @@ def test_pooled_effect_matches_a_stratified_welch_by_hand():
     from attnlab.report.significance import factor_effects
 
     def cell(bos, sink, values):
-        c = Cell({"data.bos": bos, "model.attention.sink": sink})
+        c = Cell({"data.bos": bos, "model.attention.escape": sink})
         c.values = lambda key, v=values: v  # what the test reads
         return c
 
     cells = [cell(b, s, v) for (b, s), v in CROSSED.items()]
-    effect = factor_effects(cells, ["data.bos", "model.attention.sink"])[0]
+    effect = factor_effects(cells, ["data.bos", "model.attention.escape"])[0]
     v = [statistics.variance(x) / 3 for x in CROSSED.values()]
     se = math.sqrt(sum(v)) / 2
     assert effect.diff == pytest.approx(-0.1) and effect.test.t == pytest.approx(-0.1 / se)

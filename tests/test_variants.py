@@ -177,7 +177,7 @@ def test_a_grouped_model_has_fewer_key_value_weights_and_agrees_across_backends(
     (["model.n_kv_head=3"], "model.n_kv_head", "a divisor of model.n_head=4"),
     (["attention=sdpa", "model.attention.normalize=sigmoid"], "model.attention.normalize", "sigmoid runs on naive and scaled"),
     (["model.attention.normalize=relu"], "model.attention.normalize", "one of softmax, sigmoid"),
-    (["model.attention.normalize=sigmoid", "model.attention.sink=zero_logit"], "model.attention.sink", "none with"),
+    (["model.attention.normalize=sigmoid", "model.attention.escape=zero_logit"], "model.attention.escape", "none with"),
 ])
 def test_bad_variant_config_is_one_line_naming_the_key(make_cfg, overrides, key, accepted):
     with pytest.raises(ConfigError) as err:
@@ -204,3 +204,24 @@ def test_docs_metrics_table_is_the_registry():
     block = re.search(r"<!-- metrics registry: start -->\n(.*?)\n<!-- metrics registry: end -->", doc, re.S)
     assert block is not None, "docs/metrics.md lost its registry table markers"
     assert block.group(1) == metrics_table(), "docs/metrics.md's table differs from attention.stats.METRICS: regenerate it"
+
+
+def test_the_escape_slots_old_key_is_read_with_a_one_line_notice(make_cfg, tmp_path, capsys):
+    """model.attention.sink was renamed model.attention.escape (every metric called sink means the
+    first-token phenomenon): the old key still sets it, in configs, checkpoints' model configs and
+    recorded sweeps, for one release."""
+    from attnlab.config_checks import apply_renamed_keys
+    from attnlab.report.aggregate import RunResult
+
+    cfg = make_cfg("model.attention.sink=learned")
+    notices = apply_renamed_keys(cfg)
+    assert notices == ["model.attention.sink is now model.attention.escape (set to learned); the old key is read until the next release"]
+    assert cfg.model.attention.escape == "learned" and cfg.model.attention.sink is None
+    check_config(cfg)
+    assert GPTConfig(attention={"sink": "zero_logit"}).attention.escape == "zero_logit"  # an old checkpoint's model config
+    old_run = RunResult(tmp_path, {"overrides": ["model.attention.sink=zero_logit", "seed=0"]})
+    assert old_run.overrides == {"model.attention.escape": "zero_logit", "seed": "0"}
+    capsys.readouterr()
+    metrics = train(make_cfg("model.attention.sink=learned"))
+    assert capsys.readouterr().err.count("model.attention.sink is now model.attention.escape") == 1
+    assert "attn/L0/escape_mass" in metrics

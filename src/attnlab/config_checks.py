@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from .analysis.heads import KNOCKOUT
 from dataclasses import fields
@@ -86,8 +86,24 @@ RULES: list[tuple[str, tuple[Callable, str]]] = [
 ]
 
 
+def apply_renamed_keys(cfg: DictConfig) -> list[str]:
+    """Move a value set under a renamed key (AttentionConfig's ``renamed_to``) to its new key, and
+    return one notice line per key moved (for one release the old names are still read)."""
+    notices = []
+    for f in fields(AttentionConfig):
+        new, old = f.metadata.get("renamed_to"), f"model.attention.{f.name}"
+        value = OmegaConf.select(cfg, old, default=None)
+        if new and value is not None:
+            with open_dict(cfg):
+                cfg.model.attention[new], cfg.model.attention[f.name] = value, None
+            notices.append(f"{old} is now model.attention.{new} (set to {value}); the old key is read until the next release")
+    return notices
+
+
 def check_config(cfg: DictConfig) -> None:
-    """Raise ConfigError for the first key whose value is not accepted."""
+    """Raise ConfigError for the first key whose value is not accepted (a renamed key's value is
+    checked under its new name)."""
+    apply_renamed_keys(cfg)
     for key, (ok, accepted) in RULES:
         value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
         if not ok(value):
@@ -114,8 +130,8 @@ def check_config(cfg: DictConfig) -> None:
         if attention.backend not in EXPLICIT:
             raise ConfigError("model.attention.normalize", attention.normalize,
                               f"softmax with attention={attention.backend} (sigmoid runs on {' and '.join(EXPLICIT)})")
-        if attention.sink != "none":
-            raise ConfigError("model.attention.sink", attention.sink,
+        if attention.escape != "none":
+            raise ConfigError("model.attention.escape", attention.escape,
                               "none with model.attention.normalize=sigmoid (an escape slot is a softmax's way out)")
     if cfg.model.pos_encoding == "alibi" and cfg.model.attention.backend == "flash":
         raise ConfigError("model.pos_encoding", "alibi", "learned, rope or none with attention=flash "

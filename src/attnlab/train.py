@@ -27,7 +27,7 @@ from .attention import AttentionConfig
 from .callbacks.interrupt import GracefulInterrupt, Interrupted
 from .checkpointing import AtomicCheckpointIO, newest_intact, read_checkpoint
 from .config import CONF_DIR
-from .config_checks import check_config
+from .config_checks import apply_renamed_keys, check_config
 from .console import progress_line, quiet_lightning
 from .devices import ddp_multirun_job, prepare_device
 from .errors import AttnlabError, CheckpointError, ConfigError, RunFault, WriteFailed
@@ -229,9 +229,10 @@ def train(cfg: DictConfig) -> dict:
     """Train one model as configured; write results.json in ``paths.output_dir``; return its metrics."""
     run_dir = Path(cfg.paths.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    note = prepare_device(cfg)  # trainer.precision=auto resolved before it is recorded
-    if note and is_rank_zero():
-        print(f"attnlab: {note}", file=sys.stderr)
+    notes = [*apply_renamed_keys(cfg), prepare_device(cfg)]  # old key names moved, trainer.precision=auto resolved, before they are recorded
+    for note in notes if is_rank_zero() else ():
+        if note:
+            print(f"attnlab: {note}", file=sys.stderr)
     record = RunRecord(run_dir, cfg)
     record.data["slurm"] = slurm_job()
     loggers: list = []

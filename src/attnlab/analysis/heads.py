@@ -12,7 +12,7 @@ every score because it can only see itself):
   entropy_norm    mean over queries i >= 1 of H(p_i) / log(i + 1); 1 = uniform over visible keys
                   (with an escape slot: of the real-key weights renormalised, i.e. how the head
                   spreads the weight it does place)
-  escape          only for models with an escape slot (model.attention.sink): mean over queries
+  escape          only for models with an escape slot (model.attention.escape): mean over queries
                   i >= 1 of the weight that goes nowhere, 1 - sum_j p_ij. Every other score reads
                   the real-key weights as they are, so they no longer sum to 1.
   induction       on random sequences r r (r of L tokens): mean over second-half queries i of

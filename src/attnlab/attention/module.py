@@ -31,7 +31,13 @@ class AttentionConfig:
     mask_fill: str = field(default="-inf", metadata={"doc": "what masked logits hold: " + ", ".join(MASK_FILLS)
                                                         + " or another negative number"})
     normalize: str = choice("softmax", NORMALIZATIONS, "how a row of logits becomes weights; sigmoid on naive and scaled only")
-    sink: str = choice("none", ESCAPES, "an escape slot per head: zero_logit (softmax plus one) or learned")
+    escape: str = choice("none", ESCAPES, "an escape slot per head: zero_logit (softmax plus one) or learned")
+    sink: str | None = field(default=None, metadata={"renamed_to": "escape", "doc": "the escape slot's old name, "
+                                                     "read until the next release"})
+
+    def __post_init__(self):
+        if self.sink is not None:  # the old key (checkpoints and configs written before the rename)
+            self.escape, self.sink = self.sink, None
 
 
 @dataclass
@@ -68,7 +74,7 @@ class Attention(nn.Module):
             self.register_buffer("alibi_slopes", alibi_slopes(n_head), persistent=False)
         else:
             self.alibi_slopes = None
-        self.sink = SinkLogit(cfg.sink, n_head) if cfg.sink != ESCAPES[0] else None
+        self.sink = SinkLogit(cfg.escape, n_head) if cfg.escape != ESCAPES[0] else None
         self.knockout: Knockout | None = None
         self.kernel: str | None = None  # the last forward's kernel (a probe's too)
         self.training_kernels: list[str] = []  # kernels of the training forwards, in order of first use

@@ -1,7 +1,8 @@
 """The softmax escape: one extra logit per head whose value vector is zero, so a head may put
 weight nowhere (the sink's cause under test: "softmax must sum to one"; MECHANISMS.md).
 
-``model.attention.sink`` picks one of SINKS:
+``model.attention.escape`` picks one of ESCAPES (``model.attention.sink``, its old name, is read
+until the next release: every metric called sink means the first-token phenomenon, not this slot):
   none        plain softmax over the visible keys
   zero_logit  p_ij = exp(s_ij) / (1 + sum_j' exp(s_ij'))  (softmax plus one: the slot's logit is 0)
   learned     the same with a learned per-head logit b_h in place of 0 (initialised at 0)
@@ -39,7 +40,7 @@ class SinkLogit(nn.Module):
     def __init__(self, kind: str, n_head: int):
         super().__init__()
         if kind not in ESCAPES or kind == "none":
-            raise ValueError(f"model.attention.sink={kind!r}; expected one of {', '.join(ESCAPES)}")
+            raise ValueError(f"model.attention.escape={kind!r}; expected one of {', '.join(ESCAPES)}")
         self.kind = kind
         if kind == "learned":
             self.logit = nn.Parameter(torch.zeros(n_head))

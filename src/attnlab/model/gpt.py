@@ -4,7 +4,7 @@ Differences from nanoGPT that the ablations need: the head dim d_k is independen
 (n_head * d_k projects back to d_model), q and k may be LayerNorm'd (qk_norm), the init std is a
 config value (a float, or ``fan_in`` for 1/sqrt(fan_in)), blocks may drop their MLP, the position
 encoding is a choice (``pos_encoding``: learned, rope, alibi or none; attnlab.attention.position) and
-each head's softmax may have an escape slot (``attention.sink``; attnlab.attention.sink).
+each head's softmax may have an escape slot (``attention.escape``; attnlab.attention.sink).
 """
 from __future__ import annotations
 

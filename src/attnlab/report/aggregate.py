@@ -4,10 +4,11 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from ..analysis.heads import types_by_layer
+from ..attention import AttentionConfig
 from ..analysis.phase import head_history
 
 # run-level metrics shown in the table (the per-layer ones come from attention.stats.METRICS)
@@ -15,6 +16,9 @@ RUN_METRICS = ("val/loss", "val/acc", "perf/tokens_per_s", "mem/peak_bytes")
 # Overrides that are not axes: the seed (replicates of a cell), and settings that change what a run
 # records, not what it trains (loggers, the progress bar, checkpoints, the attention-map callback,
 # which only reads the model in eval mode). A study run in parts may differ in these.
+# config keys that were renamed: runs recorded under the old name aggregate under the new one
+RENAMED_KEYS = {f"model.attention.{f.name}": f"model.attention.{f.metadata['renamed_to']}"
+                for f in fields(AttentionConfig) if "renamed_to" in f.metadata}
 IGNORED_AXES = {"seed", "logger", "trainer.enable_progress_bar", "callbacks.checkpoint", "callbacks.attention_maps"}
 
 
@@ -32,7 +36,7 @@ class RunResult:
     @property
     def overrides(self) -> dict[str, str]:
         pairs = (o.lstrip("+~").split("=", 1) for o in self.results.get("overrides", []) if "=" in o)
-        return {k: v for k, v in pairs if not k.startswith("hydra")}
+        return {RENAMED_KEYS.get(k, k): v for k, v in pairs if not k.startswith("hydra")}
 
     def metric(self, key: str) -> float | None:
         value = self.results.get("metrics", {}).get(key)

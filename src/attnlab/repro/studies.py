@@ -87,8 +87,14 @@ def induction_measurements(reports: Path) -> dict | None:
     return out
 
 
+def escape_axis(axes: dict) -> str:
+    """The escape slot's axis in a study's cells: ``model.attention.escape``, or its old name in a
+    report written before the rename."""
+    return "model.attention.escape" if "model.attention.escape" in axes else "model.attention.sink"
+
+
 def sinks_measurements(reports: Path, uniform: float) -> dict | None:
-    """Per (data.bos, model.attention.sink) cell: the seeds, each layer's head types, best sink
+    """Per (data.bos, model.attention.escape) cell: the seeds, each layer's head types, best sink
     head, sink mass and escape mass. ``uniform``: the sink mass of uniform attention at the study's
     block size. None without the report."""
     cells = study_cells(reports, SINKS)
@@ -97,11 +103,11 @@ def sinks_measurements(reports: Path, uniform: float) -> dict | None:
     layers = sum(f"heads/L{i}/sink_max_mean" in cells[0] for i in range(len(cells[0])))
     out = {"source": f"reports/{SINKS}", "uniform": uniform, "cells": {}}
     for cell in cells:
-        axes = {k: cell[k] for k in ("data.bos", "model.attention.sink")}
+        axes = {k: cell[k] for k in ("data.bos", escape_axis(cell))}
         per_layer = {name: [cell.get(f"{template.format(i=i)}_mean") for i in range(layers)]
                      for name, template in (("sink_max", "heads/L{i}/sink_max"), ("sink_mass", "attn/L{i}/sink_mass"),
                                             ("escape_mass", "attn/L{i}/escape_mass"))}
-        key = f"bos={str(cell['data.bos']).lower()}, sink={cell['model.attention.sink']}"
+        key = f"bos={str(cell['data.bos']).lower()}, sink={cell[escape_axis(cell)]}"
         out["cells"][key] = {"seeds": int(cell["n_ok"]), "types": study_head_types(reports, SINKS, axes), **per_layer}
     return out
 
@@ -117,7 +123,7 @@ def sinks_bb_measurements(reports: Path, uniform: float) -> dict | None:
     arms = {}
     for cell in json.loads(path.read_text()).get("per_seed", []):
         axes = cell["axes"]
-        name = BB_ARMS.get((axes.get("experiment", SINKS_BB), axes.get("model.attention.sink", "none")))
+        name = BB_ARMS.get((axes.get("experiment", SINKS_BB), axes.get(escape_axis(axes), "none")))
         if name is None or not cell["runs"]:
             continue
         values = {key: [r["metrics"].get(metric) for r in cell["runs"]] for key, metric in (
