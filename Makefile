@@ -60,7 +60,7 @@ table: $(STAMP) ## aggregate sweeps into reports/<study>/: mean ± std over seed
 repro: $(STAMP) ## reproduce and check the source articles' claims (REPRO=fast skips training claims)
 	$(BIN)/attnlab repro --mode $(REPRO) $(ARGS)
 
-bench: $(STAMP) ## kernel, memory and throughput benchmarks into reports/bench/ (BENCH=fast for a small run)
+bench: $(STAMP) ## kernels, memory, throughput, callback cost, end to end, long context, compile -> reports/bench/ (BENCH=fast: every section, < 3 min)
 	$(BIN)/attnlab bench --mode $(BENCH) $(ARGS)
 
 sample: $(STAMP) ## generate text from the last trained checkpoint (RUN=a run dir, default the latest)

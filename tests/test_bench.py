@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import subprocess
 import sys
 import time
@@ -20,7 +21,10 @@ from attnlab.errors import KernelUnavailable
 from attnlab.bench.report import memory_summary, write_json, write_markdown, write_plots
 from attnlab.bench import throughput
 from attnlab.bench.breakdown import breakdown
-from attnlab.bench.endtoend import plain_spec, run_attnlab, run_plain
+from attnlab.bench import longctx
+from attnlab.bench.endtoend import alternated, plain_spec, run_attnlab, run_plain
+from attnlab.bench.longctx import LongctxPlan, run_overrides, run_settings, summarize
+from attnlab.bench.report import longctx_table, longctx_verdict
 from attnlab.bench.phases import PhaseTimer, instrument
 from attnlab.bench.throughput import callback_intervals, representative_window, seconds_per_step
 from attnlab.bench.timing import measure
@@ -275,7 +279,8 @@ def test_cli_fast_writes_every_field(tmp_path):
                           "--sections", "kernels,train,callbacks"], capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-2000:]
     data = json.loads((tmp_path / "bench.json").read_text())
-    check_bench_json(data, full_memory=True)
+    check_bench_json(data, full_memory=False)  # fast measures memory up to T = 4096
+    assert data["memory_fit_T"]["scaled"] == [1024, 4096]
     assert data["memory_exponent"]["scaled"] > 1.6 and data["memory_exponent"]["sdpa"] < 1.3
 
 
@@ -445,3 +450,114 @@ def test_model_compile_must_be_a_boolean():
 
     with pytest.raises(ConfigError, match="model.compile"):
         LitGPT({"vocab_size": 11, "block_size": 8, "n_layer": 1, "n_head": 2, "d_model": 16, "compile": "yes"}, {}, 4)
+
+
+# ------------------------------------------------------------------ long context (issue 24)
+
+
+def test_longctx_budget_is_the_same_at_every_T():
+    """batch x T x steps and the number of validations do not change with T; 4096 only with a fused backend;
+    at T = 1024 the runs are issue 24's command."""
+    plan = LongctxPlan((64, 256, 1024, 2048), (4096,), tokens_per_step=4096, steps=40)
+    assert plan.lengths() == (64, 256, 1024, 2048, 4096)
+    assert LongctxPlan((64, 256), (4096,), attention="scaled").lengths() == (64, 256)
+    for t in (*plan.lengths(), 8192):  # 8192 > tokens_per_step: batch 1, fewer steps
+        s = run_settings(plan, t)
+        assert s["batch_size"] * t * s["steps"] == s["tokens"] == plan.budget, (t, s)
+        assert s["steps"] // s["val_every"] == plan.validations and s["steps"] % s["val_every"] == 0, (t, s)
+    assert run_settings(plan, 8192)["batch_size"] == 1
+    assert {"model.block_size=1024", "data.batch_size=4", "trainer.max_steps=40", "trainer.val_check_interval=20",
+            "attention=sdpa", "logger=csv"} <= set(run_overrides(plan, 1024))
+    with pytest.raises(ValueError, match="does not divide"):
+        run_settings(plan, 1000)
+    with pytest.raises(ValueError, match="validations"):
+        run_settings(LongctxPlan((64,), steps=5), 64)
+
+
+def fake_sample(wall: float, end: float = 0.0, tail: float = 1.0) -> dict:
+    return {"wall_s": wall, "end_s": end, "tail_s": tail, "callbacks_s": end, "median_step_s": 0.01, "val_loss": 2.0,
+            "kernel": "sdpa:flash", "max_rss_bytes": 2**30, "cuda_peak_bytes": None}
+
+
+def test_longctx_rows_compute_ratio_share_and_verdicts():
+    settings = {"batch_size": 4, "steps": 40, "val_every": 20, "tokens": 163840}
+    slow = summarize(1024, settings, [], {"default": [fake_sample(12.0, 0.6), fake_sample(13.0, 0.6), fake_sample(11.0, 0.6)],
+                                          "none": [fake_sample(10.0)] * 3})
+    assert slow["wall_ratio"] == pytest.approx(1.2) and slow["wall_ratio_range"] == pytest.approx([1.1, 1.3])
+    assert slow["end_share"] == pytest.approx(0.6 / 12.0) and slow["end_ok"] is True
+    assert slow["ratio_ok"] is False and slow["default_wall_s"] == 12.0
+    fine = summarize(64, settings, [], {"default": [fake_sample(10.5, 0.8)] * 3, "none": [fake_sample(10.0)] * 3})
+    assert fine["ratio_ok"] is True and fine["end_ok"] is False  # 0.8 s of 10.5 s is over 5 %
+    section = {"targets": {"wall_ratio": longctx.TARGET_RATIO, "end_share": longctx.TARGET_END_SHARE},
+               "rows": [fine, slow], "complete": True}
+    text = longctx_verdict(section)
+    assert "exceeds 1.10x at T = 1024" in text and "exceeds 5 % of the run at T = 64" in text
+    table = "\n".join(longctx_table(section))
+    assert "| 1024 | 4 x 40 |" in table and "**1.200**" in table and "**no**" in table and "yes" in table
+    both = summarize(256, settings, [], {"default": [fake_sample(10.2, 0.1)] * 3, "none": [fake_sample(10.0)] * 3})
+    assert longctx_verdict(dict(section, rows=[both])).startswith("Both targets are met at every measured T (256)")
+
+
+def test_longctx_alternates_saves_each_T_and_stops_growing_after_a_failure(monkeypatch):
+    calls, saved = [], []
+
+    def fake_run_arm(overrides, run_dir):
+        t = int(next(o for o in overrides if o.startswith("model.block_size=")).split("=")[1])
+        arm = "none" if "callbacks=none" in overrides else "default"
+        calls.append((t, arm))
+        if t == 256:
+            raise RuntimeError("python -m attnlab.bench.longctx ... failed (exit 1): Traceback\nMemoryError: out of memory")
+        return fake_sample(11.0 if arm == "default" else 10.0, 0.1)
+
+    monkeypatch.setattr(longctx, "run_arm", fake_run_arm)
+    plan = LongctxPlan((64, 128, 256, 512), tokens_per_step=512, steps=4, repeats=3)
+    section = longctx.long_context(plan, log=lambda line: None,
+                                   on_progress=lambda s: saved.append([r["T"] for r in s["rows"]]))
+    assert calls[:6] == [(64, "default"), (64, "none"), (64, "none"), (64, "default"), (64, "default"), (64, "none")]
+    assert alternated(["a", "b"], 1) == ["b", "a"]
+    assert saved == [[64], [64, 128], [64, 128, 256], [64, 128, 256, 512]]  # saved after every T
+    rows = {r["T"]: r for r in section["rows"]}
+    assert rows[64]["wall_ratio"] == pytest.approx(1.1) and rows[64]["ratio_ok"] is True
+    assert rows[256]["error"] == "MemoryError: out of memory" and rows[512]["error"].startswith("skipped")
+    assert not any(t == 512 for t, _ in calls) and section["complete"]
+
+
+@pytest.mark.parametrize("args,needle", [(["--longctx-seq-lens", "1000"], "does not divide"),
+                                         (["--longctx-seq-lens", "64,x"], "--longctx-seq-lens"),
+                                         (["--longctx-repeats", "0"], "--longctx-repeats"),
+                                         (["--e2e-arms", "defaults,bogus"], "--e2e-arms bogus")])
+def test_cli_rejects_bad_longctx_and_e2e_settings(tmp_path, capsys, args, needle):
+    assert bench_main(["--mode", "tiny", "--out", str(tmp_path / "out"), "--sections", "longctx,e2e", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnlab: error: ") and needle in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()  # refused before anything ran
+
+
+@pytest.mark.slow  # two whole training processes (~30 s on two cores)
+def test_cli_tiny_longctx_section(tmp_path):
+    """The section's rows come from real runs: the ratio is the pair's, the verdicts follow the targets, the
+    end-of-run analysis falls after the last step, callbacks=none runs no end-of-training hooks."""
+    run = subprocess.run([sys.executable, "-m", "attnlab.bench", "--mode", "tiny", "--out", str(tmp_path), "--device", "cpu",
+                          "--threads", "1", "--sections", "longctx"], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    section = json.loads((tmp_path / "bench.json").read_text())["longctx"]
+    assert section["complete"] and [r["T"] for r in section["rows"]] == section["plan"]["lengths"]
+    targets = section["targets"]
+    for row in section["rows"]:
+        assert row["error"] is None, row
+        d, n = row["samples"]["default"], row["samples"]["none"]
+        assert len(d) == len(n) == section["plan"]["repeats"]
+        assert row["batch_size"] * row["T"] * row["steps"] == section["plan"]["budget"]
+        assert row["wall_ratio"] == pytest.approx(statistics.median(a["wall_s"] / b["wall_s"] for a, b in zip(d, n)))
+        assert row["ratio_ok"] == (row["wall_ratio"] <= targets["wall_ratio"])
+        assert row["end_share"] == pytest.approx(statistics.median(s["end_s"] / s["wall_s"] for s in d))
+        assert row["end_ok"] == (row["end_share"] <= targets["end_share"])
+        for s in d:
+            assert 0 < s["end_s"] < s["tail_s"] < s["wall_s"], s  # the final analysis runs after the last step
+            assert 100 * 2**20 < s["max_rss_bytes"] < 64 * 2**30
+        assert all(s["end_s"] == 0 and 0 < s["tail_s"] < s["wall_s"] for s in n)
+        assert row["val_loss"]["default"] == pytest.approx(row["val_loss"]["none"], abs=1e-5)  # the callbacks only observe
+    md = (tmp_path / "bench.md").read_text()
+    assert "## Long context" in md and longctx_verdict(section) in md
+    verdict_cells = [line.split("|")[6].strip() for line in md.splitlines() if line.startswith(f"| {section['rows'][0]['T']} |")]
+    assert verdict_cells == ["yes" if section["rows"][0]["ratio_ok"] else "**no**"]

@@ -2,12 +2,19 @@
 
 full  T = 256..8192 on CPU (512..32768 on CUDA), 5 repeats, training throughput, callback cost
       over the callbacks' common period (1000 steps at the default intervals), the whole
-      ``make train`` against a plain script (3 alternating repeats), eager vs torch.compile;
-      most of an hour on 2 busy cores.
-fast  the same measurements, smaller: T up to 2048 timed, memory up to 8192, 300-step end-to-end runs.
+      ``make train`` against a plain script (3 alternating repeats), the long-context section
+      (whole runs of one token budget at T = 64..2048, and 4096 with a fused backend, default
+      callbacks against none, 3 alternated pairs: about 18 minutes on its own, estimated), eager
+      vs torch.compile; about an hour on 2 quiet cores (estimated), more when busy.
+fast  every section, smaller, in under 3 minutes on 2 quiet cores (estimate): kernels timed at
+      T = 256 and 1024, memory to 4096; 3 repeats for the in-process sections; one alternated pair
+      of a 40-step end-to-end arm and of long context at T = 1024 (4 steps); torch.compile of sdpa.
 tiny  for tests only: T 128 and 256, two repeats of a few training steps; numbers mean little.
 breakdown  where the seconds of one whole default ``make train`` go (``--overrides`` to change the
       run): reports/bench/breakdown.md and .json, plus the top functions of a cProfile'd run.
+
+``--sections`` picks sections (``--mode full --sections longctx --merge``: the long-context table
+alone, the other sections kept from the bench.json already in ``--out``).
 """
 from __future__ import annotations
 
@@ -29,7 +36,7 @@ from .kernels import KernelPlan, matmul_peak_gflops, run_kernels
 from .report import memory_summary, write_breakdown, write_json, write_markdown, write_plots
 from .throughput import callback_overhead, train_throughput
 
-SECTIONS = ("kernels", "train", "callbacks", "e2e", "compile")
+SECTIONS = ("kernels", "train", "callbacks", "e2e", "longctx", "compile")
 
 
 def kernel_plan(mode: str, device: torch.device) -> KernelPlan:
@@ -46,27 +53,62 @@ def kernel_plan(mode: str, device: torch.device) -> KernelPlan:
     if mode == "full":
         return KernelPlan((256, 512, 1024, 2048, 4096, 8192), (), repeats=5, warmup=1, min_sample_s=0.1,
                           matmul_n=2048, **shape)
-    if mode == "fast":
-        return KernelPlan((256, 512, 1024, 2048), (4096, 8192), repeats=5, warmup=1, min_sample_s=0.02,
+    if mode == "fast":  # the explicit kernels' memory rows at 8192 alone took ~37 s here: fast stops at 4096
+        return KernelPlan((256, 1024), (4096,), repeats=3, warmup=1, min_sample_s=0.02,
                           matmul_n=1024, **shape)
     return KernelPlan((128, 256), (), repeats=5, warmup=1, min_sample_s=0.0, matmul_n=256, **shape)
 
 
-TRAIN = {"full": dict(steps=60, warmup=10, repeats=5), "fast": dict(steps=15, warmup=3, repeats=5),
+# fast (< 3 min on 2 cores, every section): 3 repeats for the in-process medians, fewer and shorter
+# runs. The two whole-process sections (e2e, longctx) run one alternated pair each: every process pays
+# ~8-10 s of start-up and exit here (imports, corpus, W&B) whatever its length, so 3 pairs of each would
+# take ~2 minutes alone; --e2e-repeats / --longctx-repeats 3 for medians (about 80 s more).
+TRAIN = {"full": dict(steps=60, warmup=10, repeats=5), "fast": dict(steps=10, warmup=3, repeats=3),
          "tiny": dict(steps=6, warmup=2, repeats=2)}
-CALLBACKS = {"full": dict(steps=None, warmup=10, repeats=5), "fast": dict(steps=30, warmup=3, repeats=5),
+CALLBACKS = {"full": dict(steps=None, warmup=10, repeats=5), "fast": dict(steps=15, warmup=3, repeats=3),
              "tiny": dict(steps=6, warmup=2, repeats=2)}
-# end to end: the whole command per arm (defaults, attention=sdpa); full = the default 2000 steps
+# end to end: the whole command per arm (defaults, attention=sdpa); full = the default 2000 steps; fast: one arm
 E2E_ARMS = {"defaults": [], "sdpa": ["attention=sdpa"]}
-E2E = {"full": dict(repeats=3, extra=[]), "fast": dict(repeats=2, extra=["trainer.max_steps=300"]),
+E2E = {"full": dict(repeats=3, extra=[], arms=tuple(E2E_ARMS)),
+       "fast": dict(repeats=1, extra=["trainer.max_steps=40", "trainer.val_check_interval=20"], arms=("defaults",)),
        "tiny": dict(repeats=1, extra=["trainer.max_steps=6", "trainer.val_check_interval=3", "data.val_batches=2",
-                                      "callbacks.heads.every_n_steps=3", "checkpoint.every_n_steps=3"])}
-COMPILE = {"full": dict(steps=60, warmup=10, backends=BACKENDS), "fast": dict(steps=25, warmup=5, backends=BACKENDS),
+                                      "callbacks.heads.every_n_steps=3", "checkpoint.every_n_steps=3"],
+                    arms=tuple(E2E_ARMS))}
+# torch.compile: fast compiles one backend (a cold inductor cache took ~40 s for it on 2 cores, per backend)
+COMPILE = {"full": dict(steps=60, warmup=10, backends=BACKENDS), "fast": dict(steps=6, warmup=2, backends=("sdpa",)),
            "tiny": dict(steps=4, warmup=2, backends=("scaled", "sdpa"))}
+# long context (issue 24): the budget of `attention=sdpa model.block_size=1024 data.batch_size=4
+# trainer.max_steps=40 trainer.val_check_interval=20` at every T; fast: T = 1024 only, 4 steps
+LONGCTX = {"full": dict(seq_lens=(64, 256, 1024, 2048), fused_seq_lens=(4096,), tokens_per_step=4096, steps=40, repeats=3),
+           "fast": dict(seq_lens=(1024,), tokens_per_step=4096, steps=4, val_batches=2, repeats=1),
+           "tiny": dict(seq_lens=(32,), tokens_per_step=64, steps=4, val_batches=2, repeats=1)}
 
 
 SECTION_KEYS = {"kernels": ("machine", "kernel_setup", "kernels", "memory_exponent", "memory_ratio_8192_1024", "memory_fit_T"),
-                "train": ("train",), "callbacks": ("callbacks",), "e2e": ("e2e",), "compile": ("compile",)}
+                "train": ("train",), "callbacks": ("callbacks",), "e2e": ("e2e",), "longctx": ("longctx",),
+                "compile": ("compile",)}
+
+
+def longctx_plan(args: argparse.Namespace, device: torch.device):
+    """The mode's long-context plan with the command line's changes; ValueError (one line) for a bad one."""
+    from .longctx import LongctxPlan, run_settings
+    from .throughput import device_overrides
+
+    settings = dict(LONGCTX[args.mode])
+    if args.longctx_seq_lens is not None:
+        try:
+            lengths = tuple(int(x) for x in args.longctx_seq_lens.split(",") if x.strip())
+        except ValueError:
+            lengths = ()
+        if not lengths:
+            raise ValueError(f"--longctx-seq-lens {args.longctx_seq_lens!r}: expected comma-separated integers, e.g. 64,1024")
+        settings.update(seq_lens=lengths, fused_seq_lens=())
+    if args.longctx_repeats is not None:
+        settings["repeats"] = args.longctx_repeats
+    plan = LongctxPlan(**settings, attention=args.longctx_attention, extra=tuple(device_overrides(device)))
+    for seq_len in plan.lengths():
+        run_settings(plan, seq_len)
+    return plan
 
 
 def merge_previous(bench: dict, out: Path, sections: list[str]) -> dict:
@@ -81,7 +123,8 @@ def merge_previous(bench: dict, out: Path, sections: list[str]) -> dict:
                 if key in prior:
                     bench[key] = prior[key]
     pm = prior.get("machine") or {}
-    bench["merged"] = {"kept_from": prior.get("created"), "rerun": sections, "previous_wall_s": prior.get("wall_s"),
+    kept = [section for section, keys in SECTION_KEYS.items() if section not in sections and any(prior.get(k) for k in keys)]
+    bench["merged"] = {"kept_from": prior.get("created"), "rerun": sections, "kept": kept, "previous_wall_s": prior.get("wall_s"),
                        "previous_section_s": prior.get("section_s"),
                        "previous_load": [pm.get("load_before"), pm.get("load_after")]}
     return bench
@@ -115,7 +158,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mode", choices=("full", "fast", "tiny", "breakdown"), default="full")
     p.add_argument("--overrides", nargs="*", default=[], help="breakdown mode: hydra overrides of the timed run")
     p.add_argument("--e2e-repeats", type=int, default=None, help="end-to-end repeats (default: the mode's)")
-    p.add_argument("--e2e-arms", default=",".join(E2E_ARMS), help=f"end-to-end arms, a subset of {','.join(E2E_ARMS)}")
+    p.add_argument("--e2e-arms", default=None,
+                   help=f"end-to-end arms, a subset of {','.join(E2E_ARMS)} (default: the mode's; fast: defaults)")
+    p.add_argument("--longctx-repeats", type=int, default=None, help="long-context alternated pairs per T (default: the mode's)")
+    p.add_argument("--longctx-seq-lens", default=None,
+                   help="long-context block sizes, comma-separated divisors of the tokens per step (4096; tiny 64) "
+                        "(default: the mode's; full: 64,256,1024,2048 and 4096 with a fused backend)")
+    p.add_argument("--longctx-attention", choices=BACKENDS, default="sdpa", help="long-context runs' backend (default sdpa)")
     p.add_argument("--callback-repeats", type=int, default=None, help="callback-cost repeats (default: the mode's)")
     p.add_argument("--compile-steps", type=int, default=None,
                    help="steps per eager/compiled arm (the first third not counted; default: the mode's)")
@@ -142,6 +191,19 @@ def main(argv: list[str] | None = None) -> int:
         print("attnlab: error: --device cuda but CUDA is not available", file=sys.stderr)
         return 2
     device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu")
+    longctx = None
+    try:
+        for flag in ("e2e_repeats", "callback_repeats", "longctx_repeats"):
+            if getattr(args, flag) is not None and getattr(args, flag) < 1:
+                raise ValueError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected at least 1")
+        bad_arms = sorted({n for n in (args.e2e_arms or "").split(",") if n} - set(E2E_ARMS))
+        if bad_arms:
+            raise ValueError(f"--e2e-arms {','.join(bad_arms)}: expected a subset of {','.join(E2E_ARMS)}")
+        if "longctx" in sections and args.mode != "breakdown":
+            longctx = longctx_plan(args, device)
+    except ValueError as err:  # before anything runs: a bad setting costs no measurement
+        print(f"attnlab: error: {err}", file=sys.stderr)
+        return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
@@ -159,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                               "dtype": str(plan.dtype).removeprefix("torch."), "repeats": plan.repeats, "warmup": plan.warmup,
                               "timed_T": list(plan.timed_seq_lens), "memory_T": list(plan.seq_lens)},
              "kernels": [], "memory_exponent": {}, "memory_ratio_8192_1024": {}, "memory_fit_T": {},
-             "train": [], "callbacks": {}, "e2e": {}, "compile": []}
+             "train": [], "callbacks": {}, "e2e": {}, "longctx": {}, "compile": []}
     if args.merge:
         bench = merge_previous(bench, out, sections)
     print(f"  matmul {bench['machine']['matmul_n']}: {bench['machine']['matmul_gflops']:.1f} GFLOP/s")
@@ -186,9 +248,21 @@ def main(argv: list[str] | None = None) -> int:
         from .endtoend import end_to_end
 
         t = time.perf_counter()
-        arms = {name: E2E_ARMS[name] for name in args.e2e_arms.split(",") if name}
-        bench["e2e"] = end_to_end(arms, **(E2E[args.mode] | ({"repeats": args.e2e_repeats} if args.e2e_repeats else {})))
+        settings = dict(E2E[args.mode]) | ({"repeats": args.e2e_repeats} if args.e2e_repeats else {})
+        names = settings.pop("arms") if args.e2e_arms is None else [n for n in args.e2e_arms.split(",") if n]
+        bench["e2e"] = end_to_end({name: E2E_ARMS[name] for name in names}, **settings)
         section_s["e2e"] = time.perf_counter() - t
+        write_json(bench, out)
+    if "longctx" in sections:
+        from .longctx import long_context
+
+        def saved(section: dict) -> None:  # after every T: a killed bench keeps the rows it measured
+            bench["longctx"] = section
+            write_json(bench, out)
+
+        t = time.perf_counter()
+        bench["longctx"] = long_context(longctx, on_progress=saved)
+        section_s["longctx"] = time.perf_counter() - t
         write_json(bench, out)
     if "compile" in sections:
         from .compiled import compile_throughput

@@ -33,7 +33,9 @@ GROUPS = (  # (group, phase-name prefixes) in the table's order
 
 
 def group_of(phase: str) -> str:
-    if phase.startswith("callback") and "(end of training)" in phase:
+    from .phases import is_end_of_training
+
+    if is_end_of_training(phase):
         return "end of run"
     for group, prefixes in GROUPS:
         if any(phase.startswith(p) for p in prefixes):

@@ -51,14 +51,29 @@ def timed(cmd: list[str], env: dict | None = None) -> tuple[float, subprocess.Co
     return wall, proc
 
 
-def run_attnlab(overrides: list[str], run_dir: Path) -> dict:
-    """``attnlab train OVERRIDES``, the command ``make train`` runs; wall time and results.json's figures."""
-    wall, _ = timed([sys.executable, "-m", "attnlab.cli", "train", *overrides, f"hydra.run.dir={run_dir}"])
+ATTNLAB_TRAIN = ("-m", "attnlab.cli", "train")  # what ``make train`` runs, after the interpreter
+
+
+def alternated(items: list, rep: int) -> list:
+    """The order of the arms in repeat ``rep``: as given, then reversed (A B, B A, A B ...), so a
+    drift in the machine's load hits every arm alike over the repeats."""
+    return list(items) if rep % 2 == 0 else list(items)[::-1]
+
+
+def run_attnlab(overrides: list[str], run_dir: Path, command: tuple[str, ...] = ATTNLAB_TRAIN) -> dict:
+    """``attnlab train OVERRIDES``, the command ``make train`` runs; wall time and results.json's figures.
+
+    ``command`` replaces ``-m attnlab.cli train`` by a wrapper that runs the same command and
+    records more (the longctx bench's ``-m attnlab.bench.longctx --child ... -- train``);
+    ``finished_at`` (epoch seconds when the process had exited) dates the wrapper's own stamps.
+    """
+    wall, _ = timed([sys.executable, *command, *overrides, f"hydra.run.dir={run_dir}"])
+    finished_at = time.time()
     results = json.loads((run_dir / "results.json").read_text())
     m = results["metrics"]
     tokens = int(results["config"]["data"]["batch_size"]) * int(results["config"]["model"]["block_size"])
     return {"wall_s": wall, "median_step_s": tokens / m["perf/tokens_per_s"], "val_loss": m.get("val/loss"),
-            "steps": int(m.get("step", 0)), "kernel": results["attention"].get("kernel")}
+            "steps": int(m.get("step", 0)), "kernel": results["attention"].get("kernel"), "finished_at": finished_at}
 
 
 def run_plain(spec: dict, work: Path) -> dict:
@@ -79,7 +94,7 @@ def end_to_end(arms: dict[str, list[str]], repeats: int, extra: list[str] = (), 
     with tempfile.TemporaryDirectory(prefix="attnlab-e2e-") as tmp:
         for rep in range(repeats):
             order = [(name, side) for name in arms for side in ("attnlab", "plain")]
-            for i, (name, side) in enumerate(order if rep % 2 == 0 else order[::-1]):
+            for name, side in alternated(order, rep):
                 work = Path(tmp) / f"r{rep}-{name}-{side}"
                 if side == "attnlab":
                     sample = run_attnlab([*arms[name], *extra], work)

@@ -25,6 +25,7 @@ class PhaseTimer:
         self.clock = clock
         self.seconds: dict[str, float] = {}
         self.calls: dict[str, int] = {}
+        self.last_end: dict[str, float] = {}  # clock reading when each phase last ended (the longctx bench's last step)
         self._stack: list[list] = []  # [name, start, seconds of nested phases]
 
     @contextlib.contextmanager
@@ -34,7 +35,9 @@ class PhaseTimer:
         try:
             yield
         finally:
-            elapsed = self.clock() - entry[1]
+            end = self.clock()
+            elapsed = end - entry[1]
+            self.last_end[name] = end
             self._stack.pop()
             self.seconds[name] = self.seconds.get(name, 0.0) + elapsed - entry[2]
             self.calls[name] = self.calls.get(name, 0) + 1
@@ -86,11 +89,17 @@ def callback_hooks(callback_type: type) -> list[str]:
 
 
 END_HOOKS = ("on_train_end", "on_fit_end")
+END_OF_TRAINING = "(end of training)"
 
 
 def hook_phase(callback_type: type, hook: str) -> str:
-    when = "end of training" if hook in END_HOOKS else "per step"
-    return f"callback {callback_type.__name__} ({when})"
+    when = END_OF_TRAINING if hook in END_HOOKS else "(per step)"
+    return f"callback {callback_type.__name__} {when}"
+
+
+def is_end_of_training(phase: str) -> bool:
+    """A callback's end-of-training hooks: the final analyses, maps and checkpoint that run once the steps are done."""
+    return phase.startswith("callback ") and phase.endswith(END_OF_TRAINING)
 
 
 def wrap_callback_class(patches: Patches, timer: PhaseTimer, callback_type: type) -> None:
@@ -99,6 +108,23 @@ def wrap_callback_class(patches: Patches, timer: PhaseTimer, callback_type: type
         if owner is L.Callback:
             continue
         patches.wrap(owner, hook, timer, hook_phase(callback_type, hook))
+
+
+def wrap_callbacks_when_built(patches: Patches, timer: PhaseTimer) -> None:
+    """Time ``train.build_callbacks`` and every hook of the callbacks it returns: the callbacks a
+    config asks for are only known once the run builds them."""
+    from .. import train as train_mod
+
+    build_callbacks = train_mod.build_callbacks
+
+    def timed_build_callbacks(cfg):
+        with timer.phase("callbacks: build"):
+            callbacks = build_callbacks(cfg)
+        for callback in callbacks:
+            wrap_callback_class(patches, timer, type(callback))
+        return callbacks
+
+    patches.replace(train_mod, "build_callbacks", timed_build_callbacks, build_callbacks)
 
 
 @contextlib.contextmanager
@@ -150,17 +176,7 @@ def instrument(timer: PhaseTimer) -> Iterator[PhaseTimer]:
 
         patches.wrap(wandb, "init", timer, "W&B: init")
         patches.wrap(wandb, "finish", timer, "W&B: finish")
-
-        build_callbacks = train_mod.build_callbacks
-
-        def timed_build_callbacks(cfg):
-            with timer.phase("callbacks: build"):
-                callbacks = build_callbacks(cfg)
-            for callback in callbacks:
-                wrap_callback_class(patches, timer, type(callback))
-            return callbacks
-
-        patches.replace(train_mod, "build_callbacks", timed_build_callbacks, build_callbacks)
+        wrap_callbacks_when_built(patches, timer)
         patches.wrap(train_mod, "train", timer, "train(): not covered above")
         fit = L.Trainer.fit
 

@@ -95,6 +95,69 @@ def e2e_table(e2e: dict) -> list[str]:
     return markdown_table(header, rows, align="lrrrrrrr").splitlines()
 
 
+def _verdict(ok) -> str:
+    return "-" if ok is None else ("yes" if ok else "**no**")
+
+
+def _mib_pair(pair: dict | None) -> str:
+    pair = pair or {}
+    return f"{_f(_mib(pair.get('default')), '.0f')} / {_f(_mib(pair.get('none')), '.0f')}"
+
+
+def longctx_table(section: dict) -> list[str]:
+    """One row per T: both arms' wall time, their ratio and the end-of-run share, each beside its target's verdict."""
+    targets = section.get("targets") or {}
+    ratio_target, share_target = targets.get("wall_ratio"), targets.get("end_share")
+    header = ["T", "batch x steps", "default wall s (min-max)", "`callbacks=none` wall s (min-max)", "wall ratio (min-max)",
+              f"<= {_f(ratio_target)}x", "end-of-run analysis s", "share of the run (min-max)",
+              f"<= {_f(share_target * 100 if share_target is not None else None, '.0f')} %",
+              "after the last step s: default / none", "peak RSS MiB: default / none"]
+    rows = []
+    for r in section.get("rows", []):
+        shape = f"{r.get('batch_size')} x {r.get('steps')}"
+        if r.get("error"):
+            rows.append([r["T"], shape, r["error"], *[""] * 8])
+            continue
+        tail = r.get("tail_s") or {}
+        cuda = r.get("cuda_peak_bytes") or {}
+        memory = _mib_pair(r.get("max_rss_bytes")) + (f" (CUDA {_mib_pair(cuda)})" if cuda.get("default") is not None else "")
+        rows.append([r["T"], shape, f"{_f(r['default_wall_s'], '.1f')}{_range(r['default_wall_range'], '.1f')}",
+                     f"{_f(r['none_wall_s'], '.1f')}{_range(r['none_wall_range'], '.1f')}",
+                     f"**{_f(r['wall_ratio'], '.3f')}**{_range(r['wall_ratio_range'], '.3f')}", _verdict(r["ratio_ok"]),
+                     _f(r["end_s"], ".2f"),
+                     f"{_f(r['end_share'] * 100, '.1f')} %{_range([v * 100 for v in r['end_share_range']], '.1f')}",
+                     _verdict(r["end_ok"]), f"{_f(tail.get('default'), '.1f')} / {_f(tail.get('none'), '.1f')}", memory])
+    return markdown_table(header, rows, align="llrrrlrrlrr").splitlines()
+
+
+def longctx_verdict(section: dict) -> str:
+    """The targets' outcome in words, from the rows' computed verdicts (nothing assumed)."""
+    rows = [r for r in section.get("rows", []) if not r.get("error")]
+    failed = [r for r in section.get("rows", []) if r.get("error")]
+    if not rows:
+        return "No T was measured" + (f" (T = {', '.join(str(r['T']) for r in failed)} failed)." if failed else ".")
+    over_ratio = [r["T"] for r in rows if not r["ratio_ok"]]
+    over_share = [r["T"] for r in rows if not r["end_ok"]]
+    t = section["targets"]
+    parts = []
+    if over_ratio:
+        parts.append(f"the wall ratio exceeds {_f(t['wall_ratio'])}x at T = {', '.join(map(str, over_ratio))}")
+    if over_share:
+        parts.append(f"the end-of-run analysis exceeds {_f(t['end_share'] * 100, '.0f')} % of the run at "
+                     f"T = {', '.join(map(str, over_share))}")
+    measured = ", ".join(str(r["T"]) for r in rows)
+    text = (f"Both targets are met at every measured T ({measured})." if not parts
+            else "Not met: " + "; ".join(parts) + f" (measured: T = {measured}).")
+    if failed:
+        text += f" T = {', '.join(str(r['T']) for r in failed)}: {failed[0]['error']}."
+    if not section.get("complete", True):
+        text += " The section did not finish: these are the rows measured before it stopped."
+    few = min(r.get("repeats") or 0 for r in rows)
+    if few < 3:
+        text += f" {few} pair(s) per T: too few for a median to resist the machine's load; read the ranges."
+    return text
+
+
 def compile_table(rows: list[dict]) -> list[str]:
     header = ["backend", "eager tok/s", "compiled tok/s", "speed-up", "compile s", "eager tok/s incl. warm-up",
               "compiled tok/s incl. compile", "speed-up incl.", "max abs loss diff"]
@@ -109,6 +172,13 @@ def compile_table(rows: list[dict]) -> list[str]:
     return markdown_table(header, body, align="lrrrrrrrr").splitlines()
 
 
+def _kept_sections(merged: dict) -> list[str]:
+    """The sections a --merge run kept from the earlier bench.json (older files: the three it could keep then)."""
+    if "kept" in merged:
+        return merged["kept"]
+    return [k for k in ("kernels", "train", "callbacks") if k not in merged["rerun"]]
+
+
 def write_markdown(bench: dict, out: Path) -> Path:
     m = bench["machine"]
     lines = [
@@ -118,10 +188,10 @@ def write_markdown(bench: dict, out: Path) -> Path:
         f"torch {m['torch']}; load average {_f(m['load_before'][0])} before, {_f((m.get('load_after') or [None])[0])} after "
         f"(the machine is shared: rerun when idle for clean numbers). Wall time {_f(bench.get('wall_s'), '.0f')} s.",
         "",
-        *([f"Sections {', '.join(k for k in ('kernels', 'train', 'callbacks') if k not in bench['merged']['rerun'])} are kept "
+        *([f"Sections {', '.join(_kept_sections(bench['merged']))} are kept "
            f"from the run of {bench['merged']['kept_from']} (`--merge`), load average "
            f"{_f(((bench['merged'].get('previous_load') or [None])[0] or [None])[0])} at its start.", ""]
-          if bench.get("merged") else []),
+          if bench.get("merged") and _kept_sections(bench["merged"]) else []),
         f"Matmul yardstick: {m['matmul_n']}x{m['matmul_n']} {m['matmul_dtype']} matmul, median {_f(m['matmul_gflops'], '.1f')} GFLOP/s "
         f"(range {_f(m['matmul_gflops_range'][0], '.1f')}-{_f(m['matmul_gflops_range'][1], '.1f')}).",
         "",
@@ -190,6 +260,29 @@ def write_markdown(bench: dict, out: Path) -> Path:
             f"{e2e.get('omp_num_threads') or 'unset (torch picks)'} in every arm.",
             "",
             *e2e_table(e2e),
+            "",
+        ]
+    lc = bench.get("longctx")
+    if lc and lc.get("rows"):
+        plan, load = lc["plan"], lc.get("load") or [[None]]
+        lines += [
+            "## Long context: the default callbacks against `callbacks=none`",
+            "",
+            f"Whole `attnlab train` runs of one token budget ({plan['budget']} training tokens: batch x T x steps the "
+            f"same at every T, {plan['validations']} validations each), `{' '.join(lc['rows'][0]['overrides'])}` at the "
+            f"shortest T, default callbacks against `callbacks=none`, alternated (the order flips every repeat), "
+            f"{plan['repeats']} pair(s) per T; each process timed from outside. Wall ratio: default over none within "
+            "each pair, median (min-max). End-of-run analysis: seconds inside the callbacks' end-of-training hooks "
+            "(final head analysis with its knockout, final attention statistics and maps, final checkpoint); its share is over that run's "
+            "wall time. After the last step: from the end of the last training step to the process's exit (the final "
+            "validation, the end-of-run work, results.json, interpreter exit). Peak RSS: the largest over the repeats. "
+            f"Targets (issue 24): wall ratio <= {_f(lc['targets']['wall_ratio'])}x at every T, end-of-run analysis <= "
+            f"{_f(lc['targets']['end_share'] * 100, '.0f')} % of the run. Load average {_f(load[0][0])} at the start, "
+            f"{_f(load[-1][0])} at the end; OMP_NUM_THREADS={lc.get('omp_num_threads') or 'unset (torch picks)'}.",
+            "",
+            *longctx_table(lc),
+            "",
+            longctx_verdict(lc),
             "",
         ]
     if bench.get("compile"):
