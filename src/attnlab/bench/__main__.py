@@ -6,9 +6,10 @@ full  T = 256..8192 on CPU (512..32768 on CUDA), 5 repeats, training throughput,
       (whole runs of one token budget at T = 64..2048, and 4096 with a fused backend, default
       callbacks against none, 3 alternated pairs: about 18 minutes on its own, estimated), eager
       vs torch.compile; about an hour on 2 quiet cores (estimated), more when busy.
-fast  every section, smaller, in under 3 minutes on 2 quiet cores (estimate): kernels timed at
-      T = 256 and 1024, memory to 4096; 3 repeats for the in-process sections; one alternated pair
-      of a 40-step end-to-end arm and of long context at T = 1024 (4 steps); torch.compile of sdpa.
+fast  every section, smaller, in under 3 minutes on 2 cores (134 s once, quiet, a warm inductor
+      cache; a cold one adds about 30 s): kernels timed at T = 256 and 1024, memory to 4096;
+      3 repeats for the in-process sections; one alternated pair of a 40-step end-to-end arm and
+      of long context at T = 1024 (4 steps); torch.compile of sdpa only.
 tiny  for tests only: T 128 and 256, two repeats of a few training steps; numbers mean little.
 breakdown  where the seconds of one whole default ``make train`` go (``--overrides`` to change the
       run): reports/bench/breakdown.md and .json, plus the top functions of a cProfile'd run.
@@ -61,8 +62,8 @@ def kernel_plan(mode: str, device: torch.device) -> KernelPlan:
 
 # fast (< 3 min on 2 cores, every section): 3 repeats for the in-process medians, fewer and shorter
 # runs. The two whole-process sections (e2e, longctx) run one alternated pair each: every process pays
-# ~8-10 s of start-up and exit here (imports, corpus, W&B) whatever its length, so 3 pairs of each would
-# take ~2 minutes alone; --e2e-repeats / --longctx-repeats 3 for medians (about 80 s more).
+# ~8-10 s of start-up and exit here (imports, corpus, W&B) whatever its length; one pair took 23 s (e2e)
+# and 32 s (longctx) on a quiet 2-core CPU, so --e2e-repeats 3 --longctx-repeats 3 adds about 110 s.
 TRAIN = {"full": dict(steps=60, warmup=10, repeats=5), "fast": dict(steps=10, warmup=3, repeats=3),
          "tiny": dict(steps=6, warmup=2, repeats=2)}
 CALLBACKS = {"full": dict(steps=None, warmup=10, repeats=5), "fast": dict(steps=15, warmup=3, repeats=3),
