@@ -4,7 +4,7 @@ full  T = 256..8192 on CPU (512..32768 on CUDA), 5 repeats, training throughput,
       over the callbacks' common period (1000 steps at the default intervals), the whole
       ``make train`` against a plain script (3 alternating repeats), the long-context section
       (whole runs of one token budget at T = 64..2048, and 4096 with a fused backend, default
-      callbacks against none, 3 alternated pairs: about 18 minutes on its own, estimated), eager
+      callbacks against none, 3 alternated pairs: about 20 minutes on its own, estimated), eager
       vs torch.compile; about an hour on 2 quiet cores (estimated), more when busy.
 fast  every section, smaller, in under 3 minutes on 2 cores (134 s once, quiet, a warm inductor
       cache; a cold one adds about 30 s): kernels timed at T = 256 and 1024, memory to 4096;
