@@ -349,6 +349,27 @@ def test_breakdown_adds_up_to_the_wall_time(tmp_path):
     assert rows["imports (torch, lightning, hydra, attnlab)"]["seconds"] > 0.2
 
 
+def test_the_nanogpt_yardstick_is_the_same_model_from_the_same_seed():
+    """The e2e yardstick for attention=sdpa is nanoGPT's structure (one fused c_attn, causal SDPA):
+    one seed gives it attnlab's initial weights (c_attn's rows are q, k, v) and so the same loss;
+    configs it cannot express keep attnlab's GPT in the plain loop."""
+    from attnlab.bench.plain_train import NanoGPT, build_model
+    from attnlab.model import GPT, GPTConfig
+
+    spec = plain_spec(["attention=sdpa", "model.n_layer=2"])
+    assert spec["structure"] == "nanogpt"
+    assert plain_spec([])["structure"] == plain_spec(["attention=sdpa", "model.attention.qk_norm=true"])["structure"] == "attnlab"
+    torch.manual_seed(0)
+    nano = build_model(spec, 30)
+    torch.manual_seed(0)
+    gpt = GPT(GPTConfig(**{**spec["model"], "vocab_size": 30}))
+    assert isinstance(nano, NanoGPT) and sum(p.numel() for p in nano.parameters()) == sum(p.numel() for p in gpt.parameters())
+    attn = gpt.blocks[1].attn
+    assert torch.equal(nano.blocks[1].c_attn.weight, torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]))
+    x, y = torch.randint(30, (2, 64)), torch.randint(30, (2, 64))
+    torch.testing.assert_close(nano(x, y)[1], gpt(x, y)[1], atol=1e-6, rtol=1e-6)
+
+
 @pytest.mark.slow
 def test_plain_loop_does_the_same_work_as_make_train(tmp_path):
     """Same initial weights, batches, schedule and validation: the plain script's final val loss

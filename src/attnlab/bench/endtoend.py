@@ -34,12 +34,23 @@ def plain_spec(overrides: list[str]) -> dict:
     steps = int(cfg.trainer.max_steps)
     model = OmegaConf.to_container(cfg.model, resolve=True)
     model.pop("compile", None)
-    return {"seed": int(cfg.seed), "source": data.source, "path": data.get("path"), "block_size": int(cfg.model.block_size),
+    return {"seed": int(cfg.seed), "structure": "nanogpt" if nanogpt_expresses(model) else "attnlab", "source": data.source, "path": data.get("path"), "block_size": int(cfg.model.block_size),
             "batch_size": int(data.batch_size), "val_fraction": float(data.val_fraction),
             "val_batches": int(data.val_batches), "steps": steps,
             "val_every": min(int(cfg.trainer.val_check_interval), steps),
             "grad_clip": float(cfg.trainer.get("gradient_clip_val") or 0.0), "model": model,
             "optim": OmegaConf.to_container(cfg.optim, resolve=True)}
+
+
+def nanogpt_expresses(model: dict) -> bool:
+    """Whether nanoGPT's structure (plain_train.NanoGPT: fused c_attn, causal SDPA, learned
+    positions) is the same model as this config: then the yardstick is that script, not attnlab's
+    GPT in a plain loop."""
+    a = model["attention"]
+    return (a["backend"] == "sdpa" and a["scaling"] == "inv_sqrt_d" and not a["qk_norm"] and a.get("normalize", "softmax") == "softmax"
+            and a.get("escape", "none") == "none" and not a.get("sink") and model["pos_encoding"] == "learned"
+            and model.get("n_kv_head") in (None, model["n_head"]) and model.get("d_k") in (None, model["d_model"] // model["n_head"])
+            and not model["attn_only"] and not model["dropout"] and model["init_std"] != "fan_in")
 
 
 def timed(cmd: list[str], env: dict | None = None) -> tuple[float, subprocess.CompletedProcess]:
