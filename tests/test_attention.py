@@ -116,7 +116,7 @@ def test_sigma_scaling_gives_unit_variance_logits_at_init():
     attn = model.blocks[0].attn
     x = torch.nn.functional.layer_norm(torch.randn(8, 64, 256), (256,))
     q, k = attn._heads(attn.q_proj(x)), attn._heads(attn.k_proj(x))
-    logits = (q @ k.transpose(-2, -1)) * attn.attn.softmax_scale()
+    logits = (q @ k.transpose(-2, -1)) * attn.attention.softmax_scale()
     assert logits.std().item() == pytest.approx(1.0, rel=0.15)
 
 

@@ -325,13 +325,13 @@ def test_phase_timer_counts_nested_time_once():
 
 
 def test_instrument_restores_what_it_wrapped():
-    from attnlab.module import LitGPT
+    from attnlab.module import GPTModule
 
-    before = {name: vars(cls).get(name) for cls, name in ((LitGPT, "training_step"), (L.Trainer, "fit"), (LitGPT, "backward"))}
+    before = {name: vars(cls).get(name) for cls, name in ((GPTModule, "training_step"), (L.Trainer, "fit"), (GPTModule, "backward"))}
     with instrument(PhaseTimer()):
-        assert vars(LitGPT)["training_step"] is not before["training_step"]
-        assert "backward" in vars(LitGPT)  # inherited: wrapped by an override on the class
-    after = {name: vars(cls).get(name) for cls, name in ((LitGPT, "training_step"), (L.Trainer, "fit"), (LitGPT, "backward"))}
+        assert vars(GPTModule)["training_step"] is not before["training_step"]
+        assert "backward" in vars(GPTModule)  # inherited: wrapped by an override on the class
+    after = {name: vars(cls).get(name) for cls, name in ((GPTModule, "training_step"), (L.Trainer, "fit"), (GPTModule, "backward"))}
     assert after == before
 
 
@@ -446,7 +446,7 @@ def test_lr_and_tokens_per_s_reach_the_csv_on_every_logged_step(make_cfg):
 
 def test_compile_that_cannot_run_falls_back_to_eager_with_one_line(monkeypatch, capsys):
     """Where inductor cannot build (no C++ compiler), model.compile=true says so once and trains eager."""
-    from attnlab.module import LitGPT
+    from attnlab.module import GPTModule
 
     def broken_compile(model):
         def call(*args, **kwargs):
@@ -455,7 +455,7 @@ def test_compile_that_cannot_run_falls_back_to_eager_with_one_line(monkeypatch, 
 
     monkeypatch.setattr(torch, "compile", broken_compile)
     cfg = {"vocab_size": 11, "block_size": 8, "n_layer": 1, "n_head": 2, "d_model": 16, "compile": True}
-    module = LitGPT(cfg, {"lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 1, "weight_decay": 0.1, "betas": [0.9, 0.99]}, 4)
+    module = GPTModule(cfg, {"lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 1, "weight_decay": 0.1, "betas": [0.9, 0.99]}, 4)
     x = torch.randint(11, (2, 8))
     _, loss = module.step_forward(x, x)
     _, again = module.step_forward(x, x)
@@ -467,10 +467,10 @@ def test_compile_that_cannot_run_falls_back_to_eager_with_one_line(monkeypatch, 
 
 def test_model_compile_must_be_a_boolean():
     from attnlab.errors import ConfigError
-    from attnlab.module import LitGPT
+    from attnlab.module import GPTModule
 
     with pytest.raises(ConfigError, match="model.compile"):
-        LitGPT({"vocab_size": 11, "block_size": 8, "n_layer": 1, "n_head": 2, "d_model": 16, "compile": "yes"}, {}, 4)
+        GPTModule({"vocab_size": 11, "block_size": 8, "n_layer": 1, "n_head": 2, "d_model": 16, "compile": "yes"}, {}, 4)
 
 
 # ------------------------------------------------------------------ long context (issue 24)

@@ -135,10 +135,10 @@ def test_flash_attn_contract_under_autocast(flash_attn_on_cpu, qk_norm):
     x = torch.randn(b, t, 24)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         y = layer(x)
-    assert layer.attn.kernel == "flash_attn"
+    assert layer.attention.kernel == "flash_attn"
     call = flash_attn_on_cpu.calls[-1]
     assert call == {"shape": (b, t, h, d), "scale": pytest.approx(1 / math.sqrt(d)), "causal": True, "dtype": torch.bfloat16}
-    layer.attn.cfg.backend = "scaled"  # the same weights through the explicit kernel, in fp32
+    layer.attention.cfg.backend = "scaled"  # the same weights through the explicit kernel, in fp32
     torch.testing.assert_close(y.float(), layer(x), atol=3e-2, rtol=3e-2)
 
 
@@ -151,8 +151,8 @@ def test_flash_attn_takes_grouped_keys_and_values_natively(flash_attn_on_cpu):
     x = torch.randn(2, 7, 32)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         y = layer(x)
-    assert layer.attn.kernel == "flash_attn" and flash_attn_on_cpu.calls[-1]["kv_heads"] == 2
-    layer.attn.cfg.backend = "scaled"
+    assert layer.attention.kernel == "flash_attn" and flash_attn_on_cpu.calls[-1]["kv_heads"] == 2
+    layer.attention.cfg.backend = "scaled"
     torch.testing.assert_close(y.float(), layer(x), atol=3e-2, rtol=3e-2)
 
 
@@ -229,12 +229,12 @@ def fit_16_mixed(make_cfg, poison_steps, max_skipped, steps=6):
     from omegaconf import OmegaConf
 
     from attnlab.callbacks.guard import NonFiniteGuard
-    from attnlab.module import LitGPT
+    from attnlab.module import GPTModule
 
     cfg = make_cfg("model.n_layer=1", f"trainer.max_steps={steps}")
     dm = instantiate(cfg.data, block_size=cfg.model.block_size, steps=steps, seed=0)
     dm.setup("fit")
-    module = LitGPT(OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": dm.vocab_size},
+    module = GPTModule(OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": dm.vocab_size},
                     OmegaConf.to_container(cfg.optim, resolve=True), steps)
     guard = NonFiniteGuard(max_skipped_steps=max_skipped)
     trainer = L.Trainer(accelerator="cpu", max_steps=steps, logger=False, enable_checkpointing=False,

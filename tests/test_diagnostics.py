@@ -184,7 +184,7 @@ def test_guard_names_step_layer_and_tensor_and_leaves_loadable_checkpoint(make_c
     import lightning as L
 
     from attnlab.callbacks import NonFiniteError
-    from attnlab.module import LitGPT
+    from attnlab.module import GPTModule
 
     injector = InjectNaN(layer=2, step=3)
 
@@ -205,7 +205,7 @@ def test_guard_names_step_layer_and_tensor_and_leaves_loadable_checkpoint(make_c
     results = json.loads((out / "results.json").read_text())
     assert results["status"] == "failed" and "layer 2" in results["error"]
     ckpt = out / "checkpoints" / "last-finite.ckpt"
-    restored = LitGPT.load_from_checkpoint(ckpt, map_location="cpu")
+    restored = GPTModule.load_from_checkpoint(ckpt, map_location="cpu")
     assert all(torch.isfinite(p).all() for p in restored.parameters())
     assert (out / "csv" / "version_0" / "metrics.csv").exists()  # what was logged before is kept
 

@@ -19,7 +19,7 @@ from attnlab.checkpointing import AtomicCheckpointIO, load_model, newest_intact,
 from attnlab.config import compose_config
 from attnlab.errors import CheckpointError, OutOfMemory, WriteFailed
 from attnlab.model.gpt import GPT, GPTConfig
-from attnlab.module import LitGPT
+from attnlab.module import GPTModule
 from attnlab.profiling import peak_bytes
 from attnlab.resources import check_fits, estimate_step, out_of_memory
 from attnlab.train import train
@@ -35,8 +35,8 @@ def results(run_dir: Path) -> dict:
 
 @pytest.fixture
 def checkpoint(tmp_path) -> Path:
-    """A real attnlab checkpoint (what Lightning writes for LitGPT), made without training."""
-    module = LitGPT({"vocab_size": 11, "block_size": 16, "n_layer": 1, "n_head": 2, "d_model": 16},
+    """A real attnlab checkpoint (what Lightning writes for GPTModule), made without training."""
+    module = GPTModule({"vocab_size": 11, "block_size": 16, "n_layer": 1, "n_head": 2, "d_model": 16},
                     {"lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 0, "weight_decay": 0.1, "betas": [0.9, 0.99]},
                     10, vocab=list("abcdefghij\n"))
     path = tmp_path / "good.ckpt"
@@ -362,7 +362,7 @@ CONFIGS = [[f"model={m.stem}"] for m in sorted((ROOT / "conf" / "model").glob("*
 def test_presets_and_studies_are_not_refused(overrides, monkeypatch, tmp_path):
     """Nothing shipped is refused on a small machine: each preset and study fits 4 GiB by the estimate."""
     cfg = compose_config(overrides, tmp_path)
-    module = LitGPT(OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": 128},
+    module = GPTModule(OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": 128},
                     OmegaConf.to_container(cfg.optim, resolve=True), 10)
     monkeypatch.setattr("attnlab.resources.available_bytes", lambda device: 4 * 2**30)
     step = check_fits(cfg, sum(p.numel() for p in module.parameters()), 128, torch.device("cpu"))

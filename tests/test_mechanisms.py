@@ -186,7 +186,7 @@ def test_position_encodings_change_parameters_only_where_they_must():
         assert set(model(pos).state_dict()) == learned - {"wpe.weight"}
     assert set(model("learned", "zero_logit").state_dict()) == learned  # a fixed zero is not a parameter
     escape = set(model("learned", "learned").state_dict()) - learned
-    assert escape == {f"blocks.{i}.attn.attn.sink.logit" for i in range(2)}
+    assert escape == {f"blocks.{i}.attn.attention.sink.logit" for i in range(2)}
 
 
 def test_config_refuses_alibi_with_forced_flash_and_unknown_values(make_cfg):

@@ -225,3 +225,17 @@ def test_the_escape_slots_old_key_is_read_with_a_one_line_notice(make_cfg, tmp_p
     metrics = train(make_cfg("model.attention.sink=learned"))
     assert capsys.readouterr().err.count("model.attention.sink is now model.attention.escape") == 1
     assert "attn/L0/escape_mass" in metrics
+
+
+def test_a_checkpoint_with_the_old_layer_name_still_loads():
+    """block.attn.attn is now block.attn.attention: a state dict saved before (a learned scale and
+    escape logit live there) loads into the renamed layer, values intact."""
+    cfg = dict(vocab_size=11, block_size=8, n_layer=2, n_head=2, d_model=16, attention=dict(scaling="learned", escape="learned"))
+    model = GPT(GPTConfig(**cfg))
+    state = {k.replace("attn.attention.", "attn.attn."): v + 0.5 if "log_scale" in k or "sink.logit" in k else v
+             for k, v in model.state_dict().items()}
+    assert "blocks.1.attn.attn.scale.log_scale" in state
+    fresh = GPT(GPTConfig(**cfg))
+    fresh.load_state_dict(state)  # strict: every key found under its new name
+    torch.testing.assert_close(fresh.blocks[1].attn.attention.scale.log_scale, model.blocks[1].attn.attention.scale.log_scale + 0.5)
+    torch.testing.assert_close(fresh.blocks[0].attn.attention.sink.logit, model.blocks[0].attn.attention.sink.logit + 0.5)

@@ -25,7 +25,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from .errors import CheckpointError
 from .results import atomic_file, fmt_bytes, write_failure
 
-# what every checkpoint attnlab writes holds (LitGPT's hyper-parameters rebuild the model)
+# what every checkpoint attnlab writes holds (GPTModule's hyper-parameters rebuild the model)
 REQUIRED_KEYS = ("state_dict", "hyper_parameters", "global_step")
 
 
@@ -115,12 +115,12 @@ def read_checkpoint(path) -> dict[str, Any]:
 
 
 def load_model(path):
-    """(LitGPT, checkpoint) from a checked checkpoint file, read once (for sample and analyze)."""
-    from .module import LitGPT
+    """(GPTModule, checkpoint) from a checked checkpoint file, read once (for sample and analyze)."""
+    from .module import GPTModule
 
     checkpoint = read_checkpoint(path)
     try:
-        module = LitGPT(**checkpoint["hyper_parameters"])
+        module = GPTModule(**checkpoint["hyper_parameters"])
         module.load_state_dict(checkpoint["state_dict"])
     except (TypeError, KeyError, RuntimeError) as err:  # an attnlab checkpoint of another version
         reason = " ".join(str(err).split())[:160]

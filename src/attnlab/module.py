@@ -32,7 +32,7 @@ def warmup_cosine(step: int, warmup_steps: int, max_steps: int, lr: float, min_l
     return (min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (lr - min_lr)) / lr
 
 
-class LitGPT(L.LightningModule):
+class GPTModule(L.LightningModule):
     def __init__(self, model: dict, optim: dict, max_steps: int, vocab: list[str] | None = None):
         super().__init__()
         self.save_hyperparameters()

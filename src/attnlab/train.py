@@ -31,7 +31,7 @@ from .config_checks import apply_renamed_keys, check_config
 from .console import progress_line, quiet_lightning
 from .devices import ddp_multirun_job, prepare_device
 from .errors import AttnlabError, CheckpointError, ConfigError, RunFault, WriteFailed
-from .module import LitGPT
+from .module import GPTModule
 from .resources import check_fits, is_out_of_memory, out_of_memory
 from .results import DISK_HINTS, RESULTS, RunRecord, is_rank_zero
 from .slurm import cluster_plugins, scheduler_restarts, slurm_job
@@ -121,7 +121,7 @@ def build_callbacks(cfg: DictConfig) -> list:
     return [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None and "_target_" in c]
 
 
-def kernels_used(module: LitGPT) -> tuple[str | None, bool]:
+def kernels_used(module: GPTModule) -> tuple[str | None, bool]:
     """The kernel(s) of the training forwards, never a probe's: e.g. "eager" or "sdpa:flash", joined
     with + if layers differed and with -> where a layer's kernel changed during the run; and
     whether one changed."""
@@ -130,7 +130,7 @@ def kernels_used(module: LitGPT) -> tuple[str | None, bool]:
     return "+".join(names) or None, any(len(kernels) > 1 for kernels in layers)
 
 
-def check_kernel_runs(module: LitGPT, cfg: DictConfig, trainer: L.Trainer) -> None:
+def check_kernel_runs(module: GPTModule, cfg: DictConfig, trainer: L.Trainer) -> None:
     """One tiny forward on the training device and precision, so an unavailable kernel fails now."""
     x = torch.zeros(1, min(8, cfg.model.block_size), dtype=torch.long, device=trainer.strategy.root_device)
     model = module.model.to(x.device)
@@ -215,7 +215,7 @@ def reached(trainer: L.Trainer | None) -> dict | None:
     return metrics | {"step": trainer.global_step}
 
 
-def final_metrics(trainer: L.Trainer, module: LitGPT, callbacks: list) -> dict:
+def final_metrics(trainer: L.Trainer, module: GPTModule, callbacks: list) -> dict:
     """Last logged values, the median tokens/s over steps, and each callback's ``summary()``."""
     metrics = reached(trainer)
     for callback in callbacks:
@@ -245,7 +245,7 @@ def train(cfg: DictConfig) -> dict:
         dm.setup("fit")
         dm.tokenizer.save(run_dir / "vocab.json")
         model_cfg = OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": dm.vocab_size}
-        module = LitGPT(model_cfg, OmegaConf.to_container(cfg.optim, resolve=True), max_steps, vocab=dm.vocab())
+        module = GPTModule(model_cfg, OmegaConf.to_container(cfg.optim, resolve=True), max_steps, vocab=dm.vocab())
         ckpt_path, record.data["resumed_from"] = resume_checkpoint(cfg, run_dir)
         record.data["interruptions"] = earlier_interruptions(run_dir) if ckpt_path or scheduler_restarts() else []
         loggers = build_loggers(cfg, run_dir)

@@ -32,7 +32,7 @@ from pathlib import Path
 TARGET_RATIO = 1.10  # default callbacks' wall time over callbacks=none's, at every T
 TARGET_END_SHARE = 0.05  # the end-of-run analysis over the run's wall time
 ARMS = {"default": [], "none": ["callbacks=none"]}
-STEP_END = "training step: end"  # the phase that stamps each step's end (LitGPT.on_train_batch_end)
+STEP_END = "training step: end"  # the phase that stamps each step's end (GPTModule.on_train_batch_end)
 CHILD = ("-m", "attnlab.bench.longctx", "--child")
 
 
@@ -107,12 +107,12 @@ def child(stamps: Path, argv: list[str]) -> int:
     import resource
 
     from ..cli import main as cli_main
-    from ..module import LitGPT
+    from ..module import GPTModule
     from .phases import Patches, PhaseTimer, wrap_callbacks_when_built
 
     timer = PhaseTimer(clock=time.time)  # epoch seconds: the parent dates the process's exit on the same clock
     patches = Patches()
-    patches.wrap(LitGPT, "on_train_batch_end", timer, STEP_END)
+    patches.wrap(GPTModule, "on_train_batch_end", timer, STEP_END)
     wrap_callbacks_when_built(patches, timer)
     rc = 1
     try:

@@ -139,7 +139,7 @@ def instrument(timer: PhaseTimer) -> Iterator[PhaseTimer]:
     from ..callbacks.interrupt import GracefulInterrupt
     from ..data import tasks  # noqa: F401  (its data modules are subclasses to wrap too)
     from ..data.text import ResumableDataModule
-    from ..module import LitGPT
+    from ..module import GPTModule
 
     patches = Patches()
     try:
@@ -148,7 +148,7 @@ def instrument(timer: PhaseTimer) -> Iterator[PhaseTimer]:
                 patches.wrap(cls, "setup", timer, "data: read and encode the corpus")
         patches.wrap(results, "git_sha", timer, "git sha (two git subprocesses)")
         patches.wrap(results.RunRecord, "finish", timer, "results.json")
-        patches.wrap(LitGPT, "__init__", timer, "model: build")
+        patches.wrap(GPTModule, "__init__", timer, "model: build")
         patches.wrap(L.Trainer, "__init__", timer, "trainer: build")
         patches.wrap(train_mod, "check_kernel_runs", timer, "kernel check forward")
         patches.wrap(WandbLogger, "__init__", timer, "W&B: import and logger setup")
@@ -162,13 +162,13 @@ def instrument(timer: PhaseTimer) -> Iterator[PhaseTimer]:
         patches.wrap(_ExperimentWriter, "save", timer, "CSV: write file")
         patches.wrap(_EvaluationLoop, "run", timer, "validation")
         patches.wrap(L.Trainer, "save_checkpoint", timer, "checkpoint writes")
-        patches.wrap(LitGPT, "training_step", timer, "step: forward (+ self.log)")
+        patches.wrap(GPTModule, "training_step", timer, "step: forward (+ self.log)")
         patches.wrap(L.LightningModule, "log", timer, "step: LightningModule.log")
-        patches.wrap(LitGPT, "backward", timer, "step: backward")
-        patches.wrap(LitGPT, "configure_gradient_clipping", timer, "step: gradient clipping")
-        patches.wrap(LitGPT, "optimizer_step", timer, "step: AdamW update")
-        patches.wrap(LitGPT, "on_train_batch_start", timer, "step: tokens/s timer")
-        patches.wrap(LitGPT, "on_train_batch_end", timer, "step: tokens/s timer")
+        patches.wrap(GPTModule, "backward", timer, "step: backward")
+        patches.wrap(GPTModule, "configure_gradient_clipping", timer, "step: gradient clipping")
+        patches.wrap(GPTModule, "optimizer_step", timer, "step: AdamW update")
+        patches.wrap(GPTModule, "on_train_batch_start", timer, "step: tokens/s timer")
+        patches.wrap(GPTModule, "on_train_batch_end", timer, "step: tokens/s timer")
         patches.wrap(torch.utils.data.dataloader._BaseDataLoaderIter, "__next__", timer, "step: next batch")
         patches.wrap(torch.optim.lr_scheduler.LRScheduler, "step", timer, "step: lr schedule")
         wrap_callback_class(patches, timer, GracefulInterrupt)

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..config import compose_config
 from ..console import quiet_lightning
-from ..module import LitGPT
+from ..module import GPTModule
 from ..train import build_callbacks
 from .timing import paired_ratios, median_and_range
 
@@ -98,9 +98,9 @@ class TrainSetup:
     def tokens_per_step(self) -> int:
         return int(self.cfg.data.batch_size) * int(self.cfg.model.block_size)
 
-    def new_module(self) -> LitGPT:
+    def new_module(self) -> GPTModule:
         torch.manual_seed(int(self.cfg.seed))
-        return LitGPT(self.model_cfg, self.optim_cfg, self.steps)
+        return GPTModule(self.model_cfg, self.optim_cfg, self.steps)
 
 
 def make_setup(overrides: list[str], out_dir: Path, device: torch.device, datamodule=None) -> TrainSetup:

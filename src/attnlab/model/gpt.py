@@ -32,7 +32,7 @@ class GPTConfig:
     init_std: float | str = 0.02  # or "fan_in"
     attn_only: bool = False
     pos_encoding: str = "learned"  # learned | rope | alibi | none (attention/position.py)
-    compile: bool = False  # read by LitGPT: torch.compile the training and validation forwards
+    compile: bool = False  # read by GPTModule: torch.compile the training and validation forwards
     attention: AttentionConfig = field(default_factory=AttentionConfig)
 
     def __post_init__(self):
@@ -58,12 +58,20 @@ class CausalSelfAttention(nn.Module):
         self.q_norm = nn.LayerNorm(cfg.d_k) if qk_norm else nn.Identity()
         self.k_norm = nn.LayerNorm(cfg.d_k) if qk_norm else nn.Identity()
         sigma = qk_component_std(cfg.init_std, cfg.d_model, qk_norm)
-        self.attn = Attention(cfg.attention, cfg.n_head, cfg.d_k, cfg.n_kv_head, sigma_q=sigma, sigma_k=sigma,
+        # the weights and the kernel (attnlab.attention): block.attn.attention, not block.attn.attn
+        self.attention = Attention(cfg.attention, cfg.n_head, cfg.d_k, cfg.n_kv_head, sigma_q=sigma, sigma_k=sigma,
                               dropout=cfg.dropout, alibi=cfg.pos_encoding == "alibi")
         # RoPE rotates q and k here, before the Attention module: every backend and every statistic
         # recomputed from the q, k that reach it sees the rotated vectors
         self.rotary = Rotary(cfg.d_k) if cfg.pos_encoding == "rope" else None
         self.resid_dropout = nn.Dropout(cfg.dropout)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        """Checkpoints written before the rename hold ``...attn.attn.*`` (a learned scale or escape
+        logit): read them as ``...attn.attention.*``."""
+        for key in [k for k in state_dict if k.startswith(prefix + "attn.")]:
+            state_dict[prefix + "attention." + key[len(prefix) + 5:]] = state_dict.pop(key)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, n * d_k) -> (B, n, T, d_k)."""
@@ -76,7 +84,7 @@ class CausalSelfAttention(nn.Module):
         v = self._heads(self.v_proj(x))  # (B, H_kv, T, d_k)
         if self.rotary is not None:
             q, k = self.rotary(q), self.rotary(k)
-        y = self.attn(q, k, v, key_padding_mask=key_padding_mask)
+        y = self.attention(q, k, v, key_padding_mask=key_padding_mask)
         b, _, t, _ = y.shape
         return self.resid_dropout(self.out_proj(y.transpose(1, 2).reshape(b, t, -1)))
 
@@ -139,7 +147,7 @@ class GPT(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def attention_layers(self) -> list[Attention]:
-        return [block.attn.attn for block in self.blocks]
+        return [block.attn.attention for block in self.blocks]
 
     def forward(self, idx, targets=None, key_padding_mask=None):
         _, t = idx.shape
