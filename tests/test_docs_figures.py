@@ -23,7 +23,7 @@ from attnlab.analysis.phase import PHASE_LEVEL
 from attnlab.attention.stats import uniform_sink_mass
 from attnlab.report import head_type_text
 from attnlab.report.numbers import mean_pm_std
-from attnlab.report.significance import ALPHA, k_of_n_text
+from attnlab.report.significance import ALPHA, _p, _p_clause, k_of_n_text
 from attnlab.report.tables import read_csv
 from attnlab.repro import judge
 from attnlab.repro.report import tally
@@ -189,6 +189,17 @@ def sinks_testbed_figures() -> dict[str, str]:
             "escape": f"the slot takes {span(zero['escape_mass'] + learned['escape_mass'], 3)}"}
 
 
+def gqa_figures() -> dict[str, str]:
+    """The grouped-query study: KV-cache bytes per token at n_kv_head 4 and 1, and multi-head vs
+    multi-query pooled over the scaling axis, its wording chosen by the test's outcome."""
+    effect = next(e for e in summary("gqa")["pooled_effects"] if e["axis"] == "model.n_kv_head" and e["level"] == "4")
+    kv = {n: cell("gqa", n_kv_head=n, scaling="none")["mem/kv_cache_bytes_per_token_mean"] for n in (4, 1)}
+    verdict = "beyond seed noise" if effect["beyond_noise"] else "no difference beyond seed noise"
+    return {"kv": f"from {kv[4]:.0f} to {kv[1]:.0f} bytes per token",
+            "loss": f"differs by {effect['diff']:+.3f} ({_p_clause(effect['p'])}, Holm {_p(effect['p_holm'])}): {verdict}",
+            "seeds": f"**{summary('gqa')['seeds_per_cell']} seeds**"}
+
+
 def e2e_figures() -> dict[str, str]:
     rows = {r["arm"]: r for r in bench()["e2e"]["rows"]}
     d = rows["defaults"]
@@ -225,7 +236,7 @@ def readme_fragments() -> list[str]:
             dk["small128"], dk["max_logit"], dk["max_prob"], dk["bigram"], dk["shares"],
             ind["formed"], ind["phase"], ind["nothing"], ind["level"], ind["sink_seeds"],
             snk["runs"], snk["best"], snk["threshold"], snk["bos"], snk["l0"], snk["uniform"], snk["escape"],
-            *sinks_testbed_figures().values(),
+            *sinks_testbed_figures().values(), *gqa_figures().values(),
             e2e["ratio"], e2e["sdpa"], memory_figures()["peak"], *longctx_figures().values(), repro_tally()]
 
 
@@ -376,7 +387,7 @@ def results_figures() -> dict[str, str]:
 
 
 def results_fragments() -> list[str]:
-    return [*results_figures().values(), *sinks_testbed_figures().values()]
+    return [*results_figures().values(), *sinks_testbed_figures().values(), *gqa_figures().values()]
 
 
 TEXTS = {
