@@ -509,7 +509,7 @@ def test_claim_13_verdict_reason_and_text_turn_with_the_measurements():
     assert "With the zero_logit slot: largest first-token weight 0.100, escape mass per layer 0.500, 0.200." in t_yes
     assert "few million" not in t_no
     v, reason, text = judge.judge_13(_m13(True, escape_removes=False))
-    assert v == DIFFERS and "The sink stays with an escape slot" in text and reason.startswith("Does not hold: an escape slot takes")
+    assert v == DIFFERS and "The sink stays with an escape slot" in text and reason.startswith("Does not hold: the sink goes where rows need not sum to one")
     mixed = _m13(True)
     mixed["text"]["final"] = [0.35, 0.05]
     assert "in layer(s) 0, below it in the others" in judge.judge_13(mixed)[2]
@@ -523,7 +523,7 @@ def test_claim_13_reads_the_runs_through_its_judge(tmp_path):
     res = {"heads": heads, "settings": {"heads_steps": 10}}
     c = training.claim_13(res, tmp_path)  # no study reports there: the cause is untested
     assert c.verdict == UNTESTED and c.detail.startswith("A sink forms in the character model: 1 head(s)") and "largest 0.700" in c.detail
-    assert "an escape slot takes the sink's weight (the 'softmax must sum to 1' cause) (needs the sinks study" in c.reason
+    assert "the sink goes where rows need not sum to one (an escape slot, or sigmoid attention: the 'softmax must sum to 1' cause) (needs the sinks study" in c.reason
     heads["sink_final"] = [torch.tensor([0.1, 0.2, 0.05, 0.2])]
     c = training.claim_13(res, tmp_path)
     assert c.verdict == UNTESTED and c.detail.startswith("No sink in the character model") and "largest head 0.200" in c.detail
@@ -805,14 +805,14 @@ def _testbed(base: list, slot: list, sgd: list | None = None) -> dict:
 
 
 def test_claim_13_the_testbed_decides_the_cause_both_ways():
-    from attnlab.repro.studies import BB_SGD, BB_SLOTS
+    from attnlab.repro.studies import BB_BASE, BB_SGD, BB_SIGMOID, BB_SLOTS
 
     no_text_sink = _m13(False)  # neither the character model nor the text study forms one
     formed = {**no_text_sink, "sinks_bb": _testbed([0.99, 0.98, 0.97, 0.2, 0.99], [0.05, 0.04, 0.06, 0.05, 0.05], [0.1] * 5)}
     v, reason, text = judge.judge_13(formed)
     assert v == AGREES, reason
     assert "a sink forms in 4 of 5 seeds" in text and "dormant queries ends at 0.200-0.990 over 5 seeds" in text
-    assert "The escape slot removes the sink in most seeds of every slot arm (the slot takes 0.800-0.900 of the weight)" in text
+    assert "The sink goes in most seeds of every arm whose rows need not sum to one (an escape slot takes 0.800-0.900 of the weight)" in text
     assert "With SGD in place of AdamW: a sink in 0 of 5 seeds" in text and "does not separate the optimizer" not in text
     unsolved = _testbed([0.99] * 5, [0.05] * 5, [0.06] * 5)
     unsolved["arms"][BB_SGD]["copy_acc"] = [0.87] * 5
@@ -820,12 +820,20 @@ def test_claim_13_the_testbed_decides_the_cause_both_ways():
         {**no_text_sink, "sinks_bb": unsolved})[2]
     stays = {**no_text_sink, "sinks_bb": _testbed([0.99] * 5, [0.9] * 5)}
     v, reason, text = judge.judge_13(stays)
-    assert v == DIFFERS and "The sink stays in most seeds of every slot arm" in text and "The escape slot removes" not in text
+    assert v == DIFFERS and "The sink stays in most seeds of every arm whose rows need not sum to one" in text
+    assert "The sink goes in most seeds" not in text
     mixed = _testbed([0.99] * 5, [0.9] * 5)
     mixed["arms"][BB_SLOTS[1]]["dormant"] = [0.05] * 5  # the learned logit takes the weight, softmax + 1 does not
     v, reason, text = judge.judge_13({**no_text_sink, "sinks_bb": mixed})
     assert v == DEPENDS and "The sink goes with AdamW, a learned escape logit and stays with AdamW, softmax + 1" in text
-    assert reason.startswith("An escape slot takes the sink's weight") and "with AdamW, a learned escape logit" in reason
+    assert reason.startswith("The sink goes where rows need not sum to one") and "with AdamW, a learned escape logit" in reason
+    # Gu et al.'s arm: sigmoid attention removes the sink that both slots keep
+    sigmoid = _testbed([0.99] * 5, [0.9] * 5)
+    sigmoid["arms"][BB_SIGMOID] = {**sigmoid["arms"][BB_BASE], "dormant": [0.0001] * 5, "row_mass": [0.2, 0.3, 0.2, 0.25, 0.2]}
+    v, reason, text = judge.judge_13({**no_text_sink, "sinks_bb": sigmoid})
+    assert v == DEPENDS and "With AdamW, sigmoid attention (no row normalisation), Gu et al.'s test: a sink in 0 of 5 seeds" in text
+    assert "a row's total weight 0.200-0.300" in text
+    assert "The sink goes with AdamW, sigmoid attention (no row normalisation) and stays with AdamW, softmax + 1" in text
     none = {**no_text_sink, "sinks_bb": _testbed([0.1] * 5, [0.05] * 5)}
     v, reason, text = judge.judge_13(none)
     assert v == UNTESTED and "a sink forms in 0 of 5 seeds" in text and "cannot test the cause either" in text

@@ -13,13 +13,15 @@ from ..analysis.phase import head_history
 
 # run-level metrics shown in the table (the per-layer ones come from attention.stats.METRICS)
 RUN_METRICS = ("val/loss", "val/acc", "perf/tokens_per_s", "mem/peak_bytes")
-# Overrides that are not axes: the seed (replicates of a cell), and settings that change what a run
-# records, not what it trains (loggers, the progress bar, checkpoints, the attention-map callback,
-# which only reads the model in eval mode). A study run in parts may differ in these.
 # config keys that were renamed: runs recorded under the old name aggregate under the new one
 RENAMED_KEYS = {f"model.attention.{f.name}": f"model.attention.{f.metadata['renamed_to']}"
                 for f in fields(AttentionConfig) if "renamed_to" in f.metadata}
-IGNORED_AXES = {"seed", "logger", "trainer.enable_progress_bar", "callbacks.checkpoint", "callbacks.attention_maps"}
+# Overrides that are not axes: the seed (replicates of a cell), and settings that change what a run
+# records, not what it trains (loggers, the progress bar, checkpoints, the attention-map callback,
+# which only reads the model in eval mode, and the q/k gradient norms, read after backward). A study
+# run in parts may differ in these.
+IGNORED_AXES = {"seed", "logger", "trainer.enable_progress_bar", "callbacks.checkpoint", "callbacks.attention_maps",
+                "callbacks.qk_grad_norms"}
 
 
 @dataclass

@@ -294,7 +294,8 @@ def judge_12(m: dict) -> tuple[str, str, str]:
 
 
 SINK_PARTS = {"forms": f"the first token absorbs weight (a head whose mean first-token weight > {SINK_THRESHOLD})",
-              "cause": "an escape slot takes the sink's weight (the 'softmax must sum to 1' cause)"}
+              "cause": "the sink goes where rows need not sum to one (an escape slot, or sigmoid attention: the 'softmax must "
+                       "sum to 1' cause)"}
 ESCAPES = ("zero_logit", "learned")
 
 
@@ -379,7 +380,7 @@ def _testbed(bb: dict | None) -> tuple[bool, bool | str | None, list[str]]:
     """Claim 13 on the Bigram-Backcopy testbed (studies.sinks_bb_measurements): whether a sink forms in
     most seeds with softmax and AdamW, the cause's verdict (None when the testbed cannot give one: no
     report, or no sink to remove) and the sentences that say so."""
-    from .studies import BB_BASE, BB_SGD, BB_SLOTS
+    from .studies import BB_BASE, BB_SGD, BB_SIGMOID, BB_SLOTS
 
     if bb is None:
         return False, None, ["The sinks testbed has no report here (`make sweep SWEEP=sinks_bb SEEDS=5` writes it)."]
@@ -403,21 +404,29 @@ def _testbed(bb: dict | None) -> tuple[bool, bool | str | None, list[str]]:
                     f"{_spread(arm['dormant'])}, copy accuracy {_spread(arm['copy_acc'])}"
                     + ("." if solved else f", below the {COPY_SOLVED} that solves the copy task, so this arm does not separate the "
                        "optimizer from how far training got."))
+    ways_out = dict(slots)  # the arms whose rows need not sum to one on the real keys: the cause's tests
+    if BB_SIGMOID in arms:
+        arm = ways_out[BB_SIGMOID] = arms[BB_SIGMOID]
+        text.append(f"With {BB_SIGMOID}, Gu et al.'s test: a sink in {_k_of_n(sinks(arm))}, dormant first-token weight "
+                    f"{_spread(arm['dormant'])}, a row's total weight {_spread(arm.get('row_mass', []))}, copy accuracy "
+                    f"{_spread(arm['copy_acc'])}.")
     if not forms:
         text.append("With no sink in most seeds, the testbed cannot test the cause either.")
         return False, None, text
-    if not slots:
-        return True, "the sinks testbed has no escape-slot arm (`make sweep SWEEP=sinks_bb`)", text
+    if not ways_out:
+        return True, "the sinks testbed has no escape-slot or sigmoid arm (`make sweep SWEEP=sinks_bb`)", text
+    slots = ways_out
     removed = [name for name, arm in slots.items() if not most(sinks(arm))]
     kept = [name for name in slots if name not in removed]
     if not kept:
-        escape = [x for arm in slots.values() for x in arm["escape"]]
-        text.append(f"The escape slot removes the sink in most seeds of every slot arm (the slot takes {_spread(escape)} of the "
-                    "weight), as 'softmax must sum to 1' predicts.")
+        escape = [x for arm in slots.values() for x in arm["escape"] if x is not None]
+        text.append("The sink goes in most seeds of every arm whose rows need not sum to one"
+                    + (f" (an escape slot takes {_spread(escape)} of the weight)" if escape else "")
+                    + ", as 'softmax must sum to 1' predicts.")
         return True, True, text
     if not removed:
-        text.append("The sink stays in most seeds of every slot arm: offered a way to put weight nowhere, the dormant queries "
-                    "still put it on the first token, which 'softmax must sum to 1' alone does not explain.")
+        text.append("The sink stays in most seeds of every arm whose rows need not sum to one: offered a way to put weight "
+                    "nowhere, the dormant queries still put it on the first token, which 'softmax must sum to 1' alone does not explain.")
         return True, False, text
     text.append(f"The sink goes with {' and '.join(removed)} and stays with {' and '.join(kept)}.")
     return True, (f"with {' and '.join(removed)}", f"with {' and '.join(kept)}"), text

@@ -18,11 +18,13 @@ from ..report.aggregate import short
 from ..report.tables import read_csv
 
 INDUCTION, SINKS, DK_SCALING, SINKS_BB = "induction_heads", "sinks", "dk_scaling", "sinks_bb"
-# the testbed's arms as its merged sweeps name them (experiment x escape slot)
+# the testbed's arms as its merged sweeps name them (experiment x escape slot x normalisation)
 BB_BASE, BB_SGD = "AdamW, softmax", "SGD, softmax"
 BB_SLOTS = ("AdamW, softmax + 1 (zero_logit slot)", "AdamW, a learned escape logit")
-BB_ARMS = {("sinks_bb", "none"): BB_BASE, ("sinks_bb", "zero_logit"): BB_SLOTS[0], ("sinks_bb", "learned"): BB_SLOTS[1],
-           ("sinks_bb_sgd", "none"): BB_SGD}
+BB_SIGMOID = "AdamW, sigmoid attention (no row normalisation)"
+BB_ARMS = {("sinks_bb", "none", "softmax"): BB_BASE, ("sinks_bb", "zero_logit", "softmax"): BB_SLOTS[0],
+           ("sinks_bb", "learned", "softmax"): BB_SLOTS[1], ("sinks_bb_sgd", "none", "softmax"): BB_SGD,
+           ("sinks_bb", "none", "sigmoid"): BB_SIGMOID}
 
 
 def study_cells(reports: Path, study: str) -> list[dict] | None:
@@ -123,11 +125,13 @@ def sinks_bb_measurements(reports: Path, uniform: float) -> dict | None:
     arms = {}
     for cell in json.loads(path.read_text()).get("per_seed", []):
         axes = cell["axes"]
-        name = BB_ARMS.get((axes.get("experiment", SINKS_BB), axes.get(escape_axis(axes), "none")))
+        normalize = "sigmoid" if axes.get("model.attention.normalize") == "sigmoid" else "softmax"  # absent: the default
+        name = BB_ARMS.get((axes.get("experiment", SINKS_BB), axes.get(escape_axis(axes), "none"), normalize))
         if name is None or not cell["runs"]:
             continue
         values = {key: [r["metrics"].get(metric) for r in cell["runs"]] for key, metric in (
             ("dormant", "attn/L0/sink_mass_dormant"), ("active", "attn/L0/sink_mass_active"), ("escape", "attn/L0/escape_mass"),
+            ("row_mass", "attn/L0/row_mass"),
             ("value_drain", "attn/L0/value_drain"), ("copy_acc", "val/copy/acc"))}
         arms[name] = {"seeds": [r["seed"] for r in cell["runs"]], **values}
     return {"source": f"reports/{SINKS_BB}", "uniform": uniform, "arms": arms} if arms else None
