@@ -225,3 +225,24 @@ def test_guard_catches_a_non_finite_gradient_before_the_step(make_cfg, monkeypat
     monkeypatch.setattr(train_module, "build_callbacks", lambda cfg: [PoisonGradient(), *original(cfg)])
     with pytest.raises(NonFiniteError, match=r"Inf in gradient of model\.blocks\.1\.attn\.k_proj\.weight at step 2"):
         train(make_cfg("callbacks=default", "logger=none"))
+
+
+def test_a_bounded_probe_changes_nothing_up_to_its_bounds_and_measures_the_chosen_rows_beyond():
+    from attnlab.callbacks.attention_stats import probe_plan
+
+    assert probe_plan(8, 64, 2048, 1024) == (8, None) and probe_plan(8, 256, 2048, 1024) == (8, None)
+    assert probe_plan(8, 1024, 2048, 1024) == (2, None) and probe_plan(8, 4096, None, None) == (8, None)
+    n, rows = probe_plan(8, 4096, 2048, 1024)
+    assert n == 1 and len(rows) == 1024 and rows[0] == 0 and rows[-1] == 4095 and (rows.diff() > 0).all()
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 3, 40, 8), torch.randn(2, 3, 40, 8)
+    every = attention_stats(q, k, 0.35, block=7)
+    assert all(torch.equal(every[m], v) for m, v in attention_stats(q, k, 0.35, block=7, positions=torch.arange(40)).items())
+    chosen = torch.tensor([0, 5, 13, 21, 39])
+    got = attention_stats(q, k, 0.35, block=2, positions=chosen)
+    ref = explicit_reference(q, k, 0.35)  # over rows 1..T-1; recompute over the chosen rows (row 0 sees one key: left out)
+    logits = (q.double() @ k.double().transpose(-2, -1)) * 0.35
+    p = logits.masked_fill(~torch.ones(40, 40, dtype=torch.bool).tril(), -math.inf).softmax(-1)[:, :, chosen[1:]]
+    torch.testing.assert_close(got["sink_mass"], p[..., 0].mean((0, 2)).float(), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(got["max_prob"], p.amax(-1).mean((0, 2)).float(), atol=1e-6, rtol=1e-5)
+    assert (got["max_logit"] <= ref["max_logit"] + 1e-6).all()  # a max over fewer rows

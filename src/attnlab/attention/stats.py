@@ -168,10 +168,13 @@ def layer_reduction(name: str) -> str:
 def attention_stats(
     q: torch.Tensor, k: torch.Tensor, rule: WeightRule | float | torch.Tensor = 1.0, block: int = 128,
     query_classes: dict[str, torch.Tensor] | None = None, key_padding_mask: torch.Tensor | None = None,
+    positions: torch.Tensor | None = None,
 ) -> dict:
     """Per-head (H,) values of every row metric of METRICS that applies to ``rule`` (the layer's
     ``weight_rule()``; a number is a plain softmax with that scale), q (B, H, T, d), k (B, H_kv, T, d).
-    ``query_classes``: named (B, T) masks of queries whose class metrics are also reported."""
+    ``query_classes``: named (B, T) masks of queries whose class metrics are also reported.
+    ``positions``: the query positions to measure (default every one), e.g. evenly spaced ones at a
+    long T: the means are then over those queries and the maxima over them."""
     rule = rule if isinstance(rule, WeightRule) else WeightRule(rule)
     if torch.is_tensor(rule.scale) or rule.escape is not None:
         rule = WeightRule(rule.scale.detach().float() if torch.is_tensor(rule.scale) else rule.scale, rule.causal,
@@ -185,8 +188,8 @@ def attention_stats(
     class_sums = {(m.name, c): torch.zeros(h, dtype=torch.float64, device=q.device) for m in metrics if m.classes for c in classes}
     class_rows = dict.fromkeys(classes, 0)
     n_rows = 0
-    for start in range(0, t, block):
-        rows = torch.arange(start, min(start + block, t), device=q.device)
+    positions = torch.arange(t, device=q.device) if positions is None else positions.to(q.device)
+    for rows in positions.split(block):
         w = rule(q[:, :, rows], k, rows=rows, key_padding_mask=key_padding_mask)
         mass = w.mass
         placed = w.p if rule.rows_sum_to_one else w.p / mass.clamp_min(1e-30).unsqueeze(-1)

@@ -2,7 +2,8 @@
 
 Works for every backend: the probabilities are recomputed from the q and k that reach each
 attention layer, in query blocks (``attnlab.attention.stats``), so fused kernels are measured the
-same way as explicit ones. Logged as ``attn/L{i}/{stat}`` and ``attn/L{i}/H{h}/{stat}`` to every
+same way as explicit ones. At long block sizes the probe is bounded (``probe_plan``): at most
+``max_tokens`` tokens and ``max_rows`` query positions per sequence. Logged as ``attn/L{i}/{stat}`` and ``attn/L{i}/H{h}/{stat}`` to every
 logger, appended to ``attention_stats.jsonl`` in the run dir, and the final per-layer values go
 into results.json (``summary()``).
 """
@@ -29,22 +30,40 @@ def read_history(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def probe_plan(probe_size: int, t: int, max_tokens: int | None, max_rows: int | None) -> tuple[int, torch.Tensor | None]:
+    """How many probe sequences, and which query positions (None: all), keep a measurement's cost
+    bounded at any block size: at most ``max_tokens`` probe tokens (never fewer than one sequence)
+    and ``max_rows`` evenly spaced query positions per sequence, so its cost grows like T, as a
+    fused training step's does, not like T^2. Up to T = max_tokens / probe_size and T = max_rows
+    nothing changes."""
+    n = probe_size if max_tokens is None else max(1, min(probe_size, max_tokens // t))
+    if max_rows is None or t <= max_rows:
+        return n, None
+    return n, torch.linspace(0, t - 1, max_rows).round().long().unique()
+
+
 class AttentionStats(L.Callback):
-    def __init__(self, every_n_steps: int = 100, probe_size: int = 8, block: int = 128, per_head: bool = True):
+    def __init__(self, every_n_steps: int = 100, probe_size: int = 8, block: int = 128, per_head: bool = True,
+                 max_tokens: int | None = 2048, max_rows: int | None = 1024):
         self.every_n_steps, self.probe_size, self.block, self.per_head = every_n_steps, probe_size, block, per_head
+        self.max_tokens, self.max_rows = max_tokens, max_rows
         self.history: list[dict] = []
         self._x: torch.Tensor | None = None
+        self._positions: torch.Tensor | None = None
 
     def measure(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
         """Every metric of the registry (attention.stats.METRICS) on the probe batch, as flat keys."""
         if self._x is None:
-            self._x = probe_batch(trainer, self.probe_size)
+            x = probe_batch(trainer, self.probe_size)
+            n, self._positions = probe_plan(len(x), x.shape[1], self.max_tokens, self.max_rows)
+            self._x = x[:n]
         metrics: dict[str, float] = {}
         classes = getattr(trainer.datamodule, "query_classes", None)  # e.g. active vs dormant queries
         classes = classes(self._x) if classes is not None else None
         for rec in probe(pl_module.model, self._x.to(pl_module.device), training_precision(trainer)):
             i = rec.index
-            per_head = attention_stats(rec.q, rec.k, rec.layer.weight_rule(fp32=True), block=self.block, query_classes=classes)
+            per_head = attention_stats(rec.q, rec.k, rec.layer.weight_rule(fp32=True), block=self.block, query_classes=classes,
+                                       positions=self._positions)
             per_layer = record_stats(rec)
             per_head |= {name: v for name, v in per_layer.items() if v.dim()}
             metrics.update({f"attn/L{i}/{name}": v for name, v in layer_values(per_head).items()})
