@@ -173,20 +173,25 @@ def sinks_figures() -> dict[str, str]:
 
 def sinks_testbed_figures() -> dict[str, str]:
     """The sinks testbed's figures, from the per-seed values in reports/sinks_bb/summary.json."""
-    def arm(sink: str, experiment: str = "sinks_bb") -> dict[str, list[float]]:
-        runs = next(c["runs"] for c in summary("sinks_bb")["per_seed"]
-                    if c["axes"] == {"model.attention.sink": sink, "experiment": experiment})
-        return {k: [r["metrics"][f"attn/L0/{k}"] for r in runs if f"attn/L0/{k}" in r["metrics"]]
-                for k in ("sink_mass_dormant", "value_drain", "escape_mass")}
+    from attnlab.repro.studies import escape_axis
 
-    base, zero, learned = arm("none"), arm("zero_logit"), arm("learned")
+    def arm(escape: str, experiment: str = "sinks_bb", normalize: str = "-") -> dict[str, list[float]]:
+        runs = next(c["runs"] for c in summary("sinks_bb")["per_seed"]
+                    if c["axes"][escape_axis(c["axes"])] == escape and c["axes"]["experiment"] == experiment
+                    and c["axes"].get("model.attention.normalize", "-") == normalize)
+        return {k: [r["metrics"][f"attn/L0/{k}"] for r in runs if f"attn/L0/{k}" in r["metrics"]]
+                for k in ("sink_mass_dormant", "value_drain", "escape_mass", "row_mass")}
+
+    base, zero, learned, sigmoid = arm("none"), arm("zero_logit"), arm("learned"), arm("none", normalize="sigmoid")
     formed = lambda a: sum(x > judge.SINK_THRESHOLD for x in a["sink_mass_dormant"])  # noqa: E731
     n = len(base["sink_mass_dormant"])
     return {"base": f"{span(base['sink_mass_dormant'], 3)} of their weight on `<bos>` in {k_of_n_text(formed(base), n)}",
             "drain": f"{span(base['value_drain'], 3)} of the others' norm",
             "slots": f"{formed(zero)} of {n} and {formed(learned)} of {n} seeds (first-token weight {span(zero['sink_mass_dormant'], 3)} "
                      f"with softmax + 1, {span(learned['sink_mass_dormant'], 3)} with a learned logit)",
-            "escape": f"the slot takes {span(zero['escape_mass'] + learned['escape_mass'], 3)}"}
+            "escape": f"the slot takes {span(zero['escape_mass'] + learned['escape_mass'], 3)}",
+            "sigmoid": f"in {formed(sigmoid)} of {len(sigmoid['sink_mass_dormant'])} seeds (first-token weight at most "
+                       f"{max(sigmoid['sink_mass_dormant']):.0e}, a row's total weight {span(sigmoid['row_mass'], 2)})"}
 
 
 def gqa_figures() -> dict[str, str]:
@@ -208,10 +213,17 @@ def e2e_figures() -> dict[str, str]:
 
 
 def longctx_figures() -> dict[str, str]:
-    runs = {r["extra"]: r["wall_s"] for r in json.loads((REPORTS / "bench" / "longctx_runs.json").read_text())["runs"]}
-    default, none, nocap = runs[""], runs["callbacks=none"], runs["callbacks.heads.max_len=null"]
-    pairs = [d / n for d, n in zip(default, none)]
-    return {"ratio": f"{span(pairs, 2)}× a run without callbacks", "before": f"down from {max(nocap) / statistics.fmean(none):.1f}×"}
+    """The long-context bench (bench.json's longctx) and the same section before the statistics were
+    bounded (reports/bench/longctx_before.json): the wall ratios over T, and the verdict's count."""
+    now = bench()["longctx"]
+    before = json.loads((REPORTS / "bench" / "longctx_before.json").read_text())
+    ratio = {r["T"]: r["wall_ratio"] for r in now["rows"] if not r.get("error")}
+    worst_before = max(before["rows"], key=lambda r: r["wall_ratio"])
+    met = sum(r["ratio_ok"] for r in now["rows"] if not r.get("error"))
+    return {"ratios": ", ".join(f"{ratio[t]:.2f} at T = {t}" for t in sorted(ratio)),
+            "before": f"from {worst_before['wall_ratio']:.2f} at T = {worst_before['T']}",
+            "met": f"{met} of {len(ratio)} block sizes within {now['targets']['wall_ratio']:.2f}×",
+            "pairs": f"{min(r['repeats'] for r in now['rows'] if not r.get('error'))} alternated pairs"}
 
 
 def memory_figures() -> dict[str, str]:

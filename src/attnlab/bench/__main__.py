@@ -250,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
 
         t = time.perf_counter()
         settings = dict(E2E[args.mode]) | ({"repeats": args.e2e_repeats} if args.e2e_repeats else {})
-        names = settings.pop("arms") if args.e2e_arms is None else [n for n in args.e2e_arms.split(",") if n]
+        names = settings.pop("arms")  # the mode's arms, unless --e2e-arms names others
+        names = names if args.e2e_arms is None else [n for n in args.e2e_arms.split(",") if n]
         bench["e2e"] = end_to_end({name: E2E_ARMS[name] for name in names}, **settings)
         section_s["e2e"] = time.perf_counter() - t
         write_json(bench, out)
