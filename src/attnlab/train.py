@@ -277,20 +277,20 @@ def train(cfg: DictConfig) -> dict:
         extra = {k: v for cb in callbacks if hasattr(cb, "results_fields") for k, v in cb.results_fields().items()}
         record.finish("ok", metrics, **extra)
         return metrics
-    except SIGTERMException:
-        err = Interrupted(f"SIGTERM at step {trainer.global_step if trainer else 0}, outside the training steps: "
-                          f"no checkpoint written after the last periodic one; resume with resume=true hydra.run.dir={run_dir}",
-                          "SIGTERM", trainer.global_step if trainer else 0)
-        record.data.setdefault("interruptions", []).append(err.record())
-        record_failure(record, "interrupted", err, str(err), reached(trainer))
-        raise err from None
-    except (KeyboardInterrupt, Interrupted) as err:
+    except (KeyboardInterrupt, Interrupted, SIGTERMException) as caught:
+        err = caught
+        if isinstance(caught, SIGTERMException):  # Lightning's, outside the training steps (the closing validation)
+            step = trainer.global_step if trainer else 0
+            err = Interrupted(f"SIGTERM at step {step}, outside the training steps: no checkpoint written after the last "
+                              f"periodic one; resume with resume=true hydra.run.dir={run_dir}", "SIGTERM", step)
         if isinstance(err, Interrupted):
             if err.handoff:  # the scheduler requeues now; W&B closed first, while its process still lives
                 finish_wandb(loggers, failed=True)
                 err.hand_over()
             record.data.setdefault("interruptions", []).append(err.record())
         record_failure(record, "interrupted", err, str(err) or "interrupted", reached(trainer))
+        if err is not caught:
+            raise err from None
         raise
     except AttnlabError as err:
         record_failure(record, "failed", err, str(err))

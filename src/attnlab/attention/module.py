@@ -100,12 +100,9 @@ class Attention(nn.Module):
     def weight_rule(self, fp32: bool = False) -> WeightRule:
         """The scale, bias, mask and normalisation of this layer as it is now (``fp32``: detached
         fp32 parameters, for measurements)."""
-        scale, escape = self.softmax_scale(), self.sink_logit()
-        if fp32:
-            scale = scale.detach().float() if torch.is_tensor(scale) else scale
-            escape = escape.detach().float() if escape is not None else None
-        return WeightRule(scale, self.causal, self.cfg.mask_fill, self.cfg.normalize, escape,
+        rule = WeightRule(self.softmax_scale(), self.causal, self.cfg.mask_fill, self.cfg.normalize, self.sink_logit(),
                           self.logit_bias if self.alibi_slopes is not None else None)
+        return rule.detached() if fp32 else rule
 
     @torch.no_grad()
     def weights(self, q: torch.Tensor, k: torch.Tensor, rows: torch.Tensor | None = None,
@@ -123,8 +120,8 @@ class Attention(nn.Module):
 
     def forward(self, q, k, v, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         cfg = self.cfg
-        bias = self.logit_bias(torch.arange(k.shape[-2] - q.shape[-2], k.shape[-2], device=q.device),
-                               torch.arange(k.shape[-2], device=q.device))
+        bias = None if self.alibi_slopes is None else self.logit_bias(
+            torch.arange(k.shape[-2] - q.shape[-2], k.shape[-2], device=q.device), torch.arange(k.shape[-2], device=q.device))
         out, kernel = attend(cfg.backend, q, k, v, self.softmax_scale(), causal=self.causal,
                              key_padding_mask=key_padding_mask, mask_fill=cfg.mask_fill,
                              dropout_p=self.dropout if self.training else 0.0, bias=bias,

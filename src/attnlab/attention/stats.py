@@ -175,10 +175,7 @@ def attention_stats(
     ``query_classes``: named (B, T) masks of queries whose class metrics are also reported.
     ``positions``: the query positions to measure (default every one), e.g. evenly spaced ones at a
     long T: the means are then over those queries and the maxima over them."""
-    rule = rule if isinstance(rule, WeightRule) else WeightRule(rule)
-    if torch.is_tensor(rule.scale) or rule.escape is not None:
-        rule = WeightRule(rule.scale.detach().float() if torch.is_tensor(rule.scale) else rule.scale, rule.causal,
-                          rule.mask_fill, rule.normalize, None if rule.escape is None else rule.escape.detach().float(), rule.bias)
+    rule = (rule if isinstance(rule, WeightRule) else WeightRule(rule)).detached()
     q, k = q.float(), k.float()
     b, h, t, _ = q.shape
     metrics = [m for m in METRICS if m.rows is not None and m.applies(rule)]
@@ -197,6 +194,7 @@ def attention_stats(
         n_visible = w.visible[0, 0].sum(-1)  # (r,)
         block_rows = Rows(w.p, placed, mass, logits, n_visible)
         counted = n_visible > 1  # rows with a choice to make; masked, not indexed: no copy of the block
+        chosen_by_class = {c: mask[:, rows] & counted[None, :] for c, mask in classes.items()}  # (B, r) each
         for m in metrics:
             values = m.rows(block_rows)  # (B, H, r)
             if m.over_rows == "max":
@@ -204,11 +202,10 @@ def attention_stats(
                 maxima[m.name] = torch.maximum(maxima[m.name], chosen.amax((0, 2)))
             else:
                 sums[m.name] += torch.where(counted, values, 0.0).sum((0, 2)).double()
-            for c, mask in classes.items() if m.classes else ():
-                chosen = mask[:, rows] & counted[None, :]  # (B, r)
+            for c, chosen in chosen_by_class.items() if m.classes else ():
                 class_sums[m.name, c] += torch.where(chosen[:, None], values, 0.0).sum((0, 2)).double()
-        for c, mask in classes.items():
-            class_rows[c] += int((mask[:, rows] & counted[None, :]).sum())
+        for c, chosen in chosen_by_class.items():
+            class_rows[c] += int(chosen.sum())
         n_rows += b * int(counted.sum())
     # no query with a choice (T = 1): every per-query statistic is undefined
     nan = torch.full((h,), float("nan"), device=q.device)

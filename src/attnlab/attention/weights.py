@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import torch
@@ -76,6 +76,13 @@ class WeightRule:
     normalize: str = "softmax"
     escape: torch.Tensor | None = None  # (H,) escape logits, softmax only
     bias: Bias | None = None
+
+    def detached(self) -> "WeightRule":
+        """The same rule with its scale and escape logits detached in fp32: what measurements use."""
+        if not torch.is_tensor(self.scale) and self.escape is None:
+            return self
+        return replace(self, scale=self.scale.detach().float() if torch.is_tensor(self.scale) else self.scale,
+                       escape=None if self.escape is None else self.escape.detach().float())
 
     @property
     def rows_sum_to_one(self) -> bool:
