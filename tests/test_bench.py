@@ -365,7 +365,7 @@ def test_the_nanogpt_yardstick_is_the_same_model_from_the_same_seed():
     gpt = GPT(GPTConfig(**{**spec["model"], "vocab_size": 30}))
     assert isinstance(nano, NanoGPT) and sum(p.numel() for p in nano.parameters()) == sum(p.numel() for p in gpt.parameters())
     attn = gpt.blocks[1].attn
-    assert torch.equal(nano.blocks[1].c_attn.weight, torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]))
+    assert torch.equal(nano.blocks[1].c_attn.weight, attn.qkv_proj.weight)
     x, y = torch.randint(30, (2, 64)), torch.randint(30, (2, 64))
     torch.testing.assert_close(nano(x, y)[1], gpt(x, y)[1], atol=1e-6, rtol=1e-6)
 

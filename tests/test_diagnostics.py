@@ -219,16 +219,16 @@ def test_guard_catches_a_non_finite_gradient_before_the_step(make_cfg, monkeypat
     class PoisonGradient(L.Callback):
         def on_after_backward(self, trainer, pl_module):
             if trainer.global_step == 2:
-                pl_module.model.blocks[1].attn.k_proj.weight.grad[0, 0] = float("inf")
+                pl_module.model.blocks[1].attn.qkv_proj.weight.grad[-1, 0] = float("inf")
 
     original = train_module.build_callbacks
     monkeypatch.setattr(train_module, "build_callbacks", lambda cfg: [PoisonGradient(), *original(cfg)])
-    with pytest.raises(NonFiniteError, match=r"Inf in gradient of model\.blocks\.1\.attn\.k_proj\.weight at step 2"):
+    with pytest.raises(NonFiniteError, match=r"Inf in gradient of model\.blocks\.1\.attn\.qkv_proj\.weight at step 2"):
         train(make_cfg("callbacks=default", "logger=none"))
 
 
 def test_a_bounded_probe_changes_nothing_up_to_its_bounds_and_measures_the_chosen_rows_beyond():
-    from attnlab.callbacks.attention_stats import probe_plan
+    from attnlab.callbacks.probe import probe_plan
 
     assert probe_plan(8, 64, 2048, 1024) == (8, None) and probe_plan(8, 256, 2048, 1024) == (8, None)
     assert probe_plan(8, 1024, 2048, 1024) == (2, None) and probe_plan(8, 4096, None, None) == (8, None)

@@ -140,28 +140,48 @@ def test_cut_edges_removes_exactly_the_given_edges_of_one_head():
     assert not torch.allclose(seen["out"][:, 2], base[:, 2])
 
 
-class ToyCopier(torch.nn.Module):
+class CopierBlock(torch.nn.Module):
     """One attention layer, two heads: head 0 attends exactly to each query's induction target
-    (hard-wired from the probe's layout), head 1 to the query itself; the logits are the
-    attended tokens' one-hot codes. A stand-in for a model with one perfect induction head."""
+    (hard-wired from the probe's layout), head 1 to the query itself; its output is the attended
+    tokens' one-hot codes, which are the logits."""
 
-    def __init__(self, edges: torch.Tensor, vocab: int):
+    def __init__(self, edges: torch.Tensor):
         super().__init__()
         self.attn = Attention(AttentionConfig("scaled", "none"), n_head=2, d_k=edges.shape[-1])
-        self.edges, self.vocab = edges, vocab
+        self.edges = edges
 
-    def attention_layers(self):
-        return [self.attn]
-
-    def forward(self, idx):
-        b, t = idx.shape
+    def forward(self, x):  # x: (B, T, vocab) one-hot ids
+        b, t, _ = x.shape
         eye = torch.eye(t).expand(b, t, t)
         target = torch.where(self.edges.any(-1, keepdim=True), self.edges.float(), eye)
         q = torch.stack([30 * target, 30 * eye], dim=1)  # (B, 2, T, T): row i points at its key
         k = eye.unsqueeze(1).expand(b, 2, t, t)
-        v = torch.nn.functional.one_hot(idx, self.vocab).float().unsqueeze(1).expand(b, 2, t, self.vocab)
-        out = self.attn(q, k, v)
-        return 20 * out[:, 0] + 0.1 * out[:, 1], None
+        out = self.attn(q, k, x.unsqueeze(1).expand(b, 2, t, x.shape[-1]))
+        return 20 * out[:, 0] + 0.1 * out[:, 1]
+
+
+class ToyCopier(torch.nn.Module):
+    """A stand-in for a model with one perfect induction head, with GPT's interface (embed,
+    blocks, logits_from): one CopierBlock on one-hot ids."""
+
+    def __init__(self, edges: torch.Tensor, vocab: int):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([CopierBlock(edges)])
+        self.vocab = vocab
+
+    def attention_layers(self):
+        return [block.attn for block in self.blocks]
+
+    def embed(self, idx):
+        return torch.nn.functional.one_hot(idx, self.vocab).float()
+
+    def logits_from(self, x, layer=0):
+        for block in self.blocks[layer:]:
+            x = block(x)
+        return x
+
+    def forward(self, idx):
+        return self.logits_from(self.embed(idx)), None
 
 
 def test_knockout_names_the_head_that_reads_the_induction_target():
@@ -346,3 +366,68 @@ def test_the_probe_cap_changes_nothing_up_to_the_cap_and_bounds_longer_blocks():
     long = GPT(GPTConfig(vocab_size=20, n_layer=1, n_head=2, d_model=16, block_size=1024))
     capped = build_probes(long, None, None, n=4, max_len=256)
     assert capped.plain.shape == (4, 256) and capped.repeat.shape[1] <= 256 and int(capped.half.max()) <= 128
+
+
+@pytest.mark.parametrize("model_cfg", [
+    dict(n_kv_head=2, attention=dict(backend="sdpa", scaling="learned")),
+    dict(pos_encoding="alibi", attention=dict(backend="scaled", escape="learned")),
+    dict(attention=dict(backend="naive", normalize="sigmoid")),
+])
+def test_knockout_from_the_cached_stream_equals_cutting_whole_forwards(model_cfg):
+    """The knockout runs only the blocks from the cut layer on, from the uncut forward's residual
+    stream, and recomputes only the cut head's weights; it must give what the whole model gives when
+    every head's weights are recomputed with that head's edges cut (the definition, written out)."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=20, block_size=24, n_layer=3, n_head=4, d_model=32, init_std=0.3,
+                          **model_cfg)).eval().requires_grad_(False)  # large weights: cuts that matter
+    for layer in model.attention_layers():  # per-head parameters away from their init, so a wrong head shows
+        for p in layer.parameters():
+            p.data += torch.linspace(-0.5, 0.5, p.numel()).view_as(p)
+    ids, half, start, _ = repeated_probe(20, 24, n=3, seed=1)
+    edges = induction_edges(half, start, 24)
+    base = answer_probability(model(ids)[0], ids, half, start)
+
+    def cut_by_definition(layer, head):
+        def hook(module, args, kwargs, out):
+            q, k, v = args[:3]
+            cut = torch.zeros(1, 4, 1, 1, dtype=torch.bool)
+            cut[:, slice(None) if head is None else slice(head, head + 1)] = True
+            p = module.weights(q, k, cut=cut & edges.unsqueeze(1)).p
+            edited = p @ v.float().repeat_interleave(4 // v.shape[1], dim=1)
+            return torch.where(cut, edited.to(out.dtype), out)
+        handle = model.attention_layers()[layer].register_forward_hook(hook, with_kwargs=True)
+        try:
+            return base - answer_probability(model(ids)[0], ids, half, start)
+        finally:
+            handle.remove()
+
+    drop = induction_knockout(model, ids, half, start, n_head=4)
+    expected = torch.tensor([[cut_by_definition(layer, head) for head in [*range(4), None]] for layer in range(3)])
+    assert drop.abs().max() > 1e-4  # the cuts change the answer: the comparison is not of zeros
+    torch.testing.assert_close(drop, expected, atol=1e-7, rtol=1e-3)  # a wrong head or stream is off by ~100%
+
+
+def test_the_knockout_is_bounded_to_evenly_spaced_rows_beyond_t64(monkeypatch):
+    """knockout_tokens = 1024: all 16 probe rows up to T = 64 (nothing changes there), 4 evenly
+    spaced rows at T = 256 whose repeat lengths still span the probe's range; the drop is then the
+    knockout of exactly those rows."""
+    from attnlab.analysis.heads import knockout_rows
+
+    assert knockout_rows(16, 64, 1024) is None and knockout_rows(16, 256, None) is None
+    assert knockout_rows(16, 256, 1024).tolist() == [0, 5, 10, 15] and knockout_rows(16, 4096, 1024).tolist() == [0]
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=40, block_size=128, n_layer=2, n_head=2, d_model=16, init_std=0.3)).eval()
+    probes = build_probes(model, None, None, n=8, seed=0)
+    import attnlab.analysis.heads as heads_module
+
+    seen = []
+    monkeypatch.setattr(heads_module, "induction_knockout",
+                        lambda model, idx, *args, **kw: seen.append(idx) or induction_knockout(model, idx, *args, **kw))
+    _, bounded = analyze_heads(model, probes, knockout_tokens=256)  # 2 of the 8 rows of 128
+    _, full = analyze_heads(model, probes)
+    rows = knockout_rows(8, 128, 256)
+    assert rows.tolist() == [0, 7] and probes.half[0] < probes.half[7]
+    assert torch.equal(seen[0], probes.repeat[rows]) and torch.equal(seen[1], probes.repeat)
+    expected = induction_knockout(model, probes.repeat[rows], probes.half[rows], probes.start[rows], n_head=2)
+    assert bounded["L1/induction_knockout_all_heads"] == round(float(expected[1, -1]), 4)
+    assert {k: v for k, v in bounded.items() if "knockout" not in k} == {k: v for k, v in full.items() if "knockout" not in k}

@@ -167,7 +167,7 @@ def test_a_grouped_model_has_fewer_key_value_weights_and_agrees_across_backends(
                               attention=dict(backend=backend))).eval()
         outs[backend] = model(torch.arange(12).view(1, 12) % 17)[0]
     attn = model.blocks[0].attn
-    assert attn.k_proj.out_features == attn.v_proj.out_features == 8 and attn.q_proj.out_features == 32
+    assert attn.qkv_sizes == (32, 8, 8) and attn.qkv_proj.out_features == 48
     for backend in BACKENDS[1:]:
         torch.testing.assert_close(outs[backend], outs["naive"], atol=2e-5, rtol=1e-4)
 
@@ -238,3 +238,23 @@ def test_a_checkpoint_with_the_old_layer_name_still_loads():
     fresh.load_state_dict(state)  # strict: every key found under its new name
     torch.testing.assert_close(fresh.blocks[1].attn.attention.scale.log_scale, model.blocks[1].attn.attention.scale.log_scale + 0.5)
     torch.testing.assert_close(fresh.blocks[0].attn.attention.sink.logit, model.blocks[0].attn.attention.sink.logit + 0.5)
+
+
+def test_a_checkpoint_with_separate_q_k_v_projections_still_loads():
+    """Checkpoints written before the fused projection hold q_proj, k_proj and v_proj: they load
+    into qkv_proj's rows (q, k, v in that order, grouped-query sizes too) and give the same outputs."""
+    cfg = dict(vocab_size=11, block_size=8, n_layer=2, n_head=4, n_kv_head=2, d_model=16)
+    model = GPT(GPTConfig(**cfg)).eval()
+    state = {}
+    for key, value in model.state_dict().items():
+        if key.endswith("qkv_proj.weight"):
+            prefix = key[: -len("qkv_proj.weight")]
+            for name, part in zip("qkv", model.blocks[0].attn.qkv_parts(value)):
+                state[f"{prefix}{name}_proj.weight"] = part.clone()
+        else:
+            state[key] = value
+    assert state["blocks.1.attn.k_proj.weight"].shape == (8, 16) and "blocks.1.attn.qkv_proj.weight" not in state
+    fresh = GPT(GPTConfig(**cfg)).eval()
+    fresh.load_state_dict(state)  # strict
+    x = torch.arange(8).view(1, 8)
+    assert torch.equal(fresh(x)[0], model(x)[0])

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import torch
 
 from ..attention import Knockout
-from ..callbacks.probe import eval_mode, probe_with_logits
+from ..callbacks.probe import ProbeRecord, eval_mode, probe_plan, probe_with_logits
 from ..data.text import BOS  # the token the data modules put first with data.bos
 
 SCORES = ("previous_token", "induction", "induction_control", "induction_knockout", "sink", "escape", "positional",
@@ -163,20 +163,24 @@ def answer_probability(logits: torch.Tensor, idx: torch.Tensor, half: torch.Tens
 
 
 def induction_knockout(
-    model, idx: torch.Tensor, half: torch.Tensor, start: torch.Tensor, n_head: int, logits: torch.Tensor | None = None
+    model, idx: torch.Tensor, half: torch.Tensor, start: torch.Tensor, n_head: int,
+    records: list[ProbeRecord] | None = None, logits: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(n_layer, n_head + 1): drop in the right token's probability on the repeated rows ``idx``
     when one head's induction edges are cut; the last column cuts them in every head of the layer
-    at once (heads that share the work each look dispensable alone). ``logits``: the uncut model's
-    on ``idx``, if the caller already has them."""
+    at once (heads that share the work each look dispensable alone). ``records`` and ``logits``: the
+    uncut model's probe of ``idx``, if the caller has it; each cut then runs only the blocks from
+    its layer on, from the residual stream the uncut forward had there (the same numbers)."""
+    if records is None or logits is None:
+        records, logits = probe_with_logits(model, idx)
     edges = induction_edges(half, start, idx.shape[1])
-    base = answer_probability(model(idx)[0] if logits is None else logits, idx, half, start)
-    n_layer = len(model.attention_layers())
-    drop = torch.zeros(n_layer, n_head + 1)
-    for layer in range(n_layer):
+    base = answer_probability(logits, idx, half, start)
+    entering = [model.embed(idx), *(rec.residual for rec in records[:-1])]  # the stream entering each block
+    drop = torch.zeros(len(entering), n_head + 1)
+    for layer, x in enumerate(entering):
         for column, head in enumerate([*range(n_head), None]):
             with cut_edges(model, layer, head, edges):
-                drop[layer, column] = base - answer_probability(model(idx)[0], idx, half, start)
+                drop[layer, column] = base - answer_probability(model.logits_from(x, layer), idx, half, start)
     return drop
 
 
@@ -297,10 +301,15 @@ def build_probes(model, vocab: list[str] | None, datamodule=None, n: int = 16, s
     return Probes(plain.long(), repeat, half, start, control, source)
 
 
+def record_probs(records: list[ProbeRecord]) -> list[torch.Tensor]:
+    """Each probed layer's attention weights (B, H, T, T), in fp32."""
+    return [rec.layer.probabilities(rec.q, rec.k) for rec in records]
+
+
 def layer_probs(model, idx: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Attention weights (B, H, T, T) of every layer for inputs idx, in fp32, and the logits."""
     records, logits = probe_with_logits(model, idx)
-    return [rec.layer.probabilities(rec.q, rec.k) for rec in records], logits
+    return record_probs(records), logits
 
 
 def repeat_accuracy(logits: torch.Tensor, idx: torch.Tensor, half: torch.Tensor, start: torch.Tensor) -> float:
@@ -327,20 +336,36 @@ def in_context_score(logits: torch.Tensor, idx: torch.Tensor, half: torch.Tensor
     return float(torch.cat(late).mean() - torch.cat(early).mean())
 
 
+def knockout_rows(n: int, length: int, max_tokens: int | None) -> torch.Tensor | None:
+    """Which of the ``n`` repeated probe rows of ``length`` tokens the knockout runs on: evenly
+    spaced rows (their repeat lengths still span the probe's range) holding at most ``max_tokens``
+    tokens, never fewer than one; None when all fit. The rows are longer as they are fewer, so the
+    number of copying queries the drop averages over stays about the same."""
+    keep = probe_plan(n, length, max_tokens, None)[0]
+    return None if keep >= n else torch.linspace(0, n - 1, keep).round().long()
+
+
 @torch.no_grad()
-def analyze_heads(model, probes: Probes, thresholds: dict[str, float] = THRESHOLDS, knockout: bool = True) -> tuple[list[dict], dict]:
+def analyze_heads(model, probes: Probes, thresholds: dict[str, float] = THRESHOLDS, knockout: bool = True,
+                  knockout_tokens: int | None = None) -> tuple[list[dict], dict]:
     """Per-head records [{"layer", "head", "type", "scores"}] and a summary (maxima, type counts).
-    ``knockout=False`` skips induction_knockout (n_layer x (n_head + 1) extra forward passes)."""
+    ``knockout=False`` skips induction_knockout (n_layer x (n_head + 1) extra passes over the
+    blocks); ``knockout_tokens`` bounds the rows it runs on (``knockout_rows``)."""
     device = next(model.parameters()).device
     repeat_ids = probes.repeat.to(device)
     plain_probs, _ = layer_probs(model, probes.plain.to(device))
-    repeat_probs, logits = layer_probs(model, repeat_ids)
+    records, logits = probe_with_logits(model, repeat_ids)  # kept: the knockout starts from them
+    repeat_probs = record_probs(records)
     control_probs, _ = layer_probs(model, probes.control.to(device))
     has_escape = any(layer.sink_logit() is not None for layer in model.attention_layers())
     drops = None
     if knockout:
+        n_head, rows = plain_probs[0].shape[1], knockout_rows(*repeat_ids.shape, knockout_tokens)
         with eval_mode(model):
-            drops = induction_knockout(model, repeat_ids, probes.half, probes.start, plain_probs[0].shape[1], logits)
+            if rows is None:
+                drops = induction_knockout(model, repeat_ids, probes.half, probes.start, n_head, records, logits)
+            else:
+                drops = induction_knockout(model, repeat_ids[rows.to(device)], probes.half[rows], probes.start[rows], n_head)
     heads = []
     for layer, (plain, repeat, control) in enumerate(zip(plain_probs, repeat_probs, control_probs)):
         scores = head_scores(plain, repeat, probes.half, probes.start, control, escape=has_escape)

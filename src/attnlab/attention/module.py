@@ -133,15 +133,21 @@ class Attention(nn.Module):
             self.training_kernels.append(kernel)  # probes run in eval mode under no_grad: never counted
         return out
 
+    @torch.no_grad()
     def _knocked_out(self, out, q, k, v, key_padding_mask) -> torch.Tensor:
-        heads = slice(None) if self.knockout.head is None else slice(self.knockout.head, self.knockout.head + 1)
-        cut = torch.zeros(1, self.n_head, 1, 1, dtype=torch.bool, device=q.device)
-        cut[:, heads] = True
-        cut = cut & self.knockout.edges.to(q.device).unsqueeze(1)
-        p = self.weights(q, k, key_padding_mask=key_padding_mask, cut=cut).p
+        """``out`` with the knocked-out head's (or every head's) output recomputed without the cut
+        edges; only those heads' weights are computed."""
+        cut = self.knockout.edges.to(q.device).unsqueeze(1)  # (B, 1, T, T)
+        h = self.knockout.head
+        rule = self.weight_rule(fp32=True)
+        if h is not None:  # one query head and the key/value head of its group
+            group = h // (self.n_head // self.n_kv_head)
+            q, k, v, rule = q[:, h:h + 1], k[:, group:group + 1], v[:, group:group + 1], rule.head(h)
         out = out.clone()
         with torch.autocast(q.device.type, enabled=False):
-            out[:, heads] = (p @ expand_kv(v.float(), self.n_head))[:, heads].to(out.dtype)
+            p = rule(q.float(), k.float(), key_padding_mask=key_padding_mask, cut=cut).p
+            edited = (p @ expand_kv(v.float(), q.shape[1])).to(out.dtype)
+        out[:, slice(None) if h is None else slice(h, h + 1)] = edited
         return out
 
     def extra_repr(self) -> str:

@@ -84,6 +84,15 @@ class WeightRule:
         return replace(self, scale=self.scale.detach().float() if torch.is_tensor(self.scale) else self.scale,
                        escape=None if self.escape is None else self.escape.detach().float())
 
+    def head(self, h: int) -> "WeightRule":
+        """The rule of head ``h`` alone, for q of one head (B, 1, r, d): its scale, escape logit
+        and bias (a knockout of one head computes only that head's weights)."""
+        def one_head(x):  # a per-head tensor (H, ...) or a bias (H, r, T); a float or None as it is
+            return x[h:h + 1] if torch.is_tensor(x) and x.shape[0] > 1 else x
+
+        bias = None if self.bias is None else (lambda rows, keys: one_head(self.bias(rows, keys)))
+        return replace(self, scale=one_head(self.scale), escape=one_head(self.escape), bias=bias)
+
     @property
     def rows_sum_to_one(self) -> bool:
         return self.normalize == "softmax" and self.escape is None

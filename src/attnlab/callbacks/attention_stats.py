@@ -17,7 +17,7 @@ import torch
 
 from ..attention.stats import attention_stats, layer_values, record_stats
 from .cadence import log_metrics, should_run
-from .probe import probe, probe_batch, training_precision
+from .probe import probe, probe_batch, probe_plan, training_precision
 
 HISTORY_FILE = "attention_stats.jsonl"  # one JSON line of per-layer statistics per probe step
 
@@ -28,18 +28,6 @@ def read_history(run_dir: Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def probe_plan(probe_size: int, t: int, max_tokens: int | None, max_rows: int | None) -> tuple[int, torch.Tensor | None]:
-    """How many probe sequences, and which query positions (None: all), keep a measurement's cost
-    bounded at any block size: at most ``max_tokens`` probe tokens (never fewer than one sequence)
-    and ``max_rows`` evenly spaced query positions per sequence, so its cost grows like T, as a
-    fused training step's does, not like T^2. Up to T = max_tokens / probe_size and T = max_rows
-    nothing changes."""
-    n = probe_size if max_tokens is None else max(1, min(probe_size, max_tokens // t))
-    if max_rows is None or t <= max_rows:
-        return n, None
-    return n, torch.linspace(0, t - 1, max_rows).round().long().unique()
 
 
 class AttentionStats(L.Callback):

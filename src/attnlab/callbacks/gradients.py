@@ -20,9 +20,10 @@ class QKGradNorms(L.Callback):
             return
         norms = {}
         for i, block in enumerate(pl_module.model.blocks):
-            for name, proj in (("q", block.attn.q_proj), ("k", block.attn.k_proj)):
-                if proj.weight.grad is not None:
-                    norms[f"grad/L{i}/{name}_norm"] = float(proj.weight.grad.detach().norm())
+            grad = block.attn.qkv_proj.weight.grad
+            if grad is not None:
+                q, k, _ = block.attn.qkv_parts(grad.detach())
+                norms[f"grad/L{i}/q_norm"], norms[f"grad/L{i}/k_norm"] = float(q.norm()), float(k.norm())
         self.last = norms
         log_metrics(trainer, norms)
 

@@ -105,6 +105,18 @@ def probe(model: GPT, x: torch.Tensor, precision: Precision = nullcontext) -> li
     return probe_with_logits(model, x, precision)[0]
 
 
+def probe_plan(probe_size: int, t: int, max_tokens: int | None, max_rows: int | None) -> tuple[int, torch.Tensor | None]:
+    """How many probe sequences, and which query positions (None: all), keep a measurement's cost
+    bounded at any block size: at most ``max_tokens`` probe tokens (never fewer than one sequence)
+    and ``max_rows`` evenly spaced query positions per sequence, so its cost grows like T, as a
+    fused training step's does, not like T^2. Up to T = max_tokens / probe_size and T = max_rows
+    nothing changes."""
+    n = probe_size if max_tokens is None else max(1, min(probe_size, max_tokens // t))
+    if max_rows is None or t <= max_rows:
+        return n, None
+    return n, torch.linspace(0, t - 1, max_rows).round().long().unique()
+
+
 def probe_batch(trainer: L.Trainer, size: int) -> torch.Tensor:
     """A fixed probe batch from the data module (the same for every run of a data config).
 

@@ -49,9 +49,11 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         inner, kv_inner = cfg.n_head * cfg.d_k, cfg.n_kv_head * cfg.d_k
         self.n_head, self.n_kv_head, self.d_k = cfg.n_head, cfg.n_kv_head, cfg.d_k
-        self.q_proj = nn.Linear(cfg.d_model, inner, bias=False)
-        self.k_proj = nn.Linear(cfg.d_model, kv_inner, bias=False)  # grouped-query: n_kv_head heads of k, v
-        self.v_proj = nn.Linear(cfg.d_model, kv_inner, bias=False)
+        # q, k and v in one matmul (nanoGPT's c_attn; one large matmul is faster than three small
+        # ones on every device); its rows are q's, then k's, then v's (grouped-query: n_kv_head
+        # heads of k and v). ``qkv_parts`` splits a tensor of its rows the same way.
+        self.qkv_sizes = (inner, kv_inner, kv_inner)
+        self.qkv_proj = nn.Linear(cfg.d_model, sum(self.qkv_sizes), bias=False)
         self.out_proj = nn.Linear(inner, cfg.d_model, bias=False)
         self.out_proj.is_residual = True
         qk_norm = cfg.attention.qk_norm
@@ -67,11 +69,19 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(cfg.dropout)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        """Checkpoints written before the rename hold ``...attn.attn.*`` (a learned scale or escape
-        logit): read them as ``...attn.attention.*``."""
+        """Older checkpoints hold ``...attn.attn.*`` (a learned scale or escape logit; now
+        ``...attn.attention.*``) and separate ``q_proj``, ``k_proj``, ``v_proj`` weights (now the
+        rows of ``qkv_proj``): read them as they are now."""
         for key in [k for k in state_dict if k.startswith(prefix + "attn.")]:
             state_dict[prefix + "attention." + key[len(prefix) + 5:]] = state_dict.pop(key)
+        parts = [prefix + f"{name}_proj.weight" for name in "qkv"]
+        if all(key in state_dict for key in parts):
+            state_dict[prefix + "qkv_proj.weight"] = torch.cat([state_dict.pop(key) for key in parts])
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def qkv_parts(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A tensor over ``qkv_proj``'s output rows (its weight, its gradient) as its q, k, v parts."""
+        return rows.split(self.qkv_sizes, dim=0)
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, n * d_k) -> (B, n, T, d_k)."""
@@ -79,9 +89,10 @@ class CausalSelfAttention(nn.Module):
         return x.view(b, t, -1, self.d_k).transpose(1, 2)
 
     def forward(self, x, key_padding_mask=None):
-        q = self.q_norm(self._heads(self.q_proj(x)))  # (B, H, T, d_k)
-        k = self.k_norm(self._heads(self.k_proj(x)))  # (B, H_kv, T, d_k)
-        v = self._heads(self.v_proj(x))  # (B, H_kv, T, d_k)
+        q, k, v = self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
+        q = self.q_norm(self._heads(q))  # (B, H, T, d_k)
+        k = self.k_norm(self._heads(k))  # (B, H_kv, T, d_k)
+        v = self._heads(v)  # (B, H_kv, T, d_k)
         if self.rotary is not None:
             q, k = self.rotary(q), self.rotary(k)
         y = self.attention(q, k, v, key_padding_mask=key_padding_mask)
@@ -149,17 +160,25 @@ class GPT(nn.Module):
     def attention_layers(self) -> list[Attention]:
         return [block.attn.attention for block in self.blocks]
 
-    def forward(self, idx, targets=None, key_padding_mask=None):
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        """(B, T) ids -> (B, T, d_model): the residual stream entering block 0."""
         _, t = idx.shape
         if t > self.cfg.block_size:
             raise ValueError(f"sequence of length {t} exceeds model.block_size={self.cfg.block_size}")
         x = self.wte(idx)
         if self.wpe is not None:
             x = x + self.wpe(torch.arange(t, device=idx.device))
-        x = self.drop(x)
-        for block in self.blocks:
+        return self.drop(x)
+
+    def logits_from(self, x: torch.Tensor, layer: int = 0, key_padding_mask=None) -> torch.Tensor:
+        """(B, T, vocab) logits when ``x`` (B, T, d_model) is the residual stream entering block
+        ``layer``: an edit at one layer (the knockout) need not run the layers before it again."""
+        for block in self.blocks[layer:]:
             x = block(x, key_padding_mask)
-        logits = self.lm_head(self.ln_f(x))
+        return self.lm_head(self.ln_f(x))
+
+    def forward(self, idx, targets=None, key_padding_mask=None):
+        logits = self.logits_from(self.embed(idx), 0, key_padding_mask)
         if targets is None:
             return logits, None
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-100)

@@ -105,8 +105,8 @@ def qk_grad_norms(model: GPT, batch) -> dict:
     model.zero_grad(set_to_none=True)
     x, y = batch
     model(x, y)[1].backward()
-    q = [float(b.attn.q_proj.weight.grad.norm()) for b in model.blocks]
-    k = [float(b.attn.k_proj.weight.grad.norm()) for b in model.blocks]
+    parts = [b.attn.qkv_parts(b.attn.qkv_proj.weight.grad) for b in model.blocks]
+    q, k = [float(p[0].norm()) for p in parts], [float(p[1].norm()) for p in parts]
     model.zero_grad(set_to_none=True)
     return {"q": q, "k": k, "qk_mean": (sum(q) + sum(k)) / (2 * len(q))}
 
