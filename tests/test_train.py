@@ -103,3 +103,34 @@ def test_vocab_saved_with_run(make_cfg):
     train(cfg)
     vocab = json.loads((Path(cfg.paths.output_dir) / "vocab.json").read_text())["chars"]
     assert "a" in vocab and len(vocab) == len(set(vocab))
+
+
+def test_gradient_clipping_reads_the_one_norm_of_the_step_and_matches_torch():
+    """GPTModule computes the step's gradient norm once (the non-finite guard reads it too) and clips
+    with it: the gradients equal torch.nn.utils.clip_grad_norm_'s; a new backward makes a new norm."""
+    import torch
+
+    from attnlab.module import GPTModule
+
+    optim = dict(lr=1e-3, min_lr=1e-4, warmup_steps=0, weight_decay=0.1, betas=[0.9, 0.95])
+    model = dict(vocab_size=11, block_size=8, n_layer=1, n_head=2, d_model=16)
+    modules = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        modules.append(GPTModule(model, optim, max_steps=10))
+    x = torch.randint(11, (4, 8))
+    for module in modules:
+        (module.model(x, x)[1] * 50).backward()  # a large loss: the norm exceeds the clip value
+        module.on_after_backward()
+    ours, reference = modules
+    norm = ours.gradient_norm()
+    assert norm > 1.0 and ours.gradient_norm() is norm  # computed once
+    ours.configure_gradient_clipping(None, gradient_clip_val=1.0, gradient_clip_algorithm="norm")
+    expected = torch.nn.utils.clip_grad_norm_(reference.parameters(), 1.0)
+    assert torch.equal(norm, expected)
+    for a, b in zip(ours.parameters(), reference.parameters()):
+        assert torch.equal(a.grad, b.grad)
+    assert float(torch.nn.utils.get_total_norm([p.grad for p in ours.parameters()])) == pytest.approx(1.0, rel=1e-5)
+    ours.model(x, x)[1].backward()
+    ours.on_after_backward()
+    assert ours.gradient_norm() is not norm  # the next step's gradients, the next norm

@@ -40,6 +40,7 @@ def plot_attention_maps(probs: list[torch.Tensor], path: Path, title: str) -> Pa
 class AttentionMaps(L.Callback):
     def __init__(self, every_n_steps: int = 500, max_tokens: int = 64):
         self.every_n_steps, self.max_tokens = every_n_steps, max_tokens
+        self.saved_step: int | None = None
 
     def save(self, trainer: L.Trainer, pl_module: L.LightningModule) -> Path | None:
         if not trainer.is_global_zero or not trainer.default_root_dir:
@@ -48,6 +49,7 @@ class AttentionMaps(L.Callback):
         probs = [rec.layer.probabilities(rec.q, rec.k)[0] for rec in probe(pl_module.model, x, training_precision(trainer))]
         step = trainer.global_step
         path = plot_attention_maps(probs, Path(trainer.default_root_dir) / "attention_maps" / f"step{step}.png", f"step {step}")
+        self.saved_step = step
         for logger in trainer.loggers:
             if hasattr(logger, "log_image"):
                 logger.log_image(key="attn/maps", images=[str(path)], step=step)
@@ -58,4 +60,5 @@ class AttentionMaps(L.Callback):
             self.save(trainer, pl_module)
 
     def on_train_end(self, trainer, pl_module):
-        self.save(trainer, pl_module)
+        if self.saved_step != trainer.global_step:  # the last step's maps may be drawn already
+            self.save(trainer, pl_module)

@@ -74,13 +74,14 @@ class AttentionStats(L.Callback):
         metrics = self.measure(trainer, pl_module)
         log_metrics(trainer, metrics)
         self._record(trainer, metrics)
+        self.final = metrics
 
     def on_train_end(self, trainer, pl_module):
-        metrics = self.measure(trainer, pl_module)
-        if not self.history or self.history[-1]["step"] != trainer.global_step:
-            self._record(trainer, metrics)
-            log_metrics(trainer, metrics)
-        self.final = metrics
+        if self.history and self.history[-1]["step"] == trainer.global_step:
+            return  # the last step was measured: that is the final measurement
+        self.final = self.measure(trainer, pl_module)
+        self._record(trainer, self.final)
+        log_metrics(trainer, self.final)
 
     def summary(self) -> dict[str, float]:
         """Final per-layer values for results.json."""

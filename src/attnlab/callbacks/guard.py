@@ -107,8 +107,8 @@ class NonFiniteGuard(L.Callback):
         if not self._active(trainer):
             return
         grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
-        # one fused norm over all gradients: a single check per step
-        bad = bool(grads) and not bool(torch.isfinite(torch.nn.utils.get_total_norm(grads)))
+        # one fused norm over all gradients, the one the gradient clipping uses too: a single check per step
+        bad = bool(grads) and not bool(torch.isfinite(pl_module.gradient_norm()))
         if not self._any_rank(trainer, bad):
             self.skipped_in_a_row = 0
             return
