@@ -69,3 +69,29 @@ def test_installed_command_takes_user_configs(venv, tmp_path):
     (tmp_path / "mine" / "experiment" / "wide_heads.yaml").write_text("# @package _global_\nmodel:\n  d_k: 96\n")
     job = run(venv / "bin" / "attnlab", "train", "--config-dir", "mine", "experiment=wide_heads", "--cfg", "job", cwd=tmp_path).stdout
     assert "d_k: 96" in job
+
+
+def test_a_training_process_defers_scipy_signal_until_it_is_used():
+    """attnlab.startup: importing attnlab.train (Lightning, torchmetrics) leaves scipy.signal a
+    stand-in; the first use imports the real module, torchmetrics' hamming patch included, and every
+    way of reaching it (attribute, from-import, submodule import) gives the real functions."""
+    import subprocess
+    import sys
+
+    code = """
+import sys, types
+import attnlab.train, torchmetrics
+from attnlab.startup import DeferredModule
+assert isinstance(sys.modules["scipy.signal"], DeferredModule), type(sys.modules["scipy.signal"])
+import inspect; inspect.getmodule(inspect)  # walks sys.modules, reading __file__: no import
+assert isinstance(sys.modules["scipy.signal"], DeferredModule)
+import scipy.signal
+window = scipy.signal.hamming(5)  # torchmetrics' patch, answered by the real window
+assert type(sys.modules["scipy.signal"]) is types.ModuleType and scipy.signal is sys.modules["scipy.signal"]
+from scipy.signal import butter
+from scipy.signal.windows import hamming
+assert (window == hamming(5)).all() and (scipy.signal.hamming(5) == window).all() and callable(butter)
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

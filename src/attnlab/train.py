@@ -14,27 +14,31 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-import hydra
-import lightning as L
-import torch
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
-from hydra.utils import instantiate
-from lightning.pytorch.utilities.exceptions import SIGTERMException
-from omegaconf import DictConfig, OmegaConf
+from .startup import defer_scipy_signal
 
-from .attention import AttentionConfig
-from .callbacks.interrupt import GracefulInterrupt, Interrupted
-from .checkpointing import AtomicCheckpointIO, newest_intact, read_checkpoint
-from .config import CONF_DIR
-from .config_checks import apply_renamed_keys, check_config
-from .console import progress_line, quiet_lightning
-from .devices import ddp_multirun_job, prepare_device
-from .errors import AttnlabError, CheckpointError, ConfigError, RunFault, WriteFailed
-from .module import GPTModule
-from .resources import check_fits, is_out_of_memory, out_of_memory
-from .results import DISK_HINTS, RESULTS, RunRecord, is_rank_zero
-from .slurm import cluster_plugins, scheduler_restarts, slurm_job
+defer_scipy_signal()  # before Lightning imports torchmetrics, which imports scipy.signal (attnlab/startup.py)
+
+import hydra  # noqa: E402
+import lightning as L  # noqa: E402
+import torch  # noqa: E402
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from hydra.types import RunMode  # noqa: E402
+from hydra.utils import instantiate  # noqa: E402
+from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+
+from .attention import AttentionConfig  # noqa: E402
+from .callbacks.interrupt import GracefulInterrupt, Interrupted  # noqa: E402
+from .checkpointing import AtomicCheckpointIO, newest_intact, read_checkpoint  # noqa: E402
+from .config import CONF_DIR  # noqa: E402
+from .config_checks import apply_renamed_keys, check_config  # noqa: E402
+from .console import progress_line, quiet_lightning  # noqa: E402
+from .devices import ddp_multirun_job, prepare_device  # noqa: E402
+from .errors import AttnlabError, CheckpointError, ConfigError, RunFault, WriteFailed  # noqa: E402
+from .module import GPTModule  # noqa: E402
+from .resources import check_fits, is_out_of_memory, out_of_memory  # noqa: E402
+from .results import DISK_HINTS, RESULTS, RunRecord, is_rank_zero  # noqa: E402
+from .slurm import cluster_plugins, scheduler_restarts, slurm_job  # noqa: E402
 
 log = logging.getLogger("attnlab")
 

@@ -21,7 +21,8 @@ def plot_attention_maps(probs: list[torch.Tensor], path: Path, title: str) -> Pa
     import matplotlib.pyplot as plt
 
     n_layer, n_head = len(probs), probs[0].shape[0]
-    fig, axes = plt.subplots(n_layer, n_head, figsize=(2.2 * n_head, 2.2 * n_layer), squeeze=False)
+    width, height = 2.2 * n_head, 2.2 * n_layer
+    fig, axes = plt.subplots(n_layer, n_head, figsize=(width, height), squeeze=False)
     for i, layer in enumerate(probs):
         for h in range(n_head):
             ax = axes[i][h]
@@ -30,7 +31,9 @@ def plot_attention_maps(probs: list[torch.Tensor], path: Path, title: str) -> Pa
             ax.set_yticks([])
             ax.set_title(f"L{i} H{h}", fontsize=8)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    # fixed margins in inches (titles only, no ticks): tight_layout would draw the figure twice
+    fig.subplots_adjust(left=0.1 / width, right=1 - 0.1 / width, bottom=0.1 / height, top=1 - 0.65 / height,
+                        wspace=0.1, hspace=0.25)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)
     plt.close(fig)
