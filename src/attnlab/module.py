@@ -45,6 +45,7 @@ class GPTModule(L.LightningModule):
         self.val_acc = MulticlassAccuracy(num_classes=model["vocab_size"], average="micro", ignore_index=-100,
                                           validate_args=False)
         self.last_val_step = -1
+        self._grad_norm: torch.Tensor | None = None  # this step's, once computed (gradient_norm)
         self._step_rates: list[float] = []
         self._masked: dict[str, MeanMetric] = {}  # val/<class>/loss|acc of a task's metric masks, made on first use
 
@@ -98,7 +99,7 @@ class GPTModule(L.LightningModule):
     def gradient_norm(self) -> torch.Tensor:
         """The total 2-norm of this step's gradients, computed once per step: the non-finite guard
         (callbacks.guard) and the gradient clipping both read this one value."""
-        if getattr(self, "_grad_norm", None) is None:
+        if self._grad_norm is None:
             grads = [p.grad for p in self.parameters() if p.grad is not None]
             self._grad_norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros((), device=self.device)
         return self._grad_norm

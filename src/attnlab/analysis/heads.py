@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -360,12 +360,14 @@ def analyze_heads(model, probes: Probes, thresholds: dict[str, float] = THRESHOL
     has_escape = any(layer.sink_logit() is not None for layer in model.attention_layers())
     drops = None
     if knockout:
-        n_head, rows = plain_probs[0].shape[1], knockout_rows(*repeat_ids.shape, knockout_tokens)
+        ids, half, start, streams, ko_logits = repeat_ids, probes.half, probes.start, records, logits
+        rows = knockout_rows(*repeat_ids.shape, knockout_tokens)
+        if rows is not None:  # the bounded rows of the same probe forward: no second one
+            on = rows.to(device)
+            ids, half, start, ko_logits = ids[on], half[rows], start[rows], logits[on]
+            streams = [replace(rec, residual=rec.residual[on]) for rec in records]
         with eval_mode(model):
-            if rows is None:
-                drops = induction_knockout(model, repeat_ids, probes.half, probes.start, n_head, records, logits)
-            else:
-                drops = induction_knockout(model, repeat_ids[rows.to(device)], probes.half[rows], probes.start[rows], n_head)
+            drops = induction_knockout(model, ids, half, start, plain_probs[0].shape[1], streams, ko_logits)
     heads = []
     for layer, (plain, repeat, control) in enumerate(zip(plain_probs, repeat_probs, control_probs)):
         scores = head_scores(plain, repeat, probes.half, probes.start, control, escape=has_escape)
