@@ -24,3 +24,14 @@ class SigtermInClosingValidation(L.Callback):
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
         if trainer.state.fn == "validate":
             os.kill(os.getpid(), signal.SIGTERM)
+
+
+class SignalAtStep(L.Callback):
+    """Sends ``sig`` to its own process as step ``step`` starts (``+callbacks.probe.step=N``)."""
+
+    def __init__(self, step: int, sig: str = "SIGUSR2"):
+        self.step, self.signal = step, signal.Signals[sig]
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), self.signal)

@@ -131,6 +131,19 @@ def test_sigterm_in_the_closing_validation_is_recorded_as_an_interruption(make_c
     assert record["metrics"]["step"] == cfg.trainer.max_steps
 
 
+def test_a_stop_at_a_logging_step_keeps_that_steps_logged_row(make_cfg):
+    """Lightning writes a step's logged values only after the batch-end hooks, where the stop is
+    raised: the interrupted step's train/loss must still reach the CSV (a requeued attempt resumes
+    after it, so nothing else would write it)."""
+    cfg = make_cfg("logger=csv", "trainer.log_every_n_steps=2", "+callbacks.probe._target_=signal_probe.SignalAtStep",
+                   "+callbacks.probe.step=3")
+    with pytest.raises(Interrupted, match="SIGUSR2 at step 4"):
+        train(cfg)
+    rows = list(csv.DictReader(open(Path(cfg.paths.output_dir) / "csv" / "version_0" / "metrics.csv")))
+    assert sorted(int(r["step"]) for r in rows if r.get("train/loss")) == [1, 3]
+    assert results(Path(cfg.paths.output_dir))["interruptions"] == [{"signal": "SIGUSR2", "step": 4, "requeued": False}]
+
+
 def test_a_requeued_attempt_resumes_its_run_dir_without_resume_true(make_cfg, monkeypatch):
     """SLURM_RESTART_COUNT says the job was requeued: the run continues its own newest intact
     checkpoint (last.ckpt damaged here, so step4.ckpt), replays the lost steps exactly, and keeps

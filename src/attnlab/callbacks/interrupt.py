@@ -80,6 +80,17 @@ def hand_to_scheduler(handler, signum: int) -> tuple[bool, str]:
     return False, "not requeued by this process (not rank 0); resume with"
 
 
+def write_step_logs(trainer) -> None:
+    """Hand this step's logged values (``train/loss``, ``lr``, ...) to the loggers now. Lightning does it
+    only after every ``on_train_batch_end`` hook has returned, so a stop raised from one would drop the
+    interrupted step's row from the CSV and W&B whenever it was a logging step (1 step in
+    ``log_every_n_steps``). The module's own batch-end hook, which runs after the callbacks', has not
+    run: that step's ``perf/tokens_per_s`` is not written."""
+    connector = trainer._logger_connector
+    connector.on_batch_end()
+    connector.update_train_step_metrics()
+
+
 class GracefulInterrupt(L.Callback):
     SIGNALS = STOP_SIGNALS + REQUEUE_SIGNALS
 
@@ -108,6 +119,7 @@ class GracefulInterrupt(L.Callback):
         if not trainer.strategy.reduce_boolean_decision(self.received is not None, all=False):
             return
         trainer.save_checkpoint(self.checkpoint_path)  # every rank: saving is collective under DDP
+        write_step_logs(trainer)
         name = signal.Signals(self.received).name if self.received is not None else "a signal to another rank"
         run_dir = self.checkpoint_path.parent.parent
         hint = f"resume=true hydra.run.dir={run_dir}"
