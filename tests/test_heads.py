@@ -407,27 +407,26 @@ def test_knockout_from_the_cached_stream_equals_cutting_whole_forwards(model_cfg
     torch.testing.assert_close(drop, expected, atol=1e-7, rtol=1e-3)  # a wrong head or stream is off by ~100%
 
 
-def test_the_knockout_is_bounded_to_evenly_spaced_rows_beyond_t64(monkeypatch):
-    """knockout_tokens = 1024: all 16 probe rows up to T = 64 (nothing changes there), 4 evenly
-    spaced rows at T = 256 whose repeat lengths still span the probe's range; the drop is then the
-    knockout of exactly those rows."""
-    from attnlab.analysis.heads import knockout_rows
+def test_the_probes_are_bounded_to_evenly_spaced_rows_beyond_t64():
+    """probe_tokens = 1024: all 16 probe rows up to T = 64 (nothing changes there), 4 evenly spaced
+    rows at T = 256 whose repeat lengths still span the probe's range, the same rows of every probe
+    (plain, repeated, control); the analysis, knockout included, is then that of exactly those rows."""
+    from attnlab.analysis.heads import probe_rows
 
-    assert knockout_rows(16, 64, 1024) is None and knockout_rows(16, 256, None) is None
-    assert knockout_rows(16, 256, 1024).tolist() == [0, 5, 10, 15] and knockout_rows(16, 4096, 1024).tolist() == [0]
+    assert probe_rows(16, 64, 1024) is None and probe_rows(16, 256, None) is None
+    assert probe_rows(16, 256, 1024).tolist() == [0, 5, 10, 15] and probe_rows(16, 4096, 1024).tolist() == [0]
     torch.manual_seed(0)
+    short = GPT(GPTConfig(vocab_size=40, block_size=64, n_layer=1, n_head=2, d_model=16))
+    today, bounded = build_probes(short, None, None, n=16), build_probes(short, None, None, n=16, max_tokens=1024)
+    for field in ("plain", "repeat", "half", "start", "control"):
+        assert torch.equal(getattr(today, field), getattr(bounded, field)), field
     model = GPT(GPTConfig(vocab_size=40, block_size=128, n_layer=2, n_head=2, d_model=16, init_std=0.3)).eval()
-    probes = build_probes(model, None, None, n=8, seed=0)
-    import attnlab.analysis.heads as heads_module
-
-    seen = []
-    monkeypatch.setattr(heads_module, "induction_knockout",
-                        lambda model, idx, *args, **kw: seen.append(idx) or induction_knockout(model, idx, *args, **kw))
-    _, bounded = analyze_heads(model, probes, knockout_tokens=256)  # 2 of the 8 rows of 128
-    _, full = analyze_heads(model, probes)
-    rows = knockout_rows(8, 128, 256)
-    assert rows.tolist() == [0, 7] and probes.half[0] < probes.half[7]
-    assert torch.equal(seen[0], probes.repeat[rows]) and torch.equal(seen[1], probes.repeat)
-    expected = induction_knockout(model, probes.repeat[rows], probes.half[rows], probes.start[rows], n_head=2)
-    assert bounded["L1/induction_knockout_all_heads"] == round(float(expected[1, -1]), 4)
-    assert {k: v for k, v in bounded.items() if "knockout" not in k} == {k: v for k, v in full.items() if "knockout" not in k}
+    full, bounded = build_probes(model, None, None, n=8), build_probes(model, None, None, n=8, max_tokens=256)
+    rows = probe_rows(8, 128, 256)
+    assert rows.tolist() == [0, 7] and bounded.half[0] < bounded.half[1]
+    for field in ("plain", "repeat", "half", "start", "control"):
+        assert torch.equal(getattr(bounded, field), getattr(full, field)[rows]), field
+    heads, summary = analyze_heads(model, bounded)
+    expected = induction_knockout(model, full.repeat[rows], full.half[rows], full.start[rows], n_head=2)
+    assert summary["L1/induction_knockout_all_heads"] == round(float(expected[1, -1]), 4)
+    assert [h["scores"]["induction_knockout"] for h in heads] == [round(float(v), 4) for v in expected[:, :-1].flatten()]

@@ -83,7 +83,7 @@ RULES: list[tuple[str, tuple[Callable, str]]] = [
     ("memory_check", boolean),
     ("callbacks.heads.knockout", (lambda v: v is None or v in KNOCKOUT, "one of " + ", ".join(KNOCKOUT))),
     ("callbacks.heads.max_len", (lambda v: v is None or (_is_int(v) and v >= 2), "an integer >= 2 or null (the whole block)")),
-    ("callbacks.heads.knockout_tokens", (lambda v: v is None or (_is_int(v) and v > 0), "a positive integer or null (every probe row)")),
+    ("callbacks.heads.probe_tokens", (lambda v: v is None or (_is_int(v) and v > 0), "a positive integer or null (every probe row)")),
     ("callbacks.attention_stats.max_tokens", (lambda v: v is None or (_is_int(v) and v > 0), "a positive integer or null (no bound)")),
     ("callbacks.attention_stats.max_rows", (lambda v: v is None or (_is_int(v) and v >= 2), "an integer >= 2 or null (every query)")),
 ]

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -279,13 +279,15 @@ def random_probe(vocab_size: int, length: int, n: int = 16, seed: int = 0) -> to
 
 
 def build_probes(model, vocab: list[str] | None, datamodule=None, n: int = 16, seed: int = 0,
-                 max_len: int | None = None) -> Probes:
+                 max_len: int | None = None, max_tokens: int | None = None) -> Probes:
     """The plain probe from the data (a task's ``probe_batch``, else its first validation batch,
     else random tokens) and the repeated probe over the model's vocabulary and block size.
 
-    ``max_len`` caps the probe length: the analysis (T x T weights per layer, and the knockout's
-    n_layer x (n_head + 1) extra forwards) then costs the same at any block size, at the price of
-    scoring heads on the first ``max_len`` positions only. At block sizes up to the cap nothing changes."""
+    ``max_len`` caps the probe length and ``max_tokens`` the tokens of each probe (``probe_rows``:
+    evenly spaced rows of the ``n``), so the analysis (three forwards with T x T weights per layer,
+    and the knockout's n_layer x (n_head + 1) partial ones) costs about the same at any block size,
+    at the price of scoring heads on the first ``max_len`` positions of fewer, longer rows. Where
+    both bounds hold (n x T <= max_tokens, T <= max_len) nothing changes."""
     block = model.cfg.block_size if max_len is None else min(model.cfg.block_size, max_len)
     vocab = vocab or model.cfg.vocab_size
     repeat, half, start, control = repeated_probe(vocab, block, n, seed)
@@ -298,7 +300,10 @@ def build_probes(model, vocab: list[str] | None, datamodule=None, n: int = 16, s
         plain = plain[:n, :block]
     if plain is None:
         plain = random_probe(model.cfg.vocab_size, block, n, seed)
-    return Probes(plain.long(), repeat, half, start, control, source)
+    keep, keep_plain = probe_rows(len(repeat), block, max_tokens), probe_rows(len(plain), block, max_tokens)
+    if keep is not None:
+        repeat, half, start, control = repeat[keep], half[keep], start[keep], control[keep]
+    return Probes((plain if keep_plain is None else plain[keep_plain]).long(), repeat, half, start, control, source)
 
 
 def record_probs(records: list[ProbeRecord]) -> list[torch.Tensor]:
@@ -336,21 +341,21 @@ def in_context_score(logits: torch.Tensor, idx: torch.Tensor, half: torch.Tensor
     return float(torch.cat(late).mean() - torch.cat(early).mean())
 
 
-def knockout_rows(n: int, length: int, max_tokens: int | None) -> torch.Tensor | None:
-    """Which of the ``n`` repeated probe rows of ``length`` tokens the knockout runs on: evenly
-    spaced rows (their repeat lengths still span the probe's range) holding at most ``max_tokens``
-    tokens, never fewer than one; None when all fit. The rows are longer as they are fewer, so the
-    number of copying queries the drop averages over stays about the same."""
+def probe_rows(n: int, length: int, max_tokens: int | None) -> torch.Tensor | None:
+    """Which of ``n`` probe rows of ``length`` tokens the analysis keeps: evenly spaced rows (the
+    repeated probe's repeat lengths still span its range) holding at most ``max_tokens`` tokens,
+    never fewer than one; None when all fit. The rows are longer as they are fewer, so the number
+    of queries each score (and the knockout's drop) averages over stays about the same."""
     keep = probe_plan(n, length, max_tokens, None)[0]
     return None if keep >= n else torch.linspace(0, n - 1, keep).round().long()
 
 
 @torch.no_grad()
-def analyze_heads(model, probes: Probes, thresholds: dict[str, float] = THRESHOLDS, knockout: bool = True,
-                  knockout_tokens: int | None = None) -> tuple[list[dict], dict]:
+def analyze_heads(model, probes: Probes, thresholds: dict[str, float] = THRESHOLDS,
+                  knockout: bool = True) -> tuple[list[dict], dict]:
     """Per-head records [{"layer", "head", "type", "scores"}] and a summary (maxima, type counts).
     ``knockout=False`` skips induction_knockout (n_layer x (n_head + 1) extra passes over the
-    blocks); ``knockout_tokens`` bounds the rows it runs on (``knockout_rows``)."""
+    blocks)."""
     device = next(model.parameters()).device
     repeat_ids = probes.repeat.to(device)
     plain_probs, _ = layer_probs(model, probes.plain.to(device))
@@ -360,14 +365,9 @@ def analyze_heads(model, probes: Probes, thresholds: dict[str, float] = THRESHOL
     has_escape = any(layer.sink_logit() is not None for layer in model.attention_layers())
     drops = None
     if knockout:
-        ids, half, start, streams, ko_logits = repeat_ids, probes.half, probes.start, records, logits
-        rows = knockout_rows(*repeat_ids.shape, knockout_tokens)
-        if rows is not None:  # the bounded rows of the same probe forward: no second one
-            on = rows.to(device)
-            ids, half, start, ko_logits = ids[on], half[rows], start[rows], logits[on]
-            streams = [replace(rec, residual=rec.residual[on]) for rec in records]
         with eval_mode(model):
-            drops = induction_knockout(model, ids, half, start, plain_probs[0].shape[1], streams, ko_logits)
+            drops = induction_knockout(model, repeat_ids, probes.half, probes.start, plain_probs[0].shape[1], records,
+                                       logits)
     heads = []
     for layer, (plain, repeat, control) in enumerate(zip(plain_probs, repeat_probs, control_probs)):
         scores = head_scores(plain, repeat, probes.half, probes.start, control, escape=has_escape)

@@ -50,52 +50,44 @@ def heads_markdown(heads: list[dict], summary: dict, title: str = "Head types", 
 
 
 def plot_heads(heads: list[dict], path: Path, title: str = "") -> None:
-    """One layer x head heatmap per score, annotated, plus a panel of the types."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """One layer x head heatmap per score, annotated, plus a panel of the types (one image, one
+    Axes: ``analysis.panels``). Cells are 0.55 x 0.5 in, panels one cell apart."""
     import numpy as np
+
+    from .panels import colored, image_axes, new_figure, save, tile
 
     n_layer = max(h["layer"] for h in heads) + 1
     n_head = max(h["head"] for h in heads) + 1
     names = score_names(heads)
-    panels = len(names) + 1
-    width, height = 2.2 + 0.55 * n_head * panels, 1.2 + 0.5 * n_layer
-    fig, axes = plt.subplots(1, panels, figsize=(width, height), squeeze=False)
-    for ax, name in zip(axes[0], names):
-        grid = np.zeros((n_layer, n_head))
-        for h in heads:
-            grid[h["layer"], h["head"]] = h["scores"][name]
-        ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
-        for (i, j), v in np.ndenumerate(grid):
-            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="w" if v < 0.6 else "k")
-        ax.set_title(name, fontsize=9)
-    ax = axes[0][-1]
+    grids = {name: np.zeros((n_layer, n_head)) for name in names}
     codes = np.zeros((n_layer, n_head))
     for h in heads:
+        for name in names:
+            grids[name][h["layer"], h["head"]] = h["scores"][name]
         codes[h["layer"], h["head"]] = TYPES.index(h["type"])
-    ax.imshow(codes, vmin=0, vmax=len(TYPES) - 1, cmap="tab10", aspect="auto")
+    panels = [colored(grids[name], "viridis", 0, 1) for name in names] + [colored(codes, "tab10", 0, len(TYPES) - 1)]
+    image, corners = tile(panels, len(panels), 1, 0)
+    cell_w, cell_h, left, right, bottom, top = 0.55, 0.5, 0.45, 0.1, 0.45, 0.6  # inches
+    width, height = left + right + cell_w * image.shape[1], bottom + top + cell_h * n_layer
+    fig = new_figure(width, height)
+    ax = image_axes(fig, image, (left / width, bottom / height, 1 - (left + right) / width, 1 - (bottom + top) / height))
+    text = dict(ha="center", va="center", clip_on=False)
+    for (x0, _), name in zip(corners, [*names, "type"]):
+        ax.text(x0 + (n_head - 1) / 2, -0.5 - 0.1 / cell_h, name, fontsize=9, **{**text, "va": "bottom"})
+        ax.text(x0 + (n_head - 1) / 2, n_layer - 0.5 + 0.3 / cell_h, "head", fontsize=8, **{**text, "va": "top"})
+        for j in range(n_head):
+            ax.text(x0 + j, n_layer - 0.5 + 0.05 / cell_h, str(j), fontsize=7, **{**text, "va": "top"})
+    for i in range(n_layer):
+        ax.text(-0.5 - 0.05 / cell_w, i, str(i), fontsize=7, **{**text, "ha": "right"})
+    ax.text(-0.5 - 0.3 / cell_w, (n_layer - 1) / 2, "layer", fontsize=8, rotation=90, **{**text, "ha": "right"})
+    for (x0, _), name in zip(corners, names):
+        for (i, j), v in np.ndenumerate(grids[name]):
+            ax.text(x0 + j, i, f"{v:.2f}", fontsize=7, color="w" if v < 0.6 else "k", **text)
     for h in heads:
-        ax.text(h["head"], h["layer"], h["type"].replace("_token", "")[:6], ha="center", va="center", fontsize=6)
-    ax.set_title("type", fontsize=9)
-    for ax in axes[0]:
-        ax.set_xticks(range(n_head))
-        ax.set_yticks(range(n_layer))
-        ax.set_xlabel("head", fontsize=8)
-        ax.set_ylabel("layer", fontsize=8)
-        ax.tick_params(labelsize=7)
+        ax.text(corners[-1][0] + h["head"], h["layer"], h["type"].replace("_token", "")[:6], fontsize=6, **text)
     if title:
         fig.suptitle(title, fontsize=10)
-    # margins in inches (tick labels, axis labels, titles): fixed, because tight_layout would draw the
-    # figure twice (about 0.4 s of a run's end, reports/bench)
-    fig.subplots_adjust(left=0.45 / width, right=1 - 0.1 / width, bottom=0.45 / height, top=1 - 0.6 / height,
-                        wspace=0.45)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    save(fig, path, dpi=110)
 
 
 def write_outputs(

@@ -14,30 +14,23 @@ from .probe import probe, probe_batch, training_precision
 
 
 def plot_attention_maps(probs: list[torch.Tensor], path: Path, title: str) -> Path:
-    """One heatmap per layer (rows) and head (columns); ``probs[i]`` is (H, T, T)."""
-    import matplotlib
+    """One heatmap per layer (rows) and head (columns), 2 in square, in one image
+    (``analysis.panels``); ``probs[i]`` is (H, T, T)."""
+    from ..analysis.panels import colored, image_axes, new_figure, save, tile
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    n_layer, n_head = len(probs), probs[0].shape[0]
-    width, height = 2.2 * n_head, 2.2 * n_layer
-    fig, axes = plt.subplots(n_layer, n_head, figsize=(width, height), squeeze=False)
-    for i, layer in enumerate(probs):
-        for h in range(n_head):
-            ax = axes[i][h]
-            ax.imshow(layer[h].cpu().numpy(), cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
-            ax.set_xticks([])
-            ax.set_yticks([])
-            ax.set_title(f"L{i} H{h}", fontsize=8)
+    n_head, t = probs[0].shape[0], probs[0].shape[-1]
+    panels = [colored(layer[h].float().cpu().numpy(), "viridis", 0, 1) for layer in probs for h in range(n_head)]
+    image, corners = tile(panels, n_head, 0.05 * t, 0.15 * t)  # below each row: room for the next row's labels
+    scale = 2.0 / t  # inches per pixel of the probe
+    left, right, bottom, top = 0.1, 0.1, 0.1, 0.65  # inches: the title and the first row's labels on top
+    width, height = left + right + scale * image.shape[1], bottom + top + scale * image.shape[0]
+    fig = new_figure(width, height)
+    ax = image_axes(fig, image, (left / width, bottom / height, 1 - (left + right) / width, 1 - (bottom + top) / height))
+    for k, (x0, y0) in enumerate(corners):
+        ax.text(x0 + (t - 1) / 2, y0 - 0.5 - 0.04 / scale, f"L{k // n_head} H{k % n_head}", fontsize=8, ha="center",
+                va="bottom", clip_on=False)
     fig.suptitle(title, fontsize=9)
-    # fixed margins in inches (titles only, no ticks): tight_layout would draw the figure twice
-    fig.subplots_adjust(left=0.1 / width, right=1 - 0.1 / width, bottom=0.1 / height, top=1 - 0.65 / height,
-                        wspace=0.1, hspace=0.25)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi=80)
 
 
 class AttentionMaps(L.Callback):

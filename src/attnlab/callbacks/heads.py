@@ -8,9 +8,10 @@ it classifies every head and writes heads.json, heads.md and heads.png in the ru
 W&B Table when a WandbLogger is attached, and keeps the list on ``self.heads``.
 ``knockout`` says when induction_knockout is measured: "final" (default; it costs
 n_layer x (n_head + 1) extra forward passes, 6 % of a tiny-preset run at every 250 steps),
-"always" (every measurement, for its curve over training) or "never". ``knockout_tokens`` bounds
-the repeated probe rows it runs on (``analysis.heads.knockout_rows``: all 16 up to T = 64, evenly
-spaced fewer beyond), so its cost stays that of T = 64 at any block size.
+"always" (every measurement, for its curve over training) or "never". ``max_len`` bounds the
+probes' length and ``probe_tokens`` each probe's tokens (``analysis.heads.probe_rows``: all 16
+rows up to T = 64, evenly spaced fewer beyond), so a measurement costs about what it costs at
+T = 64 at any block size.
 """
 from __future__ import annotations
 
@@ -36,16 +37,16 @@ class HeadAnalysis(Callback):
         thresholds: dict | None = None,
         knockout: str = "final",
         max_len: int | None = 256,
-        knockout_tokens: int | None = 1024,
+        probe_tokens: int | None = 1024,
     ):
         if knockout not in KNOCKOUT:
             raise ValueError(f"callbacks.heads.knockout={knockout!r}; expected one of {', '.join(KNOCKOUT)}")
         if max_len is not None and (not isinstance(max_len, int) or max_len < 2):
             raise ValueError(f"callbacks.heads.max_len={max_len!r}; expected an integer >= 2 or null (the whole block)")
-        if knockout_tokens is not None and (not isinstance(knockout_tokens, int) or knockout_tokens < 1):
-            raise ValueError(f"callbacks.heads.knockout_tokens={knockout_tokens!r}; expected a positive integer or null "
+        if probe_tokens is not None and (not isinstance(probe_tokens, int) or probe_tokens < 1):
+            raise ValueError(f"callbacks.heads.probe_tokens={probe_tokens!r}; expected a positive integer or null "
                              "(every probe row)")
-        self.knockout_tokens = knockout_tokens
+        self.probe_tokens = probe_tokens
         self.every_n_steps, self.n_probe, self.seed, self.knockout, self.max_len = every_n_steps, n_probe, seed, knockout, max_len
         self.output_dir, self.plot = output_dir, plot
         self.thresholds = {**THRESHOLDS, **(thresholds or {})}
@@ -58,11 +59,10 @@ class HeadAnalysis(Callback):
         if self.probes is None:
             vocab = pl_module.hparams.get("vocab") if hasattr(pl_module, "hparams") else None
             self.probes = build_probes(pl_module.model, vocab, getattr(trainer, "datamodule", None), self.n_probe, self.seed,
-                                       self.max_len)
+                                       self.max_len, self.probe_tokens)
         knockout = self.knockout == "always" or (final and self.knockout == "final")
         with training_precision(trainer)():  # the forwards see the training dtype and kernel
-            self.heads, self.final = analyze_heads(pl_module.model, self.probes, self.thresholds, knockout=knockout,
-                                                   knockout_tokens=self.knockout_tokens)
+            self.heads, self.final = analyze_heads(pl_module.model, self.probes, self.thresholds, knockout=knockout)
         entry = {"step": trainer.global_step, **self.final}
         if self.history and self.history[-1]["step"] == entry["step"]:
             self.history[-1] = entry  # the final analysis of a step already measured: it adds the knockout
@@ -97,7 +97,7 @@ class HeadAnalysis(Callback):
         if not measured or self.knockout == "final":
             log_metrics(trainer, self._measure(trainer, pl_module, final=True))
         out_dir = Path(self.output_dir or trainer.default_root_dir)
-        meta = {"plain": self.probes.plain_source, "n": self.n_probe, "half": f"{int(self.probes.half.min())}..{int(self.probes.half.max())}", "step": trainer.global_step}
+        meta = {"plain": self.probes.plain_source, "n": len(self.probes.repeat), "half": f"{int(self.probes.half.min())}..{int(self.probes.half.max())}", "step": trainer.global_step}
         paths = write_outputs(self.heads, self.final, out_dir, self.history, meta, plot=self.plot)
         self._log_wandb(trainer, paths.get("png"))
 
