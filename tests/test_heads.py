@@ -430,3 +430,26 @@ def test_the_probes_are_bounded_to_evenly_spaced_rows_beyond_t64():
     expected = induction_knockout(model, full.repeat[rows], full.half[rows], full.start[rows], n_head=2)
     assert summary["L1/induction_knockout_all_heads"] == round(float(expected[1, -1]), 4)
     assert [h["scores"]["induction_knockout"] for h in heads] == [round(float(v), 4) for v in expected[:, :-1].flatten()]
+
+def test_the_figures_put_each_panel_where_its_label_says(tmp_path):
+    """analysis.panels tiles the panels into one image: the attention map of layer 1, head 0 (all
+    weight 1, yellow in viridis) lands in the second row of panels, first column, and nowhere else;
+    the tiling leaves transparent gaps between panels."""
+    import numpy as np
+    from matplotlib import colormaps
+    from PIL import Image
+
+    from attnlab.analysis.panels import tile
+    from attnlab.callbacks.attention_maps import plot_attention_maps
+
+    image, corners = tile([np.ones((2, 3, 4)) * k for k in range(1, 5)], 2, 1, 2)
+    assert image.shape == (6, 7, 4) and corners == [(0, 0), (4, 0), (0, 4), (4, 4)]
+    assert image[0, 3].sum() == 0 and image[2:4].sum() == 0 and image[5, 6, 0] == 4
+    probs = [torch.zeros(2, 16, 16) for _ in range(3)]
+    probs[1][0] = 1.0
+    pixels = np.asarray(Image.open(plot_attention_maps(probs, tmp_path / "maps.png", "step 0")).convert("RGB")).astype(int)
+    yellow = np.array(colormaps["viridis"](1.0)[:3]) * 255
+    ys, xs = np.nonzero(np.abs(pixels - yellow).sum(-1) < 40)
+    height, width = pixels.shape[:2]
+    assert len(ys) > 0.05 * height * width  # one panel of the six, a large block
+    assert height * 0.3 < ys.min() and ys.max() < height * 0.8 and xs.max() < width / 2  # rows at about 9-37, 40-68, 71-99 %
