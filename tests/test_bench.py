@@ -221,6 +221,21 @@ def test_cli_kernels_only(tmp_path, capsys):
     assert (tmp_path / "time_vs_T.png").exists() and (tmp_path / "memory_vs_T.png").exists()
 
 
+def test_a_merge_that_keeps_the_kernels_reports_its_own_threads_load_and_yardstick(tmp_path):
+    """--merge without the kernels section keeps the earlier run's "machine" (the kernels' yardstick):
+    the header must still say what the rerun sections ran on (``merged.now``, ``merged.load``), and
+    the earlier run's figures only beside the kept sections."""
+    bench = synthetic_bench()
+    bench["merged"] = {"kept_from": "earlier", "rerun": ["e2e"], "kept": ["kernels"], "previous_load": [[0.8], [1.0]],
+                       "now": {"threads": 2, "matmul_gflops": 93.1, "matmul_gflops_range": [88.6, 95.2]},
+                       "load": [[1.9, 1, 1], [2.2, 1, 1]]}
+    header = write_markdown(bench, tmp_path).read_text().split("## Kernels")[0]
+    assert "2 thread(s)" in header and "load average 1.90 before, 2.20 after" in header
+    assert "Matmul yardstick (this run): 512x512 float32 matmul, median 93.1 GFLOP/s (range 88.6-95.2)" in header
+    assert "kept from the run of earlier (`--merge`), load average 0.80 at its start, 1 thread(s), matmul yardstick " \
+           "50.0 GFLOP/s there." in header
+
+
 def test_cli_merge_keeps_sections_not_rerun(tmp_path):
     kept_train = [{"backend": b, "lightning_tokens_per_s": 1.0, "plain_tokens_per_s": 1.0, "ratio": 1.0, "ratio_to_scaled": 1.0,
                    "setup": {"batch_size": 1, "block_size": 1, "tokens_per_step": 1, "precision": "32", "steps": 2,

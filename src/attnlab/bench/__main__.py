@@ -15,7 +15,9 @@ breakdown  where the seconds of one whole default ``make train`` go (``--overrid
       run): reports/bench/breakdown.md and .json, plus the top functions of a cProfile'd run.
 
 ``--sections`` picks sections (``--mode full --sections longctx --merge``: the long-context table
-alone, the other sections kept from the bench.json already in ``--out``).
+alone, the other sections kept from the bench.json already in ``--out``; without the kernels section
+its ``machine`` record is kept too, and this run's threads, load and matmul yardstick go to
+``merged.now`` and ``merged.load``).
 """
 from __future__ import annotations
 
@@ -225,7 +227,11 @@ def main(argv: list[str] | None = None) -> int:
              "train": [], "callbacks": {}, "e2e": {}, "longctx": {}, "compile": []}
     if args.merge:
         bench = merge_previous(bench, out, sections)
-    print(f"  matmul {bench['machine']['matmul_n']}: {bench['machine']['matmul_gflops']:.1f} GFLOP/s")
+    if reuse_machine:  # "machine" is the kept kernels section's: this run's sections get their own yardstick
+        mm = matmul_peak_gflops(device, plan.dtype, plan.matmul_n, repeats=5)
+        bench["merged"]["now"] = {"threads": torch.get_num_threads(), "matmul_gflops": mm["median"],
+                                  "matmul_gflops_range": [mm["min"], mm["max"]]}
+    print(f"  matmul {plan.matmul_n}: {bench.get('merged', {}).get('now', bench['machine'])['matmul_gflops']:.1f} GFLOP/s")
     section_s = bench["section_s"] = {}
     if "kernels" in sections:
         t = time.perf_counter()

@@ -181,19 +181,25 @@ def _kept_sections(merged: dict) -> list[str]:
 
 def write_markdown(bench: dict, out: Path) -> Path:
     m = bench["machine"]
+    # a --merge run that kept the kernels section keeps its "machine"; what this run's sections ran on is "now"
+    now = (bench.get("merged") or {}).get("now")
+    threads, matmul = (now["threads"], now) if now else (m["threads"], m)
+    load = bench["merged"]["load"] if now else [m["load_before"], m.get("load_after") or [None]]
     lines = [
         "# attnlab benchmarks",
         "",
-        f"Mode `{bench['mode']}` on {m['device']} ({m.get('cpu') or m.get('gpu') or '?'}), {m['threads']} thread(s), "
-        f"torch {m['torch']}; load average {_f(m['load_before'][0])} before, {_f((m.get('load_after') or [None])[0])} after "
+        f"Mode `{bench['mode']}` on {m['device']} ({m.get('cpu') or m.get('gpu') or '?'}), {threads} thread(s), "
+        f"torch {m['torch']}; load average {_f(load[0][0])} before, {_f(load[1][0])} after "
         f"(the machine is shared: rerun when idle for clean numbers). Wall time {_f(bench.get('wall_s'), '.0f')} s.",
         "",
         *([f"Sections {', '.join(_kept_sections(bench['merged']))} are kept "
            f"from the run of {bench['merged']['kept_from']} (`--merge`), load average "
-           f"{_f(((bench['merged'].get('previous_load') or [None])[0] or [None])[0])} at its start.", ""]
+           f"{_f(((bench['merged'].get('previous_load') or [None])[0] or [None])[0])} at its start"
+           + (f", {m['threads']} thread(s), matmul yardstick {_f(m['matmul_gflops'], '.1f')} GFLOP/s there." if now else "."), ""]
           if bench.get("merged") and _kept_sections(bench["merged"]) else []),
-        f"Matmul yardstick: {m['matmul_n']}x{m['matmul_n']} {m['matmul_dtype']} matmul, median {_f(m['matmul_gflops'], '.1f')} GFLOP/s "
-        f"(range {_f(m['matmul_gflops_range'][0], '.1f')}-{_f(m['matmul_gflops_range'][1], '.1f')}).",
+        f"Matmul yardstick{' (this run)' if now else ''}: {m['matmul_n']}x{m['matmul_n']} {m['matmul_dtype']} matmul, "
+        f"median {_f(matmul['matmul_gflops'], '.1f')} GFLOP/s "
+        f"(range {_f(matmul['matmul_gflops_range'][0], '.1f')}-{_f(matmul['matmul_gflops_range'][1], '.1f')}).",
         "",
         "## Kernels",
         "",
