@@ -227,11 +227,12 @@ def test_a_merge_that_keeps_the_kernels_reports_its_own_threads_load_and_yardsti
     the earlier run's figures only beside the kept sections."""
     bench = synthetic_bench()
     bench["merged"] = {"kept_from": "earlier", "rerun": ["e2e"], "kept": ["kernels"], "previous_load": [[0.8], [1.0]],
-                       "now": {"threads": 2, "matmul_gflops": 93.1, "matmul_gflops_range": [88.6, 95.2]},
+                       "now": {"threads": 2, "matmul_gflops": 93.1, "matmul_gflops_range": [88.6, 95.2], "matmul_n": 2048,
+                               "matmul_dtype": "float32"},
                        "load": [[1.9, 1, 1], [2.2, 1, 1]]}
     header = write_markdown(bench, tmp_path).read_text().split("## Kernels")[0]
     assert "2 thread(s)" in header and "load average 1.90 before, 2.20 after" in header
-    assert "Matmul yardstick (this run): 512x512 float32 matmul, median 93.1 GFLOP/s (range 88.6-95.2)" in header
+    assert "Matmul yardstick (this run): 2048x2048 float32 matmul, median 93.1 GFLOP/s (range 88.6-95.2)" in header
     assert "kept from the run of earlier (`--merge`), load average 0.80 at its start, 1 thread(s), matmul yardstick " \
            "50.0 GFLOP/s there." in header
 

@@ -133,17 +133,20 @@ def merge_previous(bench: dict, out: Path, sections: list[str]) -> dict:
     return bench
 
 
+def yardstick(device: torch.device, plan: KernelPlan) -> dict:
+    """What this run's numbers rest on: torch's threads and the matmul yardstick (median and range of 5)."""
+    mm = matmul_peak_gflops(device, plan.dtype, plan.matmul_n, repeats=5)
+    return {"threads": torch.get_num_threads(), "matmul_gflops": mm["median"], "matmul_gflops_range": [mm["min"], mm["max"]],
+            "matmul_n": plan.matmul_n, "matmul_dtype": mm["dtype"]}
+
+
 def machine_info(device: torch.device, plan: KernelPlan) -> dict:
-    info = {"device": device.type, "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "python": platform.python_version(), "cpu": _cpu_name(), "cpu_count": os.cpu_count(),
-            "load_before": list(os.getloadavg())}
+    info = {"device": device.type, "torch": torch.__version__, "python": platform.python_version(), "cpu": _cpu_name(),
+            "cpu_count": os.cpu_count(), "load_before": list(os.getloadavg())}
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
         info["flash_attn"] = flash_attn_package() is not None
-    n = plan.matmul_n
-    mm = matmul_peak_gflops(device, plan.dtype, n, repeats=5)
-    info.update(matmul_gflops=mm["median"], matmul_gflops_range=[mm["min"], mm["max"]], matmul_n=n, matmul_dtype=mm["dtype"])
-    return info
+    return {**info, **yardstick(device, plan)}
 
 
 def _cpu_name() -> str | None:
@@ -228,9 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge:
         bench = merge_previous(bench, out, sections)
     if reuse_machine:  # "machine" is the kept kernels section's: this run's sections get their own yardstick
-        mm = matmul_peak_gflops(device, plan.dtype, plan.matmul_n, repeats=5)
-        bench["merged"]["now"] = {"threads": torch.get_num_threads(), "matmul_gflops": mm["median"],
-                                  "matmul_gflops_range": [mm["min"], mm["max"]]}
+        bench["merged"]["now"] = yardstick(device, plan)
     print(f"  matmul {plan.matmul_n}: {bench.get('merged', {}).get('now', bench['machine'])['matmul_gflops']:.1f} GFLOP/s")
     section_s = bench["section_s"] = {}
     if "kernels" in sections:

@@ -197,7 +197,7 @@ def write_markdown(bench: dict, out: Path) -> Path:
            f"{_f(((bench['merged'].get('previous_load') or [None])[0] or [None])[0])} at its start"
            + (f", {m['threads']} thread(s), matmul yardstick {_f(m['matmul_gflops'], '.1f')} GFLOP/s there." if now else "."), ""]
           if bench.get("merged") and _kept_sections(bench["merged"]) else []),
-        f"Matmul yardstick{' (this run)' if now else ''}: {m['matmul_n']}x{m['matmul_n']} {m['matmul_dtype']} matmul, "
+        f"Matmul yardstick{' (this run)' if now else ''}: {matmul['matmul_n']}x{matmul['matmul_n']} {matmul['matmul_dtype']} matmul, "
         f"median {_f(matmul['matmul_gflops'], '.1f')} GFLOP/s "
         f"(range {_f(matmul['matmul_gflops_range'][0], '.1f')}-{_f(matmul['matmul_gflops_range'][1], '.1f')}).",
         "",
