@@ -134,3 +134,47 @@ def test_gradient_clipping_reads_the_one_norm_of_the_step_and_matches_torch():
     ours.model(x, x)[1].backward()
     ours.on_after_backward()
     assert ours.gradient_norm() is not norm  # the next step's gradients, the next norm
+
+
+def test_the_corpus_encodes_by_table_lookup_as_the_character_list_does():
+    """CharTokenizer.encode_tensor (the data module's) gives encode's ids, a BOS entry left out of
+    the table, and the same KeyError for a character outside the vocabulary, below or above it."""
+    import torch
+
+    from attnlab.data.text import BOS, CharTokenizer
+
+    text = "To be, or not to be: that is the question.\nÆ—é"
+    tok = CharTokenizer([*CharTokenizer.from_text(text).chars, BOS])
+    assert torch.equal(tok.encode_tensor(text), torch.tensor(tok.encode(text)))
+    assert tok.encode_tensor("").shape == (0,)
+    for unknown in ("\x01", "z", "\U0001F600"):
+        with pytest.raises(KeyError) as err:
+            tok.encode_tensor("To " + unknown)
+        assert err.value.args == (unknown,)
+
+
+def test_wandb_starts_in_a_thread_and_its_error_reaches_the_run(monkeypatch):
+    """train.start_experiments runs each W&B logger's wandb.init in a thread; the waiter blocks until
+    it is done and raises its error in the caller, and runs nothing without a W&B logger."""
+    import threading
+
+    from attnlab import train as train_mod
+
+    class WandbLogger:  # stands in for Lightning's: the name is what start_experiments looks for
+        def __init__(self, error=None):
+            self.error, self.threads = error, []
+
+        @property
+        def experiment(self):
+            self.threads.append(threading.current_thread().name)
+            if self.error:
+                raise self.error
+            return "run"
+
+    ok = WandbLogger()
+    train_mod.start_experiments([ok])()
+    assert ok.threads == ["attnlab-wandb-init"]
+    wait = train_mod.start_experiments([WandbLogger(RuntimeError("service did not start"))])
+    with pytest.raises(RuntimeError, match="service did not start"):
+        wait()
+    assert train_mod.start_experiments([object()])() is None

@@ -98,11 +98,22 @@ class GPTModule(L.LightningModule):
     def on_after_backward(self):
         self._grad_norm = None  # new gradients (each micro-batch, with gradient accumulation)
 
+    def trained_parameters(self) -> list[torch.nn.Parameter]:
+        """The module's parameters as a list, walked once: each ``parameters()`` call walks the whole
+        module tree, and the guard and the clipping read the list every step."""
+        if "_trained_parameters" not in self.__dict__:
+            self.__dict__["_trained_parameters"] = list(self.parameters())
+        return self.__dict__["_trained_parameters"]
+
+    def step_gradients(self) -> list[torch.Tensor]:
+        """This step's gradients (the parameters that have one)."""
+        return [p.grad for p in self.trained_parameters() if p.grad is not None]
+
     def gradient_norm(self) -> torch.Tensor:
         """The total 2-norm of this step's gradients, computed once per step: the non-finite guard
         (callbacks.guard) and the gradient clipping both read this one value."""
         if self._grad_norm is None:
-            grads = [p.grad for p in self.parameters() if p.grad is not None]
+            grads = self.step_gradients()
             self._grad_norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros((), device=self.device)
         return self._grad_norm
 
@@ -110,7 +121,7 @@ class GPTModule(L.LightningModule):
         """Clipping by norm uses the step's ``gradient_norm()`` (Lightning's own would compute it again);
         the numbers are those of torch.nn.utils.clip_grad_norm_."""
         if gradient_clip_val and (gradient_clip_algorithm or "norm") == "norm":
-            torch.nn.utils.clip_grads_with_norm_(list(self.parameters()), gradient_clip_val, self.gradient_norm())
+            torch.nn.utils.clip_grads_with_norm_(self.trained_parameters(), gradient_clip_val, self.gradient_norm())
         else:
             super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 

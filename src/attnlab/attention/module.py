@@ -84,7 +84,7 @@ class Attention(nn.Module):
         return self.cfg.backend
 
     def softmax_scale(self) -> float | torch.Tensor:
-        return self.scale()
+        return self.scale.forward()  # called as a method: a module call's hook machinery, every layer every step, buys nothing here
 
     def logit_bias(self, rows: torch.Tensor, keys: torch.Tensor) -> torch.Tensor | None:
         """The additive logit bias (H, len(rows), len(keys)) for these query and key positions

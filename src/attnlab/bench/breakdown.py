@@ -77,7 +77,8 @@ def child(out: Path, overrides: list[str], cprofile: bool) -> int:
                     profiler.disable()
     main_s = time.perf_counter() - t_main
     data = {"imports_s": imports_s, "wandb_import_s": wandb_import_s, "main_s": main_s, "rc": rc,
-            "seconds": timer.seconds, "calls": timer.calls, "span_s": time.perf_counter() - T_START}
+            "seconds": timer.seconds, "calls": timer.calls, "background_s": timer.background,
+            "span_s": time.perf_counter() - T_START}
     if profiler:
         data["cprofile_top"] = top_functions(profiler)
     out.write_text(json.dumps(data, indent=1))
@@ -151,7 +152,7 @@ def breakdown(overrides: list[str], work_dir: Path, cprofile: bool = True, log=p
     log(f"  breakdown: {timed['wall_s']:.1f} s wall, {timed['steps']} steps")
     result = {"overrides": overrides, "wall_s": timed["wall_s"], "steps": timed["steps"],
               "median_tokens_per_s": timed["median_tokens_per_s"], "rows": table(timed),
-              "load": [load_before, list(os.getloadavg())]}
+              "load": [load_before, list(os.getloadavg())], "background_s": timed.get("background_s", {})}
     result["groups"] = group_totals(result["rows"])
     if cprofile:
         profiled = run_child([*overrides, *cprofile_overrides], work_dir / "profiled", cprofile=True)

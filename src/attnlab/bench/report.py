@@ -331,6 +331,9 @@ def write_breakdown(result: dict, out: Path) -> Path:
                          f"{r['ms_per_call']:.2f}", f"{r['ms_per_step']:.3f}"] for r in result["rows"]], align="llrrrrr"),
         "",
     ]
+    if result.get("background_s"):
+        lines += ["In a thread beside these rows, overlapping them (not in the sum): " + "; ".join(
+            f"{name} {sec:.2f} s" for name, sec in result["background_s"].items()) + ".", ""]
     if result.get("cprofile_top"):
         run = result.get("cprofile_run") or {}
         lines += [f"Functions with the most self time in a second, cProfile'd run (`{' '.join(run.get('overrides', []))}`, "

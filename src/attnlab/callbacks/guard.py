@@ -106,7 +106,7 @@ class NonFiniteGuard(L.Callback):
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         if not self._active(trainer):
             return
-        grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
+        grads = pl_module.step_gradients()
         # one fused norm over all gradients, the one the gradient clipping uses too: a single check per step
         bad = bool(grads) and not bool(torch.isfinite(pl_module.gradient_norm()))
         if not self._any_rank(trainer, bad):

@@ -42,6 +42,20 @@ class CharTokenizer:
     def encode(self, text: str) -> list[int]:
         return [self.stoi[c] for c in text]
 
+    def encode_tensor(self, text: str) -> torch.Tensor:
+        """``encode`` as a (len(text),) long tensor, by table lookup on the code points: the list
+        comprehension took 0.5 s of every run's start-up on the 5-million-character corpus."""
+        if not text:
+            return torch.zeros(0, dtype=torch.long)
+        codes = torch.frombuffer(bytearray(text.encode("utf-32-le")), dtype=torch.int32).long()
+        single = [(ord(c), i) for c, i in self.stoi.items() if len(c) == 1]  # BOS is no character of a text
+        table = torch.full((max((o for o, _ in single), default=0) + 2,), -1, dtype=torch.long)
+        table[torch.tensor([o for o, _ in single], dtype=torch.long)] = torch.tensor([i for _, i in single], dtype=torch.long)
+        ids = table[codes.clamp(max=len(table) - 1)]  # the last slot, -1, stands for every larger code point
+        if int(ids.min()) < 0:
+            raise KeyError(text[int((ids < 0).nonzero()[0])])  # as encode: the first character not in the vocabulary
+        return ids
+
     def decode(self, ids) -> str:
         return "".join(self.chars[int(i)] for i in ids)
 
@@ -206,7 +220,7 @@ class TextDataModule(ResumableDataModule):
             return
         text = self.load_text()
         self.tokenizer = CharTokenizer.from_text(text)
-        ids = torch.tensor(self.tokenizer.encode(text), dtype=torch.long)
+        ids = self.tokenizer.encode_tensor(text)
         if self.bos:  # appended, so every character keeps the id it has without BOS
             self.tokenizer = CharTokenizer([*self.tokenizer.chars, BOS])
         need = 2 * (self.block_size + 2)  # a window plus its target, in the train and in the val split

@@ -44,6 +44,11 @@ class GPTConfig:
             self.n_kv_head = self.n_head
 
 
+def optional_dropout(p: float) -> nn.Dropout | None:
+    """A dropout layer, or None when p = 0 (the forward then skips the call)."""
+    return nn.Dropout(p) if p > 0 else None
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -57,8 +62,10 @@ class CausalSelfAttention(nn.Module):
         self.out_proj = nn.Linear(inner, cfg.d_model, bias=False)
         self.out_proj.is_residual = True
         qk_norm = cfg.attention.qk_norm
-        self.q_norm = nn.LayerNorm(cfg.d_k) if qk_norm else nn.Identity()
-        self.k_norm = nn.LayerNorm(cfg.d_k) if qk_norm else nn.Identity()
+        # modules that would do nothing are None, not Identity or Dropout(0): a module call costs a few
+        # microseconds of Python, and a tiny-preset forward makes dozens (docs/performance.md)
+        self.q_norm = nn.LayerNorm(cfg.d_k) if qk_norm else None
+        self.k_norm = nn.LayerNorm(cfg.d_k) if qk_norm else None
         sigma = qk_component_std(cfg.init_std, cfg.d_model, qk_norm)
         # the weights and the kernel (attnlab.attention): block.attn.attention, not block.attn.attn
         self.attention = Attention(cfg.attention, cfg.n_head, cfg.d_k, cfg.n_kv_head, sigma_q=sigma, sigma_k=sigma,
@@ -66,7 +73,7 @@ class CausalSelfAttention(nn.Module):
         # RoPE rotates q and k here, before the Attention module: every backend and every statistic
         # recomputed from the q, k that reach it sees the rotated vectors
         self.rotary = Rotary(cfg.d_k) if cfg.pos_encoding == "rope" else None
-        self.resid_dropout = nn.Dropout(cfg.dropout)
+        self.resid_dropout = optional_dropout(cfg.dropout)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         """Older checkpoints hold ``...attn.attn.*`` (a learned scale or escape logit; now
@@ -90,14 +97,15 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x, key_padding_mask=None):
         q, k, v = self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
-        q = self.q_norm(self._heads(q))  # (B, H, T, d_k)
-        k = self.k_norm(self._heads(k))  # (B, H_kv, T, d_k)
-        v = self._heads(v)  # (B, H_kv, T, d_k)
+        q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H, T, d_k), (B, H_kv, T, d_k) twice
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary is not None:
             q, k = self.rotary(q), self.rotary(k)
         y = self.attention(q, k, v, key_padding_mask=key_padding_mask)
         b, _, t, _ = y.shape
-        return self.resid_dropout(self.out_proj(y.transpose(1, 2).reshape(b, t, -1)))
+        y = self.out_proj(y.transpose(1, 2).reshape(b, t, -1))
+        return y if self.resid_dropout is None else self.resid_dropout(y)
 
 
 class MLP(nn.Module):
@@ -106,10 +114,11 @@ class MLP(nn.Module):
         self.fc = nn.Linear(cfg.d_model, 4 * cfg.d_model, bias=False)
         self.proj = nn.Linear(4 * cfg.d_model, cfg.d_model, bias=False)
         self.proj.is_residual = True
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = optional_dropout(cfg.dropout)
 
     def forward(self, x):
-        return self.dropout(self.proj(F.gelu(self.fc(x))))
+        y = self.proj(F.gelu(self.fc(x)))
+        return y if self.dropout is None else self.dropout(y)
 
 
 class Block(nn.Module):
@@ -134,7 +143,7 @@ class GPT(nn.Module):
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
         # absolute positions only with pos_encoding=learned (rope and alibi act in attention, none has none)
         self.wpe = nn.Embedding(cfg.block_size, cfg.d_model) if cfg.pos_encoding == "learned" else None
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = optional_dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
@@ -168,7 +177,7 @@ class GPT(nn.Module):
         x = self.wte(idx)
         if self.wpe is not None:
             x = x + self.wpe(torch.arange(t, device=idx.device))
-        return self.drop(x)
+        return x if self.drop is None else self.drop(x)
 
     def logits_from(self, x: torch.Tensor, layer: int = 0, key_padding_mask=None) -> torch.Tensor:
         """(B, T, vocab) logits when ``x`` (B, T, d_model) is the residual stream entering block
