@@ -208,11 +208,29 @@ def gqa_figures() -> dict[str, str]:
 E2E_TARGET = 1.05  # issue 24: a whole make train at most 1.05 times the nanoGPT-structured script
 
 
+def e2e_verdict(ranges: dict[str, list[float]], repeats: int) -> str:
+    """Each arm against the target, read with the pairs' spread: met when every pair is within it,
+    missed when none is, and otherwise not resolved by these repeats (a median on either side of
+    the target within that spread is no finding)."""
+    def state(lo, hi):
+        return "met" if hi <= E2E_TARGET else "missed" if lo > E2E_TARGET else "open"
+
+    states = {arm: state(*r) for arm, r in ranges.items()}
+    target = f"issue 24's target of {E2E_TARGET:.2f}"
+    if set(states.values()) == {"met"}:
+        return f"within {target} in every pair"
+    if set(states.values()) == {"missed"}:
+        return f"not within {target}"
+    if set(states.values()) == {"open"}:
+        return f"both arms' pairs straddle {target}: unresolved in {repeats} repeats"
+    words = {"met": "within", "missed": "not within", "open": "not resolved"}
+    return "; ".join(f"{arm} {words[st]}" for arm, st in states.items()) + f" against {target} ({repeats} repeats)"
+
+
 def e2e_figures() -> dict[str, str]:
     rows = {r["arm"]: r for r in bench()["e2e"]["rows"]}
     d = rows["defaults"]
-    met = [arm for arm in ("defaults", "sdpa") if rows[arm]["wall_ratio"] <= E2E_TARGET]
-    verdict = ("within" if len(met) == 2 else "one arm within" if met else "not within") + f" issue 24's target of {E2E_TARGET:.2f}"
+    verdict = e2e_verdict({arm: rows[arm]["wall_ratio_range"] for arm in ("defaults", "sdpa")}, bench()["e2e"]["repeats"])
     return {"ratio": f"**{d['wall_ratio']:.3f}** ({span(d['wall_ratio_range'], 2)} over {bench()['e2e']['repeats']} alternated repeats",
             "sdpa": f"{rows['sdpa']['wall_ratio']:.3f} with `attention=sdpa`", "val_loss": f(d["val_loss"]["attnlab"][0], 4),
             "target": verdict}
@@ -461,3 +479,12 @@ def test_the_check_catches_a_drifted_and_an_unbacked_figure():
     drifted = text.replace(frag.split(" ")[0], f"{float(frag.split(' ')[0]) + 0.001:.3f}")
     assert frag not in drifted and uncovered(drifted, [frag])
     assert uncovered("callbacks cost 1.012 (5 repeats)", [frag]) and not uncovered("see `reports/x 1.2`", [])
+
+
+def test_the_e2e_verdict_reads_each_arm_with_its_spread():
+    """Met only when every pair is within the target, missed only when none is; otherwise the
+    README says the repeats did not resolve it, whichever side the median fell on."""
+    assert e2e_verdict({"a": [1.00, 1.04], "b": [0.99, 1.05]}, 3) == "within issue 24's target of 1.05 in every pair"
+    assert e2e_verdict({"a": [1.06, 1.2], "b": [1.051, 1.1]}, 3) == "not within issue 24's target of 1.05"
+    assert e2e_verdict({"a": [0.98, 1.11], "b": [0.99, 1.10]}, 3).endswith("unresolved in 3 repeats")
+    assert e2e_verdict({"a": [1.06, 1.2], "b": [1.0, 1.1]}, 5) == "a not within; b not resolved against issue 24's target of 1.05 (5 repeats)"
