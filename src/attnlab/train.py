@@ -123,11 +123,17 @@ def build_loggers(cfg: DictConfig, run_dir: Path) -> list:
     return loggers
 
 
+def wandb_loggers(loggers: list) -> list:
+    """The W&B loggers among ``loggers`` (Lightning's WandbLogger or console.WandbLogger, matched by name:
+    W&B need not be importable to ask)."""
+    return [lg for lg in loggers if type(lg).__name__ == "WandbLogger"]
+
+
 def start_experiments(loggers: list) -> Callable[[], None]:
     """Start the W&B run (``wandb.init``: its service process and handshake, 0.7-1.5 s on 2 cores,
     mostly waiting) in a thread while the corpus is read and the model built. The returned function
     waits for it and raises the thread's error, if any, where the run would have met it."""
-    pending = [lg for lg in loggers if type(lg).__name__ == "WandbLogger"]
+    pending = wandb_loggers(loggers)
     if not pending:
         return lambda: None
     failed: list[BaseException] = []
@@ -282,7 +288,7 @@ def train(cfg: DictConfig) -> dict:
         dm.tokenizer.save(run_dir / "vocab.json")
         model_cfg = OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": dm.vocab_size}
         module = GPTModule(model_cfg, OmegaConf.to_container(cfg.optim, resolve=True), max_steps, vocab=dm.vocab())
-        experiments_started, wait = None, experiments_started
+        wait, experiments_started = experiments_started, None  # waited for here: the finally below need not
         wait()
         callbacks = [*build_callbacks(cfg), *progress_line(cfg.trainer.enable_progress_bar),
                      GracefulInterrupt(run_dir / "checkpoints" / "last.ckpt")]
@@ -368,7 +374,7 @@ def record_failure(record: RunRecord, status: str, err: BaseException, error: st
 
 def finish_wandb(loggers: list, failed: bool) -> None:
     """Close the W&B run of this job, so a multirun makes one W&B run per job."""
-    if any(type(lg).__name__ == "WandbLogger" for lg in loggers):
+    if wandb_loggers(loggers):
         import wandb
 
         try:
