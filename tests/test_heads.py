@@ -6,7 +6,7 @@ import torch
 
 from attnlab.analysis.heads import (
     THRESHOLDS, analyze_heads, build_probes, head_type, head_scores, induction_score, layer_probs,
-    answer_probability, cut_edges, in_context_score, induction_edges, induction_knockout,
+    answer_probability, cut_edges, in_context_score, induction_edges, induction_knockout, offset_pattern,
     positional_score, previous_token_score, repeat_accuracy, repeated_probe, sink_score,
 )
 from attnlab.attention import Attention, AttentionConfig
@@ -97,6 +97,29 @@ def test_induction_score_per_row_layout():
     p[1, 0, 7:10, 0] = 0
     assert induction_score(p, torch.tensor([4, 3]), torch.tensor([2, 4])).item() == pytest.approx(1.0)
     assert induction_score(p, 4, 2).item() < 1.0
+
+
+def test_the_scores_equal_their_definitions_written_as_loops():
+    """offset_pattern and induction_score gather in one step; on random causal weights they give
+    what the definitions in the module docstring say, written the slow way (a loop over the
+    diagonals, a loop over the rows)."""
+    gen = torch.Generator().manual_seed(3)
+    t, b = 40, 5
+    p = torch.rand(b, 3, t, t, generator=gen).tril()
+    p = p / p.sum(-1, keepdim=True)
+    m = torch.stack([torch.diagonal(p, offset=-d, dim1=-2, dim2=-1)[..., (1 if d == 0 else 0):].mean(dim=(0, 2))
+                     for d in range(t)], dim=-1)  # (H, T): mean weight at each offset, row 0 left out
+    i, j = torch.arange(t).view(-1, 1), torch.arange(t).view(1, -1)
+    q = m[:, (i - j).clamp(min=0)] * (j <= i)
+    torch.testing.assert_close(offset_pattern(p), q / q.sum(-1, keepdim=True), rtol=1e-5, atol=1e-7)
+    half, start = torch.tensor([5, 9, 12, 7, 10]), torch.tensor([3, 0, 10, 20, 1])
+    per_row = []
+    for row in range(b):
+        queries = torch.arange(int(start[row] + half[row]), int(start[row] + 2 * half[row]))
+        per_row.append(p[row][:, queries, queries - int(half[row]) + 1].mean(-1))
+    torch.testing.assert_close(induction_score(p, half, start), torch.stack(per_row).mean(0), rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(induction_score(p, 6, 4), p[:, :, 10:16, 5:11].diagonal(dim1=-2, dim2=-1).mean((0, 2)),
+                               rtol=1e-5, atol=1e-7)
 
 
 def test_repeated_probe_layout():

@@ -94,13 +94,13 @@ def entropy_norm_score(p: torch.Tensor) -> torch.Tensor:
 def offset_pattern(p: torch.Tensor) -> torch.Tensor:
     """(B, H, T, T) -> (H, T, T): each head's mean weight by offset i - j, renormalised per row."""
     b, h, t, _ = p.shape
-    m = torch.stack(
-        [torch.diagonal(p, offset=-d, dim1=-2, dim2=-1)[..., (1 if d == 0 else 0) :].mean(dim=(0, 2)) for d in range(t)],
-        dim=-1,
-    )  # (H, T): m[h, d]; d = 0 leaves out row 0
-    i, j = torch.arange(t).view(-1, 1), torch.arange(t).view(1, -1)
-    offsets = (i - j).clamp(min=0).to(p.device)
-    q = m[:, offsets] * (j <= i).to(p.device)  # (H, T, T)
+    i, j = torch.arange(t, device=p.device).view(-1, 1), torch.arange(t, device=p.device).view(1, -1)
+    offsets = (i - j).clamp(min=0)  # (T, T)
+    counted = (j <= i) & (i >= 1)  # every causal entry but row 0 (it sees only itself)
+    per_offset = torch.bincount(offsets[counted], minlength=t).to(p.dtype) * b  # entries averaged at each offset
+    m = torch.zeros(h, t, dtype=p.dtype, device=p.device).index_add_(1, offsets[counted], p.sum(0)[:, counted])
+    m = m / per_offset  # (H, T): m[h, d], one scatter instead of a loop over the T diagonals
+    q = m[:, offsets] * (j <= i)  # (H, T, T)
     return q / q.sum(-1, keepdim=True).clamp_min(1e-12)
 
 
@@ -113,14 +113,16 @@ def positional_score(p: torch.Tensor) -> torch.Tensor:
 def induction_score(p: torch.Tensor, half, start) -> torch.Tensor:
     """(B, H, T, T) -> (H,): mean weight from each second-half query to the token after its first
     occurrence, on rows holding r r with r of ``half`` tokens starting at ``start`` (ints, or one
-    per row)."""
-    b = p.shape[0]
+    per row); each row's mean counts alike."""
+    b, t = p.shape[0], p.shape[-1]
     half, start = torch.as_tensor(half).expand(b), torch.as_tensor(start).expand(b)
-    totals = []
-    for row in range(b):
-        queries = torch.arange(int(start[row] + half[row]), int(start[row] + 2 * half[row]), device=p.device)
-        totals.append(p[row][:, queries, queries - int(half[row]) + 1].mean(-1))
-    return torch.stack(totals).mean(0)
+    i = torch.arange(t).view(1, -1)  # query positions
+    queries = (i >= (start + half).view(-1, 1)) & (i < (start + 2 * half).view(-1, 1))  # (B, T)
+    rows, cols = (x.to(p.device) for x in queries.nonzero(as_tuple=True))
+    lengths = half.to(p.device)
+    weights = p[rows, :, cols, cols - lengths[rows] + 1]  # (queries, H): one gather, no loop over rows
+    per_row = torch.zeros(b, p.shape[1], dtype=p.dtype, device=p.device).index_add_(0, rows, weights)
+    return (per_row / lengths.view(-1, 1).to(p.dtype)).mean(0)
 
 
 def copying_queries(half: torch.Tensor, start: torch.Tensor) -> list[tuple[int, int, torch.Tensor]]:
