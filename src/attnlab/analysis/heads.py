@@ -97,8 +97,9 @@ def offset_pattern(p: torch.Tensor) -> torch.Tensor:
     i, j = torch.arange(t, device=p.device).view(-1, 1), torch.arange(t, device=p.device).view(1, -1)
     offsets = (i - j).clamp(min=0)  # (T, T)
     counted = (j <= i) & (i >= 1)  # every causal entry but row 0 (it sees only itself)
-    per_offset = torch.bincount(offsets[counted], minlength=t).to(p.dtype) * b  # entries averaged at each offset
-    m = torch.zeros(h, t, dtype=p.dtype, device=p.device).index_add_(1, offsets[counted], p.sum(0)[:, counted])
+    at = offsets[counted]  # the offset of each counted entry
+    per_offset = torch.bincount(at, minlength=t).to(p.dtype) * b  # entries averaged at each offset
+    m = torch.zeros(h, t, dtype=p.dtype, device=p.device).index_add_(1, at, p.sum(0)[:, counted])
     m = m / per_offset  # (H, T): m[h, d], one scatter instead of a loop over the T diagonals
     q = m[:, offsets] * (j <= i)  # (H, T, T)
     return q / q.sum(-1, keepdim=True).clamp_min(1e-12)
