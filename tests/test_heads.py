@@ -454,6 +454,26 @@ def test_the_probes_are_bounded_to_evenly_spaced_rows_beyond_t64():
     assert summary["L1/induction_knockout_all_heads"] == round(float(expected[1, -1]), 4)
     assert [h["scores"]["induction_knockout"] for h in heads] == [round(float(v), 4) for v in expected[:, :-1].flatten()]
 
+def test_the_panels_bytes_draw_the_pixels_their_float_colours_draw(tmp_path):
+    """analysis.panels colours panels as RGBA bytes (cheaper for Agg to resample); the PNG must be
+    pixel for pixel the one the float RGBA colours give, out-of-range values clipped alike."""
+    import numpy as np
+    from matplotlib import colormaps
+    from matplotlib.colors import Normalize
+    from PIL import Image
+
+    from attnlab.analysis.panels import colored, image_axes, new_figure, save
+
+    values = np.random.default_rng(0).uniform(-0.2, 1.2, (5, 7))
+    pixels = []
+    for name, image in (("float", colormaps["viridis"](Normalize(0, 1)(values))), ("bytes", colored(values, "viridis", 0, 1))):
+        fig = new_figure(3.1, 2.3)
+        image_axes(fig, image, (0.1, 0.1, 0.8, 0.8))
+        pixels.append(np.asarray(Image.open(save(fig, tmp_path / f"{name}.png", dpi=97))))
+    assert colored(values, "viridis", 0, 1).dtype == np.uint8
+    assert pixels[0].shape == pixels[1].shape and (pixels[0] == pixels[1]).all()
+
+
 def test_the_figures_put_each_panel_where_its_label_says(tmp_path):
     """analysis.panels tiles the panels into one image: the attention map of layer 1, head 0 (all
     weight 1, yellow in viridis) lands in the second row of panels, first column, and nowhere else;
