@@ -2,9 +2,21 @@
 
 ``python -m attnlab.bench --mode full|fast|tiny [--out DIR]`` (``make bench``) writes
 ``bench.json``, ``bench.md`` and log-log plots into ``reports/bench/``.
-"""
-from .kernels import attention_flops, matmul_peak_gflops
-from .memory import fit_exponent, peak_bytes
-from .timing import paired_ratios, median_and_range
 
-__all__ = ["attention_flops", "fit_exponent", "matmul_peak_gflops", "paired_ratios", "peak_bytes", "median_and_range"]
+The names below are imported on first use (PEP 562): ``python -m attnlab.bench.breakdown`` imports
+this package before its own first line, and the breakdown times the imports from that line, so an
+eager ``import torch`` here would hide torch's import among "interpreter start and exit".
+"""
+from __future__ import annotations
+
+import importlib
+
+_HOMES = {"attention_flops": "kernels", "matmul_peak_gflops": "kernels", "fit_exponent": "memory",
+          "peak_bytes": "memory", "paired_ratios": "timing", "median_and_range": "timing"}
+__all__ = list(_HOMES)
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)

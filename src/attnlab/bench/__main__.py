@@ -73,18 +73,23 @@ CALLBACKS = {"full": dict(steps=None, warmup=10, repeats=5), "fast": dict(steps=
 # end to end: the whole command per arm (defaults, attention=sdpa); full = the default 2000 steps; fast: one arm.
 # full runs 5 pairs per arm: 3 left the verdict against 1.05 open on a machine whose speed moves single pairs
 # by +-0.06 (docs/performance.md, "End to end"); 5 pairs took 47 min on 2 cores.
-E2E_ARMS = {"defaults": [], "sdpa": ["attention=sdpa"]}
-E2E = {"full": dict(repeats=5, extra=[], arms=tuple(E2E_ARMS)),
+# sdpa_no_callbacks, asked for by name only: the stack (Lightning, Hydra, W&B) with no measurement
+# callbacks and no checkpoints, against the same nanoGPT-structured script: what no trim of the
+# measurements can remove.
+E2E_ARMS = {"defaults": [], "sdpa": ["attention=sdpa"], "sdpa_no_callbacks": ["attention=sdpa", "callbacks=none"]}
+E2E = {"full": dict(repeats=5, extra=[], arms=("defaults", "sdpa")),
        "fast": dict(repeats=1, extra=["trainer.max_steps=40", "trainer.val_check_interval=20"], arms=("defaults",)),
        "tiny": dict(repeats=1, extra=["trainer.max_steps=6", "trainer.val_check_interval=3", "data.val_batches=2",
                                       "callbacks.heads.every_n_steps=3", "checkpoint.every_n_steps=3"],
-                    arms=tuple(E2E_ARMS))}
+                    arms=("defaults", "sdpa"))}
 # torch.compile: fast compiles one backend (a cold inductor cache took ~40 s for it on 2 cores, per backend)
 COMPILE = {"full": dict(steps=60, warmup=10, backends=BACKENDS), "fast": dict(steps=6, warmup=2, backends=("sdpa",)),
            "tiny": dict(steps=4, warmup=2, backends=("scaled", "sdpa"))}
 # long context (issue 24): the budget of `attention=sdpa model.block_size=1024 data.batch_size=4
 # trainer.max_steps=40 trainer.val_check_interval=20` at every T; fast: T = 1024 only, 4 steps
-LONGCTX = {"full": dict(seq_lens=(64, 256, 1024, 2048), fused_seq_lens=(4096,), tokens_per_step=4096, steps=40, repeats=3),
+# full runs 5 pairs per T, like e2e: the same command's wall time moves by 17-18 % between processes here, so 3 pairs
+# resolve nothing; 5 pairs took 1910 s (docs/performance.md, "Long context, fourth pass")
+LONGCTX = {"full": dict(seq_lens=(64, 256, 1024, 2048), fused_seq_lens=(4096,), tokens_per_step=4096, steps=40, repeats=5),
            "fast": dict(seq_lens=(1024,), tokens_per_step=4096, steps=4, val_batches=2, repeats=1),
            "tiny": dict(seq_lens=(32,), tokens_per_step=64, steps=4, val_batches=2, repeats=1)}
 
@@ -167,7 +172,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--overrides", nargs="*", default=[], help="breakdown mode: hydra overrides of the timed run")
     p.add_argument("--e2e-repeats", type=int, default=None, help="end-to-end repeats (default: the mode's)")
     p.add_argument("--e2e-arms", default=None,
-                   help=f"end-to-end arms, a subset of {','.join(E2E_ARMS)} (default: the mode's; fast: defaults)")
+                   help=f"end-to-end arms, a subset of {','.join(E2E_ARMS)} (default: defaults,sdpa; fast: defaults)")
     p.add_argument("--longctx-repeats", type=int, default=None, help="long-context alternated pairs per T (default: the mode's)")
     p.add_argument("--longctx-seq-lens", default=None,
                    help="long-context block sizes, comma-separated divisors of the tokens per step (4096; tiny 64) "

@@ -95,8 +95,11 @@ def e2e_table(e2e: dict) -> list[str]:
     return markdown_table(header, rows, align="lrrrrrrr").splitlines()
 
 
-def _verdict(ok) -> str:
-    return "-" if ok is None else ("yes" if ok else "**no**")
+VERDICT_CELLS = {"met": "yes", "missed": "**no**", "open": "open"}  # timing.against_target's words in a table cell
+
+
+def _verdict(verdict: str | None) -> str:
+    return VERDICT_CELLS.get(verdict, "-")
 
 
 def _mib_pair(pair: dict | None) -> str:
@@ -123,10 +126,10 @@ def longctx_table(section: dict) -> list[str]:
         memory = _mib_pair(r.get("max_rss_bytes")) + (f" (CUDA {_mib_pair(cuda)})" if cuda.get("default") is not None else "")
         rows.append([r["T"], shape, f"{_f(r['default_wall_s'], '.1f')}{_range(r['default_wall_range'], '.1f')}",
                      f"{_f(r['none_wall_s'], '.1f')}{_range(r['none_wall_range'], '.1f')}",
-                     f"**{_f(r['wall_ratio'], '.3f')}**{_range(r['wall_ratio_range'], '.3f')}", _verdict(r["ratio_ok"]),
+                     f"**{_f(r['wall_ratio'], '.3f')}**{_range(r['wall_ratio_range'], '.3f')}", _verdict(r.get("ratio_verdict")),
                      _f(r["end_s"], ".2f"),
                      f"{_f(r['end_share'] * 100, '.1f')} %{_range([v * 100 for v in r['end_share_range']], '.1f')}",
-                     _verdict(r["end_ok"]), f"{_f(tail.get('default'), '.1f')} / {_f(tail.get('none'), '.1f')}", memory])
+                     _verdict(r.get("end_verdict")), f"{_f(tail.get('default'), '.1f')} / {_f(tail.get('none'), '.1f')}", memory])
     return markdown_table(header, rows, align="llrrrlrrlrr").splitlines()
 
 
@@ -136,18 +139,23 @@ def longctx_verdict(section: dict) -> str:
     failed = [r for r in section.get("rows", []) if r.get("error")]
     if not rows:
         return "No T was measured" + (f" (T = {', '.join(str(r['T']) for r in failed)} failed)." if failed else ".")
-    over_ratio = [r["T"] for r in rows if not r["ratio_ok"]]
-    over_share = [r["T"] for r in rows if not r["end_ok"]]
     t = section["targets"]
-    parts = []
-    if over_ratio:
-        parts.append(f"the wall ratio exceeds {_f(t['wall_ratio'])}x at T = {', '.join(map(str, over_ratio))}")
-    if over_share:
-        parts.append(f"the end-of-run analysis exceeds {_f(t['end_share'] * 100, '.0f')} % of the run at "
-                     f"T = {', '.join(map(str, over_share))}")
+    targets = {"ratio_verdict": f"the wall ratio <= {_f(t['wall_ratio'])}x",
+               "end_verdict": f"the end-of-run analysis <= {_f(t['end_share'] * 100, '.0f')} % of the run"}
+
+    def at(key: str, verdict: str) -> str:
+        return ", ".join(str(r["T"]) for r in rows if r.get(key) == verdict)
+
+    missed = [f"{name} at T = {at(key, 'missed')}" for key, name in targets.items() if at(key, "missed")]
+    open_ = [f"{name} at T = {at(key, 'open')}" for key, name in targets.items() if at(key, "open")]
     measured = ", ".join(str(r["T"]) for r in rows)
-    text = (f"Both targets are met at every measured T ({measured})." if not parts
-            else "Not met: " + "; ".join(parts) + f" (measured: T = {measured}).")
+    if not missed and not open_:
+        text = f"Both targets are met in every pair at every measured T ({measured})."
+    else:
+        text = " ".join(
+            [f"Missed in every pair: {'; '.join(missed)}." if missed else "",
+             f"Not resolved (pairs on both sides of the target): {'; '.join(open_)}." if open_ else ""]).strip()
+        text += f" Measured: T = {measured}."
     if failed:
         text += f" T = {', '.join(str(r['T']) for r in failed)}: {failed[0]['error']}."
     if not section.get("complete", True):
@@ -283,7 +291,9 @@ def write_markdown(bench: dict, out: Path) -> Path:
             "wall time. After the last step: from the end of the last training step to the process's exit (the final "
             "validation, the end-of-run work, results.json, interpreter exit). Peak RSS: the largest over the repeats. "
             f"Targets (issue 24): wall ratio <= {_f(lc['targets']['wall_ratio'])}x at every T, end-of-run analysis <= "
-            f"{_f(lc['targets']['end_share'] * 100, '.0f')} % of the run. Load average {_f(load[0][0])} at the start, "
+            f"{_f(lc['targets']['end_share'] * 100, '.0f')} % of the run; a verdict is yes when every pair is within its "
+            "target, no when no pair is, open when the pairs fall on both sides (`timing.against_target`). "
+            f"Load average {_f(load[0][0])} at the start, "
             f"{_f(load[-1][0])} at the end; OMP_NUM_THREADS={lc.get('omp_num_threads') or 'unset (torch picks)'}.",
             "",
             *longctx_table(lc),

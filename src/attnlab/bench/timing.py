@@ -68,3 +68,12 @@ def paired_ratios(numerators: Sequence[float], denominators: Sequence[float]) ->
     if len(numerators) != len(denominators):
         raise ValueError(f"paired_ratios needs equal lengths, got {len(numerators)} and {len(denominators)}")
     return median_and_range([a / b for a, b in zip(numerators, denominators)])
+
+
+
+def against_target(low: float, high: float, target: float) -> str:
+    """A target ("at most ``target``") read with the spread of the repeats, [low, high]: "met" when
+    every repeat is within it, "missed" when none is, "open" when the repeats fall on both sides.
+    This machine switches speeds between processes; a median on one side of the target, with
+    repeats on the other, is no finding either way."""
+    return "met" if high <= target else "missed" if low > target else "open"
