@@ -210,6 +210,14 @@ def test_report_files(tmp_path):
         assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size < 200_000
 
 
+def test_a_run_of_other_sections_only_reports_no_kernels(tmp_path):
+    """``--sections e2e`` alone measures no kernels: bench.md has no empty Kernels table and no links
+    to plots it did not draw."""
+    md = write_markdown(synthetic_bench() | {"kernels": []}, tmp_path).read_text()
+    assert "## Kernels" not in md and "time_vs_T.png" not in md and "## Memory scaling" not in md
+    assert "Matmul yardstick" in md and "## Callback cost" in md
+
+
 def test_cli_kernels_only(tmp_path, capsys):
     assert bench_main(["--mode", "tiny", "--out", str(tmp_path), "--device", "cpu", "--sections", "kernels"]) == 0
     data = json.loads((tmp_path / "bench.json").read_text())

@@ -209,24 +209,27 @@ def write_markdown(bench: dict, out: Path) -> Path:
         f"median {_f(matmul['matmul_gflops'], '.1f')} GFLOP/s "
         f"(range {_f(matmul['matmul_gflops_range'][0], '.1f')}-{_f(matmul['matmul_gflops_range'][1], '.1f')}).",
         "",
-        "## Kernels",
-        "",
-        f"One causal attention, batch {bench['kernel_setup']['batch']}, {bench['kernel_setup']['heads']} heads, "
-        f"d_k {bench['kernel_setup']['head_dim']}, {bench['kernel_setup']['dtype']}; median of "
-        f"{bench['kernel_setup']['repeats']} repeats after warm-up. GFLOP/s counts the useful causal work, "
-        "4 B T^2 H d / 2 (backward 2.5x forward), the same for every backend; % of matmul = fwd+bwd GFLOP/s over the matmul "
-        "yardstick measured again right before that row (same load). Backends alternate within each T. "
-        "Peak = tensor memory allocated above the inputs (CPU: profiler allocation events; CUDA: max_memory_allocated).",
-        "",
-        *kernels_table(bench),
-        "",
-        "![time vs T](time_vs_T.png) ![memory vs T](memory_vs_T.png)",
-        "",
-        "## Memory scaling",
-        "",
-        *memory_table(bench),
-        "",
     ]
+    if bench.get("kernels"):  # a run of other sections only (``--sections e2e``) has no kernel rows or plots
+        lines += [
+            "## Kernels",
+            "",
+            f"One causal attention, batch {bench['kernel_setup']['batch']}, {bench['kernel_setup']['heads']} heads, "
+            f"d_k {bench['kernel_setup']['head_dim']}, {bench['kernel_setup']['dtype']}; median of "
+            f"{bench['kernel_setup']['repeats']} repeats after warm-up. GFLOP/s counts the useful causal work, "
+            "4 B T^2 H d / 2 (backward 2.5x forward), the same for every backend; % of matmul = fwd+bwd GFLOP/s over the matmul "
+            "yardstick measured again right before that row (same load). Backends alternate within each T. "
+            "Peak = tensor memory allocated above the inputs (CPU: profiler allocation events; CUDA: max_memory_allocated).",
+            "",
+            *kernels_table(bench),
+            "",
+            "![time vs T](time_vs_T.png) ![memory vs T](memory_vs_T.png)",
+            "",
+            "## Memory scaling",
+            "",
+            *memory_table(bench),
+            "",
+        ]
     if bench.get("train"):
         s = bench["train"][0]["setup"]
         lines += [
@@ -266,7 +269,7 @@ def write_markdown(bench: dict, out: Path) -> Path:
             "## End to end: the whole `make train` against a plain PyTorch script",
             "",
             "Each arm is a fresh process timed from outside: `python -m attnlab.train` with the defaults (W&B offline + CSV, "
-            "default callbacks, progress bar, checkpoints) against `attnlab.bench.plain_train` (same model, corpus, seeded "
+            "default callbacks, progress bar, checkpoints) and the arm's overrides (in the arm column) against `attnlab.bench.plain_train` (same model, corpus, seeded "
             "batches, AdamW, schedule, clipping and validation cadence; no Lightning, callbacks, loggers or checkpoints). "
             f"Arms alternate, the order flips every repeat; {e2e['repeats']} repeat(s); ratios within a repeat, median "
             "(min-max). Step ms: make train's median from results.json (tokens/s), the plain loop's median step. "
