@@ -236,7 +236,7 @@ def e2e_figures() -> dict[str, str]:
 
 def verdict_counts(rows: list[dict], key: str, within: str) -> str:
     """How many rows met a target in every pair, how many are unresolved, how many missed it in
-    every pair (bench.timing.against_target), only the counts that are not zero after the first."""
+    every pair (bench.timing.against_target): the first count always, the others when not zero."""
     count = {v: sum(r[key] == v for r in rows) for v in ("met", "open", "missed")}
     text = f"{count['met']} of {len(rows)} {within} in every pair"
     if count["open"]:

@@ -70,7 +70,6 @@ def paired_ratios(numerators: Sequence[float], denominators: Sequence[float]) ->
     return median_and_range([a / b for a, b in zip(numerators, denominators)])
 
 
-
 def against_target(low: float, high: float, target: float) -> str:
     """A target ("at most ``target``") read with the spread of the repeats, [low, high]: "met" when
     every repeat is within it, "missed" when none is, "open" when the repeats fall on both sides.
