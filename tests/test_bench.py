@@ -19,7 +19,6 @@ from attnlab.bench import kernels as kernels_mod
 from attnlab.bench.kernels import KernelPlan, bench_one, kernel_variants, run_kernels
 from attnlab.errors import KernelUnavailable
 from attnlab.bench.report import VERDICT_CELLS, longctx_table, longctx_verdict, memory_summary, write_json, write_markdown, write_plots
-from attnlab.bench.timing import against_target
 from attnlab.bench import throughput
 from attnlab.bench.breakdown import breakdown
 from attnlab.bench import longctx
@@ -27,7 +26,7 @@ from attnlab.bench.endtoend import alternated, plain_spec, run_attnlab, run_plai
 from attnlab.bench.longctx import LongctxPlan, run_overrides, run_settings, summarize
 from attnlab.bench.phases import PhaseTimer, instrument
 from attnlab.bench.throughput import callback_intervals, representative_window, seconds_per_step
-from attnlab.bench.timing import measure
+from attnlab.bench.timing import against_target, measure
 from attnlab.config import compose_config
 
 BACKENDS = ("naive", "scaled", "sdpa", "flash")

@@ -454,6 +454,7 @@ def test_the_probes_are_bounded_to_evenly_spaced_rows_beyond_t64():
     assert summary["L1/induction_knockout_all_heads"] == round(float(expected[1, -1]), 4)
     assert [h["scores"]["induction_knockout"] for h in heads] == [round(float(v), 4) for v in expected[:, :-1].flatten()]
 
+
 def test_the_panels_bytes_draw_the_pixels_their_float_colours_draw(tmp_path):
     """analysis.panels colours panels as RGBA bytes (cheaper for Agg to resample); the PNG must be
     pixel for pixel the one the float RGBA colours give, out-of-range values clipped alike."""

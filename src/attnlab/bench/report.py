@@ -143,19 +143,16 @@ def longctx_verdict(section: dict) -> str:
     targets = {"ratio_verdict": f"the wall ratio <= {_f(t['wall_ratio'])}x",
                "end_verdict": f"the end-of-run analysis <= {_f(t['end_share'] * 100, '.0f')} % of the run"}
 
-    def at(key: str, verdict: str) -> str:
-        return ", ".join(str(r["T"]) for r in rows if r.get(key) == verdict)
+    def listed(verdict: str) -> str:
+        """Each target with the T where its verdict is ``verdict``, joined; empty if there are none."""
+        at = {key: ", ".join(str(r["T"]) for r in rows if r.get(key) == verdict) for key in targets}
+        return "; ".join(f"{name} at T = {at[key]}" for key, name in targets.items() if at[key])
 
-    missed = [f"{name} at T = {at(key, 'missed')}" for key, name in targets.items() if at(key, "missed")]
-    open_ = [f"{name} at T = {at(key, 'open')}" for key, name in targets.items() if at(key, "open")]
     measured = ", ".join(str(r["T"]) for r in rows)
-    if not missed and not open_:
-        text = f"Both targets are met in every pair at every measured T ({measured})."
-    else:
-        text = " ".join(
-            [f"Missed in every pair: {'; '.join(missed)}." if missed else "",
-             f"Not resolved (pairs on both sides of the target): {'; '.join(open_)}." if open_ else ""]).strip()
-        text += f" Measured: T = {measured}."
+    sentences = [f"{lead}: {found}." for lead, found in (("Missed in every pair", listed("missed")),
+                 ("Not resolved (pairs on both sides of the target)", listed("open"))) if found]
+    text = (" ".join(sentences) + f" Measured: T = {measured}." if sentences
+            else f"Both targets are met in every pair at every measured T ({measured}).")
     if failed:
         text += f" T = {', '.join(str(r['T']) for r in failed)}: {failed[0]['error']}."
     if not section.get("complete", True):
