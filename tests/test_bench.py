@@ -500,12 +500,12 @@ def test_model_compile_must_be_a_boolean():
         GPTModule({"vocab_size": 11, "block_size": 8, "n_layer": 1, "n_head": 2, "d_model": 16, "compile": "yes"}, {}, 4)
 
 
-# ------------------------------------------------------------------ long context (issue 24)
+# ------------------------------------------------------------------ long context
 
 
 def test_longctx_budget_is_the_same_at_every_T():
     """batch x T x steps and the number of validations do not change with T; 4096 only with a fused backend;
-    at T = 1024 the runs are issue 24's command."""
+    at T = 1024 the runs are the long-context target's command."""
     plan = LongctxPlan((64, 256, 1024, 2048), (4096,), tokens_per_step=4096, steps=40)
     assert plan.lengths() == (64, 256, 1024, 2048, 4096)
     assert LongctxPlan((64, 256), (4096,), attention="scaled").lengths() == (64, 256)

@@ -45,7 +45,7 @@ BAD = {
     "resume without a checkpoint": (["resume=true"], "resume"),
     "missing ckpt_path": (["ckpt_path=/nonexistent/last.ckpt"], "ckpt_path"),
     "flash with 16-bit on cpu": (["attention=flash", "trainer.precision=16-mixed"], "trainer.precision"),
-    # faults of a long study (issue 13; more in test_faults.py)
+    # faults of a long study (more in test_faults.py)
     "ckpt_path not a checkpoint": ([f"ckpt_path={ROOT / 'pyproject.toml'}"], "ckpt_path"),
     "model that cannot fit in memory": (["model.block_size=100000"], "model.block_size"),
     "checkpoints kept below -1": (["checkpoint.keep=-2"], "checkpoint.keep"),

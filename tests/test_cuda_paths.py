@@ -1,4 +1,4 @@
-"""The GPU code paths, exercised where a CPU can take them (issue 12).
+"""The GPU code paths, exercised where a CPU can take them.
 
 bf16-mixed on CPU stands in for a GPU's autocast, 16-mixed on CPU has a real GradScaler, a
 stand-in module plays flash_attn, the profiler shows which SDPA kernel really ran, and DDP runs

@@ -1,4 +1,4 @@
-"""Attention statistics, peak memory, gradient norms and the non-finite guard (issue 3)."""
+"""Attention statistics, peak memory, gradient norms and the non-finite guard."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Faults a long study meets (issue 13): damaged checkpoints, writes the disk refuses, a model that
+"""Faults a long study meets: damaged checkpoints, writes the disk refuses, a model that
 cannot fit in memory. Each ends in one line, a non-zero exit, a results.json that says what
 happened, and no intact checkpoint lost."""
 from __future__ import annotations

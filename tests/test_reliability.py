@@ -1,4 +1,4 @@
-"""Faults and bad input: kill and resume, atomic checkpoints, signals, DDP, bf16, masked rows (issue 8)."""
+"""Faults and bad input: kill and resume, atomic checkpoints, signals, DDP, bf16, masked rows."""
 from __future__ import annotations
 
 import csv

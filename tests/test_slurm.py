@@ -1,6 +1,5 @@
 """Studies on a live one-node SLURM cluster (tests/slurm_cluster.py): a sweep through sbatch, a time
-limit that requeues a run which then resumes bit for bit, a requeue by SLURM itself, and scancel
-(issue 26).
+limit that requeues a run which then resumes bit for bit, a requeue by SLURM itself, and scancel.
 
 Marked ``slurm``; skipped, in one line, where Debian's slurm-wlm and munge are not installed or
 not root; CI installs them (.ci/run). Runs are tiny; the cluster is shared by the pytest-xdist

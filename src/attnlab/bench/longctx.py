@@ -1,4 +1,4 @@
-"""Long context: what the measurement callbacks cost as the block grows (issue 24).
+"""Long context: what the measurement callbacks cost as the block grows.
 
 For each block size T, whole ``attnlab train`` runs of one fixed token budget (batch x T x steps
 the same at every T, so the training work per token is what changes with T), with the default
@@ -14,7 +14,7 @@ training step ended, and the seconds inside every callback's hooks; plus the pro
 within each pair (median), the end-of-run analysis share (seconds in the callbacks' end-of-training
 hooks: the final head analysis with its knockout, the final statistics and maps, the final checkpoint,
 over the run's wall time), the seconds from the last step to the process's exit, and peak memory.
-Targets (issue 24): default callbacks at most 1.10x ``callbacks=none`` at every T, the end-of-run
+Targets: default callbacks at most 1.10x ``callbacks=none`` at every T, the end-of-run
 analysis at most 5 % of the run.
 """
 from __future__ import annotations

@@ -10,7 +10,7 @@ Nothing here imports Lightning, Hydra or W&B: their start-up is part of what is 
 The model is the spec's ``structure``: ``attnlab`` (attnlab's GPT, for any config) or ``nanogpt``
 (``NanoGPT`` below: nanoGPT's model.py structure, one fused q/k/v projection ``c_attn`` and
 causal SDPA, the same sizes, init and weight tying; for the configs it can express). The second
-is the yardstick of issue 24: a researcher's own script, not attnlab's model in a plain loop.
+is the end-to-end yardstick: a researcher's own script, not attnlab's model in a plain loop.
 """
 from __future__ import annotations
 

@@ -290,7 +290,7 @@ def write_markdown(bench: dict, out: Path) -> Path:
             "(final head analysis with its knockout, final attention statistics and maps, final checkpoint); its share is over that run's "
             "wall time. After the last step: from the end of the last training step to the process's exit (the final "
             "validation, the end-of-run work, results.json, interpreter exit). Peak RSS: the largest over the repeats. "
-            f"Targets (issue 24): wall ratio <= {_f(lc['targets']['wall_ratio'])}x at every T, end-of-run analysis <= "
+            f"Targets: wall ratio <= {_f(lc['targets']['wall_ratio'])}x at every T, end-of-run analysis <= "
             f"{_f(lc['targets']['end_share'] * 100, '.0f')} % of the run; a verdict is yes when every pair is within its "
             "target, no when no pair is, open when the pairs fall on both sides (`timing.against_target`). "
             f"Load average {_f(load[0][0])} at the start, "
