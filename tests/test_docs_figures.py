@@ -206,7 +206,7 @@ def gqa_figures() -> dict[str, str]:
             "seeds": f"**{summary('gqa')['seeds_per_cell']} seeds**"}
 
 
-E2E_TARGET = 1.05  # issue 24: a whole make train at most 1.05 times the nanoGPT-structured script
+E2E_TARGET = 1.05  # the end-to-end target: a whole make train at most 1.05 times the nanoGPT-structured script
 
 
 def e2e_verdict(ranges: dict[str, list[float]], repeats: int) -> str:
@@ -214,26 +214,70 @@ def e2e_verdict(ranges: dict[str, list[float]], repeats: int) -> str:
     missed when none is, and otherwise not resolved by these repeats (a median on either side of
     the target within that spread is no finding)."""
     states = {arm: against_target(*r, E2E_TARGET) for arm, r in ranges.items()}
-    target = f"issue 24's target of {E2E_TARGET:.2f}"
-    if set(states.values()) == {"met"}:
-        return f"within {target} in every pair"
-    if set(states.values()) == {"missed"}:
-        return f"not within {target}"
-    if set(states.values()) == {"open"}:
-        return f"both arms' pairs straddle {target}: unresolved in {repeats} repeats"
-    words = {"met": "within", "missed": "not within", "open": "not resolved"}
-    return "; ".join(f"{arm} {words[st]}" for arm, st in states.items()) + f" against {target} ({repeats} repeats)"
+    words = {"met": "within the target in every pair", "missed": "over the target in every pair",
+             "open": f"not resolved by {repeats} pairs"}
+    return "; ".join(f"{arm} {words[st]}" for arm, st in states.items())
+
+
+def e2e_rows() -> dict[str, dict]:
+    rows = {r["arm"]: r for r in bench()["e2e"]["rows"]}
+    rows.update({r["arm"]: r for r in json.loads((REPORTS / "bench" / "e2e_stack_only" / "bench.json").read_text())["e2e"]["rows"]})
+    return rows
 
 
 def e2e_figures() -> dict[str, str]:
-    rows = {r["arm"]: r for r in bench()["e2e"]["rows"]}
+    rows = e2e_rows()
     d = rows["defaults"]
-    verdict = e2e_verdict({arm: rows[arm]["wall_ratio_range"] for arm in ("defaults", "sdpa")}, bench()["e2e"]["repeats"])
-    stack = json.loads((REPORTS / "bench" / "e2e_stack_only" / "bench.json").read_text())["e2e"]["rows"][0]
     return {"ratio": f"**{d['wall_ratio']:.3f}** ({span(d['wall_ratio_range'], 2)} over {bench()['e2e']['repeats']} alternated repeats",
-            "stack": f"{stack['wall_ratio']:.3f} ({span(stack['wall_ratio_range'], 2)}) with `callbacks=none` too",
-            "sdpa": f"{rows['sdpa']['wall_ratio']:.3f} with `attention=sdpa`", "val_loss": f(d["val_loss"]["attnlab"][0], 4),
-            "target": verdict}
+            "sdpa": f"{rows['sdpa']['wall_ratio']:.3f} with `attention=sdpa`", "val_loss": f(d["val_loss"]["attnlab"][0], 4)}
+
+
+def performance_figures() -> dict[str, str]:
+    """docs/performance.md's tables, row by row, from reports/bench/."""
+    out: dict[str, str] = {}
+    for t in (256, 1024, 4096, 8192):
+        ex, fu = kernel("naive", t), kernel("sdpa", t)
+        out[f"kernel{t}"] = (f"| {t} | {ms_time(ex['fwd_bwd_ms'])} | {ms_time(fu['fwd_bwd_ms'])} | {mib(ex['peak_bytes'])} | "
+                             f"{mib(fu['peak_bytes'])} |")
+    exp = bench()["memory_exponent"]
+    out["exponent"] = f"T^{exp['naive']:.2f} explicit, T^{exp['sdpa']:.2f} fused"
+    out["kernel_repeats"] = f"median of {bench()['kernel_setup']['repeats']} repeats"
+    for t in bench()["train"]:
+        out[f"train_{t['backend']}"] = (f"| {t['backend']} | {t['lightning_tokens_per_s']:.0f} | {t['ratio']:.3f} ({span(t['ratio_range'], 3)}) | "
+                                        f"{t['ratio_to_scaled']:.3f} ({span(t['ratio_to_scaled_range'], 3)}) |")
+    out["train_repeats"] = f"{bench()['train'][0]['setup']['repeats']} repeats"
+    cb = bench()["callbacks"]
+    out["cb"] = (f"default callbacks over none **{cb['overhead_ratio']:.3f}** ({span(cb['overhead_ratio_range'], 3)}), over the plain "
+                 f"loop {cb['ratio_to_plain']:.3f} ({span(cb['ratio_to_plain_range'], 3)})")
+    out["cb_setup"] = f"{cb['measured_steps']} steps, {cb['repeats']} repeats"
+    hooks = cb["hook_ms_per_step"]
+    out["cb_hooks"] = f"{sum(hooks.values()):.1f} ms a step in all"
+    out["cb_step"] = f"{cb['step_ms_with']:.0f} ms step"
+    rows = e2e_rows()
+    for arm in ("defaults", "sdpa", "sdpa_no_callbacks"):
+        r = rows[arm]
+        out[f"e2e_{arm}"] = (f"| {r['attnlab_wall_s']:.1f} | {r['plain_wall_s']:.1f} | **{r['wall_ratio']:.3f}** ({span(r['wall_ratio_range'], 3)}) | "
+                             f"{r['step_ratio']:.3f} |")
+    out["e2e_repeats"] = f"{bench()['e2e']['repeats']} alternated pairs per arm"
+    out["e2e_target"] = f"Against the target of {E2E_TARGET:.2f}"
+    out["e2e_verdict"] = e2e_verdict({arm: rows[arm]["wall_ratio_range"] for arm in ("defaults", "sdpa", "sdpa_no_callbacks")},
+                                     bench()["e2e"]["repeats"])
+    out["e2e_loss"] = f"val loss {f(rows['defaults']['val_loss']['attnlab'][0], 4)}"
+    gap = json.loads((REPORTS / "bench" / "breakdown_e2e_gap.json").read_text())
+    out["gap_wall"] = f"**{gap['wall_s']:.1f} s**"
+    for group, seconds in ((g, x) for g, x in gap["groups"].items() if x >= 0.05):
+        out[f"gap_{group}"] = f"| {group} | {seconds:.1f} | {100 * seconds / gap['wall_s']:.1f} % |"
+    lc = bench()["longctx"]
+    for r in lc["rows"]:
+        if r.get("error"):
+            continue
+        out[f"longctx{r['T']}"] = (f"| {r['T']} | {r['wall_ratio']:.3f} ({span(r['wall_ratio_range'], 2)}) | {r['ratio_verdict']} | "
+                                   f"{r['end_s']:.2f} | {100 * r['end_share']:.1f} % ({span([100 * x for x in r['end_share_range']], 1)}) | "
+                                   f"{r['end_verdict']} |")
+    out["longctx_header"] = f"| ≤ {lc['targets']['wall_ratio']:.2f}× |"
+    out["longctx_pairs"] = f"{min(r['repeats'] for r in lc['rows'])} alternated pairs per T"
+    out["longctx_targets"] = f"at most {lc['targets']['wall_ratio']:.2f}× `callbacks=none`, end-of-run work at most {100 * lc['targets']['end_share']:.0f} %"
+    return out
 
 
 def verdict_counts(rows: list[dict], key: str, within: str) -> str:
@@ -277,21 +321,72 @@ def repro_tally() -> str:
 
 
 # ---------------------------------------------------------------- the texts and their fragments
-def readme_headline() -> str:
+def readme_findings() -> str:
+    """README.md's findings, whitespace collapsed so that a sentence may wrap anywhere."""
     text = (ROOT / "README.md").read_text()
-    start = text.index("## Headline findings")
+    start = text.index("## Findings")
     end = text.index("\n## ", start + 1)
-    return text[start:end]
+    return re.sub(r"\s+", " ", text[start:end])
+
+
+def readme_claims() -> dict[str, str]:
+    """Each README finding's sentence, its numbers and its words both chosen by the report it links:
+    a comparison that no longer holds in the report changes the expected sentence, and the test fails."""
+    out: dict[str, str] = {}
+    fan = [pair("dk_scaling", f"d_k={d}, init_std=fan_in") for d in (32, 64, 128)]
+    small = [pair("dk_scaling", f"d_k={d}, init_std=0.02") for d in (16, 32, 64, 128)]
+    if all(p["beyond_noise"] and p["diff"] < 0 for p in fan):
+        out["dk_title"] = "The 1/√d_k scale matters when q and k start with unit variance."
+    out["dk_fan"] = ("Removing it raises the val loss by " + ", ".join(f(-p["diff"], 2) for p in fan[:-1])
+                     + f" and {f(-fan[-1]['diff'], 2)} nats at d_k 32, 64 and 128 with `init_std=fan_in`")
+    either = "either way" if min(p["diff"] for p in small) < 0 < max(p["diff"] for p in small) else "in one direction"
+    out["dk_small"] = f"with the default init it changes the loss by {max(abs(p['diff']) for p in small):.3f} nats or less {either}"
+
+    ind = induction_figures()
+    out["induction"] = f"in {ind['formed']} of a two-layer attention-only model, and in {ind['nothing']} with one layer or without the scale"
+
+    bb = sinks_testbed_counts()
+    n = bb["n"]
+    escape = (f"in {bb['zero_logit']} of {n} seeds with either escape slot" if bb["zero_logit"] == bb["learned"]
+              else f"in {bb['zero_logit']} and {bb['learned']} of {n} seeds with the two escape slots")
+    out["sinks_bb"] = (f"the first token takes over {judge.SINK_THRESHOLD} of the weight of those queries (a sink) in "
+                       f"{bb['softmax']} of {n} seeds with softmax, {escape}, and in {bb['sigmoid']} of {n} seeds with sigmoid attention")
+    if bb["softmax"] == n and bb["sigmoid"] == 0:
+        out["sinks_bb_title"] = "A sink forms where most queries need no attention, and sigmoid attention prevents it"
+    best = max(c[f"heads/L{i}/sink_max_mean"] for c in cells("sinks") for i in range(4))
+    out["sinks_text"] = "in Shakespeare at this budget " + ("no head becomes a sink" if best < judge.SINK_THRESHOLD else "a head becomes a sink")
+
+    g = summary("gqa")
+    kv_effects = [e for e in g["pooled_effects"] if e["axis"] == "model.n_kv_head"]
+    loss = "with no difference beyond seed noise" if not any(e["beyond_noise"] for e in kv_effects) else "with a loss difference beyond seed noise"
+    out["gqa_kv"] = f"1 KV head instead of 4 cuts the KV cache {gqa_figures()['kv']} {loss}"
+    scale = g["scaled_vs_unscaled"]
+    where = "in every cell" if all(p["beyond_noise"] for p in scale) else f"in {sum(p['beyond_noise'] for p in scale)} of {len(scale)} cells"
+    verb = "raises" if all(p["diff"] > 0 for p in scale) else "lowers" if all(p["diff"] < 0 for p in scale) else "changes"
+    out["gqa_scale"] = f"the 1/√d_k scale {verb} the loss by {span([abs(p['diff']) for p in scale], 2, '-')} nats {where}"
+
+    out["memory"] = f"at T = 4096 peaks at {memory_figures()['peak']}"
+    out["repro"] = f"of the {len(repro())} claims `make repro` checks, {repro_tally()}"
+    return out
 
 
 def readme_fragments() -> list[str]:
-    dk, ind, snk, e2e = dk_figures(), induction_figures(), sinks_figures(), e2e_figures()
-    return [dk["holm"], dk["fanin32"], dk["fanin64"], dk["fanin128"], dk["fanin128_means"], dk["fanin16"], dk["small_better"],
-            dk["small128"], dk["max_logit"], dk["max_prob"], dk["bigram"], dk["shares"],
-            ind["formed"], ind["phase"], ind["nothing"], ind["level"], ind["sink_seeds"],
-            snk["runs"], snk["best"], snk["threshold"], snk["bos"], snk["l0"], snk["uniform"], snk["escape"],
-            *sinks_testbed_figures().values(), *gqa_figures().values(),
-            e2e["ratio"], e2e["sdpa"], e2e["stack"], e2e["target"], memory_figures()["peak"], *longctx_figures().values(), repro_tally()]
+    return list(readme_claims().values())
+
+
+def sinks_testbed_counts() -> dict[str, int]:
+    """Seeds of each sinks_bb arm whose dormant queries put more than the sink threshold on `<bos>`."""
+    from attnlab.repro.studies import escape_axis
+
+    def formed(escape: str, normalize: str = "-") -> tuple[int, int]:
+        runs = next(c["runs"] for c in summary("sinks_bb")["per_seed"]
+                    if c["axes"][escape_axis(c["axes"])] == escape and c["axes"]["experiment"] == "sinks_bb"
+                    and c["axes"].get("model.attention.normalize", "-") == normalize)
+        mass = [r["metrics"]["attn/L0/sink_mass_dormant"] for r in runs]
+        return sum(x > judge.SINK_THRESHOLD for x in mass), len(mass)
+
+    (softmax, n), (zero, _), (learned, _), (sigmoid, _) = formed("none"), formed("zero_logit"), formed("learned"), formed("none", "sigmoid")
+    return {"n": n, "softmax": softmax, "zero_logit": zero, "learned": learned, "sigmoid": sigmoid}
 
 
 def doc(name: str) -> str:
@@ -445,10 +540,11 @@ def results_fragments() -> list[str]:
 
 
 TEXTS = {
-    "README.md Headline findings": (readme_headline, readme_fragments),
+    "README.md Findings": (readme_findings, readme_fragments),
     "docs/results.md": (lambda: doc("results.md"), results_fragments),
     "docs/studies.md": (lambda: doc("studies.md"), studies_fragments),
     "docs/metrics.md": (lambda: doc("metrics.md"), metrics_fragments),
+    "docs/performance.md": (lambda: re.sub(r"\s+", " ", doc("performance.md")), lambda: list(performance_figures().values())),
 }
 
 
@@ -494,8 +590,12 @@ def test_the_check_catches_a_drifted_and_an_unbacked_figure():
 
 def test_the_e2e_verdict_reads_each_arm_with_its_spread():
     """Met only when every pair is within the target, missed only when none is; otherwise the
-    README says the repeats did not resolve it, whichever side the median fell on."""
-    assert e2e_verdict({"a": [1.00, 1.04], "b": [0.99, 1.05]}, 3) == "within issue 24's target of 1.05 in every pair"
-    assert e2e_verdict({"a": [1.06, 1.2], "b": [1.051, 1.1]}, 3) == "not within issue 24's target of 1.05"
-    assert e2e_verdict({"a": [0.98, 1.11], "b": [0.99, 1.10]}, 3).endswith("unresolved in 3 repeats")
-    assert e2e_verdict({"a": [1.06, 1.2], "b": [1.0, 1.1]}, 5) == "a not within; b not resolved against issue 24's target of 1.05 (5 repeats)"
+    repeats did not resolve it, whichever side the median fell on."""
+    def states(ranges):
+        return {arm: against_target(*r, E2E_TARGET) for arm, r in ranges.items()}
+
+    assert states({"a": [1.00, 1.04], "b": [0.99, 1.05]}) == {"a": "met", "b": "met"}
+    assert states({"a": [1.06, 1.2], "b": [1.051, 1.1]}) == {"a": "missed", "b": "missed"}
+    assert states({"a": [0.98, 1.11], "b": [1.0, 1.1]}) == {"a": "open", "b": "open"}
+    text = e2e_verdict({"a": [1.06, 1.2], "b": [1.0, 1.1]}, 5)
+    assert text.index("over") < text.index("b ") < text.index("5 pairs")
