@@ -548,6 +548,37 @@ TEXTS = {
 }
 
 
+def mechanisms_claims() -> dict[str, str]:
+    """The comparisons docs/mechanisms.md states in words, each sentence chosen by its report."""
+    s = summary("sinks")
+    effects = {(e["axis"], e["level"]): e for e in s["pooled_effects"]}
+    bos = effects[("data.bos", "True")]
+    verb = "raises" if bos["diff"] > 0 else "lowers"
+    noise = "beyond seed noise" if bos["beyond_noise"] else "within seed noise"
+    slots = [e for (axis, _), e in effects.items() if axis == "model.attention.sink"]
+    slot = ("an escape slot makes no difference beyond seed noise" if not any(e["beyond_noise"] for e in slots)
+            else "an escape slot changes the loss beyond seed noise")
+    diffs = sorted(f"{e['diff']:+.3f}" for e in slots)
+    holm = sorted({f"{e['p_holm']:.2g}" for e in slots})
+    runs = next(c["runs"] for c in summary("sinks_bb")["per_seed"] if c["axes"].get("model.attention.escape",
+                c["axes"].get("model.attention.sink")) == "zero_logit")
+    heads = [r["metrics"]["heads/L0/sink_max"] >= THRESHOLDS["sink"] for r in runs]
+    dormant = [r["metrics"]["attn/L0/sink_mass_dormant"] > judge.SINK_THRESHOLD for r in runs]
+    odd = [r for r, h, d in zip(runs, heads, dormant) if d and not h]
+    assert len(odd) == 1, "the sentence explains exactly one seed that is a sink by its dormant weight only"
+    return {"bos": f"BOS {verb} the val loss by {sinks_figures()['bos']}: {noise}",
+            "slot": f"{slot} ({' and '.join(diffs)} nats, Holm p = {', '.join(holm)})",
+            "head_count": f"counts {sum(heads)} of {len(runs)} sink heads in the `zero_logit` arm",
+            "odd_seed": (f"ends at {odd[0]['metrics']['attn/L0/sink_mass_dormant']:.3f} scores "
+                         f"{odd[0]['metrics']['heads/L0/sink_max']:.3f} there, below {THRESHOLDS['sink']}")}
+
+
+def test_mechanisms_states_the_comparisons_its_reports_make():
+    text = re.sub(r"\s+", " ", doc("mechanisms.md"))
+    missing = [claim for claim in mechanisms_claims().values() if claim not in text]
+    assert not missing, missing
+
+
 # ---------------------------------------------------------------- the check
 def masked(text: str) -> str:
     """The text with code blocks, inline code and link targets blanked (same length): their digits are not figures."""

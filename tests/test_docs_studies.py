@@ -1,0 +1,57 @@
+"""docs/configuration.md's study table states each study's grid as its file in conf/experiment/ does."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+AXIS = re.compile(r"`([\w.]+)` ∈ \{([^}]*)\}")
+
+
+def grids_in_files() -> dict[str, dict[str, list[str]]]:
+    out = {}
+    for path in sorted((ROOT / "conf" / "experiment").glob("*.yaml")):
+        params = ((yaml.safe_load(path.read_text()) or {}).get("hydra") or {}).get("sweeper", {}).get("params") or {}
+        out[path.stem] = {key: [v.strip() for v in str(values).split(",")] for key, values in params.items()}
+    return out
+
+
+def grids_in_doc() -> dict[str, dict[str, list[str]]]:
+    text = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    start = text.index("| `SWEEP=` |")
+    text = text[start:text.index("\n\n", start)]
+    rows = re.findall(r"^\| `(\w+)`(?: \(default\))? \| ([^|]*) \|", text, re.MULTILINE)
+    return {study: {key: [v.strip() for v in values.split(",")] for key, values in AXIS.findall(grid)} for study, grid in rows}
+
+
+def normalise(values: list[str]) -> list[str]:
+    """YAML reads false/true as booleans; the doc writes them as Hydra overrides do."""
+    return [v.lower() for v in values]
+
+
+def test_every_study_is_in_the_table_with_its_grid():
+    files, doc = grids_in_files(), grids_in_doc()
+    assert set(files) == set(doc), f"studies in conf/experiment/ but not in the table, or the other way: {set(files) ^ set(doc)}"
+    for study, grid in files.items():
+        assert {k: normalise(v) for k, v in grid.items()} == {k: normalise(v) for k, v in doc[study].items()}, study
+
+
+def test_the_table_parser_reads_axes_and_values():
+    assert AXIS.findall("`a.b` ∈ {1, 2} × `c` ∈ {x}") == [("a.b", "1, 2"), ("c", "x")]
+
+
+def test_metrics_page_states_the_cadences_the_configs_set():
+    """docs/metrics.md's "every N steps" for the statistics, the head scores and each study's head
+    scores are the values conf/ sets."""
+    from attnlab.config import compose_config
+
+    text = re.sub(r"\s+", " ", (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8"))
+    default = compose_config([])
+    assert f"The statistics run every {default.callbacks.attention_stats.every_n_steps} steps" in text
+    assert f"scores logged as `heads/*` every {default.callbacks.heads.every_n_steps} steps" in text
+    for study in ("induction_heads", "sinks"):
+        every = compose_config([f"experiment={study}"]).callbacks.heads.every_n_steps
+        line = text[text.index(f"`experiment={study}`"):][:200]
+        assert f"head scores every {every} steps" in line, (study, line)
