@@ -28,12 +28,14 @@ from attnlab.train import train
 from conftest import run_cli
 
 
-def reference_attention(q, k, v, scale):
-    """Causal softmax attention in float64, (B, H, T, d)."""
+def reference_attention(q, k, v, scale, causal=True):
+    """Softmax attention in float64, (B, H, T, d); causal is bottom-right aligned when there are
+    fewer queries than keys (the queries are the last ones), as flash_attn >= 2.1 aligns it."""
     q, k, v = q.double(), k.double(), v.double()
-    t = q.shape[-2]
+    t_q, t_k = q.shape[-2], k.shape[-2]
     logits = (q @ k.transpose(-2, -1)) * scale
-    logits = logits.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), -math.inf)
+    if causal:
+        logits = logits.masked_fill(~torch.ones(t_q, t_k, dtype=torch.bool).tril(t_k - t_q), -math.inf)
     return torch.softmax(logits, -1) @ v
 
 
@@ -95,7 +97,8 @@ def test_kernel_choice_is_asked_with_the_autocast_dtype(monkeypatch):
 
 class FlashAttnStandIn:
     """flash_attn's contract: (B, T, H, D) inputs of one dtype, fp16/bf16 only, softmax_scale, causal;
-    k and v may have fewer heads, a divisor of q's (MQA/GQA), as flash_attn_func takes them."""
+    k and v may have fewer heads, a divisor of q's (MQA/GQA), and more positions than q (causal
+    then aligns bottom-right), as flash_attn_func takes them."""
 
     def __init__(self):
         self.calls: list[dict] = []
@@ -103,13 +106,13 @@ class FlashAttnStandIn:
     def __call__(self, q, k, v, dropout_p=0.0, softmax_scale=None, causal=False):
         assert q.dtype in (torch.float16, torch.bfloat16), "flash_attn only supports fp16 and bf16"
         assert q.dtype == k.dtype == v.dtype, "flash_attn needs q, k, v of one dtype"
-        assert k.shape == v.shape and q.dim() == 4 and q.shape[:2] == k.shape[:2] and q.shape[3] == k.shape[3]
+        assert k.shape == v.shape and q.dim() == 4 and q.shape[0] == k.shape[0] and q.shape[3] == k.shape[3]
         assert q.shape[2] % k.shape[2] == 0, "flash_attn: the number of heads in q must be a multiple of k's"
         self.calls.append({"shape": tuple(q.shape), "scale": softmax_scale, "causal": causal, "dtype": q.dtype,
                            **({"kv_heads": k.shape[2]} if k.shape[2] != q.shape[2] else {})})
         groups = q.shape[2] // k.shape[2]
         k, v = k.repeat_interleave(groups, dim=2), v.repeat_interleave(groups, dim=2)
-        out = reference_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), softmax_scale)
+        out = reference_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), softmax_scale, causal)
         return out.transpose(1, 2).to(q.dtype)
 
 

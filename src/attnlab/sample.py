@@ -1,6 +1,9 @@
 """Generate text from a trained run: ``python -m attnlab.sample [RUN_DIR] [--tokens N] [--prompt TEXT]``.
 
 Without RUN_DIR it takes the most recent run under logs/ that has ``checkpoints/last.ckpt``.
+Decoding uses the model's KV cache (docs/inference.md); ``--no-cache`` reruns the whole window per
+token, with the same output. A model that takes no cache (sigmoid attention) is sampled without
+one, with a one-line note.
 """
 from __future__ import annotations
 
@@ -33,7 +36,8 @@ def resolve_checkpoint(run: str | None) -> Path:
     return ckpt
 
 
-def sample(ckpt: Path, prompt: str = "\n", tokens: int = 500, temperature: float = 0.8, top_k: int | None = 40, seed: int = 0) -> str:
+def sample(ckpt: Path, prompt: str = "\n", tokens: int = 500, temperature: float = 0.8, top_k: int | None = 40, seed: int = 0,
+           cache: bool = True) -> str:
     try:
         module = load_model(ckpt)[0].eval()
     except CheckpointError as err:
@@ -44,7 +48,11 @@ def sample(ckpt: Path, prompt: str = "\n", tokens: int = 500, temperature: float
         raise SystemExit(f"attnlab: error: --prompt has characters outside the run's vocabulary: {unknown!r}")
     idx = torch.tensor([tokenizer.encode(prompt)], dtype=torch.long)
     gen = torch.Generator().manual_seed(seed)
-    out = module.model.generate(idx, tokens, temperature=temperature, top_k=top_k, generator=gen)
+    refusal = module.model.kv_cache_refusal() if cache else None
+    if refusal is not None:
+        print(f"# no KV cache: {refusal.split(';')[0]}", file=sys.stderr)
+    out = module.model.generate(idx, tokens, temperature=temperature, top_k=top_k, generator=gen,
+                                cache=cache and refusal is None)
     return tokenizer.decode(out[0].tolist())
 
 
@@ -56,10 +64,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--top-k", type=int, default=40)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-cache", action="store_true", help="rerun the whole window per token (no KV cache)")
     args = parser.parse_args(argv)
     ckpt = resolve_checkpoint(args.run)
     print(f"# sampled from {ckpt}", file=sys.stderr)
-    print(sample(ckpt, args.prompt, args.tokens, args.temperature, args.top_k, args.seed))
+    print(sample(ckpt, args.prompt, args.tokens, args.temperature, args.top_k, args.seed, cache=not args.no_cache))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,9 @@ Backends:
   flash          FlashAttention, forced: flash_attn on CUDA when installed, else PyTorch's
                  FLASH_ATTENTION kernel (CUDA or CPU). Never falls back silently.
 
+Causal masking is bottom-right aligned on every backend: q holds the last t_q of the t_k key
+positions (a block of new queries over cached keys; t_q = t_k in training).
+
 Under autocast the fused backends cast q, k, v to the autocast dtype themselves before they ask
 which kernel will run and call it: SDPA's own autocast cast happens inside the call, too late for
 the kernel query, and flash_attn takes no mixed inputs (qk_norm's LayerNorm may return fp32 q, k
@@ -20,6 +23,7 @@ import sys
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.bias import causal_lower_right
 
 from ..errors import KernelUnavailable
 from .masks import allowed_mask
@@ -57,11 +61,17 @@ def autocast_inputs(q, k, v):
 
 
 def _sdpa_args(q, k, causal, key_padding_mask, bias=None):
-    """is_causal when only causality masks, else an explicit boolean mask; with a logit bias, a
-    float mask holding the bias and -inf where a key is not visible."""
-    if key_padding_mask is None and bias is None:
+    """(attn_mask, is_causal) for SDPA. Queries are the last t_q of the t_k key positions
+    (bottom-right causal, as masks.allowed_mask and a KV cache want); PyTorch's is_causal aligns
+    top-left, so it is used only where the two agree: t_q == t_k. One query needs no causal mask
+    at all (it sees every key). Otherwise an explicit boolean mask; with a logit bias, a float mask
+    holding the bias and -inf where a key is not visible."""
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    if causal and t_q == 1:
+        causal = False
+    if key_padding_mask is None and bias is None and (not causal or t_q == t_k):
         return None, causal
-    mask = allowed_mask(q.shape[-2], k.shape[-2], causal, key_padding_mask, q.device)
+    mask = allowed_mask(t_q, t_k, causal, key_padding_mask, q.device)
     if bias is None:
         return mask, False
     bias = bias.to(q.dtype)
@@ -157,11 +167,18 @@ def flash_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fil
             )
         if key_padding_mask is not None:
             raise KernelUnavailable("flash_attn_func takes no padding mask: use attention=sdpa for padded batches")
+        # flash_attn (>= 2.1) aligns causal bottom-right when t_q < t_k, as allowed_mask does
         out = flash_attn_func(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), dropout_p=dropout_p, softmax_scale=s, causal=causal
         )
         return out.transpose(1, 2), "flash_attn"
     attn_mask, is_causal = _sdpa_args(q, k, causal, key_padding_mask)
+    if key_padding_mask is None and attn_mask is not None:
+        # causal with fewer queries than keys: the flash kernel takes no boolean mask, but its own
+        # causal is bottom-right, which PyTorch reaches through causal_lower_right. That route
+        # ignores enable_gqa, so key/value groups are expanded first.
+        attn_mask = causal_lower_right(q.shape[-2], k.shape[-2])
+        k, v = expand_kv(k, q.shape[1]), expand_kv(v, q.shape[1])
     try:
         with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
             out = F.scaled_dot_product_attention(
@@ -172,7 +189,7 @@ def flash_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fil
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise KernelUnavailable(
             f"attention=flash cannot run on {q.device.type} with {q.dtype}"
-            f"{' and a padding mask' if attn_mask is not None else ''} ({reason}); use attention=sdpa"
+            f"{' and a padding mask' if key_padding_mask is not None else ''} ({reason}); use attention=sdpa"
         ) from None
     return out, "sdpa:flash"
 

@@ -127,6 +127,8 @@ class Attention(nn.Module):
                              dropout_p=self.dropout if self.training else 0.0, bias=bias,
                              normalize=cfg.normalize, escape=self.sink_logit())
         if self.knockout is not None:
+            if q.shape[-2] != k.shape[-2]:
+                raise ValueError("Attention.knockout cuts (B, T, T) edges of a full forward; it takes no KV cache")
             out = self._knocked_out(out, q, k, v, key_padding_mask)
         self.kernel = kernel
         if self.training and torch.is_grad_enabled() and kernel not in self.training_kernels:

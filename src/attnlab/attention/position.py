@@ -30,10 +30,12 @@ class Rotary(nn.Module):
             raise ValueError(f"rotary position encoding needs an even head dim, got model.d_k={d_k}")
         self.register_buffer("inv_freq", base ** (-torch.arange(0, d_k, 2, dtype=torch.float64) / d_k), persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, H, T, d) -> the same, position t rotated by t * inv_freq."""
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """(B, H, T, d) -> the same, row t rotated by (offset + t) * inv_freq: ``offset`` is the
+        position of the first row (the length of a KV cache the rows continue)."""
         t, half = x.shape[-2], x.shape[-1] // 2
-        angles = torch.arange(t, device=x.device, dtype=torch.float64)[:, None] * self.inv_freq.to(x.device)
+        positions = torch.arange(offset, offset + t, device=x.device, dtype=torch.float64)
+        angles = positions[:, None] * self.inv_freq.to(x.device)
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
         x1, x2 = x[..., :half], x[..., half:]
         return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)

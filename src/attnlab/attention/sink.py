@@ -17,8 +17,11 @@ Routes, one per kind of kernel (each tested against a float64 reference, gradien
                  that is a multiple of 8; the slot key goes first, behind a dummy query row, so a
                  square top-left causal mask (is_causal, no explicit mask: the forced flash kernel
                  takes none) lets query i see the slot and keys 0..i; the dummy row's output is
-                 dropped. With key/value groups, k and v are expanded to every query head first (the
-                 slot's logit is per query head).
+                 dropped. Fewer queries than keys (new queries over a KV cache) stay right:
+                 every kernel aligns causal bottom-right, so the last query still sees every key
+                 and the slot; a single query needs neither the dummy row nor a mask. With
+                 key/value groups, k and v are expanded to every query head first (the slot's
+                 logit is per query head).
 The log-sum-exp route (out * sigmoid(lse - b)) is not used: PyTorch's fused kernels return an lse
 that carries no gradient (checked on torch 2.13 CPU), so b and q, k would not train through it.
 """
@@ -62,18 +65,21 @@ def slot_key_attention(kernel, q, k, v, scale, sink, causal=True, key_padding_ma
         q, scale = q * per_head(scale, q), 1.0
     k, v = expand_kv(k, q.shape[1]), expand_kv(v, q.shape[1])
     b, h, t, d = q.shape
+    t_k = k.shape[-2]
+    causal = causal and t > 1  # one query (a cached decoding step) sees every key: no mask, no dummy row
+    lead = 1 if causal else 0  # the dummy query row in front of the queries
     width = d + 8 - d % 8  # d + 1 components, rounded up to a multiple of 8 (fused CUDA kernels need it)
-    qp = q.new_zeros(b, h, t + 1, width)
-    qp[:, :, 1:, :d], qp[:, :, 1:, d] = q, 1.0
-    kp = k.new_zeros(b, h, t + 1, width)
+    qp = q.new_zeros(b, h, t + lead, width)
+    qp[:, :, lead:, :d], qp[:, :, lead:, d] = q, 1.0
+    kp = k.new_zeros(b, h, t_k + 1, width)
     kp[:, :, 1:, :d] = k
     kp[:, :, 0, d] = (sink.to(k.dtype) / scale).view(1, h)
-    vp = v.new_zeros(b, h, t + 1, width)
+    vp = v.new_zeros(b, h, t_k + 1, width)
     vp[:, :, 1:, : v.shape[-1]] = v
     if key_padding_mask is not None:
         key_padding_mask = F.pad(key_padding_mask.to(torch.bool), (1, 0), value=True)
     if bias is not None:
-        bias = F.pad(bias, (1, 0, 1, 0))  # the slot's logit comes from its key alone
+        bias = F.pad(bias, (1, 0, lead, 0))  # the slot's logit comes from its key alone
     out, name = kernel(qp, kp, vp, scale, causal=causal, key_padding_mask=key_padding_mask,
                        mask_fill=mask_fill, dropout_p=dropout_p, bias=bias)
-    return out[:, :, 1:, : v.shape[-1]], name
+    return out[:, :, lead:, : v.shape[-1]], name

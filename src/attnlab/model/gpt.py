@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention import Attention, AttentionConfig, qk_component_std
+from ..attention.cache import KVCache
 from ..attention.position import Rotary
 
 
@@ -95,13 +96,18 @@ class CausalSelfAttention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, -1, self.d_k).transpose(1, 2)
 
-    def forward(self, x, key_padding_mask=None):
+    def forward(self, x, key_padding_mask=None, cache: KVCache | None = None):
+        """``cache``: x continues the positions cached there; its keys and values are appended and
+        its queries attend to every cached one."""
         q, k, v = self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
         q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H, T, d_k), (B, H_kv, T, d_k) twice
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary is not None:
-            q, k = self.rotary(q), self.rotary(k)
+            start = 0 if cache is None else cache.length
+            q, k = self.rotary(q, start), self.rotary(k, start)
+        if cache is not None:
+            k, v = cache.update(k, v)
         y = self.attention(q, k, v, key_padding_mask=key_padding_mask)
         b, _, t, _ = y.shape
         y = self.out_proj(y.transpose(1, 2).reshape(b, t, -1))
@@ -129,8 +135,8 @@ class Block(nn.Module):
         self.ln_2 = None if cfg.attn_only else nn.LayerNorm(cfg.d_model)
         self.mlp = None if cfg.attn_only else MLP(cfg)
 
-    def forward(self, x, key_padding_mask=None):
-        x = x + self.attn(self.ln_1(x), key_padding_mask)
+    def forward(self, x, key_padding_mask=None, cache: KVCache | None = None):
+        x = x + self.attn(self.ln_1(x), key_padding_mask, cache)
         if self.mlp is not None:
             x = x + self.mlp(self.ln_2(x))
         return x
@@ -169,14 +175,14 @@ class GPT(nn.Module):
     def attention_layers(self) -> list[Attention]:
         return [block.attn.attention for block in self.blocks]
 
-    def embed(self, idx: torch.Tensor) -> torch.Tensor:
-        """(B, T) ids -> (B, T, d_model): the residual stream entering block 0."""
+    def embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """(B, T) ids at positions start..start+T-1 -> (B, T, d_model): the residual stream entering block 0."""
         _, t = idx.shape
-        if t > self.cfg.block_size:
-            raise ValueError(f"sequence of length {t} exceeds model.block_size={self.cfg.block_size}")
+        if start + t > self.cfg.block_size:
+            raise ValueError(f"sequence of length {start + t} exceeds model.block_size={self.cfg.block_size}")
         x = self.wte(idx)
         if self.wpe is not None:
-            x = x + self.wpe(torch.arange(t, device=idx.device))
+            x = x + self.wpe(torch.arange(start, start + t, device=idx.device))
         return x if self.drop is None else self.drop(x)
 
     def logits_from(self, x: torch.Tensor, layer: int = 0, key_padding_mask=None) -> torch.Tensor:
@@ -193,11 +199,53 @@ class GPT(nn.Module):
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-100)
         return logits, loss
 
+    def kv_cache_refusal(self) -> str | None:
+        """Why this model cannot decode with a KV cache (one line), or None when it can."""
+        if self.cfg.attention.normalize == "sigmoid":
+            # sigmoid's -log n counts every key of the forward, so a full forward's outputs at earlier
+            # positions (and the keys later layers build from them) change as the sequence grows:
+            # keys cached when their position was the newest are not what the uncached path computes
+            return ("model.attention.normalize=sigmoid takes no KV cache (its -log n counts every key of a forward, "
+                    "so earlier positions change as the sequence grows); expected normalize=softmax, or no cache")
+        return None
+
+    def kv_caches(self) -> list[KVCache]:
+        """An empty KV cache per layer, room for block_size positions (attention/cache.py)."""
+        refusal = self.kv_cache_refusal()
+        if refusal is not None:
+            raise ValueError(refusal)
+        return [KVCache(self.cfg.block_size) for _ in self.blocks]
+
+    def next_logits(self, idx: torch.Tensor, caches: list[KVCache]) -> torch.Tensor:
+        """(B, vocab) logits after ``idx`` (B, T), which continues the sequence held in ``caches``
+        (its keys and values are appended there): the LM head runs on the last position only."""
+        x = self.embed(idx, caches[0].length)
+        for block, cache in zip(self.blocks, caches):
+            x = block(x, cache=cache)
+        return self.lm_head(self.ln_f(x[:, -1]))
+
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None, generator=None):
-        for _ in range(max_new_tokens):
-            logits, _ = self(idx[:, -self.cfg.block_size :])
-            logits = logits[:, -1, :] / temperature
+    def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None, generator=None,
+                 cache: bool = True):
+        """Sample ``max_new_tokens`` after ``idx`` (B, T). Each step sees the last block_size tokens.
+
+        ``cache``: the prompt is prefilled once, then each new token runs alone against the layers'
+        cached keys and values. Once the window would pass block_size, the caches are refilled from
+        the last block_size tokens at every step, which is exactly what the uncached path computes:
+        a cache cannot slide, as every layer's keys above the first depend on the token that drops
+        out, and learned positions would shift. ``cache=False`` reruns the window every step.
+        """
+        caches = self.kv_caches() if cache else None
+        for step in range(max_new_tokens):
+            if caches is None:
+                logits = self(idx[:, -self.cfg.block_size :])[0][:, -1, :]
+            elif step == 0 or caches[0].length == self.cfg.block_size:
+                for c in caches:
+                    c.reset()
+                logits = self.next_logits(idx[:, -self.cfg.block_size :], caches)
+            else:
+                logits = self.next_logits(idx[:, -1:], caches)
+            logits = logits / temperature
             if top_k is not None:
                 kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
                 logits = logits.masked_fill(logits < kth, float("-inf"))

@@ -1,0 +1,239 @@
+"""KV-cache decoding: cached logits equal a full forward's at every position, on every backend and
+every variant that takes a cache; causal masking of fewer queries than keys is bottom-right on
+every backend; greedy and sampled generation are the same with and without the cache."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from attnlab.attention import backends
+from attnlab.attention.cache import KVCache
+from attnlab.attention.module import Knockout
+from attnlab.attention.position import Rotary
+from attnlab.errors import KernelUnavailable
+from attnlab.model.gpt import GPT, GPTConfig
+
+from test_cuda_paths import flash_attn_on_cpu  # noqa: F401  (the flash_attn stand-in, bottom-right causal)
+
+BLOCK = 12
+VARIANTS = {
+    "learned": {},
+    "rope": {"pos_encoding": "rope"},
+    "alibi": {"pos_encoding": "alibi"},
+    "nope": {"pos_encoding": "none"},
+    "gqa_rope": {"pos_encoding": "rope", "n_kv_head": 2},
+    "mqa": {"n_kv_head": 1},
+    "zero_logit": {"attention": {"escape": "zero_logit"}},
+    "learned_escape_gqa_rope": {"attention": {"escape": "learned"}, "n_kv_head": 2, "pos_encoding": "rope"},
+    "alibi_escape_mqa": {"pos_encoding": "alibi", "attention": {"escape": "zero_logit"}, "n_kv_head": 1},
+    "qk_norm_rope": {"pos_encoding": "rope", "attention": {"qk_norm": True}},
+}
+REFUSED = {("flash", "alibi"), ("flash", "alibi_escape_mqa")}  # forced flash takes no logit bias
+CASES = [(b, v) for b in backends.BACKENDS for v in VARIANTS if (b, v) not in REFUSED]
+
+
+def tiny_model(backend: str, variant: str, dtype=torch.float64, seed: int = 0) -> GPT:
+    """A 2-layer model with every parameter drawn at std 0.5: weights far from uniform, so a wrong
+    mask or a wrong position changes the logits."""
+    torch.manual_seed(seed)
+    spec = dict(VARIANTS[variant])
+    attention = {"backend": backend, **spec.pop("attention", {})}
+    cfg = GPTConfig(vocab_size=13, block_size=BLOCK, n_layer=2, n_head=4, d_model=16, attention=attention, **spec)
+    model = GPT(cfg).to(dtype).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            nn.init.normal_(p, std=0.5)
+    return model
+
+
+def tokens(b: int = 2, t: int = BLOCK, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, 13, (b, t), generator=torch.Generator().manual_seed(seed))
+
+
+def cached_logits(model: GPT, idx: torch.Tensor) -> dict[int, torch.Tensor]:
+    """{position: logits} from a prefill of 4 tokens, a chunk of 3 over the cache, then one token
+    at a time to the end."""
+    caches, out = model.kv_caches(), {}
+    for start, end in [(0, 4), (4, 7), *((i, i + 1) for i in range(7, idx.shape[1]))]:
+        out[end - 1] = model.next_logits(idx[:, start:end], caches)
+    return out
+
+
+# ------------------------------------------------------------------------ causal alignment
+
+
+@pytest.mark.parametrize("t_q", [1, 3])
+@pytest.mark.parametrize("backend", ["sdpa", "flash"])
+def test_fewer_queries_than_keys_are_the_last_positions(backend, t_q):
+    """Queries over more keys are the last t_q positions (bottom-right): each fused kernel agrees
+    with the explicit one, and the last query sees every key. (PyTorch's is_causal alone aligns
+    top-left, where one query would see key 0 only.)"""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, t, 8, dtype=torch.float64) for t in (t_q, 6, 6))
+    explicit, _ = backends.attend("scaled", q, k, v, 0.35)
+    fused, _ = backends.attend(backend, q, k, v, 0.35)
+    torch.testing.assert_close(fused, explicit, atol=1e-12, rtol=0)
+    full = torch.softmax((q[:, :, -1:] @ k.transpose(-2, -1)) * 0.35, -1) @ v  # the last query: no mask at all
+    torch.testing.assert_close(fused[:, :, -1:], full, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("t_q", [1, 3])
+@pytest.mark.parametrize("backend", ["sdpa", "flash"])
+def test_escape_slot_and_groups_with_fewer_queries_than_keys(backend, t_q):
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, t_q, 8, dtype=torch.float64)
+    k, v = torch.randn(2, 2, 6, 8, dtype=torch.float64), torch.randn(2, 2, 6, 8, dtype=torch.float64)
+    escape = torch.tensor([0.5, -1.0, 2.0, 0.0], dtype=torch.float64)
+    explicit, _ = backends.attend("scaled", q, k, v, 0.35, escape=escape)
+    fused, _ = backends.attend(backend, q, k, v, 0.35, escape=escape)
+    torch.testing.assert_close(fused, explicit, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("t_q", [1, 3])
+def test_flash_attn_package_gets_fewer_queries_than_keys(flash_attn_on_cpu, t_q):  # noqa: F811
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, t_q, 8, dtype=torch.bfloat16)
+    k, v = torch.randn(2, 2, 6, 8, dtype=torch.bfloat16), torch.randn(2, 2, 6, 8, dtype=torch.bfloat16)
+    out, kernel = backends.attend("flash", q, k, v, 0.35)
+    assert kernel == "flash_attn" and flash_attn_on_cpu.calls[-1]["shape"] == (2, t_q, 4, 8)
+    explicit, _ = backends.attend("scaled", q.double(), k.double(), v.double(), 0.35)
+    torch.testing.assert_close(out.double(), explicit, atol=2e-2, rtol=2e-2)
+
+
+# ------------------------------------------------------------------- cached = full forward
+
+
+@pytest.mark.parametrize("backend,variant", CASES)
+def test_cached_logits_equal_the_full_forward_at_every_position(backend, variant):
+    model = tiny_model(backend, variant)
+    idx = tokens()
+    with torch.no_grad():
+        full = model(idx)[0]
+        for position, logits in cached_logits(model, idx).items():
+            torch.testing.assert_close(logits, full[:, position], atol=1e-10, rtol=0, msg=f"position {position}")
+
+
+@pytest.mark.parametrize("backend,variant", CASES)
+def test_generation_is_the_same_with_and_without_the_cache(backend, variant):
+    """Greedy and seeded sampling, past block_size (where the caches are refilled every step)."""
+    model = tiny_model(backend, variant)
+    prompt = tokens(t=3)
+    greedy = [model.generate(prompt, 2 * BLOCK, top_k=1, cache=c) for c in (True, False)]
+    assert torch.equal(*greedy) and greedy[0].shape == (2, 3 + 2 * BLOCK)
+    sampled = [model.generate(prompt, 2 * BLOCK, generator=torch.Generator().manual_seed(5), cache=c)
+               for c in (True, False)]
+    assert torch.equal(*sampled)
+
+
+@pytest.mark.parametrize("variant", ["rope", "gqa_rope", "learned_escape_gqa_rope", "mqa"])
+def test_cached_decoding_through_flash_attn(flash_attn_on_cpu, variant):  # noqa: F811
+    """flash_attn (the stand-in, under bf16 autocast as on a GPU) decodes with one query over the
+    cache; its logits follow the fp32 full forward (the explicit kernel) as closely as a bf16 full
+    forward does."""
+    model = tiny_model("flash", variant, dtype=torch.float32)
+    idx = tokens()
+    with torch.no_grad():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            full_bf16 = model(idx)[0].float()
+            cached = cached_logits(model, idx)
+        model.cfg.attention.backend = "scaled"  # the layers share this config: the same weights, explicitly, in fp32
+        reference = model(idx)[0]
+    assert any(call["shape"][1] == 1 for call in flash_attn_on_cpu.calls)  # one query per decoding step
+    assert all(call["causal"] for call in flash_attn_on_cpu.calls if call["shape"][1] > 1)
+    bf16_error = (full_bf16 - reference).abs().max().item()
+    for position, logits in cached.items():
+        assert (logits.float() - reference[:, position]).abs().max().item() <= 2 * bf16_error + 1e-2, position
+
+
+# ------------------------------------------------------------------------------ the cache
+
+
+def test_cache_holds_the_key_value_heads_not_their_expansion():
+    model = tiny_model("sdpa", "gqa_rope")
+    caches = model.kv_caches()
+    with torch.no_grad():
+        model.next_logits(tokens(t=5), caches)
+    assert [c.length for c in caches] == [5, 5]
+    assert caches[0].k.shape == caches[0].v.shape == (2, 2, BLOCK, 4)  # (B, n_kv_head, block_size, d_k)
+
+
+def test_cached_keys_are_rotated_at_their_own_positions():
+    rotary = Rotary(8)
+    x = torch.randn(2, 3, 10, 8, dtype=torch.float64)
+    torch.testing.assert_close(rotary(x[:, :, 4:], 4), rotary(x)[:, :, 4:], atol=1e-12, rtol=0)
+    model = tiny_model("scaled", "rope")
+    idx, caches = tokens(t=6), model.kv_caches()
+    with torch.no_grad():
+        model.next_logits(idx[:, :2], caches)
+        model.next_logits(idx[:, 2:6], caches)
+        attn = model.blocks[0].attn
+        k = attn.qkv_proj(model.blocks[0].ln_1(model.embed(idx))).split(attn.qkv_sizes, -1)[1]
+    torch.testing.assert_close(caches[0].k[:, :, :6], attn.rotary(attn._heads(k)), atol=1e-12, rtol=0)
+
+
+def test_lm_head_runs_on_the_last_position_only():
+    model = tiny_model("scaled", "learned")
+    seen = []
+    model.lm_head.register_forward_hook(lambda module, inputs, output: seen.append(tuple(inputs[0].shape)))
+    model.generate(tokens(t=5), 3)
+    assert seen == [(2, 16)] * 3
+
+
+def test_cache_and_positions_stop_at_block_size():
+    cache = KVCache(4)
+    cache.update(torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 3, 8))
+    with pytest.raises(ValueError, match="block_size") as err:
+        cache.update(torch.zeros(1, 2, 2, 8), torch.zeros(1, 2, 2, 8))
+    assert "\n" not in str(err.value)
+    model = tiny_model("scaled", "learned")
+    caches = model.kv_caches()
+    with torch.no_grad():
+        model.next_logits(tokens(t=BLOCK - 1), caches)
+        with pytest.raises(ValueError, match="model.block_size=12"):
+            model.next_logits(tokens(t=2), caches)
+
+
+def test_sigmoid_attention_refuses_a_cache_in_one_line():
+    """sigmoid's -log n counts every key of a forward, so no cache reproduces the uncached outputs
+    of a model of two layers or more: refused, and generation without it still works."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=13, block_size=BLOCK, n_layer=2, n_head=4, d_model=16,
+                          attention={"backend": "scaled", "normalize": "sigmoid"})).eval()
+    with pytest.raises(ValueError, match="model.attention.normalize=sigmoid") as err:
+        model.generate(tokens(t=3), 2)
+    assert "\n" not in str(err.value) and model.kv_cache_refusal() == str(err.value)
+    assert model.generate(tokens(t=3), 2, cache=False).shape == (2, 5)
+
+
+@pytest.mark.parametrize("variant", ["alibi", "alibi_escape_mqa"])
+def test_flash_with_alibi_is_refused_with_the_cache_too(variant):
+    model = tiny_model("flash", variant)
+    with pytest.raises(KernelUnavailable, match="no logit bias"):
+        model.generate(tokens(t=3), 2)
+
+
+def test_knockout_takes_no_cache():
+    model = tiny_model("scaled", "learned")
+    model.attention_layers()[0].knockout = Knockout(torch.zeros(2, 3, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="knockout"):
+        model.generate(tokens(t=3), 2)
+
+
+# ------------------------------------------------------------------------------ attnlab sample
+
+
+def test_sample_is_the_same_with_and_without_the_cache(make_cfg, capsys):
+    from pathlib import Path
+
+    from attnlab.sample import main
+    from attnlab.train import train
+
+    cfg = make_cfg("trainer.max_steps=2", "model.n_layer=2", "model.pos_encoding=rope")
+    train(cfg)
+    run = str(Path(cfg.paths.output_dir))
+    texts = []
+    for flags in ([], ["--no-cache"]):
+        main([run, "--tokens", "80", "--seed", "3", *flags])
+        texts.append(capsys.readouterr().out)
+    assert texts[0] == texts[1] and len(texts[0]) > 80
