@@ -18,7 +18,7 @@ from attnlab.bench.__main__ import main as bench_main
 from attnlab.bench import kernels as kernels_mod
 from attnlab.bench.kernels import KernelPlan, bench_one, kernel_variants, run_kernels
 from attnlab.errors import KernelUnavailable
-from attnlab.bench.report import VERDICT_CELLS, longctx_table, longctx_verdict, memory_summary, write_json, write_markdown, write_plots
+from attnlab.bench.report import VERDICT_CELLS, longctx_outcome, longctx_table, longctx_verdict, memory_summary, write_json, write_markdown, write_plots
 from attnlab.bench import throughput
 from attnlab.bench.breakdown import breakdown
 from attnlab.bench import longctx
@@ -557,13 +557,17 @@ def test_longctx_rows_compute_ratio_share_and_verdicts(tmp_path):
     assert torn["ratio_verdict"] == "open"  # pairs at 1.05, 1.20 and 1.15: the median says nothing the spread does not
     section = {"targets": {"wall_ratio": longctx.TARGET_RATIO, "end_share": longctx.TARGET_END_SHARE},
                "rows": [fine, torn, slow], "complete": True}
+    assert longctx_outcome(section) == {"met": {"ratio_verdict": [64], "end_verdict": [256, 1024]},
+                                        "open": {"ratio_verdict": [256], "end_verdict": []},
+                                        "missed": {"ratio_verdict": [1024], "end_verdict": [64]}}
     text = longctx_verdict(section)
-    assert text.startswith("Missed in every pair: the wall ratio <= 1.10x at T = 1024; the end-of-run analysis <= 5 % of the run at T = 64.")
-    assert "Not resolved (pairs on both sides of the target): the wall ratio <= 1.10x at T = 256." in text
+    # the sentence names the missed targets' T before the unresolved one, and no T that met both
+    assert text.index("1024") < text.index("256") and "64" in text
     table = "\n".join(longctx_table(section))
     assert "| 1024 | 4 x 40 |" in table and "**1.200**" in table and "**no**" in table and "yes" in table and "| open |" in table
     both = summarize(256, settings, [], {"default": [fake_sample(10.2, 0.1)] * 3, "none": [fake_sample(10.0)] * 3})
-    assert longctx_verdict(dict(section, rows=[both])).startswith("Both targets are met in every pair at every measured T (256)")
+    assert longctx_outcome(dict(section, rows=[both]))["met"] == {"ratio_verdict": [256], "end_verdict": [256]}
+    assert longctx_verdict(dict(section, rows=[both])) != text
     lc = {**section, "plan": {"budget": 163840, "validations": 2, "repeats": 3}, "load": [[1.25, 1, 1], [1.5, 1, 1]]}
     md = write_markdown(synthetic_bench() | {"longctx": lc}, tmp_path).read_text().split("## Long context")[1]
     assert "Load average 1.25 at the start, 1.50 at the end" in md and "{" not in md and text in md

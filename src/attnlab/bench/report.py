@@ -133,6 +133,16 @@ def longctx_table(section: dict) -> list[str]:
     return markdown_table(header, rows, align="llrrrlrrlrr").splitlines()
 
 
+LONGCTX_TARGETS = ("ratio_verdict", "end_verdict")
+
+
+def longctx_outcome(section: dict) -> dict[str, dict[str, list[int]]]:
+    """For each verdict (met, open, missed) and each target, the measured T that got it."""
+    rows = [r for r in section.get("rows", []) if not r.get("error")]
+    return {verdict: {key: [r["T"] for r in rows if r.get(key) == verdict] for key in LONGCTX_TARGETS}
+            for verdict in ("met", "open", "missed")}
+
+
 def longctx_verdict(section: dict) -> str:
     """The targets' outcome in words, from the rows' computed verdicts (nothing assumed)."""
     rows = [r for r in section.get("rows", []) if not r.get("error")]
@@ -142,11 +152,12 @@ def longctx_verdict(section: dict) -> str:
     t = section["targets"]
     targets = {"ratio_verdict": f"the wall ratio <= {_f(t['wall_ratio'])}x",
                "end_verdict": f"the end-of-run analysis <= {_f(t['end_share'] * 100, '.0f')} % of the run"}
+    outcome = longctx_outcome(section)
 
     def listed(verdict: str) -> str:
         """Each target with the T where its verdict is ``verdict``, joined; empty if there are none."""
-        at = {key: ", ".join(str(r["T"]) for r in rows if r.get(key) == verdict) for key in targets}
-        return "; ".join(f"{name} at T = {at[key]}" for key, name in targets.items() if at[key])
+        return "; ".join(f"{name} at T = {', '.join(map(str, outcome[verdict][key]))}"
+                         for key, name in targets.items() if outcome[verdict][key])
 
     measured = ", ".join(str(r["T"]) for r in rows)
     sentences = [f"{lead}: {found}." for lead, found in (("Missed in every pair", listed("missed")),
