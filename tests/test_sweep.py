@@ -19,7 +19,9 @@ from attnlab.dashboard import main as dashboard_main
 from attnlab.report import build_report
 from attnlab.report.aggregate import group_cells, load_runs, lr_sensitivity, swept_axes
 from attnlab.report.numbers import mean_pm_std
+from attnlab.report.numbers import mean_interval
 from attnlab.report.significance import welch
+from test_report_layout import ci, md_tables, table_with
 from attnlab.sweep import studies
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,8 +66,10 @@ def test_default_sweep_path_end_to_end(tmp_path):
             assert row[col["n_ok"]] == "2" and float(row[col["val/loss_mean"]]) < 10 and float(row[col["val/loss_std"]]) > 0
             assert float(row[col["attn/L0/entropy_norm_mean"]]) > 0
     md = (report / "ablation.md").read_text()
-    assert md.count("FAILED") == 2 and "## Failed runs" in md and md.count("| ok 2 |") == 2 and "±" in md
-    assert "## Scaled vs unscaled" in md and "Welch's t-test" in md and "2 seeds per cell" in md
+    _, main = md_tables(md)[0]
+    assert sorted(r["seeds"] for r in main) == ["0, FAILED 2", "0, FAILED 2", "2", "2"] and "## Failed runs" in md
+    assert all(ci(r["val loss"]) for r in main if r["seeds"] == "2")  # mean [95 % interval] over the 2 seeds
+    assert "## Scaled vs unscaled" in md and table_with(md, "difference [95 % CI]")[1][0]["seeds"] == "2, 2"
     assert (report / "index.html").read_text().count('class="failed"') == 2
     assert (report / "val_loss_vs_dk.png").exists() and (report / "max_logit_over_training.png").exists()
     (pair,) = json.loads((report / "summary.json").read_text())["scaled_vs_unscaled"]
@@ -101,8 +105,10 @@ def test_aggregation_means_and_std_over_seeds(tmp_path):
     summary = build_report(tmp_path / "sweep", reports=tmp_path / "reports")
     assert summary["cells"] == 4 and summary["failed"] == 1
     md = (tmp_path / "reports" / "fake" / "ablation.md").read_text()
-    assert "| 16 | none | ok 3 | 2.27 ± 0.31 |" in md  # mean 2.2667, std 0.3055: std to 2 significant digits
-    assert "1-3 finished seed(s) per cell" not in md and "0-3 finished seed(s) per cell" in md  # the failed cell has none
+    row = next(r for r in md_tables(md)[0][1] if (r["d_k"], r["scaling"]) == ("16", "none"))
+    lo, hi = mean_interval(statistics.fmean(losses[("16", "none")]), statistics.stdev(losses[("16", "none")]), 3)
+    assert ci(row["val loss"]) == pytest.approx((2.27, lo, hi), abs=0.01) and row["seeds"] == "3"
+    assert summary["seeds_per_cell"] == "0-3"  # the failed cell has none
 
 
 @pytest.mark.parametrize("mean, std, n, text", [
@@ -155,18 +161,19 @@ def test_report_merges_sweep_dirs_and_marks_differences_beyond_seed_noise(tmp_pa
     dirs = fake_study(tmp_path, [0, 1, 2], STUDY)
     assert report_main([*map(str, dirs), "--reports", str(tmp_path / "r")]) == 0
     md = (tmp_path / "r" / "fake" / "ablation.md").read_text()
-    assert "| d_k | scaling | init_std | runs |" in md  # every varying axis, the seed left out
-    assert md.count("| ok 3 |") == 8 and "3 finished seed(s) per cell" in md
-    assert "| 16 | inv_sqrt_d | 0.02 | ok 3 | 1.910 ± 0.010 * |" in md and "| 16 | none | 0.02 | ok 3 | 1.810 ± 0.010 |" in md
-    assert "| 32 | inv_sqrt_d | 0.02 | ok 3 | 1.917 ± 0.095 |" in md  # within noise: no mark
-    text = md.split("## Scaled vs unscaled")[1]
-    assert "Welch's t-test" in text and "2 of 4 scaled/unscaled pairs differ beyond seed noise" in text
-    assert "Holm-corrected p (over the 4 tests of this table) is below 0.05" in text
-    assert "Scaling lowers the loss at d_k=16, init_std=fan_in (inv_sqrt_d - none = -0.303, p < 0.001, Holm < 0.001)" in text
-    assert "Scaling raises the loss at d_k=16, init_std=0.02 (inv_sqrt_d - none = +0.100" in text
-    assert "No difference beyond seed noise at d_k=32, init_std=0.02 (inv_sqrt_d - none = +0.017, p = 0.84, Holm = 1), smaller than the 0.221" in text
-    assert text.split("## Each axis")[0].count("**yes**") == 2 and "little power" not in md
+    header, main = md_tables(md)[0]
+    assert header[:4] == ["d_k", "scaling", "init_std", "seeds"]  # every varying axis, the seed left out
+    assert [r["seeds"] for r in main] == ["3"] * 8
+    _, pairs = table_with(md, "difference [95 % CI]")
+    direction = {r["where"]: r["direction"] for r in pairs}
+    assert direction == {"d_k=16, init_std=0.02": "scaled higher", "d_k=16, init_std=fan_in": "scaled lower",
+                         "d_k=32, init_std=0.02": "no difference beyond seed noise",
+                         "d_k=32, init_std=fan_in": "no difference beyond seed noise"}
     summary = json.loads((tmp_path / "r" / "fake" / "summary.json").read_text())
+    for r, p in zip(pairs, summary["scaled_vs_unscaled"]):  # the interval contains the difference, and holds 0 when within noise
+        d, lo, hi = ci(r["difference [95 % CI]"])
+        assert lo < d < hi and p["ci95"][0] < p["diff"] < p["ci95"][1]
+        assert (p["ci95"][0] < 0 < p["ci95"][1]) == (not p["beyond_noise"]) or p["p"] < 0.05
     expected = welch(STUDY[("16", "none", "0.02")], STUDY[("16", "inv_sqrt_d", "0.02")])
     pair = next(p for p in summary["scaled_vs_unscaled"] if p["where"] == "d_k=16, init_std=0.02")
     assert pair["p"] == pytest.approx(expected.p) and pair["beyond_noise"] and len(summary["sweep_dirs"]) == 3
@@ -181,8 +188,10 @@ def test_one_seed_claims_no_significance(tmp_path):
     dirs = fake_study(tmp_path, [0], STUDY)
     build_report(dirs, reports=tmp_path / "r")
     md = (tmp_path / "r" / "fake" / "ablation.md").read_text()
-    assert "±" not in md.split("## Scaled vs unscaled")[0] and " *" not in md and "**yes**" not in md
-    assert md.count("untested (1 seed)") == 4 and "no difference here is called significant" in md
+    assert all("[" not in r["val loss"] for r in md_tables(md)[0][1])  # one seed: no interval
+    summary = json.loads((tmp_path / "r" / "fake" / "summary.json").read_text())
+    assert [p["direction"] for p in summary["scaled_vs_unscaled"]] == ["untested (1 seed)"] * 4
+    assert not any(p["beyond_noise"] for p in summary["scaled_vs_unscaled"])
 
 
 def test_merging_the_same_runs_twice_is_refused(tmp_path, capsys):
@@ -211,11 +220,13 @@ def test_head_columns_appear_only_when_the_runs_logged_them(tmp_path):
     assert (tmp_path / "r1" / "fake" / "heads_over_training.png").stat().st_size > 0
     build_report(tmp_path / "text", reports=tmp_path / "r2")
     md = (tmp_path / "r1" / "fake" / "ablation.md").read_text()
-    assert "| repeat acc (probe) | induction control (best head) |" in md
-    assert "| 0.78 / -0.001 |" in md  # knockout per layer, L0 then L1
+    assert {"repeat acc (probe)", "induction control (best head)"} <= set(md_tables(md)[0][0])
+    _, knockout = table_with(md, "L1", after="### induction_knockout_all_heads")
+    assert (knockout[0]["L0"], knockout[0]["L1"]) == ("0.780", "-0.001")  # knockout per layer, L0 then L1 (one seed)
     csv_header = (tmp_path / "r1" / "fake" / "ablation.csv").read_text().splitlines()[0]
     assert "heads/L1/induction_knockout_all_heads_mean" in csv_header
-    assert "## Phase change" in md and "| 1 of 1 seeds (95 % Wilson interval 0.21-1.00) | 5 | 5-5 |" in md  # copying reaches 0.5 at step 5
+    _, phase = table_with(md, "step: median")
+    assert (phase[0]["step: median"], phase[0]["step: range"]) == ("5", "5-5")  # copying reaches 0.5 at step 5
     plain = (tmp_path / "r2" / "fake" / "ablation.md").read_text()
     assert "repeat acc" not in plain and "knockout" not in plain and "Phase change" not in plain
     assert not (tmp_path / "r2" / "fake" / "heads_over_training.png").exists()
@@ -227,11 +238,13 @@ def test_recording_only_overrides_do_not_split_cells(tmp_path):
     fake_run(tmp_path / "b", "2", ["model.d_k=32", "seed=1"], 1.4)
     build_report([tmp_path / "a", tmp_path / "b"], reports=tmp_path / "r")
     md = (tmp_path / "r" / "fake" / "ablation.md").read_text()
-    assert "| 16 | ok 2 | 1.10 ± 0.14 |" in md and "| logger |" not in md
-    assert "grouped regardless: callbacks.checkpoint ((default), null); logger ((default), csv)." in md
+    header, rows = md_tables(md)[0]
+    assert header[:2] == ["d_k", "seeds"] and rows[0]["seeds"] == "2" and ci(rows[0]["val loss"])[0] == pytest.approx(1.1)
+    summary = json.loads((tmp_path / "r" / "fake" / "summary.json").read_text())
+    assert summary["recording_differences"] == ["callbacks.checkpoint ((default), null)", "logger ((default), csv)"]
     fake_run(tmp_path / "c", "3", ["model.d_k=16", "seed=2", "model.n_head=8"], 1.0)  # a real difference stays an axis
     build_report([tmp_path / "b", tmp_path / "c"], reports=tmp_path / "r2")
-    assert "| d_k | n_head | runs |" in (tmp_path / "r2" / "fake" / "ablation.md").read_text()
+    assert md_tables((tmp_path / "r2" / "fake" / "ablation.md").read_text())[0][0][:3] == ["d_k", "n_head", "seeds"]
 
 
 def test_head_types_per_layer_counted_per_seed(tmp_path):
@@ -249,8 +262,10 @@ def test_head_types_per_layer_counted_per_seed(tmp_path):
     assert types['{"model.n_layer": "2"}'] == [{"previous_token": [2, 2, 2]}, {"content": [1, 0, 2], "induction": [1, 2, 0]}]
     assert types['{"model.n_layer": "1"}'] == [{}, {}]
     md = (tmp_path / "r" / "fake" / "ablation.md").read_text()
-    assert "| n_layer=2 | previous_token 2 | content 1 (2/3 seeds), induction 1 (2/3 seeds) |" in md
-    assert "| n_layer=1 | - | - |" in md
+    _, rows = table_with(md, "types in some seeds only")
+    two = next(r for r in rows if r["cell"] == "n_layer=2")
+    assert two["L0"] == "previous_token 2" and two["L1"] == "content 1 (2/3 seeds), induction 1 (2/3 seeds)"
+    assert [r["cell"] for r in rows] == ["n_layer=2"]  # the cell without a head analysis has no row
 
 
 def test_lr_sensitivity_definition(tmp_path):
@@ -320,9 +335,12 @@ def test_a_pair_with_one_seed_on_one_side_is_left_untested(tmp_path):
         shutil.rmtree(d / "16-none-0.02")  # that cell still runs: only seed 0 has finished
     build_report(dirs, reports=tmp_path / "r")
     md = (tmp_path / "r" / "fake" / "ablation.md").read_text()
-    assert "1-3 finished seed(s) per cell" in md and "| 16 | none | 0.02 | ok 1 | 1.800 |" in md
-    assert "untested (1 seed)" in md and "Not tested: d_k=16, init_std=0.02 (1 seed)." in md
-    assert "1 of 3 scaled/unscaled pairs differ beyond seed noise" in md and "1-3 seeds per cell" in md
+    row = next(r for r in md_tables(md)[0][1] if (r["d_k"], r["scaling"], r["init_std"]) == ("16", "none", "0.02"))
+    assert row["seeds"] == "1" and row["val loss"] == "1.800"
+    summary = json.loads((tmp_path / "r" / "fake" / "summary.json").read_text())
+    pairs = {p["where"]: p for p in summary["scaled_vs_unscaled"]}
+    assert pairs["d_k=16, init_std=0.02"]["direction"] == "untested (1 seed)" and pairs["d_k=16, init_std=0.02"]["n"] == [1, 3]
+    assert sum(p["beyond_noise"] for p in pairs.values()) == 1 and summary["seeds_per_cell"] == "1-3"
 
 
 def test_holm_adjusts_the_family_and_keeps_the_order():
@@ -360,13 +378,12 @@ def _crossed_study(root: Path, losses: dict) -> Path:
 def test_a_crossed_study_reports_each_axis_pooled_over_the_other(tmp_path):
     build_report(_crossed_study(tmp_path / "s", CROSSED), reports=tmp_path / "r")
     md = (tmp_path / "r" / "fake" / "ablation.md").read_text()
-    text = md.split("## Each axis pooled over the others")[1]
-    assert "Holm-corrected over the 2 effects" in text
-    assert "bos=True vs False (over 2 strata): -0.100, p < 0.001, Holm < 0.001: beyond seed noise." in text
+    _, rows = table_with(md, "pooled difference [95 % CI]")
+    assert [(r["axis"], r["direction"]) for r in rows] == [("bos", "True lower"), ("escape", "no difference beyond seed noise")]
     bos, sink = json.loads((tmp_path / "r" / "fake" / "summary.json").read_text())["pooled_effects"]
+    assert bos["ci95"][0] < -0.1 < bos["ci95"][1] < 0 and sink["ci95"][0] < 0 < sink["ci95"][1]
     assert bos["axis"] == "data.bos" and bos["diff"] == pytest.approx(-0.1) and bos["beyond_noise"]
     assert sink["level"] == "learned" and sink["reference"] == "none" and not sink["beyond_noise"]
-    assert "escape=learned vs none (over 2 strata): +0.000, p = 1, Holm = 1: no difference beyond seed noise." in text
     # the opposite measurement: BOS does nothing either, and the text says so
     flat = {k: [v - 0.1 * (k[0] == "False") for v in vals] for k, vals in CROSSED.items()}
     build_report(_crossed_study(tmp_path / "flat", flat), reports=tmp_path / "r2")
@@ -424,20 +441,18 @@ def test_restat_from_the_csv_alone_gives_the_tests_the_runs_give(tmp_path):
     build_report(fake_study(tmp_path, [0, 1, 2], STUDY), reports=tmp_path / "r")
     out = tmp_path / "r" / "fake"
     before = json.loads((out / "summary.json").read_text())
-    md = (out / "ablation.md").read_text()
-    (out / "ablation.md").write_text(md.replace("| 1.910 ± 0.010 * |", "| 1.910 ± 0.010 |").replace("p (Holm)", "old"))
+    (out / "summary.json").write_text(json.dumps({k: v for k, v in before.items() if k != "per_seed"}))  # as a committed table
     after = restat(out)
     for a, b in zip(before["scaled_vs_unscaled"], after["pairs"]):
-        assert (a["where"], a["beyond_noise"]) == (b["where"], b["beyond_noise"])
+        assert (a["where"], a["beyond_noise"], a["direction"]) == (b["where"], b["beyond_noise"], b["direction"])
         assert b["p"] == pytest.approx(a["p"], rel=1e-9) and b["p_holm"] == pytest.approx(a["p_holm"], rel=1e-9)
     for a, b in zip(before["pooled_effects"], after["pooled_effects"]):
         assert b["p"] == pytest.approx(a["p"], rel=1e-9) and b["diff"] == pytest.approx(a["diff"])
     md = (out / "ablation.md").read_text()
-    assert "| 1.910 ± 0.010 * |" in md and "p (Holm)" in md and md.count("## Scaled vs unscaled") == 1  # marks and section rebuilt
-    assert "recomputed by `python -m attnlab.report --restat`" in md and md.count("## Each axis pooled over the others") == 1
-    assert json.loads((out / "summary.json").read_text())["per_seed"] == before["per_seed"]  # run values kept, never stand-ins
+    assert md.count("## Scaled vs unscaled") == 1 and md.count("## Each axis pooled over the others") == 1
+    assert "per_seed" not in json.loads((out / "summary.json").read_text())  # stand-ins are never written as seeds
     page = (out / "index.html").read_text()
-    assert "<h2>Each axis pooled over the others</h2>" in page and "p (Holm)" in page and page.count("<tr") == 1 + 8 + 1 + 4 + 1 + 3
+    assert page.count("<table>") == len(md_tables(md)) and page.count("<tr") == sum(1 + len(rows) for _, rows in md_tables(md))
 
 
 def test_significance_text_turns_with_the_measurements():

@@ -219,10 +219,19 @@ class Effect:
     strata: int
     test: Welch | None
     p_holm: float | None = None
+    se: float | None = None  # of the pooled difference
 
     @property
     def significant(self) -> bool:
         return self.p_holm is not None and self.p_holm < ALPHA
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """The pooled difference's 95 % interval (Welch-Satterthwaite df)."""
+        if self.test is None or self.se is None:
+            return None
+        half = t_critical(self.test.df) * self.se
+        return self.diff - half, self.diff + half
 
 
 def _reference(axis: str, levels: list[str]) -> str:
@@ -268,7 +277,7 @@ def factor_effects(cells: list[Cell], axes: list[str], metric: str = "val/loss")
                     df = sum(v for v, _ in var_terms) ** 2 / sum(v**2 / (n - 1) for v, n in var_terms)
                     t = diff / math.sqrt(se2)
                     test = Welch(t, df, float(2 * student_t.sf(abs(t), df)))
-                effects.append(Effect(axis, level, ref, statistics.fmean(diffs), k, test))
+                effects.append(Effect(axis, level, ref, statistics.fmean(diffs), k, test, se=math.sqrt(se2) if se2 > 0 else None))
     for effect, adjusted in zip(effects, holm([e.test.p if e.test else None for e in effects])):
         effect.p_holm = adjusted
     return effects
@@ -307,3 +316,85 @@ def marked_cells(pairs: list[Pair]) -> set[tuple]:
 
 def cell_key(cell: Cell) -> tuple:
     return tuple(sorted(cell.axes.items()))
+
+
+@dataclass
+class Contrast:
+    """Two cells that differ on one axis only: ``level`` against the axis's ``reference`` level, the other
+    axes at ``rest``; ``p_holm`` is set over the table's family of contrasts of one metric."""
+
+    axis: str
+    level: str
+    reference: str
+    rest: dict[str, str]
+    ref_values: list[float]
+    values: list[float]
+    test: Welch | None
+    p_holm: float | None = None
+
+    @property
+    def diff(self) -> float:
+        """mean(level) - mean(reference)."""
+        return statistics.fmean(self.values) - statistics.fmean(self.ref_values)
+
+    @property
+    def se(self) -> float | None:
+        if self.test is None:
+            return None
+        return math.sqrt(statistics.variance(self.ref_values) / len(self.ref_values) + statistics.variance(self.values) / len(self.values))
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """Welch's 95 % interval of the difference: diff ± t_{0.975, df} · √(s_a²/n_a + s_b²/n_b)."""
+        if self.test is None:
+            return None
+        half = t_critical(self.test.df) * self.se
+        return self.diff - half, self.diff + half
+
+    @property
+    def significant(self) -> bool:
+        return self.p_holm is not None and self.p_holm < ALPHA
+
+    @property
+    def direction(self) -> str:
+        """'higher', 'lower' (beyond seed noise after Holm), 'none' (within it) or 'untested'."""
+        if self.test is None:
+            return "untested"
+        return ("higher" if self.diff > 0 else "lower") if self.significant else "none"
+
+    @property
+    def where(self) -> str:
+        return ", ".join(f"{short(k)}={v}" for k, v in self.rest.items()) or "all"
+
+    @property
+    def why_untested(self) -> str:
+        return "1 seed" if min(len(self.ref_values), len(self.values)) < 2 else "no spread: every seed gave the same value"
+
+
+def contrasts(cells, axes: list[str], metric: str = "val/loss", contrast_axes: list[str] | None = None) -> list[Contrast]:
+    """The comparisons a study is run for: with a scaling axis, every scaled cell against its unscaled twin
+    (``scaling_pairs``); else, per axis, every cell off the axis's reference level against the cell that
+    differs from it on that axis only. Welch's test each, Holm-corrected over the family."""
+    if contrast_axes is None:
+        contrast_axes = [SCALING_AXIS] if SCALING_AXIS in axes else list(axes)
+    by_key = {tuple(c.axes[a] for a in axes): c for c in cells}
+    out = []
+    for axis in contrast_axes:
+        i = axes.index(axis)
+        levels = list(dict.fromkeys(c.axes[axis] for c in cells))
+        if len(levels) < 2:
+            continue
+        ref = _reference(axis, levels)
+        for cell in cells:
+            if cell.axes[axis] == ref:
+                continue
+            key = tuple(cell.axes[a] for a in axes)
+            twin = by_key.get(key[:i] + (ref,) + key[i + 1:])
+            if twin is None:
+                continue
+            a, b = twin.values(metric), cell.values(metric)
+            if a and b:
+                out.append(Contrast(axis, cell.axes[axis], ref, {x: cell.axes[x] for x in axes if x != axis}, a, b, welch(a, b)))
+    for c, adjusted in zip(out, holm([c.test.p if c.test else None for c in out])):
+        c.p_holm = adjusted
+    return out

@@ -12,7 +12,8 @@ from .numbers import mean_pm_std, plain
 from .significance import cell_key
 
 LABELS = {"val/loss": "val loss", "val/acc": "val acc", "perf/tokens_per_s": "tokens/s", "mem/peak_bytes": "peak MiB",
-          "val/copy/acc": "copy acc", "val/bigram/loss": "bigram loss", "mem/kv_cache_bytes_per_token": "KV cache B/token"}
+          "val/copy/acc": "copy acc", "val/bigram/loss": "bigram loss", "mem/kv_cache_bytes_per_token": "KV cache B/token",
+          "heads/induction_max": "induction (best head)"}
 # a task's metric-mask columns (data=bigram_backcopy), shown when the runs logged them
 TASK_METRICS = ("val/copy/acc", "val/bigram/loss")
 # shown when their value differs between cells (a study of n_kv_head, say)
@@ -127,3 +128,9 @@ def read_csv(text: str) -> tuple[list[str], list[list]]:
     header, *body = list(csv.reader(io.StringIO(text)))
     numeric = [all(c == "" or number(c) is not None for c in column) for column in zip(*body)] if body else []
     return header, [[None if c == "" else number(c) if is_num else c for c, is_num in zip(row, numeric)] for row in body]
+
+
+def read_raw(text: str) -> tuple[list[str], list[list[str]]]:
+    """csv_text's output back as (header, rows) of strings, exactly as written."""
+    header, *body = list(csv.reader(io.StringIO(text)))
+    return header, body
