@@ -223,9 +223,11 @@ def test_knockout_takes_no_cache():
 # ------------------------------------------------------------------------------ attnlab sample
 
 
-def test_sample_is_the_same_with_and_without_the_cache(make_cfg, capsys):
+def test_sample_and_its_timing_with_and_without_the_cache(make_cfg, capsys, tmp_path):
+    import json
     from pathlib import Path
 
+    from attnlab.bench import decode
     from attnlab.sample import main
     from attnlab.train import train
 
@@ -237,3 +239,8 @@ def test_sample_is_the_same_with_and_without_the_cache(make_cfg, capsys):
         main([run, "--tokens", "80", "--seed", "3", *flags])
         texts.append(capsys.readouterr().out)
     assert texts[0] == texts[1] and len(texts[0]) > 80
+    decode.main([f"{run}:20", "--repeats", "2", "--out", str(tmp_path)])
+    row = json.loads((tmp_path / "sample_speed.json").read_text())["runs"][0]
+    assert row["tokens"] == 20 and row["identical_text"] and len(row["seconds"]["cached"]) == 2
+    assert row["speedup"] == pytest.approx(row["median_s"]["uncached"] / row["median_s"]["cached"])
+    assert "| 20 |" in (tmp_path / "sample_speed.md").read_text()
