@@ -453,21 +453,3 @@ def test_restat_from_the_csv_alone_gives_the_tests_the_runs_give(tmp_path):
     assert "per_seed" not in json.loads((out / "summary.json").read_text())  # stand-ins are never written as seeds
     page = (out / "index.html").read_text()
     assert page.count("<table>") == len(md_tables(md)) and page.count("<tr") == sum(1 + len(rows) for _, rows in md_tables(md))
-
-
-def test_significance_text_turns_with_the_measurements():
-    """The same pair measured both ways: the sentence, the mark and the counts follow the numbers, nothing else."""
-    from attnlab.report.significance import Pair, holm, summary
-
-    def pairs(spread: float, shift: float):
-        out = [Pair({"model.d_k": str(d)}, "inv_sqrt_d", [2.0, 2.0 + spread, 2.0 - spread], [2.0 - shift, 2.0 - shift + spread, 2.0 - shift - spread],
-                    welch([2.0, 2.0 + spread, 2.0 - spread], [2.0 - shift, 2.0 - shift + spread, 2.0 - shift - spread])) for d in (16, 32)]
-        for p, adj in zip(out, holm([p.test.p for p in out])):
-            p.p_holm = adj
-        return out
-
-    clear, noisy = summary(pairs(0.01, 0.3)), summary(pairs(0.3, 0.01))
-    assert "2 of 2 scaled/unscaled pairs differ beyond seed noise." in clear and "Scaling lowers the loss at d_k=16" in clear
-    assert "No difference" not in clear and "Scaling lowers" not in noisy
-    assert "0 of 2 scaled/unscaled pairs differ beyond seed noise." in noisy and "No difference beyond seed noise at d_k=16" in noisy
-    assert "smaller than the" in noisy and "over the 2 tests of this table" in clear + noisy

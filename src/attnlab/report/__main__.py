@@ -4,8 +4,8 @@ several dirs (a study run in parts, e.g. one per seed) are merged into one repor
 ``python -m attnlab.report --compare LABEL=RUN_DIR ...``: per-layer entropy_norm, max logit and sink
 mass over training of a few runs side by side, into reports/compare/stats_over_training.png.
 
-``python -m attnlab.report --restat REPORT_DIR ...``: recompute a committed report's significance
-sections (Holm, pooled effects) from its ablation.csv, without its runs (attnlab.report.restat).
+``python -m attnlab.report --restat REPORT_DIR ...``: re-lay a committed report (tables, intervals, tests,
+headline, plots of final values) from its ablation.csv and summary.json, without its runs (attnlab.report.restat).
 """
 import sys
 from pathlib import Path
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reports", type=Path, default=Path("reports"), help="write into REPORTS/<study>/ (default reports)")
     parser.add_argument("--compare", nargs="+", metavar="LABEL=RUN_DIR", help="plot these runs' statistics side by side")
     parser.add_argument("--restat", nargs="+", type=Path, metavar="REPORT_DIR",
-                        help="recompute these committed reports' significance sections from their ablation.csv")
+                        help="re-lay these committed reports from their ablation.csv and summary.json")
     args = parser.parse_args(argv)
     if args.compare:
         return compare(args.compare)
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"attnlab: error: {report}/ablation.csv not found; expected a report dir written by make table", file=sys.stderr)
                 return 2
             restat(report)
-            print(f"attnlab: recomputed the significance of {report}/ablation.md and summary.json")
+            print(f"attnlab: re-laid {report}/ablation.md, index.html, ablation.csv and summary.json from its files")
         return 0
     targets = [Path(d) for d in args.sweep_dirs] or [latest_sweep()]
     if targets == [None]:

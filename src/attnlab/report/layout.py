@@ -470,15 +470,22 @@ def baseline_sentence(study: Study) -> str:
 
     b = study.baseline["bigram"]
     means = [(c, c.mean("val/loss")) for c in study.cells if c.mean("val/loss") is not None]
-    near = [c.label for c, m in means if m > b - CLEARLY_BELOW]
     if not means:
         return ""
-    if not near:
+    above = [c.label for c, m in means if m >= b]
+    near = [c.label for c, m in means if b - CLEARLY_BELOW < m < b]
+    level = f"the attention-free (bigram) level of {b:.3f} nats"
+    if not above and not near:
         gaps = [b - m for _, m in means]
-        return (f"Every cell ends below the attention-free (bigram) level of {b:.3f} nats, by {min(gaps):.2g}-{max(gaps):.2g} nats: "
-                "every model uses its attention.")
-    return (f"{len(near)} of {len(means)} cells end less than {CLEARLY_BELOW} nats below the attention-free (bigram) level of "
-            f"{b:.3f} nats, or above it ({'; '.join(near)}).")
+        return f"Every cell ends below {level}, by {_magnitude(gaps)} nats: every model uses its attention."
+    parts = []
+    if above:
+        parts.append(f"{'Every cell' if len(above) == len(means) else f'{len(above)} of {len(means)} cells'} end"
+                     f"{'s' if len(above) == len(means) else ''} at or above {level}" + ("" if len(above) == len(means) else f" ({'; '.join(above)})"))
+    if near:
+        parts.append(f"{len(near)} of {len(means)} end{'s' if len(near) == 1 else ''} less than {CLEARLY_BELOW} nats below "
+                     f"{'it' if above else level} ({'; '.join(near)})")
+    return " and ".join(parts) + "."
 
 
 def headline(study: Study, families: dict[str, list[Contrast]], effects: list[Effect]) -> str:

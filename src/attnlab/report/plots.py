@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -175,7 +176,8 @@ def max_logit_over_training(cells: list[Cell], path: Path) -> Path | None:
                 ax.plot(steps, values, color=palette[level], lw=0.9, alpha=0.85,
                         label=(f"{short(colour_axis)}={level}" if colour_axis else cell.label) if seed == 0 else None)
         ax.set_title(name, fontsize=8)
-        ax.set_yscale("symlog")
+        ax.set_yscale("symlog", linthresh=1.0)  # linear below 1, logarithmic over the hundreds an unscaled run reaches
+        ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)

@@ -20,7 +20,6 @@ import statistics
 from dataclasses import dataclass
 
 from .aggregate import Cell, short
-from .numbers import mean_pm_std
 
 SCALING_AXIS = "model.attention.scaling"
 BASELINE = "none"
@@ -105,14 +104,6 @@ class Pair:
         return self.p_holm is not None and self.p_holm < ALPHA
 
     @property
-    def threshold(self) -> float | None:
-        """The smallest |difference| this pair's test would call beyond noise at raw p < ALPHA."""
-        if self.test is None:
-            return None
-        se = math.sqrt(statistics.variance(self.unscaled) / len(self.unscaled) + statistics.variance(self.scaled) / len(self.scaled))
-        return t_critical(self.test.df) * se
-
-    @property
     def where(self) -> str:
         return ", ".join(f"{short(k)}={v}" for k, v in self.rest.items()) or "all"
 
@@ -136,76 +127,12 @@ def scaling_pairs(cells: list[Cell], axes: list[str], metric: str = "val/loss") 
     return pairs
 
 
-def pairs_table(pairs: list[Pair]) -> tuple[list[str], list[list[str]]]:
-    header = ["where", "scaling", "val loss none", "val loss scaled", "scaled - none", "t", "df", "p", "p (Holm)",
-              f"beyond seed noise (Holm p < {ALPHA})"]
-    body = []
-    for p in pairs:
-        t = p.test
-        body.append([p.where, p.variant, mean_pm_std(statistics.fmean(p.unscaled), _std(p.unscaled), len(p.unscaled)),
-                     mean_pm_std(statistics.fmean(p.scaled), _std(p.scaled), len(p.scaled)), f"{p.diff:+.3f}",
-                     f"{t.t:.2f}" if t else "-", f"{t.df:.1f}" if t else "-", _p(t.p) if t else "-", _p(p.p_holm) if t else "-",
-                     ("**yes**" if p.significant else "no") if t else f"untested ({_why_untested(p)})"])
-    return header, body
-
-
-def _why_untested(p: Pair) -> str:
-    return "1 seed" if min(len(p.unscaled), len(p.scaled)) < 2 else "no spread: every seed gave the same value"
-
-
-def _std(values: list[float]) -> float | None:
-    return statistics.stdev(values) if len(values) > 1 else None
-
-
 def _p(p: float) -> str:
     return f"{p:.2g}" if p >= 0.001 else "< 0.001"
 
 
 def _p_clause(p: float) -> str:
     return f"p = {p:.2g}" if p >= 0.001 else "p < 0.001"
-
-
-def summary(pairs: list[Pair]) -> str:
-    """The sentences the report prints about the pairs, chosen by the measured values."""
-    if not pairs:
-        return ""
-    tested = [p for p in pairs if p.test is not None]
-    seeds = sorted({min(len(p.unscaled), len(p.scaled)) for p in pairs})
-    seed_text = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
-    if not tested and seeds[-1] < 2:
-        return (f"{len(pairs)} scaled/unscaled pairs, {seed_text} seed(s) per cell: with one run per cell there is no seed noise "
-                "to compare against, so no difference here is called significant; run more seeds (SEEDS=3) to test them.")
-    if not tested:
-        return f"{len(pairs)} scaled/unscaled pairs, {seed_text} seeds per cell, but no spread over seeds to test against: nothing is called significant."
-    better = [p for p in tested if p.significant and p.diff < 0]
-    worse = [p for p in tested if p.significant and p.diff > 0]
-    within = [p for p in tested if not p.significant]
-    raw = sum(p.test.p < ALPHA for p in tested)
-    lines = [f"Test: {TEST_NAME} on the final val loss, {seed_text} seeds per cell; p is the raw p value, and a pair counts as "
-             f"beyond seed noise when its Holm-corrected p (over the {len(tested)} test{'s' if len(tested) != 1 else ''} of this table) "
-             f"is below {ALPHA}. {len(better) + len(worse)} of {len(tested)} scaled/unscaled pairs differ beyond seed noise"
-             + (f" ({raw} at raw p < {ALPHA})." if raw != len(better) + len(worse) else ".")]
-    if better:
-        lines.append("Scaling lowers the loss at " + "; ".join(_describe(p) for p in better) + ".")
-    if worse:
-        lines.append("Scaling raises the loss at " + "; ".join(_describe(p) for p in worse) + ".")
-    if within:
-        lines.append("No difference beyond seed noise at " + "; ".join(_describe(p) + _within_why(p) for p in within) + ".")
-    untested = [p for p in pairs if p.test is None]
-    if untested:
-        lines.append("Not tested: " + "; ".join(f"{p.where} ({_why_untested(p)})" for p in untested) + ".")
-    return " ".join(lines)
-
-
-def _within_why(p: Pair) -> str:
-    """Why a pair is not beyond noise: smaller than the raw test's threshold, or past it but not past Holm's."""
-    if abs(p.diff) < p.threshold:
-        return f", smaller than the {p.threshold:.3f} this test needs at raw p < {ALPHA}"
-    return f": beyond the raw test's {p.threshold:.3f}, but not after the Holm correction"
-
-
-def _describe(p: Pair) -> str:
-    return f"{p.where} ({p.variant} - none = {p.diff:+.3f}, {_p_clause(p.test.p)}, Holm {_p_clause(p.p_holm)[2:]})"
 
 
 @dataclass
@@ -281,41 +208,6 @@ def factor_effects(cells: list[Cell], axes: list[str], metric: str = "val/loss")
     for effect, adjusted in zip(effects, holm([e.test.p if e.test else None for e in effects])):
         effect.p_holm = adjusted
     return effects
-
-
-def effects_summary(effects: list[Effect], metric: str = "val/loss") -> str:
-    """The sentences about each axis's pooled effect, chosen by the measured values."""
-    if not effects:
-        return ""
-    tested = [e for e in effects if e.test is not None]
-    lines = [f"Each axis's effect on the final {metric} pooled over the other axes: the difference "
-             "of cell means averaged over every combination of the others, a stratified Welch t-test, Holm-corrected over the "
-             f"{len(tested)} effect{'s' if len(tested) != 1 else ''}."]
-    for e in effects:
-        name = f"{short(e.axis)}={e.level} vs {e.reference} (over {e.strata} strata): {e.diff:+.3f}"
-        if e.test is None:
-            lines.append(f"{name}, untested (no spread over seeds).")
-        else:
-            lines.append(f"{name}, {_p_clause(e.test.p)}, Holm {_p_clause(e.p_holm)[2:]}: "
-                         + ("beyond seed noise." if e.significant else "no difference beyond seed noise."))
-    return " ".join(lines)
-
-
-def effects_table(effects: list[Effect]) -> tuple[list[str], list[list[str]]]:
-    header = ["axis", "level vs reference", "strata", "pooled difference", "t", "df", "p", "p (Holm)", f"beyond seed noise (Holm p < {ALPHA})"]
-    body = [[short(e.axis), f"{e.level} vs {e.reference}", str(e.strata), f"{e.diff:+.3f}",
-             f"{e.test.t:.2f}" if e.test else "-", f"{e.test.df:.1f}" if e.test else "-", _p(e.test.p) if e.test else "-",
-             _p(e.p_holm) if e.test else "-", ("**yes**" if e.significant else "no") if e.test else "untested"] for e in effects]
-    return header, body
-
-
-def marked_cells(pairs: list[Pair]) -> set[tuple]:
-    """The scaled cells (their axes as sorted items, as ``cell_key``) whose difference is beyond seed noise."""
-    return {tuple(sorted({**p.rest, SCALING_AXIS: p.variant}.items())) for p in pairs if p.significant}
-
-
-def cell_key(cell: Cell) -> tuple:
-    return tuple(sorted(cell.axes.items()))
 
 
 @dataclass

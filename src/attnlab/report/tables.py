@@ -7,9 +7,7 @@ import io
 
 from ..attention.stats import table_stats
 from ..data.tasks import QUERY_CLASSES
-from .aggregate import RUN_METRICS, Cell, short
-from .numbers import mean_pm_std, plain
-from .significance import cell_key
+from .aggregate import RUN_METRICS, Cell
 
 LABELS = {"val/loss": "val loss", "val/acc": "val acc", "perf/tokens_per_s": "tokens/s", "mem/peak_bytes": "peak MiB",
           "val/copy/acc": "copy acc", "val/bigram/loss": "bigram loss", "mem/kv_cache_bytes_per_token": "KV cache B/token",
@@ -18,7 +16,6 @@ LABELS = {"val/loss": "val loss", "val/acc": "val acc", "perf/tokens_per_s": "to
 TASK_METRICS = ("val/copy/acc", "val/bigram/loss")
 # shown when their value differs between cells (a study of n_kv_head, say)
 COST_METRICS = ("mem/kv_cache_bytes_per_token",)
-SCALE = {"mem/peak_bytes": 1 / 2**20}
 # Head-analysis columns, shown when the runs logged them (the task studies)
 HEAD_METRICS = {"heads/repeat_acc": "repeat acc (probe)", "heads/in_context_score": "in-context score",
                 "heads/induction_control_max": "induction control (best head)"}
@@ -30,18 +27,6 @@ HEAD_LAYER_STATS = {"previous_token (best head)": "heads/L{i}/previous_token_max
 # shown when some run logged them: the escape slot's mass, and the extreme-token metrics of a task
 # with query classes (the sinks testbed)
 ATTN_LAYER_STATS = {s: f"attn/L{{i}}/{s}" for s in table_stats(QUERY_CLASSES)}  # from the metric registry
-
-
-def _mean_std(cell: Cell, key: str) -> str:
-    m, s = cell.mean(key), cell.std(key)
-    if m is None:
-        return "-"
-    k = SCALE.get(key, 1)
-    return mean_pm_std(m * k, s * k, len(cell.values(key)))
-
-
-def _per_layer(cell: Cell, template: str, layers: int) -> str:
-    return " / ".join(plain(cell.mean(template.format(i=i)), 2) for i in range(layers))
 
 
 def _present(cells: list[Cell], keys) -> list[str]:
@@ -62,27 +47,6 @@ def run_metrics(cells: list[Cell]) -> list[str]:
 def _layer_columns(cells: list[Cell]) -> dict[str, str]:
     """Per-layer columns: the attention statistics, then the head scores, those that some run logged."""
     return {name: t for name, t in {**ATTN_LAYER_STATS, **HEAD_LAYER_STATS}.items() if _present(cells, [t])}
-
-
-def _status(cell: Cell) -> str:
-    ok, failed = len(cell.ok_runs), len(cell.failed)
-    return f"ok {ok}" + (f", FAILED {failed}" if failed else "")
-
-
-def rows(cells: list[Cell], axes: list[str], layers: int, marked: set[tuple] = frozenset()) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of the human-readable table (per-layer values as L0 / L1 / ...); the val loss
-    of a cell in ``marked`` (see significance.marked_cells) carries a " *"."""
-    metrics = run_metrics(cells)
-    per_layer = _layer_columns(cells)
-    header = [short(a) for a in axes] + ["runs"] + [LABELS.get(m) or HEAD_METRICS[m] for m in metrics]
-    header += [f"{s} (L0/…/L{layers - 1})" for s in per_layer]
-    body = []
-    for cell in cells:
-        row = [cell.axes[a] for a in axes] + [_status(cell)]
-        row += [_mean_std(cell, m) + (" *" if m == "val/loss" and cell_key(cell) in marked else "") for m in metrics]
-        row += [_per_layer(cell, t, layers) for t in per_layer.values()]
-        body.append(row)
-    return header, body
 
 
 def html_table(header: list[str], body: list[list[str]]) -> str:
