@@ -9,11 +9,11 @@ from torch import nn
 
 from ..attention import attend
 from ..errors import KernelUnavailable
-from .verdict import Claim, Table, fmt, grade
+from .verdict import Claim, Finding, Table, either, fmt, grade
 
 
 def manual_attention(Q, K, V, causal_mask=None):
-    """Seed 000 experiment 2's hand-written attention (True in the mask = hidden)."""
+    """Article A's experiment 2: hand-written attention (True in the mask = hidden)."""
     d_k = Q.size(-1)
     scores = Q @ K.transpose(-2, -1) / math.sqrt(d_k)
     if causal_mask is not None:
@@ -60,30 +60,35 @@ def backends_vs_reference(seed: int = 42) -> list[dict]:
 def claim_4() -> Claim:
     m = equivalence_as_written()
     rows = backends_vs_reference()
-    v, reason = grade({
-        "hand-written == SDPA to ~1e-7": m["max_diff_sdpa"] < 1e-5,
-        "outputs before position 5 unchanged": m["diff_before_5"] == 0.0,
-        "outputs from position 5 do change": m["diff_from_5"] > 0.0,
-    })
-    t1 = Table("Seed 000 experiment 2, as written (seed 42, b=2, h=4, seq=8, d=16, fp32)", ["quantity", "source", "ours"], [
+    equal, causal, moves = m["max_diff_sdpa"] < 1e-5, m["diff_before_5"] == 0.0, m["diff_from_5"] > 0.0
+    v, reason = grade({"hand-written == SDPA to ~1e-7": equal, "outputs before position 5 unchanged": causal,
+                       "outputs from position 5 do change": moves})
+    t1 = Table("A, experiment 2, as written (seed 42, b=2, h=4, seq=8, d=16, fp32)", ["quantity", "source", "ours"], [
         ["max |manual - SDPA(is_causal)|", "~1e-7 ('identical')", fmt(m["max_diff_sdpa"])],
         ["max |out diff| at positions < 5 after changing V[5:]", "0 ('unaffected')", fmt(m["diff_before_5"])],
         ["max |out diff| at positions >= 5", "changes", fmt(m["diff_from_5"], 2)],
     ])
     t2 = Table("attnlab's backends on the same shapes vs a float64 reference", ["backend", "kernel", "max |diff|"],
                [[r["backend"], r["kernel"], fmt(r["max_diff"])] for r in rows])
+    finding = Finding(
+        either(equal, f"Hand-written attention matches SDPA to {m['max_diff_sdpa']:.1e}", f"Hand-written attention differs from SDPA by "
+               f"{m['max_diff_sdpa']:.1e}") + "; changing V from position 5 on "
+        + either(causal, "leaves the earlier outputs exactly unchanged", f"changes the earlier outputs by up to {m['diff_before_5']:.3g}")
+        + either(moves, f" and moves the later ones by up to {m['diff_from_5']:.3g}.", " and leaves the later ones unchanged too."),
+        {"matches_sdpa": equal, "causal": causal, "later_outputs_move": moves},
+        {"max_diff_sdpa": m["max_diff_sdpa"], "diff_before_5": m["diff_before_5"], "diff_from_5": m["diff_from_5"]})
     return Claim(
         4, "Hand-written attention equals F.scaled_dot_product_attention (is_causal) to ~1e-7; changing V after position 5 leaves earlier outputs unchanged",
         {"max_diff": 1e-7, "diff_before_5": 0.0},
         {**m, "backends": rows}, v, reason,
         f"max |manual - SDPA| = {m['max_diff_sdpa']:.1e}; positions < 5 change by {m['diff_before_5']:g} and "
         f"positions >= 5 by up to {m['diff_from_5']:.3g}.",
-        [t1, t2],
+        [t1, t2], finding=finding,
     )
 
 
 def copy_attention(seed: int | None = None) -> torch.Tensor:
-    """Seed 000 experiment 3 verbatim: 8 tokens, the last 4 copy the first 4, random nn.Linear q/k/v,
+    """Article A's experiment 3 verbatim: 8 tokens, the last 4 copy the first 4, random nn.Linear q/k/v,
     no causal mask. ``seed=None`` continues the global RNG; returns the (8, 8) attention map."""
     if seed is not None:
         torch.manual_seed(seed)
@@ -120,7 +125,15 @@ def claim_5(trials: int) -> Claim:
     chance = 0.25
     points = hit > chance + 0.15 and src_w > 0.25
     v, reason = grade({"rows 4..7 point at columns 0..3 (clearly above chance)": points})
-    t = Table("Seed 000 experiment 3: rows 4..7 (copies) vs columns 0..3 (their sources)",
+    flat = max_w < 0.25
+    finding = Finding(
+        either(points, f"Even with random projections the copy rows pick out their source columns: over {trials} seeds they peak there "
+               f"{hit:.0%} of the time (chance {chance:.0%}), with weight {src_w:.3f}.",
+               f"With untrained random projections the copy rows do not pick out their source columns: over {trials} seeds they peak "
+               f"there {hit:.0%} of the time, " + either(abs(hit - chance) < 0.05, f"chance level ({chance:.0%})", f"against a chance of {chance:.0%}")
+               + f", on a {either(flat, 'near-uniform', 'peaked')} map (weight {src_w:.3f} on the source, uniform {1 / 8:.3f})."),
+        {"points_at_source": points, "near_uniform": flat}, {"hit_rate": hit, "source_weight": src_w, "max_weight": max_w, "chance": chance})
+    t = Table("A, experiment 3: rows 4..7 (copies) vs columns 0..3 (their sources)",
               ["case", "share of copy rows peaking on their source", "mean weight on source", "mean max weight", "chance"], [
                   ["as written (after experiment 2, seed 42)", fmt(as_written["hit_rate"], 2), fmt(as_written["source_weight"], 3), fmt(as_written["max_weight"], 3), "0.25"],
                   [f"{trials} seeds", fmt(hit, 3), fmt(src_w, 3), fmt(max_w, 3), "0.25"],
@@ -139,5 +152,5 @@ def claim_5(trials: int) -> Claim:
         + ("Each source column also ties exactly with the copy's own column" if as_written["twin_gap"] == 0 else
            "The source column and the copy's own column differ")
         + f" (|gap| {as_written['twin_gap']:.1e}).",
-        [t],
+        [t], finding=finding,
     )

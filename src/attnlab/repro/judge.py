@@ -1,4 +1,5 @@
-"""The training claims' judgements (8, 10, 12, 13): measurements -> (verdict, reason, detail).
+"""The training claims' judgements (8, 10, 12, 13): measurements -> (verdict, reason, detail), and each
+claim's summary sentence (``finding_*``: a Finding whose choices record which way the measurements went).
 
 Pure functions of plain numbers, kept apart from the runs that produce them, so a test can feed
 each one the opposite measurements and see the verdict, its reason and the text turn. Every sentence
@@ -6,7 +7,7 @@ that states an outcome has both branches written; the one that holds is printed.
 """
 from __future__ import annotations
 
-from .verdict import depends, grade
+from .verdict import Finding, depends, either, grade
 
 FAIL_RATIO = 0.5  # an unscaled run "fails" when it reaches less than half the scaled run's gain over the attention-free level
 CLEARLY_BELOW = 0.1  # nats: a scaled run uses attention when it ends this far below the attention-free (bigram) level
@@ -52,6 +53,57 @@ def _windows_text(windows: list[float]) -> str:
     return f"; on the val window sets {min(windows):.3f}-{max(windows):.3f}"
 
 
+def _own_pairs(runs: dict) -> list[dict]:
+    """The repro's own unscaled/scaled pairs, each with its share of the scaled gain over the probe batches' level."""
+    return [{"name": name, "share": gain_share(p["unscaled"], p["scaled"], runs["probe_level"]), **p} for name, p in runs["pairs"].items()]
+
+
+def _cells_8(m: dict) -> list[dict]:
+    """The comparisons claim 8 is judged on, each with its share of the scaled gain: the dk_scaling study's cells
+    against the val split's bigram level, or without the study the repro's own informative pairs."""
+    if m.get("study") is None:
+        return [{**c, "init_std": c["name"], "d_k": "-"} for c in _own_pairs(m["runs"]) if c["share"] is not None]
+    b = m["level"]["bigram"]
+    return [{**c, "share": gain_share(c["unscaled"]["mean"], c["scaled"]["mean"], b)} for c in m["study"]["cells"]]
+
+
+def _vanishing(m: dict) -> bool:
+    """The source's mechanism, measured: the Jacobian all but gone at the unscaled logit size and a smaller q/k gradient at init."""
+    return m["jacobian"]["at_11"] < 0.1 * m["jacobian"]["peak"] and m["fanin"]["grad_ratio"] < 1
+
+
+def finding_8(m: dict) -> Finding:
+    """Claim 8's summary: where unscaled training fails and where it trains (share of the scaled run's gain over
+    the attention-free level), then whether the stated mechanism is what was measured. ``choices``: fails_at and
+    trains_at (the cells, 'init_std/d_k'), mechanism."""
+    cells = _cells_8(m)
+    judged = {k: [c for c in cells if _cell_verdict(c) == k] for k in ("fails", "holds")}
+    fails, holds = judged["fails"], judged["holds"]
+    label = lambda c: f"{c['init_std']}/{c['d_k']}"  # noqa: E731
+    span = lambda cs: (f"{100 * min(c['share'] for c in cs):.0f}-{_pct(max(c['share'] for c in cs))}"  # noqa: E731
+                       if len(cs) > 1 else _pct(cs[0]["share"]))
+    mechanism = _vanishing(m)
+    if not fails and not holds:
+        text = ("No run here has a scaled model clearly below the attention-free level, so whether unscaled training fails "
+                "is not tested.")
+    elif not fails:
+        text = (f"Without scaling, training does not fail: the unscaled runs reach {span(holds)} of the scaled runs' gain over "
+                f"the attention-free level at all {len(holds)} settings tested.")
+    else:
+        text = (f"Without scaling, training fails (under {_pct(FAIL_RATIO)} of the scaled run's gain over the attention-free level) "
+                f"only at {_where(fails)}; at {len(holds)} other settings it trains ({span(holds)})."
+                if holds else f"Without scaling, training fails at every setting tested ({span(fails)} of the scaled run's gain "
+                f"over the attention-free level).")
+        ratio, j = m["fanin"]["grad_ratio"], m["jacobian"]
+        # of the mechanism's two measured signs, the one that is missing is the one the sentence names
+        missing = (f"the q/k gradient at init is {ratio:.1f}x the scaled run's" if ratio >= 1 else
+                   f"the softmax Jacobian at the unscaled logit size is still {_pct(j['at_11'] / j['peak'])} of its peak")
+        text += " " + either(mechanism, "The measurements show the vanishing gradient the source names (the q/k gradient at init "
+                             f"is {ratio:.2f}x the scaled run's).", f"The vanishing gradient the source names is not what was measured: {missing}.")
+    return Finding(text, {"fails_at": [label(c) for c in fails], "trains_at": [label(c) for c in holds], "mechanism": mechanism},
+                   {"shares": {label(c): c["share"] for c in fails + holds}, "grad_ratio": m["fanin"]["grad_ratio"]})
+
+
 def judge_8(m: dict) -> tuple[str, str, str]:
     """Claim 8 (without scaling, training fails through a saturated softmax and a vanishing gradient).
 
@@ -65,23 +117,17 @@ def judge_8(m: dict) -> tuple[str, str, str]:
     text = [f"Attention-free level on the val split: bigram {b:.3f} nats (unigram {lv['unigram']:.3f}, chance ln {lv['vocab']} = "
             f"{lv['chance']:.3f})" + _windows_text(lv.get("windows") or [])
             + ". A model below it uses its context, i.e. its attention."]
-    own = []
-    for name, p in runs["pairs"].items():
-        c = {"name": name, "share": gain_share(p["unscaled"], p["scaled"], runs["probe_level"]), **p}
-        own.append(c)
+    own = _own_pairs(runs)
     informative_own = [c for c in own if c["share"] is not None]
     text.append(f"The repro's own runs ({runs['steps']} steps, one seed; bigram level on their probe batches {runs['probe_level']:.3f}): "
                 + "; ".join(f"{c['name']} {c['unscaled']:.3f} vs {c['scaled']:.3f}" for c in own) + ": "
                 + ("every scaled run is clearly below the attention-free level." if len(informative_own) == len(own) else
                    f"{len(own) - len(informative_own)} of {len(own)} scaled runs are not {CLEARLY_BELOW} below the attention-free level, "
                    "so those pairs compare models that do not yet use attention and do not enter the verdict."))
-    cells = []
+    cells = _cells_8(m)
     if study is None:
         text.append("The dk_scaling study has no report here (`make sweep SWEEP=dk_scaling SEEDS=3` writes it).")
-        cells = [{**c, "init_std": c["name"], "d_k": "-"} for c in informative_own]
     else:
-        for c in study["cells"]:
-            cells.append({**c, "share": gain_share(c["unscaled"]["mean"], c["scaled"]["mean"], b)})
         text.append(f"The dk_scaling study ({study['source']}, {study['seeds']} seeds per cell, mean final val loss, Welch p Holm-corrected "
                     f"over its {len(study['cells'])} pairs): " + "; ".join(
                         f"init_std={c['init_std']}, d_k {c['d_k']}: unscaled {c['unscaled']['mean']:.3f} vs scaled {c['scaled']['mean']:.3f}"
@@ -102,7 +148,7 @@ def judge_8(m: dict) -> tuple[str, str, str]:
                 + (f"{f['grad_ratio']:.1f}x the scaled run's: not vanishing, since the missing 1/sqrt(d) factor multiplies the gradient too."
                    if f["grad_ratio"] >= 1 else f"{f['grad_ratio']:.2f}x the scaled run's: smaller, as a vanishing gradient would make it."))
     mechanism = {"the mechanism, a vanishing gradient (the Jacobian -> 0 at the unscaled logit size, a smaller q/k gradient at init)":
-                 vanished and f["grad_ratio"] < 1}
+                 _vanishing(m)}
     fails, holds = judged["fails"], judged["holds"]
     if not fails and not holds:
         v, reason = grade({"training fails without scaling": "no run here has a scaled model clearly below the attention-free level; "
@@ -160,8 +206,27 @@ def judge_10(m: dict) -> tuple[str, str, str]:
     return v, reason, " ".join(text)
 
 
+def finding_10(m: dict) -> Finding:
+    """Claim 10's summary: under which reading of sigma^2 the rule gives unit logit spread. ``choices``: weights_reading
+    (sigma^2 = the weights' init variance, the source's words) and component_reading (the q/k components' variance)."""
+    weights, component = bool(m["math_ok"] and m["weight_ok"]), bool(m["math_ok"] and m["component_ok"])
+    off = f"{min(m['weight_off']):.0f}-{max(m['weight_off']):.0f}x"
+    rule = "Dividing q.k by sigma^2 sqrt(d) gives unit logit spread"
+    if component and not weights:
+        text = (f"{rule} when sigma^2 is the variance of the q/k components, not when it is the weights' init variance as the "
+                f"source words it: read that way the rule is off by {off} at d_model = {m['d_model']}.")
+    elif weights and not component:
+        text = f"{rule} when sigma^2 is the weights' init variance, as the source words it, and not with the q/k components' variance."
+    elif weights:
+        text = f"{rule} under either reading of sigma^2, the weights' init variance or the q/k components' variance."
+    else:
+        text = (f"{rule} under neither reading of sigma^2: " + either(m["math_ok"], "the weights' init variance misses by "
+                f"{off} and the q/k components' variance misses too.", "the rule fails even for q, k with N(0, sigma^2) components."))
+    return Finding(text, {"weights_reading": weights, "component_reading": component}, {"weight_reading_off": m["weight_off"]})
+
+
 HEAD_PARTS = {"positional": "positional heads in the shallow layers", "induction": "induction heads in the later layers",
-              "sink": "sink heads in every layer"}
+              "sink": "sink heads in every layer", "syntactic": "syntactic heads in the middle layers"}
 POSITIONAL_TYPES = ("previous_token", "positional")  # the article's "positional": attending by offset, whatever the content
 KNOCKOUT_LARGE = 0.5  # cutting a layer's induction edges removes at least half of the right token's probability
 
@@ -221,7 +286,17 @@ def judge_12(m: dict) -> tuple[str, str, str]:
     (``text``: n_layer, steps, val_loss, seed, types = per layer {type: [count]}), the induction_heads
     study (``induction``: studies.induction_measurements, or None) and the sinks study (``sinks``:
     studies.sinks_measurements, or None). A type that formed in no model is untested, not wrong."""
+    a = _assess_12(m)
+    v, reason = grade(a["parts"], a["details"])
+    return v, reason, " ".join(a["text"])
+
+
+def _assess_12(m: dict) -> dict:
+    """judge_12's parts (head type -> True / False / what would test it), details, text, and the facts the
+    summary quotes: circuit (per seed of the induction study, did the two-layer circuit form; None without
+    the study) and testbed_sink (a sink formed only in the one-layer testbed)."""
     t, ind, snk = m["text"], m.get("induction"), m.get("sinks")
+    both = None
     shallow = range(max(1, t["n_layer"] // 2))
     found = {"positional": any(most(seeds_with(t["types"][i], POSITIONAL_TYPES)) for i in shallow),
              "induction": any(most(seeds_with(layer, ("induction",))) for layer in t["types"][1:]),
@@ -289,8 +364,44 @@ def judge_12(m: dict) -> tuple[str, str, str]:
     if testbed_sink and isinstance(parts[HEAD_PARTS["sink"]], str):
         parts[HEAD_PARTS["sink"]] = ("a sink head formed only in the one-layer sinks testbed here; needs a deep model in which "
                                      "sinks form, to see whether every layer holds one")
-    v, reason = grade(parts, {"syntactic heads in the middle layers": f"needs {SYNTAX_NEEDS}"})
-    return v, reason, " ".join(text)
+    return {"parts": parts, "details": {HEAD_PARTS["syntactic"]: f"needs {SYNTAX_NEEDS}"}, "text": text, "circuit": both,
+            "testbed_sink": bool(testbed_sink and not found["sink"])}
+
+
+HEAD_NAMES = {part: name for name, part in HEAD_PARTS.items()}  # a graded part -> its head type
+
+
+def finding_12(m: dict) -> Finding:
+    """Claim 12's summary: which head types form where the source puts them, which form elsewhere, which no model
+    here can show (and in short why). ``choices``: per head type, 'formed' | 'elsewhere' | 'untested'."""
+    a = _assess_12(m)
+    state = {HEAD_NAMES[k]: "formed" if v is True else "elsewhere" if v is False else "untested"
+             for k, v in {**a["parts"], **a["details"]}.items()}
+    named = lambda kinds: _and([HEAD_PARTS[k] for k in kinds])  # noqa: E731
+    formed = [k for k, v in state.items() if v == "formed"]
+    elsewhere = [k for k, v in state.items() if v == "elsewhere"]
+    untested = [k for k, v in state.items() if v == "untested"]
+    circuit = a["circuit"]
+    why = {"sink": "a sink head formed only in a one-layer testbed" if a["testbed_sink"] else "no model here forms sink heads",
+           "syntactic": "characters have no syntax", "positional": "no model here forms them", "induction": "no model here forms them"}
+    sentences = []
+    if formed:
+        sentences.append(f"{named(formed)} form as the source says"
+                         + (f" (the two-layer induction circuit in {_count(circuit)})" if "induction" in formed and circuit else ""))
+    if elsewhere:
+        sentences.append(f"{named(elsewhere)}: the heads form, but in other layers")
+    text = "; ".join(sentences)
+    text = (text[:1].upper() + text[1:] + ". ") if text else ""
+    if untested:
+        text += (f"{named(untested)[:1].upper()}{named(untested)[1:]} cannot be tested here ("
+                 + "; ".join(why[k] for k in untested) + ").")
+    return Finding(text.strip(), state, {"circuit_seeds": sum(circuit) if circuit else None, "seeds": len(circuit) if circuit else None,
+                                         "sink_only_in_testbed": a["testbed_sink"]})
+
+
+def _and(items: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1] if items else ""
 
 
 SINK_PARTS = {"forms": f"the first token absorbs weight (a head whose mean first-token weight > {SINK_THRESHOLD})",
@@ -358,6 +469,73 @@ def judge_13(m: dict) -> tuple[str, str, str]:
     v, reason = grade({SINK_PARTS["forms"]: forms if forms else f"no head formed one here; needs {SINK_NEEDS}",
                        SINK_PARTS["cause"]: cause})
     return v, reason, " ".join(text)
+
+
+def finding_13(m: dict) -> Finding:
+    """Claim 13's summary: whether a first-token sink forms, and whether it goes when rows need not sum to one
+    (the testbed's escape-slot and sigmoid arms, else the sinks study). ``choices``: forms; removed_by and kept_by
+    (the arms that remove it and those it survives); cause (True, False, 'mixed' or 'untested')."""
+    from .studies import BB_BASE, BB_SIGMOID, BB_SLOTS
+
+    t, snk, bb = m["text"], m.get("sinks"), m.get("sinks_bb")
+    base = (snk or {}).get("cells", {}).get("bos=true, sink=none")
+    text_peak = max([t["top"]] + ([max(base["sink_max"])] if base else []))
+    text_forms = text_peak > SINK_THRESHOLD
+    arms = (bb or {}).get("arms", {})
+    tb_base = arms.get(BB_BASE)
+    tb_forms = tb_base is not None and most(_bb_sinks(tb_base))
+    # every escape arm trains with AdamW; the summary names an arm by its attention alone
+    short = lambda name: name.removeprefix("AdamW, ").split(" (")[0]  # noqa: E731
+    ways = [name for name in (*BB_SLOTS, BB_SIGMOID) if name in arms] if tb_forms else []
+    removed = [n for n in ways if not most(_bb_sinks(arms[n]))]
+    kept = [n for n in ways if n not in removed]
+    k = lambda name: _count(_bb_sinks(arms[name]))  # noqa: E731
+    sentences = []
+    if tb_forms:
+        lead = f"In a one-layer testbed the first token becomes a sink in {k(BB_BASE)}"
+        if removed and kept:
+            cause = "mixed"
+            sentences.append(f"{lead}; it goes with {_and([f'{short(n)} (a sink in {k(n)})' for n in removed])} but stays with "
+                             f"{_and([f'{short(n)} ({k(n)})' for n in kept])}, so 'softmax must sum to 1' does not explain it alone.")
+        elif removed:
+            cause = True
+            sentences.append(f"{lead}, and it goes whenever rows need not sum to one ({_and([short(n) for n in removed])}), as "
+                             "'softmax must sum to 1' predicts.")
+        elif kept:
+            cause = False
+            sentences.append(f"{lead}, and it stays when rows need not sum to one ({_and([short(n) for n in kept])}), which "
+                             "'softmax must sum to 1' does not explain.")
+        else:
+            cause = "untested"
+            sentences.append(f"{lead}; no arm here lets rows sum to less than one, so the cause is not tested.")
+    elif base is not None and max(base["sink_max"]) > SINK_THRESHOLD:  # no testbed sink: the sinks study's slots test the cause
+        slots = {name: c for name in ESCAPES if (c := snk["cells"].get(f"bos=true, sink={name}")) is not None}
+        removed = [f"the {name} slot" for name, c in slots.items() if max(c["sink_max"]) <= SINK_THRESHOLD]
+        kept = [f"the {name} slot" for name, c in slots.items() if max(c["sink_max"]) > SINK_THRESHOLD]
+        cause = "untested" if not slots else "mixed" if removed and kept else bool(removed)
+        lead = f"A sink forms on BOS in the sinks study (largest head {max(base['sink_max']):.3f})"
+        sentences.append(f"{lead}; " + ("no escape slot was tried, so the cause is not tested." if not slots else
+                         f"it goes with {_and(removed)} but stays with {_and(kept)}." if cause == "mixed" else
+                         either(cause, f"an escape slot removes it ({_and(removed)}), as 'softmax must sum to 1' predicts.",
+                                f"it stays with an escape slot ({_and(kept)}), which 'softmax must sum to 1' does not explain.")))
+    else:
+        cause = "untested"
+    study_said = not tb_forms and text_forms and bool(sentences)  # the sinks study's sentence already reports the sink
+    if text_forms and not study_said:
+        sentences.append(f"The character models here form one{' too' if tb_forms else ''} (largest first-token weight {text_peak:.3f})"
+                         + ("." if tb_forms else "; no escape-slot run here tests its cause."))
+    elif tb_forms and not text_forms:
+        sentences.append(f"The character models here form none (largest head's first-token weight {text_peak:.3f}).")
+    elif not tb_forms and not text_forms:
+        sentences.append(f"No model here forms a first-token sink (largest head's first-token weight {text_peak:.3f}), so neither "
+                         "the sink nor its cause is tested.")
+    return Finding(" ".join(sentences), {"forms": bool(tb_forms or text_forms), "removed_by": removed, "kept_by": kept, "cause": cause},
+                   {"text_peak": text_peak, "testbed_base_sinks": sum(_bb_sinks(tb_base)) if tb_base else None})
+
+
+def _count(flags: list[bool]) -> str:
+    """'5 of 5 seeds': how often a mechanism formed, without the interval the detail gives."""
+    return f"{sum(flags)} of {_seeds(len(flags))}"
 
 
 def _spread(values: list) -> str:

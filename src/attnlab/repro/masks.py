@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .verdict import Claim, Table, depends, grade
+from .verdict import Claim, Finding, Table, depends, either, grade
 
 CAST = "-1e9 cast"  # -1e9 in an fp32 mask, cast to the logits' dtype
 FILLS = ("-inf", "finfo.min", "-1e9", CAST, "-1e4")
@@ -176,6 +176,7 @@ def claim_7(grid: list[dict]) -> Claim:
                             "with " + ", ".join(k for k, ok in silent.items() if not ok))
         reason += (" -inf is " + ("right" if inf_partial_ok else "wrong") + " for partly masked rows and "
                    + ("safe" if inf_full_safe else "not safe") + " for fully masked rows.")
+    finding = _claim_7_finding(silent, fp16_1e9, cast_value, inf_partial_ok, inf_full_safe, inf_full)
     safe = safe_combinations(grid)
     nan_free = safe_combinations(grid, full_ok=SAFE | {"uniform", "unmasked", "other"})
     inf_full_explicit = {d: lookup(grid, path="explicit softmax", dtype=d, fill="-inf", row="full") for d in DTYPES}
@@ -205,8 +206,31 @@ def claim_7(grid: list[dict]) -> Claim:
         "fully masked row zeros): " + ("; ".join(safe) or "none") + ". The other combinations' fully masked rows: "
         + ", ".join(f"{o} {n}" for o, n in sorted(others.items())) + " (uniform or unmasked: finite, but wrong unless that row's output "
         "is discarded).",
-        tables,
+        tables, finding=finding,
     )
+
+
+def _claim_7_finding(silent: dict, fp16_1e9: dict, cast_value: float, inf_partial_ok: bool, inf_full_safe: bool,
+                     inf_full: dict) -> Finding:
+    """The summary: in which way of building the mask -1e9 turns into -inf or NaN in fp16, then what -inf does."""
+    fill, cast = silent["masked_fill with a Python scalar"], silent["an fp32 mask cast to fp16"]
+    outcomes = set(fp16_1e9.values())
+    filled = "raises an error" if outcomes == {"error"} else "gives NaN" if "NaN" in outcomes else "stays finite"
+    if fill and cast:
+        first = "-1e9 turns into -inf or NaN in fp16 whichever way the mask is built"
+    elif cast:
+        first = f"-1e9 silently becomes {cast_value:g} in fp16 only when an fp32 mask is cast to fp16; masked_fill with -1e9 on fp16 logits {filled} instead"
+    elif fill:
+        first = f"-1e9 turns into NaN in fp16 through masked_fill, while an fp32 mask cast to fp16 holds {cast_value:g}"
+    else:
+        first = f"-1e9 does not silently become -inf or NaN in fp16: masked_fill {filled} and an fp32 mask cast to fp16 holds {cast_value:g}"
+    second = (either(inf_partial_ok, "-inf is right for partly masked rows", "-inf is wrong for some partly masked rows")
+              + either(inf_full_safe, " and for fully masked rows too.",
+                       f", but a fully masked row gives {inf_full['explicit softmax']} through an explicit softmax "
+                       f"(SDPA math/flash: {inf_full['SDPA math']}/{inf_full['SDPA flash']})."))
+    return Finding(f"{first}. {second}", {"masked_fill_overflows": bool(fill), "cast_mask_overflows": bool(cast),
+                                           "inf_partial_ok": bool(inf_partial_ok), "inf_full_safe": bool(inf_full_safe)},
+                   {"fp16_masked_fill": sorted(outcomes), "cast_value_fp16": cast_value, "inf_full_row": inf_full})
 
 
 def _claim_7_fp16(fp16_1e9: dict, grid: list[dict]) -> str:
@@ -227,7 +251,8 @@ def _claim_7_cast(value: float, outcomes: dict) -> str:
 
 def claim_11(grid: list[dict]) -> Claim:
     bf16 = {p: lookup(grid, path=p, dtype="bf16", fill="-1e9", row="full") for p in PATHS}
-    v, reason = grade({"-1e9 in bf16, fully masked row -> NaN": bf16["explicit softmax"] == "NaN"})
+    nan = bf16["explicit softmax"] == "NaN"
+    v, reason = grade({"-1e9 in bf16, fully masked row -> NaN": nan})
     nan_cases = sorted({f"{g['path']} / {g['dtype']} / {g['fill']}" for g in grid if g["outcome"] == "NaN"})
     nan_fills = {g["fill"] for g in grid if g["outcome"] == "NaN"}
     # a fill that is -inf by the time the softmax sees it: written so, or -1e9 cast to a dtype without it
@@ -240,6 +265,14 @@ def claim_11(grid: list[dict]) -> Claim:
                     + (", or -1e9 cast to fp16" if CAST in nan_fills else "") + f"); NaN cases: {', '.join(nan_cases)}.")
     else:
         nan_text = f"NaN cases: {', '.join(nan_cases)}."
+    kernels = f"SDPA math/flash: {bf16['SDPA math']}/{bf16['SDPA flash']}"
+    finding = Finding(
+        either(nan, f"A fully masked bf16 row with -1e9 does give NaN through an explicit softmax ({kernels}).",
+               f"A fully masked bf16 row with -1e9 is {bf16['explicit softmax']}, not NaN, through an explicit softmax ({kernels})"
+               + either(bf16["explicit softmax"] == "uniform", ": every logit is the same -1e9, so each key gets weight 1/n.", "."))
+        + either(nan_fills and inf_masked, " The NaNs measured come from fills that are -inf when the softmax sees them.",
+                 "" if not nan_fills else " Other fills give NaN too."),
+        {"bf16_full_row_nan": nan, "nan_from_inf_fills": bool(nan_fills and inf_masked)}, {"bf16_full_row": bf16, "nan_cases": nan_cases})
     return Claim(
         11, "-1e9 in BF16 with a fully masked row gives NaN, not 0",
         {"bf16 -1e9 fully masked row": "NaN"},
@@ -251,4 +284,5 @@ def claim_11(grid: list[dict]) -> Claim:
         + f" and {bf16['SDPA math']}/{bf16['SDPA flash']} in SDPA math/flash"
         + (" (bf16 cannot hold -1e9 + a logit more finely than -1e9 itself)" if "uniform" in (bf16["SDPA math"], bf16["SDPA flash"]) else "")
         + f". {nan_text}",
+        finding=finding,
     )

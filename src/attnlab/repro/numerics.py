@@ -10,32 +10,32 @@ import math
 import numpy as np
 import torch
 
-from .verdict import AGREES, DIFFERS, Claim, Table, compare, fmt, grade, same_printed, within
+from .verdict import AGREES, DIFFERS, Claim, Finding, Table, compare, either, fmt, grade, same_printed, within
 
 DIMS = (16, 64, 256, 1024)
 
-# Seed 000, experiment 1: d -> (dot std, dot std / sqrt(d)).
+# Article A, experiment 1: d -> (dot std, dot std / sqrt(d)).
 SOURCE_DOT_STD = {16: (4.001, 1.000), 64: (8.114, 1.014), 256: (16.144, 1.009), 1024: (33.293, 1.040)}
-# Seed 000, section 3.1: (n, logit std) -> (mean max prob, mean entropy); uniform entropy is log n.
+# Article A, section 3.1: (n, logit std) -> (mean max prob, mean entropy); uniform entropy is log n.
 SOURCE_SATURATION = {
     (4, 1.0): (0.5208, 1.110), (4, 4.0): (0.8313, 0.421), (4, 16.0): (0.9567, 0.105),
     (16, 1.0): (0.2481, 2.356), (16, 4.0): (0.7029, 0.848), (16, 16.0): (0.9263, 0.187),
     (64, 1.0): (0.1069, 3.686), (64, 4.0): (0.5887, 1.317), (64, 16.0): (0.8936, 0.273),
     (256, 1.0): (0.0436, 5.050), (256, 4.0): (0.5114, 1.778), (256, 16.0): (0.8766, 0.326),
 }
-# Seed 000, experiment 1 (second half): d -> (max_p unscaled, max_p scaled, "entropy (scaled)", "uniform entropy").
+# Article A, experiment 1 (second table): d -> (max_p unscaled, max_p scaled, "entropy (scaled)", "uniform entropy").
 SOURCE_UNSCALED = {
     16: (0.7267, 0.0319, 0.110, 2.773), 64: (0.9990, 0.0350, 0.117, 4.159),
     256: (0.9999, 0.0347, 0.117, 5.545), 1024: (0.9999, 0.0170, 0.069, 6.931),
 }
-# Seed 001: softmax([2, 1, .5, 0]) as printed, and the "typical" logit size for d = 128, 512.
+# Article B, section 2: softmax([2, 1, .5, 0]) as printed, and the "typical" logit size for d = 128, 512.
 SOURCE_SOFTMAX_4 = [0.55, 0.20, 0.12, 0.07]
 SOURCE_LOGIT_SIZE = {128: 11.0, 512: 23.0}
 
 
 # ---------------------------------------------------------------- claim 1
 def dot_std_as_written(dims=DIMS, n: int = 2000, seed: int = 0) -> list[dict]:
-    """Seed 000's loop: one manual_seed, then q, k = randn(n, d) for each d in order."""
+    """Article A's experiment 1 loop: one manual_seed, then q, k = randn(n, d) for each d in order."""
     torch.manual_seed(seed)
     rows = []
     for d in dims:
@@ -81,6 +81,15 @@ def claim_1(samples: int) -> Claim:
     )
     v, reason = grade({"std(q.k) = sqrt(d)": theory_ok, "the source's table is what its code prints": ok_std and ok_sc})
     spread = f"{min(SOURCE_DOT_STD[d][1] for d in DIMS):.3f}-{max(SOURCE_DOT_STD[d][1] for d in DIMS):.3f}"
+    ratios = [big[d] / math.sqrt(d) for d in DIMS]
+    finding = Finding(
+        f"Over {samples:,} pairs std(q.k)/sqrt(d) is {min(ratios):.3f}-{max(ratios):.3f} for d = 16-1024, "
+        + either(theory_ok, "so dividing by sqrt(d) does bring the spread back to 1", "off 1 by more than sampling noise")
+        + ". " + either(ok_std and ok_sc, f"The source's table reprints digit for digit from its code, and its {spread} are "
+                        + either(noise, "sampling noise of 2,000 pairs.", f"{z_src:.1f} standard errors from 1, more than noise."),
+                        f"The source's table is not what its code prints (max |diff| {dmax:.3g})."),
+        {"theory": bool(theory_ok), "table_reprinted": bool(ok_std and ok_sc), "source_spread_is_noise": bool(noise)},
+        {"ratio_min": min(ratios), "ratio_max": max(ratios), "source_max_z": z_src})
     return Claim(
         1, "std(q.k) = sqrt(d) for unit-variance q, k; dividing by sqrt(d) brings it back to 1",
         {str(d): {"std": s, "scaled": c} for d, (s, c) in SOURCE_DOT_STD.items()},
@@ -94,7 +103,7 @@ def claim_1(samples: int) -> Claim:
         + f", and the source's {spread} are "
         + (f"sampling noise (at most {z_src:.1f} standard errors from 1)." if noise
            else f"more than sampling noise ({z_src:.1f} standard errors from 1)."),
-        [table],
+        [table], finding=finding,
     )
 
 
@@ -103,7 +112,7 @@ SCALES_2 = (1.0, 4.0, 16.0)
 
 
 def saturation_as_written(ns=(4, 16, 64, 256), scales=SCALES_2, rows: int = 2000, seed: int = 0) -> list[dict]:
-    """Seed 000 section 3.1: manual_seed(0) per cell, softmax of randn(rows, n) * scale; entropy with +1e-10."""
+    """Article A section 3.1: manual_seed(0) per cell, softmax of randn(rows, n) * scale; entropy with +1e-10."""
     out = []
     for n in ns:
         for scale in scales:
@@ -149,6 +158,13 @@ def claim_2() -> Claim:
     v, reason = grade({"max prob cells": ok_p, "entropy cells": ok_h})
     top = [r["max_p"] for r in rows if r["scale"] == max(SCALES_2)]
     sharp = min(top) > 0.5
+    finding = Finding(
+        either(ok_p and ok_h, f"All {len(rows)} cells of the saturation table reprint digit for digit from the source's code",
+               f"The saturation table does not reprint from the source's code (max |diff| {dp:.3g} in max p, {dh:.3g} in entropy)")
+        + f"; at logit std {max(SCALES_2):g} the largest weight averages {min(top):.2f}-{max(top):.2f}, "
+        + either(sharp, "most of each row on one entry: saturated, as stated.", "not saturated."),
+        {"max_p_cells": bool(ok_p), "entropy_cells": bool(ok_h), "saturated": bool(sharp)},
+        {"top_min": min(top), "top_max": max(top)})
     return Claim(
         2, "Softmax saturation table: n x logit std -> mean max prob and entropy (e.g. n=4, std=16: 0.9567, 0.105)",
         {f"n={n},std={s}": {"max_p": v[0], "entropy": v[1]} for (n, s), v in SOURCE_SATURATION.items()},
@@ -159,13 +175,13 @@ def claim_2() -> Claim:
         + f"; at logit std {max(SCALES_2):g} the mean max prob is {min(top):.2f}-{max(top):.2f}: "
         + ("most of each row's weight on one entry, saturated as stated." if sharp else "not saturated."),
         [table],
-        ["saturation.png"],
+        ["saturation.png"], finding=finding,
     )
 
 
 # ---------------------------------------------------------------- claim 3
 def unscaled_as_written(dims=DIMS, n: int = 500, seed: int | None = 0) -> list[dict]:
-    """Seed 000 experiment 1's second loop, verbatim: ``dot`` is a vector of n products, so each
+    """Article A experiment 1's second loop, verbatim: ``dot`` is a vector of n products, so each
     softmax runs over n = 500 *pairs*, ``.max(-1).values.mean()`` is a scalar, and the "entropy" is
     -b log b of that scalar. ``seed=None`` continues the global RNG (the script order)."""
     if seed is not None:
@@ -242,6 +258,7 @@ def claim_3(trials: int) -> Claim:
                       {"the 'entropy' column is an entropy": not scalar_entropy_ok,
                        "'uniform entropy' log d is the uniform entropy of the softmax it is compared with": uniform_ok,
                        "'max_p unscaled all = 0.9999'": all_saturated})
+    finding = _claim_3_finding(ok_rerun, dmax, not scalar_entropy_ok, uniform_ok, all_saturated, scaled_entropies, d16, rows[0]["entries"])
     return Claim(
         3, "Unscaled vs scaled max prob for d_k in {16, 64, 256, 1024} (0.7267/0.0319, 0.9990/0.0350, ...), with an entropy column vs log(d)",
         {str(d): dict(zip(("max_p_unscaled", "max_p_scaled", "entropy", "uniform_entropy"), v_)) for d, v_ in SOURCE_UNSCALED.items()},
@@ -250,8 +267,30 @@ def claim_3(trials: int) -> Claim:
         ("The code re-run with a fresh seed 0 prints the source's numbers digit for digit"
          if ok_rerun else f"The re-run does not reproduce the printed numbers (max |diff| {dmax:.3g})")
         + _claim_3_problems(scalar_entropy_ok, uniform_ok, all_saturated, scaled_entropies, d16, trials, rows[0]["entries"]),
-        [t1, t2],
+        [t1, t2], finding=finding,
     )
+
+
+def _claim_3_finding(rerun: bool, dmax: float, entropy_ok: bool, uniform_ok: bool, all_saturated: bool,
+                     scaled_entropies: list[float], d16: dict, entries: int) -> Finding:
+    """The summary: what the 'entropy' column is, whether the max-prob figures reprint, then the other two figures."""
+    log_n = math.log(entries)
+    lo, hi = min(scaled_entropies), max(scaled_entropies)
+    first = (either(entropy_ok, "The source's 'entropy' column is an entropy of the distribution",
+                    f"The source's 'entropy' column is -p log p of one probability, not an entropy of the distribution (which is "
+                    f"{lo:.2f}-{hi:.2f} nats when scaled)")
+             + "; " + either(rerun, "its max-prob figures reproduce digit for digit.",
+                             f"its max-prob figures do not reproduce (max |diff| {dmax:.3g})."))
+    others = []
+    if not uniform_ok:
+        others.append(f"its uniform reference should be log {entries} = {log_n:.2f}, not log d")
+    if not all_saturated:
+        others.append(f"unscaled max p at d = {d16['d']} averages {d16['max_p_unscaled']:.3f}, not the 0.9999 it states for every d")
+    joined = "; ".join(others)
+    second = f" {joined[:1].upper()}{joined[1:]}." if others else ""
+    return Finding(first + second, {"entropy_is_entropy": bool(entropy_ok), "max_p_reprinted": bool(rerun),
+                                    "uniform_reference_right": bool(uniform_ok), "all_unscaled_saturated": bool(all_saturated)},
+                   {"scaled_entropy_min": lo, "scaled_entropy_max": hi, "log_entries": log_n, "d16_max_p_unscaled": d16["max_p_unscaled"]})
 
 
 def _claim_3_problems(scalar_entropy: bool, uniform_ok: bool, all_saturated: bool, scaled_entropies: list[float], d16: dict,
@@ -277,7 +316,7 @@ def _claim_3_problems(scalar_entropy: bool, uniform_ok: bool, all_saturated: boo
 
 # ---------------------------------------------------------------- claim 9
 def softmax_numpy_as_written(logits=(2.0, 1.0, 0.5, 0.0), factor: float = 11.0) -> tuple[np.ndarray, np.ndarray]:
-    """Seed 001's numpy softmax (max-subtracted), on the logits and on factor x the logits."""
+    """Article B's numpy softmax (max-subtracted), on the logits and on factor x the logits."""
     def softmax(z):
         z = z - z.max()
         e = np.exp(z)
@@ -293,7 +332,7 @@ def claim_9(samples: int) -> Claim:
     ok_size = all(within(SOURCE_LOGIT_SIZE[d], sizes[d], rel_tol=0.05) for d in sizes)
     one_hot = p11[0] > 0.999
     t = Table(
-        "softmax([2, 1, 0.5, 0]) and x11, with seed 001's numpy code",
+        "softmax([2, 1, 0.5, 0]) and x11, with article B's numpy code",
         ["", "source", "ours"],
         [["softmax([2,1,.5,0])", str(SOURCE_SOFTMAX_4), "[" + ", ".join(f"{x:.3f}" for x in p) + "]"],
          ["sum", f"{sum(SOURCE_SOFTMAX_4):.2f}", f"{p.sum():.2f}"],
@@ -301,6 +340,15 @@ def claim_9(samples: int) -> Claim:
         + [[f"std(q.k), d={d}", f"about +-{SOURCE_LOGIT_SIZE[d]:g}", f"{sizes[d]:.2f} (sqrt(d) = {math.sqrt(d):.2f})"] for d in sizes],
     )
     v, reason = grade({"logit size +-11 / +-23": ok_size, "x11 is one-hot": one_hot}, {"softmax([2,1,.5,0]) printed values": ok_p})
+    printed = "[" + ", ".join(f"{x:.3f}" for x in p) + "]"
+    finding = Finding(
+        either(ok_p, f"softmax([2, 1, 0.5, 0]) is {printed}, as printed",
+               f"softmax([2, 1, 0.5, 0]) is {printed}, not the printed [{', '.join(f'{x:.2f}' for x in SOURCE_SOFTMAX_4)}] "
+               f"(which sum to {sum(SOURCE_SOFTMAX_4):.2f})")
+        + f". The logit sizes {either(ok_size, 'hold', 'do not hold')} (std(q.k) {sizes[128]:.1f} and {sizes[512]:.1f} for d = 128, 512) "
+        + f"and x11 {either(one_hot, 'is', 'is not')} one-hot (max p {p11[0]:.5f}).",
+        {"printed_softmax": bool(ok_p), "logit_size": bool(ok_size), "one_hot": bool(one_hot)},
+        {"softmax": p.tolist(), "std_128": sizes[128], "std_512": sizes[512], "x11_max_p": float(p11[0])})
     return Claim(
         9, "d=128 gives logits around +-11, d=512 around +-23; softmax([2,1,.5,0]) = [.55 .20 .12 .07] but x11 is one-hot",
         {"softmax": SOURCE_SOFTMAX_4, "logit_size": SOURCE_LOGIT_SIZE, "x11": [1.0, 0.0, 0.0, 0.0]},
@@ -312,7 +360,7 @@ def claim_9(samples: int) -> Claim:
         + ("The rest holds: " if ok_size and one_hot else "The rest: ")
         + f"std(q.k) = {sizes[128]:.1f} and {sizes[512]:.1f} for d = 128, 512 ({'about +-11 and +-23, as stated' if ok_size else 'not the stated +-11 and +-23'}) "
         f"and x11 gives max p {p11[0]:.5f} ({'one-hot' if one_hot else 'not one-hot'}).",
-        [t],
+        [t], finding=finding,
     )
 
 
@@ -380,10 +428,11 @@ def claim_10_math(samples: int) -> tuple[dict, list[Table], dict]:
 
 
 def claim_10_fast(samples: int) -> Claim:
-    from .judge import judge_10
+    from .judge import finding_10, judge_10
 
     measured, tables, facts = claim_10_math(samples)
-    return Claim(10, CLAIM_10, SOURCE_10, measured, *judge_10({**facts, "training": None}), tables)
+    judged = {**facts, "training": None}
+    return Claim(10, CLAIM_10, SOURCE_10, measured, *judge_10(judged), tables, finding=finding_10(judged))
 
 
 INIT_10, D_MODEL_10 = 0.02, 128  # the default preset's init std and width

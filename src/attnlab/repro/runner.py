@@ -51,7 +51,7 @@ def reproduce(mode: str, out: Path, log=print, reports: Path | None = None) -> t
     claims.append(step("claim 9", lambda: numerics.claim_9(cfg["samples"])))
     grid = step("mask grid (claims 7, 11)", masks.mask_grid)
     claims += [masks.claim_7(grid), masks.claim_11(grid)]
-    mem = step("memory (claims 6, 14, 15)", lambda: memory.memory_measurements(list(cfg["mem_ts"])))
+    mem = step("memory (claims 6, 14, 15)", lambda: memory.memory_measurements(list(cfg["mem_ts"]), bench=reports / "bench" / "bench.json"))
     for c in (memory.claim_6(mem), memory.claim_14(mem), memory.claim_15(mem)):
         c.tables.insert(0, memory.memory_table(mem)) if c.id == 14 else None
         claims.append(c)
@@ -81,7 +81,7 @@ def reproduce(mode: str, out: Path, log=print, reports: Path | None = None) -> t
     else:
         claims.append(step("claim 10 (math)", lambda: numerics.claim_10_fast(cfg["samples"])))
     claims.sort(key=lambda c: c.id)
-    meta = {"mode": mode, "torch": torch.__version__, "device": "CPU", "wall_s": time.perf_counter() - t0,
+    meta = {"mode": mode, "torch": torch.__version__, "device": "CPU", "threads": torch.get_num_threads(), "wall_s": time.perf_counter() - t0,
             "omitted": [] if cfg["training"] else list(TRAINING_IDS)}
     return claims, meta
 
@@ -90,6 +90,6 @@ def main(mode: str, out: Path, log=print, reports: Path | None = None) -> list[C
     claims, meta = reproduce(mode, out, log, reports)
     paths = write_reports(claims, out, meta)
     for c in claims:
-        log(f"claim {c.id:>2}: {c.verdict:<8} {c.claim}\n           {c.reason}")
+        log(f"claim {c.id:>2}: {c.verdict:<8} {c.claim}\n           {c.summary}")
     log(f"wrote {paths['md']}, {paths['json']}, {paths['readme']} ({meta['wall_s']:.0f} s)")
     return claims

@@ -26,7 +26,7 @@ from ..model import GPT, GPTConfig
 from ..console import quiet_lightning
 from ..train import train
 from . import studies
-from .judge import SINK_THRESHOLD, judge_8, judge_10, judge_12, judge_13
+from .judge import SINK_THRESHOLD, finding_8, finding_10, finding_12, finding_13, judge_8, judge_10, judge_12, judge_13
 from ..report.numbers import mean_pm_std
 from .verdict import Claim, Table, fmt
 
@@ -261,7 +261,7 @@ def claim_8(res: dict, jac_rows: list[dict], jac_n: int, level: dict, reports: P
         8, "Without scaling, training fails through softmax saturation and vanishing gradients (Jacobian diag(p) - pp^T -> 0)",
         {"unscaled_training": "fails", "mechanism": "saturated softmax, vanishing gradient"},
         {"judged": m, "runs": res["ablation"], "jacobian": jac_rows, "settings": res["settings"]},
-        *judge_8(m), tables, ["jacobian.png"],
+        *judge_8(m), tables, ["jacobian.png"], finding=finding_8(m),
     )
 
 
@@ -286,7 +286,8 @@ def claim_10_full(res: dict, samples: int) -> Claim:
     training = {"sigma_init_logit_std": sig["init"]["logit_std"], "scaled_init_logit_std": sc["init"]["logit_std"],
                 "sigma_final_loss": sig["final"]["loss"], "scaled_final_loss": sc["final"]["loss"],
                 "sigma_final_logit_std": sig["final"]["logit_std"], "steps": res["settings"]["ablation_steps"], "seeds": 1}
-    return Claim(10, CLAIM_10, SOURCE_10, measured, *judge_10({**facts, "training": training}), tables)
+    judged = {**facts, "training": training}
+    return Claim(10, CLAIM_10, SOURCE_10, measured, *judge_10(judged), tables, finding=finding_10(judged))
 
 
 def claim_12(res: dict, reports: Path) -> Claim:
@@ -309,7 +310,7 @@ def claim_12(res: dict, reports: Path) -> Claim:
     return Claim(
         12, "Head types in trained models: positional (layers 1-4), syntactic (5-16), induction (middle-late), sink (every layer)",
         {"positional": "layers 1-4", "syntactic": "layers 5-16", "induction": "middle-late layers", "sink": "every layer"},
-        m, *judge_12(m), [t], ["heads.png"],
+        m, *judge_12(m), [t], ["heads.png"], finding=finding_12(m),
     )
 
 
@@ -351,5 +352,5 @@ def claim_13(res: dict, reports: Path) -> Claim:
     return Claim(
         13, "Attention sink: the first token absorbs weight because softmax must sum to 1",
         {"sink": "first token absorbs a large share of attention", "cause": "softmax sums to 1"},
-        m, *judge_13(m), tables,
+        m, *judge_13(m), tables, finding=finding_13(m),
     )
