@@ -181,6 +181,19 @@ def test_layout_of_a_synthetic_sweep(tmp_path, monkeypatch):
     assert page.count("<table>") == len(md_tables(md)) and page.count("<tr") == sum(1 + len(r) for _, r in md_tables(md))
 
 
+def test_machine_columns_leave_the_main_table_and_a_model_cost_stays_when_it_varies():
+    def cell(n_kv, kv_bytes):
+        m = {"val/loss": Metric(2.0, 0.1, 3), "perf/tokens_per_s": Metric(1e4, 2e3, 3), "mem/kv_cache_bytes_per_token": Metric(kv_bytes, 0.0, 3)}
+        return TableCell({"model.n_kv_head": n_kv}, 3, metrics=m)
+
+    keys = ["val/loss", "perf/tokens_per_s", "mem/kv_cache_bytes_per_token"]
+    varying = Study("gqa", ["model.n_kv_head"], [cell("1", 1024.0), cell("4", 4096.0)], keys, 0)
+    constant = Study("other", ["model.n_kv_head"], [cell("1", 1024.0), cell("4", 1024.0)], keys, 0)
+    assert varying.main_keys == ["val/loss", "mem/kv_cache_bytes_per_token"] and varying.machine_keys == ["perf/tokens_per_s"]
+    assert constant.main_keys == ["val/loss"]
+    assert len(layout.main_table(varying)[1]) == 2  # no attention-free row without a text corpus
+
+
 def test_restat_relays_a_committed_report_from_its_files(tmp_path):
     """A report re-laid from ablation.csv and summary.json alone: the same tests, intervals and headline; without
     per-seed values it says so, and the per-seed section is left out."""

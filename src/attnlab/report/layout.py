@@ -583,7 +583,7 @@ def layer_tables(study: Study) -> list[tuple[str | None, list[str], list[list[st
 def machine_table(study: Study) -> tuple[list[str], list[list[str]]]:
     keys = study.machine_keys
     header = [short(a) for a in study.axes] + ["seeds"] + [label(k) for k in keys]
-    return header, [[c.axes[a] for a in study.axes] + [_seeds_cell(c)]
+    return header, [[c.axes[a] for a in study.axes] + [str(c.n_ok)]  # the failed runs are flagged once, in the main table
                     + [mean_ci(c.mean(k), c.interval(k), MACHINE_SCALE.get(k, 1.0)) for k in keys] for c in study.cells]
 
 
@@ -689,7 +689,8 @@ def blocks(study: Study, analysis: Analysis) -> list[tuple]:
                 ("table", *effects_rows(analysis.effects))]
     tables = layer_tables(study)
     if tables:
-        out += [("h2", "Per layer"), ("p", "Each layer's final statistic, mean over seeds [95 % t interval], as in the main table.")]
+        out += [("h2", "Per layer"), ("p", "Each layer's final statistic, " + ("a single run per cell." if study.seeds_text == "1" else
+                                                                           "mean over seeds [95 % t interval], as in the main table."))]
         for name, header, body in tables:
             if name:
                 out.append(("h3", name))

@@ -268,7 +268,8 @@ def heads_over_training(histories: dict[str, list[list[dict]]], path: Path) -> P
             for ax, stat in zip(axes[0][1:], list(HEAD_PANELS)[1:]):
                 layers = sorted({k.split("/")[0] for k in history[-1] if k.startswith("L") and k.endswith(f"/{stat}")})
                 for style, layer in zip(["-", "--", ":", "-."], layers):
-                    ax.plot(steps, [p.get(f"{layer}/{stat}") for p in history], style, color=palette[colour], lw=0.8)
+                    # with a marker: a statistic measured once (the knockout at the end) still shows
+                    ax.plot(steps, [p.get(f"{layer}/{stat}") for p in history], style, color=palette[colour], lw=0.8, marker=".", ms=4)
     for ax, title in zip(axes[0], HEAD_PANELS.values()):
         ax.set_xlabel("step")
         ax.set_title(title.replace("L{i}", "each layer") + (" (solid L0, dashed L1, ...)" if "{i}" in title else ""), fontsize=8)
