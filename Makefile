@@ -16,6 +16,7 @@ RUN    ?=
 JOBS   ?= 2
 LAUNCHER ?= local
 PARTITION ?=
+STUDY  ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help install lock wheelhouse offline-check train test test-all sweep table repro bench sample gpu-check dashboard sync clean
@@ -79,8 +80,8 @@ offline-check: ## simulate an offline GPU node on CPU: fresh venv + preinstalled
 	$(MAKE) wheelhouse ARGS=--with-torch
 	$(BIN)/pytest -q -m slow tests/test_offline_node.py
 
-dashboard: $(STAMP) ## create a W&B workspace for the runs (prints the plan when not logged in)
-	$(BIN)/attnlab dashboard $(ARGS)
+dashboard: $(STAMP) ## create a W&B workspace for the runs, STUDY=sinks for one study's group and axes (prints the plan when not logged in)
+	$(BIN)/attnlab dashboard $(if $(STUDY),--study $(STUDY)) $(ARGS)
 
 sync: $(STAMP) ## upload offline W&B runs under logs/ (needs network and a W&B login)
 	@runs=$$(find logs -type d -name 'offline-run-*' 2>/dev/null); \

@@ -69,7 +69,9 @@ def fake_run(tmp_path, logger: dict, run_group=None):
 
 def test_summary_joins_the_group_and_mode_of_the_runs(tmp_path):
     wandb_logger = {"wandb": {"project": "p", "mode": "offline"}, "csv": {}}
-    assert wandb_target([fake_run(tmp_path, wandb_logger)]) == {"project": "p", "mode": "offline", "group": "2026-01-01_dk_scaling"}
+    # runs recorded without a group: the summary follows them into their sweep dir's group
+    assert wandb_target([fake_run(tmp_path, wandb_logger)]) == {"project": "p", "mode": "offline", "group": "2026-01-01_dk_scaling",
+                                                                "sweeps": []}
     assert wandb_target([fake_run(tmp_path, wandb_logger, run_group="mine")])["group"] == "mine"
     assert wandb_target([fake_run(tmp_path, {"csv": {}})]) is None
     assert wandb_target([fake_run(tmp_path, {"wandb": {"mode": "disabled"}})]) is None

@@ -13,7 +13,6 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import fields
 from pathlib import Path
 
 from .startup import defer_scipy_signal
@@ -29,7 +28,6 @@ from hydra.utils import instantiate  # noqa: E402
 from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-from .attention import AttentionConfig  # noqa: E402
 from .callbacks.interrupt import GracefulInterrupt, Interrupted  # noqa: E402
 from .checkpointing import AtomicCheckpointIO, newest_intact, read_checkpoint  # noqa: E402
 from .config import CONF_DIR  # noqa: E402
@@ -41,41 +39,20 @@ from .module import GPTModule  # noqa: E402
 from .resources import check_fits, is_out_of_memory, out_of_memory  # noqa: E402
 from .results import DISK_HINTS, RESULTS, RunRecord, is_rank_zero  # noqa: E402
 from .slurm import cluster_plugins, scheduler_restarts, slurm_job  # noqa: E402
+from . import wandb_runs  # noqa: E402
 
 log = logging.getLogger("attnlab")
 
-# Top-level W&B config fields, so the UI can group and filter runs by the ablation axes; the
-# attention's come from its schema.
-AXES = {
-    **{f.name: f"model.attention.{f.name}" for f in fields(AttentionConfig)},
-    "d_k": "model.d_k",
-    "n_head": "model.n_head",
-    "n_kv_head": "model.n_kv_head",
-    "n_layer": "model.n_layer",
-    "d_model": "model.d_model",
-    "init_std": "model.init_std",
-    "attn_only": "model.attn_only",
-    "lr": "optim.lr",
-    "precision": "trainer.precision",
-    "seed": "seed",
-}
+AXES = wandb_runs.AXES  # the top-level W&B config fields: every axis a committed study sweeps (wandb_runs.py)
 
 
-def axes(cfg: DictConfig) -> dict:
-    values = {name: OmegaConf.select(cfg, key, default=None) for name, key in AXES.items()}
-    values["d_k"] = values["d_k"] or cfg.model.d_model // cfg.model.n_head
-    values["n_kv_head"] = values["n_kv_head"] or values["n_head"]
-    values["data"] = cfg.data.get("source") or cfg.data.get("_target_", "").rsplit(".", 1)[-1]
-    return values
+def axes(cfg: DictConfig, overrides: list[str] = ()) -> dict:
+    return wandb_runs.axes(cfg, overrides)
 
 
-def run_group(cfg: DictConfig) -> str | None:
-    """W&B group: ``run_group`` if set, else the sweep dir's name for a multirun."""
-    if cfg.get("run_group"):
-        return cfg.run_group
-    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
-        return Path(HydraConfig.get().sweep.dir).name
-    return None
+def run_group(cfg: DictConfig) -> str:
+    """W&B group: ``run_group`` if set, else the study (a multirun's sweep dir is a tag, ``sweep=<dir name>``)."""
+    return wandb_runs.run_group(cfg)
 
 
 def wandb_run_id(run_dir: Path) -> str:
@@ -92,9 +69,10 @@ def wandb_run_id(run_dir: Path) -> str:
     return run_id
 
 
-def build_loggers(cfg: DictConfig, run_dir: Path) -> list:
+def build_loggers(cfg: DictConfig, run_dir: Path, identity: dict | None = None) -> list:
     """The configured loggers. Without the wandb package (a cluster node with a site torch, say)
-    the W&B logger is left out with one line, and CSV is kept or added so the run still logs."""
+    the W&B logger is left out with one line, and CSV is kept or added so the run still logs.
+    ``identity``: the W&B group, name and tags (``wandb_runs.wandb_identity``)."""
     loggers = []
     chosen = dict(cfg.get("logger") or {})
     if "wandb" in chosen and chosen["wandb"].mode != "disabled" and importlib.util.find_spec("wandb") is None:
@@ -107,15 +85,15 @@ def build_loggers(cfg: DictConfig, run_dir: Path) -> list:
         if name == "wandb":
             if lg_cfg.mode == "disabled":
                 continue  # truly off: no wandb.init, no files
-            a = axes(cfg)
+            who = identity or wandb_runs.wandb_identity(cfg, [])
             loggers.append(
                 instantiate(
                     lg_cfg,
                     save_dir=str(run_dir),
                     id=wandb_run_id(run_dir),
-                    name=lg_cfg.name or f"{a['backend']}-{a['scaling']}-dk{a['d_k']}-s{a['seed']}",
-                    group=run_group(cfg),
-                    tags=list(lg_cfg.tags) + [a["backend"], a["scaling"]],
+                    name=who["name"],
+                    group=who["group"],
+                    tags=list(dict.fromkeys([*lg_cfg.tags, *who["tags"]])),
                 )
             )
         else:
@@ -202,6 +180,14 @@ def earlier_interruptions(run_dir: Path) -> list[dict]:
         return []
 
 
+def earlier_wandb(run_dir: Path) -> dict | None:
+    """The W&B group, name and sweep the run dir's results.json recorded."""
+    try:
+        return json.loads((run_dir / RESULTS).read_text()).get("wandb")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def resume_checkpoint(cfg: DictConfig, run_dir: Path) -> tuple[str | None, dict | None]:
     """The checkpoint to continue from, checked, and what results.json says about it.
 
@@ -281,7 +267,11 @@ def train(cfg: DictConfig) -> dict:
         max_steps = cfg.trainer.max_steps
         ckpt_path, record.data["resumed_from"] = resume_checkpoint(cfg, run_dir)
         record.data["interruptions"] = earlier_interruptions(run_dir) if ckpt_path or scheduler_restarts() else []
-        loggers = build_loggers(cfg, run_dir)
+        continued = (run_dir / "wandb_run_id").exists()  # the same W&B run goes on: keep its group and name
+        identity = wandb_runs.wandb_identity(cfg, record.data["overrides"], earlier_wandb(run_dir) if continued else None)
+        if "wandb" in (cfg.get("logger") or {}):
+            record.data["wandb"] = {k: identity[k] for k in ("group", "name", "sweep")}  # the summary run joins this group
+        loggers = build_loggers(cfg, run_dir, identity)
         experiments_started = start_experiments(loggers)  # overlaps the corpus read and the model build
         dm = instantiate(cfg.data, block_size=cfg.model.block_size, steps=max_steps, seed=cfg.seed)
         dm.setup("fit")
@@ -307,7 +297,7 @@ def train(cfg: DictConfig) -> dict:
         check_kernel_runs(module, cfg, trainer)
         provenance = {k: record.data[k] for k in ("config", "overrides", "git_sha")}
         for lg in loggers:
-            lg.log_hyperparams({**axes(cfg), **provenance})
+            lg.log_hyperparams({**axes(cfg, record.data["overrides"]), "sweep": identity["sweep"], **provenance})
         with ddp_multirun_job(cfg):
             trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
         if module.last_val_step != trainer.global_step:

@@ -48,7 +48,7 @@ class AttentionMaps(L.Callback):
         self.saved_step = step
         for logger in trainer.loggers:
             if hasattr(logger, "log_image"):
-                logger.log_image(key="attn/maps", images=[str(path)], step=step)
+                logger.log_image(key="attn/maps", images=[str(path)], step=step, caption=[f"step {step}"])
         return path
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):

@@ -12,14 +12,18 @@ from .tables import read_csv
 
 
 def wandb_target(runs) -> dict | None:
-    """Project, group and mode of the study's W&B runs; None when none of them logged to W&B."""
+    """Project, group and mode of the study's W&B runs, and the sweep dirs they came from; None when
+    none of them logged to W&B."""
     for run in runs:
         config = run.results.get("config") or {}
         wandb_cfg = (config.get("logger") or {}).get("wandb")
         if wandb_cfg and wandb_cfg.get("mode", "offline") != "disabled":
-            # a multirun job's group is run_group, else its sweep dir's name (train.run_group)
+            # the group the run recorded (its study); runs recorded before it was: run_group, else the sweep dir's name
+            group = ((run.results.get("wandb") or {}).get("group") or wandb_cfg.get("group") or config.get("run_group")
+                     or run.dir.parent.name)
+            sweeps = sorted({s for r in runs if (s := (r.results.get("wandb") or {}).get("sweep"))})
             return {"project": wandb_cfg.get("project") or "attnlab", "mode": wandb_cfg.get("mode") or "offline",
-                    "group": config.get("run_group") or run.dir.parent.name}
+                    "group": group, "sweeps": sweeps}
     return None
 
 
@@ -35,8 +39,8 @@ def log_summary_run(study: str, out: Path, plots: list[Path], runs, sweep_dir: P
     columns, data = read_csv((out / "ablation.csv").read_text())
     try:
         run = wandb.init(project=target["project"], group=target["group"], mode=target["mode"], name=f"{study}-table",
-                         job_type="summary", dir=str(sweep_dir),
-                         config={"study": study, "sweep_dir": str(sweep_dir), "runs": len(runs)},
+                         job_type="summary", dir=str(sweep_dir), tags=[f"sweep={s}"[:64] for s in target["sweeps"]],
+                         config={"study": study, "sweep_dir": str(sweep_dir), "sweeps": target["sweeps"], "runs": len(runs)},
                          settings=wandb.Settings(quiet=True, silent=True), reinit="create_new")
         try:
             run.log({"ablation": wandb.Table(columns=columns, data=data),

@@ -1,0 +1,258 @@
+"""A study is one W&B group: runs named by the axes they set, every swept axis a top-level config
+field, pictures as W&B images, a dashboard per study, and its offline runs browsable together.
+
+The end-to-end tests read the offline ``.wandb`` files with wandb's own protobuf schema
+(``test_wandb_summary.records``) and with ``wandb leet inspect``, not with attnlab's logging code.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from omegaconf import OmegaConf
+
+from attnlab import wandb_runs
+from attnlab.config import compose_config
+from attnlab.dashboard import HEADLINE, build_plan, link_offline_runs, offline_runs
+from attnlab.report.wandb_summary import wandb_target
+from attnlab.sweep import studies, study_grid
+from test_wandb_summary import records
+
+STUDIES = [s for s, keys in wandb_runs.committed_sweeps().items() if keys]
+
+
+def hydra_text(value) -> str:
+    return str(value)  # how a multirun job's override writes a value (True for a bool)
+
+
+def grid_jobs(study: str, seeds=(0, 1)):
+    grid = study_grid(study)
+    for values in itertools.product(*grid.values(), seeds):
+        *cell, seed = values
+        yield grid, dict(zip(grid, cell)), seed
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_every_swept_key_is_a_top_level_field_with_the_runs_value(study):
+    cfg = compose_config([f"experiment={study}"])
+    for key, values in study_grid(study).items():
+        name = wandb_runs.axis_name(key)
+        assert wandb_runs.AXES.get(name) == key, (study, key, name)
+        value = values[-1]
+        override = [f"{key}={hydra_text(value)}"]
+        if name in wandb_runs.GROUP_AXES:
+            assert wandb_runs.axes(cfg, override)[name] == str(value)
+        else:
+            job = compose_config([f"experiment={study}", *override])
+            assert wandb_runs.axes(job, override)[name] == OmegaConf.select(job, key) == value
+    assert wandb_runs.axes(cfg)["study"] == study
+
+
+def test_axes_are_read_from_the_experiment_files(tmp_path):
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "new.yaml").write_text("hydra:\n  sweeper:\n    params:\n      model.foo: 1,2\n      optim.name: a,b\n")
+    keys = wandb_runs.committed_sweeps(tmp_path)["new"]
+    assert keys == ["model.foo", "optim.name"]
+    derived = wandb_runs.derive_axes(["model.attention.scaling", *keys, "data.scaling"])
+    assert derived == {"scaling": "model.attention.scaling", "foo": "model.foo", "optim_name": "optim.name",
+                       "data_scaling": "data.scaling"}
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_run_names_are_unique_within_a_study_and_carry_the_swept_values(study):
+    names = []
+    for grid, cell, seed in grid_jobs(study):
+        overrides = [f"experiment={study}", "debug=smoke", *(f"{k}={hydra_text(v)}" for k, v in cell.items()), f"seed={seed}"]
+        name = wandb_runs.run_name(overrides, seed, list(grid))
+        parts = name.split(" ")
+        expected = [f"{wandb_runs.axis_name(k)}={str(v).lower() if isinstance(v, bool) else v}" for k, v in cell.items()]
+        assert parts == [*expected, f"seed={seed}"], name  # the study's axes in its file's order, the seed last
+        names.append(name)
+    assert len(set(names)) == len(names) > 1
+
+
+def test_a_single_run_is_named_by_the_axes_it_sets():
+    assert wandb_runs.run_name([], 1337) == "default seed=1337"
+    name = wandb_runs.run_name(["model.d_k=16", "trainer.max_steps=5", "logger=csv", "attention=sdpa", "+debug=smoke",
+                                "optim.weight_decay=0", "callbacks.heads.every_n_steps=10"], 3)
+    assert name == "d_k=16 attention=sdpa weight_decay=0 seed=3"
+
+
+def test_the_group_is_the_study_and_run_group_wins():
+    assert wandb_runs.run_group(compose_config(["experiment=sinks"])) == "sinks"
+    assert wandb_runs.run_group(compose_config([])) == "adhoc"
+    assert wandb_runs.run_group(compose_config(["experiment=sinks", "run_group=mine"])) == "mine"
+
+
+def test_a_continued_run_keeps_its_group_and_name_and_explicit_ones_win():
+    cfg = compose_config(["experiment=sinks"])
+    kept = wandb_runs.wandb_identity(cfg, [], earlier={"group": "sinks", "name": "bos=true escape=learned seed=2", "sweep": "s"})
+    assert (kept["group"], kept["name"], kept["sweep"]) == ("sinks", "bos=true escape=learned seed=2", "s")
+    mine = wandb_runs.wandb_identity(compose_config(["logger.wandb.name=mine", "logger.wandb.group=g"]), ["model.d_k=8"])
+    assert (mine["group"], mine["name"]) == ("g", "mine") and "d_k=8" in mine["tags"]
+
+
+def test_tags_carry_each_axis_and_the_seed_when_swept():
+    cfg = compose_config(["experiment=sinks"])
+    tags = wandb_runs.run_tags(cfg, ["data.bos=True", "model.attention.escape=learned", "seed=2"],
+                               ["data.bos", "model.attention.escape"], "2026-01-01_00-00-00_sinks")
+    assert {"bos=true", "escape=learned", f"seed={cfg.seed}", "sweep=2026-01-01_00-00-00_sinks"} <= set(tags)
+    assert all(len(t) <= 64 for t in wandb_runs.run_tags(cfg, [f"model.attention.escape={'x' * 80}"]))
+
+
+def test_summary_joins_the_recorded_group(tmp_path):
+    def run(job, results):
+        return SimpleNamespace(dir=tmp_path / "2026-01-01_sinks" / job, results=results)
+
+    logger = {"logger": {"wandb": {"project": "p", "mode": "offline"}}, "study": "sinks"}
+    runs = [run("0", {"config": logger, "wandb": {"group": "sinks", "sweep": "2026-01-01_sinks"}}),
+            run("1", {"config": logger, "wandb": {"group": "sinks", "sweep": "2026-02-01_sinks"}})]
+    target = wandb_target(runs)
+    assert target["group"] == "sinks" and target["sweeps"] == ["2026-01-01_sinks", "2026-02-01_sinks"]
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_dashboard_plan_groups_by_the_studys_axes_and_leads_with_its_headline(study):
+    assert study in HEADLINE  # a new study says what its headline compares
+    plan = build_plan(study, n_layer=2)
+    axes = [wandb_runs.axis_name(k) for k in study_grid(study)]
+    assert plan.group_by == axes and plan.study == study
+    title, headline = next(iter(plan.sections.items()))
+    assert title.startswith("Headline")
+    assert {p.x for p in headline} == set(axes)
+    assert {y for p in headline for y in p.y} >= {m.format(i=i) for m in HEADLINE[study] for i in range(2)}
+    assert "val/loss" in plan.metrics()["Loss"]
+    media = {y for panels in plan.sections.values() for p in panels if p.kind == "media" for y in p.y}
+    assert media == {"attn/maps", "heads/heatmap"}
+    assert any("mem/peak_bytes" in p.y for p in plan.sections["Cost"])
+
+
+def test_dashboard_for_sinks_prints_a_plan_grouped_by_bos_and_escape(monkeypatch, capsys):
+    from attnlab.dashboard import main
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", "/nonexistent")
+    monkeypatch.setattr("attnlab.dashboard.logged_in", lambda: False)
+    assert main(["--study", "sinks"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.rstrip(":").endswith("grouped by bos, escape")
+    assert main(["--study", "nope"]) == 2
+    assert "--study" in capsys.readouterr().err
+
+
+def test_dashboard_workspace_builds_offline():
+    pytest.importorskip("wandb_workspaces")
+    from attnlab.dashboard import workspace
+
+    view = workspace(build_plan("sinks", n_layer=2), "entity", "attnlab")._to_model()
+    spec = view.model_dump_json()
+    assert "sinks" in spec and "attn/maps" in spec
+
+
+def fake_run(root: Path, sweep: str, job: str, results: dict) -> Path:
+    run_dir = root / sweep / job
+    (run_dir / "wandb" / f"offline-run-2026_{sweep}_{job}").mkdir(parents=True)
+    (run_dir / "results.json").write_text(json.dumps(results))
+    return run_dir
+
+
+def test_offline_runs_of_a_study_are_linked_into_one_folder(tmp_path):
+    logs = tmp_path / "logs"
+    fake_run(logs, "a_sinks", "0", {"wandb": {"group": "sinks"}})
+    fake_run(logs, "b_sinks", "0", {"config": {"study": "sinks"}})  # recorded without a group
+    fake_run(logs, "c_gqa", "0", {"wandb": {"group": "gqa"}})
+    (logs / "a_sinks" / "wandb" / "offline-run-2026_table").mkdir(parents=True)
+    found = {p.name for p in offline_runs("sinks", logs)}
+    assert found == {"offline-run-2026_a_sinks_0", "offline-run-2026_b_sinks_0", "offline-run-2026_table"}
+    out = logs / "wandb" / "sinks"
+    links = link_offline_runs("sinks", logs, out)
+    assert {p.name for p in links} == found and all(p.is_symlink() and p.is_dir() for p in links)
+    assert len(link_offline_runs("sinks", logs, out)) == 3  # linking again replaces, never nests
+
+
+# --- end to end: a smoke sweep read back from its offline files ------------------------------------
+
+def run_records(run_dir: Path) -> dict:
+    """Group, name, job type, tags, config and the images (key -> how many steps logged one) of one
+    offline run, from its records."""
+    (path,) = run_dir.glob("run-*.wandb")
+    out = {"config": {}, "images": {}}
+    for record in records(path):
+        kind = record.WhichOneof("record_type")
+        if kind == "run":
+            out.update(group=record.run.run_group, name=record.run.display_name, job_type=record.run.job_type,
+                       tags=list(record.run.tags))
+            out["config"].update({i.key: json.loads(i.value_json) for i in record.run.config.update})
+        elif kind == "config":
+            out["config"].update({i.key: json.loads(i.value_json) for i in record.config.update})
+        elif kind == "history":  # an image list is stored field by field: nested_key = [key, "_type"]
+            for item in record.history.item:
+                if list(item.nested_key[-1:]) == ["_type"] and "image" in json.loads(item.value_json):
+                    out["images"][item.nested_key[0]] = out["images"].get(item.nested_key[0], 0) + 1
+    return out
+
+
+SMOKE = {  # two axes each, a tiny grid: 4 runs
+    "sinks": ["model.attention.escape=none,learned"],
+    "dk_scaling": ["model.d_k=16,32", "model.init_std=0.02"],
+}
+
+
+@pytest.fixture(scope="module", params=sorted(SMOKE))
+def smoke_sweep(request, tmp_path_factory):
+    study = request.param
+    root = tmp_path_factory.mktemp(f"sweep_{study}")  # the report lands in <cwd>/reports: not the checkout's
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "attnlab.sweep", "--study", study, "--jobs", "1", "--logs", str(root / "logs"),
+                           "debug=smoke", "callbacks.attention_maps.every_n_steps=3", *SMOKE[study]],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    (sweep_dir,) = (root / "logs").glob(f"*_{study}")
+    return study, root, sweep_dir
+
+
+@pytest.mark.slow
+def test_smoke_sweep_is_one_group_with_named_runs_axes_and_images(smoke_sweep):
+    study, _, sweep_dir = smoke_sweep
+    grid = study_grid(study)
+    jobs = [run_records(d) for d in sorted(sweep_dir.glob("*/wandb/offline-run-*"))]
+    assert len(jobs) == 4
+    assert {j["group"] for j in jobs} == {study}
+    names = [j["name"] for j in jobs]
+    assert len(set(names)) == len(names)
+    swept = [wandb_runs.axis_name(k) for k in grid]
+    for job in jobs:
+        for axis in swept:
+            value = job["config"][axis]
+            assert f"{axis}={str(value).lower() if isinstance(value, bool) else value}" in job["name"].split(" ")
+            assert any(t.startswith(f"{axis}=") for t in job["tags"])
+        assert job["config"]["study"] == study and job["config"]["sweep"] == sweep_dir.name
+        assert job["images"].get("attn/maps", 0) >= 2 and job["images"].get("heads/heatmap") == 1, job["images"]  # maps at steps 3 and 6
+    assert len({tuple(j["config"][a] for a in swept) for j in jobs}) == 4  # the 4 cells, each once
+    (summary,) = [run_records(d) for d in (sweep_dir / "wandb").glob("offline-run-*")]
+    assert summary["group"] == study and summary["job_type"] == "summary"
+    assert summary["name"] == f"{study}-table"
+
+
+@pytest.mark.slow
+def test_a_studys_offline_runs_open_together_in_wandb_leet(smoke_sweep):
+    study, root, _ = smoke_sweep
+    proc = subprocess.run([sys.executable, "-m", "attnlab.dashboard", "--study", study, "--offline", "--logs", str(root / "logs")],
+                          cwd=root, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    links = sorted((root / "logs" / "wandb" / study).glob("offline-run-*"))
+    assert len(links) == 5  # 4 runs and the summary run
+    wandb_bin = Path(sys.executable).parent / "wandb"
+    names = set()
+    for link in links:
+        shown = subprocess.run([str(wandb_bin), "leet", "inspect", "--summary", "--json", str(link)],
+                               capture_output=True, text=True, timeout=120)
+        assert shown.returncode == 0, shown.stderr
+        names.add(json.loads(shown.stdout)["name"])
+    assert f"{study}-table" in names and len(names) == 5
