@@ -654,7 +654,7 @@ def intro(study: Study) -> str:
                  "digits. ")
     if study.restated:
         text += ("Re-laid by `python -m attnlab.report --restat` from ablation.csv's per-cell mean, sample std and seed count"
-                 + (" and summary.json's per-seed values." if study.per_seed_known else "."))
+                 + (" and summary.json's per-seed values." if all(c.seeds for c in study.cells) else "."))
         if not study.per_seed_known:
             text += " Per-seed values are not in the committed data, so the intervals and tests use each cell's mean, std and count."
     if study.recording:
@@ -676,11 +676,16 @@ def blocks(study: Study, analysis: Analysis) -> list[tuple]:
         name = "Scaled vs unscaled" if scaling else "Each level against its reference"
         out.append(("h2", name + ("" if metric == "val/loss" else f": {label(metric)}")))
         tested = [c for c in family if c.test]
-        out.append(("p", f"{TEST_NAME} on the final {label(metric)} of each pair of cells that differ on one axis only; the "
-                         "difference is level minus reference with Welch's 95 % interval (t_{0.975, df} with Welch-Satterthwaite df). "
-                         f"A difference counts as beyond seed noise when its Holm-corrected p over the {len(tested)} test"
-                         f"{'s' if len(tested) != 1 else ''} of this table is below {ALPHA}; a smaller one is reported as no difference."
-                         + (" Untested: one seed on a side leaves no seed noise to compare against." if len(tested) < len(family) else "")))
+        if tested:
+            text = (f"{TEST_NAME} on the final {label(metric)} of each pair of cells that differ on one axis only; the difference is "
+                    "level minus reference with Welch's 95 % interval (t_{0.975, df} with Welch-Satterthwaite df). A difference "
+                    f"counts as beyond seed noise when its Holm-corrected p over the {len(tested)} test{'s' if len(tested) != 1 else ''} "
+                    f"of this table is below {ALPHA}; a smaller one is reported as no difference."
+                    + (" Untested: one seed on a side leaves no seed noise to compare against." if len(tested) < len(family) else ""))
+        else:
+            text = (f"Each pair of cells that differ on one axis only, level minus reference in final {label(metric)}. With one seed "
+                    "per cell there is no seed noise to compare against: no difference is tested, and none is called significant.")
+        out.append(("p", text))
         out.append(("table", *contrast_table(family, metric)))
     if analysis.effects:
         out += [("h2", "Each axis pooled over the others"),
