@@ -32,6 +32,14 @@ def warmup_cosine(step: int, warmup_steps: int, max_steps: int, lr: float, min_l
     return (min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (lr - min_lr)) / lr
 
 
+def loggers_write_this_step(trainer: L.Trainer) -> bool:
+    """Whether the loggers will write what a training step logs: Lightning's own rule (every
+    ``log_every_n_steps``-th optimizer step, counted from 1, and a step at which a stop was
+    requested), read from public state before the step's optimizer update."""
+    n = trainer.log_every_n_steps
+    return n > 0 and ((trainer.global_step + 1) % n == 0 or trainer.should_stop)
+
+
 class GPTModule(L.LightningModule):
     def __init__(self, model: dict, optim: dict, max_steps: int, vocab: list[str] | None = None):
         super().__init__()
@@ -47,6 +55,7 @@ class GPTModule(L.LightningModule):
         self.last_val_step = -1
         self._grad_norm: torch.Tensor | None = None  # this step's, once computed (gradient_norm)
         self._step_rates: list[float] = []
+        self._logged_step = False  # whether the loggers write this training step (set in training_step)
         self._masked: dict[str, MeanMetric] = {}  # val/<class>/loss|acc of a task's metric masks, made on first use
 
     def forward(self, idx, targets=None):
@@ -89,7 +98,8 @@ class GPTModule(L.LightningModule):
         # the last one: a self.log call costs about 1 ms, 1.5 % of a tiny-preset step, and the other
         # steps' values would be overwritten unwritten. results.json's train/loss is the last step's. A stop
         # by signal hands its step's values to the loggers itself (callbacks.interrupt.write_step_logs).
-        if self.trainer._logger_connector.should_update_logs or self.global_step + 1 >= self.trainer.max_steps:
+        self._logged_step = loggers_write_this_step(self.trainer)  # on_train_batch_end reuses it, after the update
+        if self._logged_step or self.global_step + 1 >= self.trainer.max_steps:
             # under DDP, the mean over processes (the loss the update actually follows), not rank 0's share
             self.log("train/loss", loss, prog_bar=True, sync_dist=self.trainer.world_size > 1)
             self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"])
@@ -138,7 +148,7 @@ class GPTModule(L.LightningModule):
         self._sync()
         rate = batch[0].numel() / (time.perf_counter() - self._t0)
         self._step_rates.append(rate)
-        if self.trainer._logger_connector.should_update_logs:  # other steps' values would be overwritten unwritten
+        if self._logged_step:  # other steps' values would be overwritten unwritten
             self.log("perf/tokens_per_s", rate)
 
     @property
