@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from attnlab.attention import backends
-from attnlab.attention.cache import KVCache
+from attnlab.attention.cache import KVCache, RollingKVCache
 from attnlab.attention.module import Knockout
 from attnlab.attention.position import Rotary
 from attnlab.errors import KernelUnavailable
@@ -239,8 +239,88 @@ def test_sample_and_its_timing_with_and_without_the_cache(make_cfg, capsys, tmp_
         main([run, "--tokens", "80", "--seed", "3", *flags])
         texts.append(capsys.readouterr().out)
     assert texts[0] == texts[1] and len(texts[0]) > 80
-    decode.main([f"{run}:20", "--repeats", "2", "--out", str(tmp_path)])
+    main([run, "--tokens", "80", "--seed", "3", "--stream", "16:2"])
+    streamed = capsys.readouterr().out
+    assert len(streamed) == len(texts[0]) and streamed[:15] == texts[0][:15]  # the same until the first eviction
+    decode.main([f"{run}:20", "--repeats", "2", "--stream", "16:2", "--out", str(tmp_path)])
     row = json.loads((tmp_path / "sample_speed.json").read_text())["runs"][0]
-    assert row["tokens"] == 20 and row["identical_text"] and len(row["seconds"]["cached"]) == 2
+    assert row["tokens"] == 20 and row["identical_text"] and row["stream"] == {"capacity": 16, "sinks": 2}
+    assert [len(row["seconds"][arm]) for arm in ("cached", "uncached", "stream")] == [2, 2, 2]
     assert row["speedup"] == pytest.approx(row["median_s"]["uncached"] / row["median_s"]["cached"])
-    assert "| 20 |" in (tmp_path / "sample_speed.md").read_text()
+    assert "| rope | 20 |" in (tmp_path / "sample_speed.md").read_text()
+
+
+# ------------------------------------------------------------------- rolling (streaming) cache
+
+CAPACITY, SINKS = 6, 2
+ROLLING_VARIANTS = ["rope", "alibi", "nope", "gqa_rope", "learned_escape_gqa_rope", "alibi_escape_mqa"]
+ROLLING_CASES = [(b, v) for b in backends.BACKENDS for v in ROLLING_VARIANTS if (b, v) not in REFUSED]
+PIECES = [(0, 3), *((i, i + 1) for i in range(3, 9)), (9, 12), *((i, i + 1) for i in range(12, 16))]
+
+
+def kept_tokens(idx: torch.Tensor, end: int) -> torch.Tensor:
+    """The tokens a rolling cache holds after tokens 0..end-1: the sinks and the most recent ones."""
+    if end <= CAPACITY:
+        return idx[:, :end]
+    return torch.cat([idx[:, :SINKS], idx[:, end - (CAPACITY - SINKS):end]], dim=1)
+
+
+@pytest.mark.parametrize("backend,variant", ROLLING_CASES)
+def test_rolling_cache_equals_a_direct_recompute_over_the_kept_tokens(backend, variant):
+    """One layer: a token's keys and values depend on that token alone, so each step's logits must
+    be a full forward's over the kept tokens (sinks, then the most recent), at their positions in
+    the cache; through evictions by single tokens and by a piece of three."""
+    model = tiny_model(backend, variant)
+    del model.blocks[1]
+    idx = tokens(t=16)
+    caches = model.rolling_kv_caches(CAPACITY, SINKS)
+    with torch.no_grad():
+        for start, end in PIECES:
+            logits = model.next_logits(idx[:, start:end], caches)
+            assert caches[0].length == min(end, CAPACITY)
+            direct = model(kept_tokens(idx, end))[0][:, -1]
+            torch.testing.assert_close(logits, direct, atol=1e-10, rtol=0, msg=f"after {end} tokens")
+
+
+@pytest.mark.parametrize("variant", ["rope", "alibi", "gqa_rope"])
+def test_rolling_cache_of_two_layers(variant):
+    """Before any eviction it is the full forward; after, each layer holds the sinks' and the most
+    recent tokens' entries, keys before RoPE (layer 0's are the kept tokens' own projections)."""
+    model = tiny_model("sdpa", variant)
+    idx = tokens(t=16)
+    caches = model.rolling_kv_caches(CAPACITY, SINKS)
+    with torch.no_grad():
+        full = model(idx[:, :CAPACITY])[0]
+        for start, end in PIECES:
+            logits = model.next_logits(idx[:, start:end], caches)
+            if end <= CAPACITY:
+                torch.testing.assert_close(logits, full[:, end - 1], atol=1e-10, rtol=0)
+        attn = model.blocks[0].attn
+        k, v = attn.qkv_proj(model.blocks[0].ln_1(model.wte(kept_tokens(idx, 16)))).split(attn.qkv_sizes, -1)[1:]
+    assert [c.length for c in caches] == [CAPACITY, CAPACITY]
+    torch.testing.assert_close(caches[0].k, attn._heads(k), atol=1e-12, rtol=0)
+    torch.testing.assert_close(caches[0].v, attn._heads(v), atol=1e-12, rtol=0)
+
+
+def test_streaming_generation_runs_past_block_size():
+    model = tiny_model("scaled", "rope")
+    prompt = tokens(t=9)  # more than capacity - sinks: the prompt goes in in pieces
+    out = [model.generate(prompt, 3 * BLOCK, top_k=1, stream=(CAPACITY, SINKS)) for _ in range(2)]
+    assert out[0].shape == (2, 9 + 3 * BLOCK) and torch.equal(*out)
+    short = model.generate(prompt[:, :2], CAPACITY - 2, top_k=1, stream=(CAPACITY, SINKS))
+    assert torch.equal(short, model.generate(prompt[:, :2], CAPACITY - 2, top_k=1))  # no eviction yet: exact
+
+
+@pytest.mark.parametrize("variant,capacity,sinks,match", [
+    ("learned", 6, 2, "model.pos_encoding=learned takes no rolling KV cache"),
+    ("rope", BLOCK + 1, 2, "capacity=13; expected 1..model.block_size=12"),
+    ("rope", 6, 6, "sinks=6 with capacity=6; expected 0 <= sinks < capacity"),
+])
+def test_rolling_cache_refusals_are_one_line(variant, capacity, sinks, match):
+    model = tiny_model("scaled", variant)
+    with pytest.raises(ValueError, match=match) as err:
+        model.generate(tokens(t=3), 2, stream=(capacity, sinks))
+    assert "\n" not in str(err.value)
+    cache = RollingKVCache(6, 2)
+    with pytest.raises(ValueError, match="at most capacity - sinks = 4 tokens at a time, got 5"):
+        cache.update(torch.zeros(1, 2, 5, 8), torch.zeros(1, 2, 5, 8))

@@ -6,6 +6,12 @@ attends to everything cached. What is stored is what the kernels take: n_kv_head
 groups are broadcast to the query heads by the kernel, not stored expanded) and keys after RoPE
 (each rotated at its own position, which never changes). ALiBi and the escape slot need nothing
 stored: the bias is recomputed from positions, the slot is a parameter.
+
+``RollingKVCache`` is the streaming alternative (StreamingLLM, Xiao et al. 2023): a fixed number of
+entries, the first tokens kept as attention sinks and the rest a window of the most recent ones;
+positions are those inside the cache, so its keys are stored before RoPE and rotated where they sit.
+It changes what the model sees (evicted tokens are gone, and deeper layers' keys keep the context
+they were computed in), so its outputs are not the full forward's once it has evicted.
 """
 from __future__ import annotations
 
@@ -16,11 +22,17 @@ class KVCache:
     """Keys and values (B, n_kv_head, length, d_k) of the positions seen so far, room for
     ``max_len``; storage is allocated at the first update, in the dtype and device of the keys."""
 
+    keys_before_rope = False  # keys arrive rotated at their position in the text
+
     def __init__(self, max_len: int):
         self.max_len = max_len
         self.length = 0
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
+
+    def next_position(self, t: int) -> int:
+        """The position of the first of ``t`` new rows."""
+        return self.length
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store k, v (B, H_kv, t, d_k) at positions length..length+t-1; return every cached k, v."""
@@ -39,3 +51,45 @@ class KVCache:
     def reset(self) -> None:
         """Forget every position (the storage is kept for the next prefill)."""
         self.length = 0
+
+
+class RollingKVCache:
+    """At most ``capacity`` entries: the first ``sinks`` tokens ever stored, then the most recent
+    ones. Keys are stored before RoPE (the layer rotates every key at its index in the cache, and
+    the queries after them); ALiBi's bias and learned positions would follow the same indices, so
+    learned positions take no rolling cache (GPT.rolling_kv_caches refuses them)."""
+
+    keys_before_rope = True
+
+    def __init__(self, capacity: int, sinks: int):
+        if not 0 <= sinks < capacity:
+            raise ValueError(f"rolling KV cache: sinks={sinks} with capacity={capacity}; expected 0 <= sinks < capacity")
+        self.capacity, self.sinks = capacity, sinks
+        self.length = 0
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+
+    def _room_for(self, t: int) -> int:
+        """How many stored entries stay when ``t`` new ones arrive."""
+        if t > self.capacity - self.sinks:
+            raise ValueError(f"rolling KV cache takes at most capacity - sinks = {self.capacity - self.sinks} "
+                             f"tokens at a time, got {t}")
+        return min(self.length, self.capacity - t)
+
+    def next_position(self, t: int) -> int:
+        return self._room_for(t)
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Evict to make room (the oldest entries after the sinks go first), append k, v (keys before
+        RoPE) and return every entry: the new tokens attend to at most ``capacity`` keys, themselves included."""
+        keep = self._room_for(k.shape[-2])
+        if self.k is None:
+            self.k, self.v = k, v
+        else:
+            if keep < self.length:  # full: keep the sinks and the most recent keep - sinks (>= 0) entries
+                recent = torch.arange(self.length - (keep - self.sinks), self.length, device=k.device)
+                kept = torch.cat([torch.arange(self.sinks, device=k.device), recent])
+                self.k, self.v = self.k[:, :, kept], self.v[:, :, kept]
+            self.k, self.v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
+        self.length = self.k.shape[-2]
+        return self.k, self.v

@@ -5,6 +5,9 @@ alternated (which goes first flips every repeat), same seed; medians and the per
 
 Each RUN is a run dir or .ckpt file, optionally ``:TOKENS`` (default ``--tokens``). Both arms must
 produce the same text (checked every repeat): the cache changes the cost, not the output.
+``--stream CAPACITY:SINKS`` adds a third arm, rolling caches (``attnlab sample --stream``), in the
+same alternation, for checkpoints whose positions can take them (rope, alibi, none); its text is
+its own once the cache evicts.
 """
 from __future__ import annotations
 
@@ -29,16 +32,19 @@ OUT = Path("reports/inference")
 SAMPLING = dict(temperature=0.8, top_k=40)  # attnlab sample's defaults
 
 
-def time_generate(model, idx: torch.Tensor, tokens: int, seed: int, cache: bool) -> tuple[float, list[int]]:
+def time_generate(model, idx: torch.Tensor, tokens: int, seed: int, cache: bool,
+                  stream: tuple[int, int] | None = None) -> tuple[float, list[int]]:
     """(seconds, generated ids) of one ``generate`` call with attnlab sample's sampling settings."""
     gen = torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()
-    out = model.generate(idx, tokens, generator=gen, cache=cache, **SAMPLING)
+    out = model.generate(idx, tokens, generator=gen, cache=cache, stream=stream, **SAMPLING)
     return time.perf_counter() - t0, out[0].tolist()
 
 
-def bench_run(ckpt: Path, tokens: int, repeats: int, prompt: str = "\n", seed: int = 0) -> dict:
-    """Alternated cached / uncached generations of ``tokens`` tokens from one checkpoint."""
+def bench_run(ckpt: Path, tokens: int, repeats: int, prompt: str = "\n", seed: int = 0,
+              stream: tuple[int, int] | None = None) -> dict:
+    """Alternated cached / uncached (/ rolling, with ``stream``) generations of ``tokens`` tokens
+    from one checkpoint."""
     try:
         module = load_model(ckpt)[0].eval()
     except CheckpointError as err:
@@ -47,22 +53,26 @@ def bench_run(ckpt: Path, tokens: int, repeats: int, prompt: str = "\n", seed: i
     refusal = model.kv_cache_refusal()
     if refusal is not None:
         raise SystemExit(f"attnlab: error: {ckpt}: {refusal}")
+    if stream is not None and (model.wpe is not None or stream[0] > cfg.block_size):
+        stream = None  # learned positions or too long a capacity: this checkpoint takes no rolling cache
     idx = torch.tensor([CharTokenizer(module.hparams.vocab).encode(prompt)], dtype=torch.long)
-    for cache in (True, False):  # warm-up: first-call allocations and lazy initialisation
-        time_generate(model, idx, min(tokens, 16), seed, cache)
-    seconds: dict[str, list[float]] = {"cached": [], "uncached": []}
+    arms = {"cached": dict(cache=True), "uncached": dict(cache=False)}
+    if stream is not None:
+        arms["stream"] = dict(cache=True, stream=stream)
+    for arm in arms.values():  # warm-up: first-call allocations and lazy initialisation
+        time_generate(model, idx, min(tokens, 16), seed, **arm)
+    seconds: dict[str, list[float]] = {name: [] for name in arms}
     identical = True
     for r in range(repeats):
-        order = (True, False) if r % 2 == 0 else (False, True)
+        names = list(arms) if r % 2 == 0 else list(arms)[::-1]
         texts = {}
-        for cache in order:
-            s, ids = time_generate(model, idx, tokens, seed, cache)
-            seconds["cached" if cache else "uncached"].append(s)
-            texts[cache] = ids
-        identical &= texts[True] == texts[False]
+        for name in names:
+            s, texts[name] = time_generate(model, idx, tokens, seed, **arms[name])
+            seconds[name].append(s)
+        identical &= texts["cached"] == texts["uncached"]
     ratios = [u / c for c, u in zip(seconds["cached"], seconds["uncached"])]
     median = {arm: statistics.median(v) for arm, v in seconds.items()}
-    return {
+    return {"stream": None if stream is None else {"capacity": stream[0], "sinks": stream[1]},
         "checkpoint": str(ckpt), "tokens": tokens, "prompt_tokens": idx.shape[1], "repeats": repeats, "seed": seed,
         "sampling": SAMPLING,
         "model": {"block_size": cfg.block_size, "n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_kv_head": cfg.n_kv_head,
@@ -73,6 +83,7 @@ def bench_run(ckpt: Path, tokens: int, repeats: int, prompt: str = "\n", seed: i
         "seconds": seconds, "median_s": median,
         "tokens_per_s": {arm: tokens / s for arm, s in median.items()},
         "speedup": median["uncached"] / median["cached"], "speedup_range": [min(ratios), max(ratios)],
+        **({"stream_speedup": median["uncached"] / median["stream"]} if stream is not None else {}),
         "identical_text": identical,
     }
 
@@ -95,23 +106,28 @@ def markdown(report: dict) -> str:
         f"temperature {SAMPLING['temperature']}, top-k {SAMPLING['top_k']}, the same seed: the two texts are "
         "compared every repeat.",
         "",
-        "| checkpoint | block | layers x d_model | tokens | refilled steps | cached s (tok/s) | no cache s (tok/s) "
-        "| speed-up (pair range) | same text |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| checkpoint | block | layers x d_model | positions | tokens | refilled steps | cached s (tok/s) "
+        "| no cache s (tok/s) | speed-up (pair range) | same text | rolling cache s (tok/s), speed-up |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in report["runs"]:
         cfg, med, tps = row["model"], row["median_s"], row["tokens_per_s"]
         lo, hi = row["speedup_range"]
+        rolling = "-" if row["stream"] is None else (
+            f"{row['stream']['capacity']}:{row['stream']['sinks']}: {med['stream']:.3f} ({tps['stream']:.0f}), "
+            f"{row['stream_speedup']:.2f}x")
         lines.append(
-            f"| `{row['checkpoint']}` | {cfg['block_size']} | {cfg['n_layer']} x {cfg['d_model']} | {row['tokens']} "
-            f"| {row['refilled_steps']} | {med['cached']:.3f} ({tps['cached']:.0f}) | {med['uncached']:.3f} "
-            f"({tps['uncached']:.0f}) | {row['speedup']:.2f}x ({lo:.2f}-{hi:.2f}) | {'yes' if row['identical_text'] else 'NO'} |")
+            f"| `{row['checkpoint']}` | {cfg['block_size']} | {cfg['n_layer']} x {cfg['d_model']} | {cfg['pos_encoding']} "
+            f"| {row['tokens']} | {row['refilled_steps']} | {med['cached']:.3f} ({tps['cached']:.0f}) | {med['uncached']:.3f} "
+            f"({tps['uncached']:.0f}) | {row['speedup']:.2f}x ({lo:.2f}-{hi:.2f}) | {'yes' if row['identical_text'] else 'NO'} "
+            f"| {rolling} |")
     lines += [
         "",
         "Medians of the repeats; the range is of the per-repeat ratios (no cache / cached). A refilled step is "
         "one whose window would pass block_size: the caches are then refilled from the whole window, which "
         "costs what the uncached step costs (docs/inference.md), so a checkpoint with a short block gains "
-        "little on a long sample.",
+        "little on a long sample. The rolling cache (capacity:sinks, the first sinks tokens and the most recent "
+        "ones) never refills; its speed-up is against no cache, and its text is its own once it evicts.",
         "",
     ]
     return "\n".join(lines)
@@ -123,8 +139,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokens", type=int, default=500)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier on a shared machine)")
+    parser.add_argument("--stream", metavar="CAPACITY:SINKS", help="also time rolling caches (rope, alibi, none)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
+    stream = None
+    if args.stream is not None:
+        capacity, _, sinks = args.stream.partition(":")
+        if not (capacity.isdigit() and sinks.isdigit() and int(sinks) < int(capacity)):
+            parser.error(f"--stream={args.stream!r}; expected CAPACITY:SINKS, integers with 0 <= SINKS < CAPACITY")
+        stream = (int(capacity), int(sinks))
     if args.tokens < 1 or args.repeats < 1 or args.threads < 1:
         parser.error(f"--tokens, --repeats and --threads must be positive integers, got {args.tokens}, "
                      f"{args.repeats}, {args.threads}")
@@ -137,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
         cases.append((resolve_checkpoint(run or None), int(tokens) if tokens else args.tokens))
     rows = []
     for ckpt, tokens in cases:
-        row = bench_run(ckpt, tokens, args.repeats)
+        row = bench_run(ckpt, tokens, args.repeats, stream=stream)
         print(f"{ckpt}: {tokens} tokens, cached {row['median_s']['cached']:.3f} s, no cache "
               f"{row['median_s']['uncached']:.3f} s, speed-up {row['speedup']:.2f}x", file=sys.stderr)
         rows.append(row)

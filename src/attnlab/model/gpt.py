@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention import Attention, AttentionConfig, qk_component_std
-from ..attention.cache import KVCache
+from ..attention.cache import KVCache, RollingKVCache
 from ..attention.position import Rotary
 
 
@@ -96,18 +96,21 @@ class CausalSelfAttention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, -1, self.d_k).transpose(1, 2)
 
-    def forward(self, x, key_padding_mask=None, cache: KVCache | None = None):
+    def forward(self, x, key_padding_mask=None, cache: KVCache | RollingKVCache | None = None):
         """``cache``: x continues the positions cached there; its keys and values are appended and
         its queries attend to every cached one."""
         q, k, v = self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
         q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H, T, d_k), (B, H_kv, T, d_k) twice
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        if self.rotary is not None:
+        rope_in_cache = cache is not None and cache.keys_before_rope
+        if self.rotary is not None and not rope_in_cache:
             start = 0 if cache is None else cache.length
             q, k = self.rotary(q, start), self.rotary(k, start)
         if cache is not None:
             k, v = cache.update(k, v)
+        if self.rotary is not None and rope_in_cache:  # every key at its index in the cache, the queries last
+            q, k = self.rotary(q, k.shape[-2] - q.shape[-2]), self.rotary(k)
         y = self.attention(q, k, v, key_padding_mask=key_padding_mask)
         b, _, t, _ = y.shape
         y = self.out_proj(y.transpose(1, 2).reshape(b, t, -1))
@@ -135,7 +138,7 @@ class Block(nn.Module):
         self.ln_2 = None if cfg.attn_only else nn.LayerNorm(cfg.d_model)
         self.mlp = None if cfg.attn_only else MLP(cfg)
 
-    def forward(self, x, key_padding_mask=None, cache: KVCache | None = None):
+    def forward(self, x, key_padding_mask=None, cache: KVCache | RollingKVCache | None = None):
         x = x + self.attn(self.ln_1(x), key_padding_mask, cache)
         if self.mlp is not None:
             x = x + self.mlp(self.ln_2(x))
@@ -216,17 +219,31 @@ class GPT(nn.Module):
             raise ValueError(refusal)
         return [KVCache(self.cfg.block_size) for _ in self.blocks]
 
-    def next_logits(self, idx: torch.Tensor, caches: list[KVCache]) -> torch.Tensor:
+    def rolling_kv_caches(self, capacity: int, sinks: int) -> list[RollingKVCache]:
+        """A streaming cache per layer (attention/cache.py): the first ``sinks`` tokens and the most
+        recent ones, ``capacity`` entries in all, positions counted inside the cache."""
+        refusal = self.kv_cache_refusal()
+        if refusal is None and self.wpe is not None:
+            refusal = ("model.pos_encoding=learned takes no rolling KV cache (a token's position is added to its "
+                       "embedding and cannot move inside the cache); expected rope, alibi or none")
+        if refusal is None and not 0 < capacity <= self.cfg.block_size:
+            refusal = (f"rolling KV cache capacity={capacity}; expected 1..model.block_size={self.cfg.block_size} "
+                       "(the positions the model was trained on)")
+        if refusal is not None:
+            raise ValueError(refusal)
+        return [RollingKVCache(capacity, sinks) for _ in self.blocks]
+
+    def next_logits(self, idx: torch.Tensor, caches: list[KVCache] | list[RollingKVCache]) -> torch.Tensor:
         """(B, vocab) logits after ``idx`` (B, T), which continues the sequence held in ``caches``
         (its keys and values are appended there): the LM head runs on the last position only."""
-        x = self.embed(idx, caches[0].length)
+        x = self.embed(idx, caches[0].next_position(idx.shape[1]))
         for block, cache in zip(self.blocks, caches):
             x = block(x, cache=cache)
         return self.lm_head(self.ln_f(x[:, -1]))
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None, generator=None,
-                 cache: bool = True):
+                 cache: bool = True, stream: tuple[int, int] | None = None):
         """Sample ``max_new_tokens`` after ``idx`` (B, T). Each step sees the last block_size tokens.
 
         ``cache``: the prompt is prefilled once, then each new token runs alone against the layers'
@@ -234,11 +251,24 @@ class GPT(nn.Module):
         the last block_size tokens at every step, which is exactly what the uncached path computes:
         a cache cannot slide, as every layer's keys above the first depend on the token that drops
         out, and learned positions would shift. ``cache=False`` reruns the window every step.
+
+        ``stream=(capacity, sinks)``: rolling caches instead (``rolling_kv_caches``), never refilled:
+        the prompt goes in in pieces of capacity - sinks tokens, and past capacity each token sees the
+        first ``sinks`` tokens and the most recent ones only (not the uncached path's output).
         """
-        caches = self.kv_caches() if cache else None
+        if stream is not None:
+            caches = self.rolling_kv_caches(*stream)
+        else:
+            caches = self.kv_caches() if cache else None
         for step in range(max_new_tokens):
             if caches is None:
                 logits = self(idx[:, -self.cfg.block_size :])[0][:, -1, :]
+            elif stream is not None and step == 0:  # the prompt, in pieces the rolling cache takes at once
+                piece = stream[0] - stream[1]
+                for start in range(0, idx.shape[1], piece):
+                    logits = self.next_logits(idx[:, start:start + piece], caches)
+            elif stream is not None:
+                logits = self.next_logits(idx[:, -1:], caches)
             elif step == 0 or caches[0].length == self.cfg.block_size:
                 for c in caches:
                     c.reset()
