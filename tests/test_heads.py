@@ -497,3 +497,11 @@ def test_the_figures_put_each_panel_where_its_label_says(tmp_path):
     height, width = pixels.shape[:2]
     assert len(ys) > 0.05 * height * width  # one panel of the six, a large block
     assert height * 0.3 < ys.min() and ys.max() < height * 0.8 and xs.max() < width / 2  # rows at about 9-37, 40-68, 71-99 %
+
+
+def test_the_type_panel_labels_every_type_by_its_whole_name():
+    from attnlab.analysis.heads import TYPES
+    from attnlab.analysis.outputs import type_label
+
+    for head_type in TYPES:
+        assert type_label(head_type).replace("\n", "_") == head_type

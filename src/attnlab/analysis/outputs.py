@@ -84,10 +84,15 @@ def plot_heads(heads: list[dict], path: Path, title: str = "") -> None:
         for (i, j), v in np.ndenumerate(grids[name]):
             ax.text(x0 + j, i, f"{v:.2f}", fontsize=7, color="w" if v < 0.6 else "k", **text)
     for h in heads:
-        ax.text(corners[-1][0] + h["head"], h["layer"], h["type"].replace("_token", "")[:6], fontsize=6, **text)
+        ax.text(corners[-1][0] + h["head"], h["layer"], type_label(h["type"]), fontsize=5.5, **text)
     if title:
         fig.suptitle(title, fontsize=10)
     save(fig, path, dpi=110)
+
+
+def type_label(head_type: str) -> str:
+    """A head type's label in the type panel: the whole name, broken at its underscore to fit a cell."""
+    return head_type.replace("_", "\n")
 
 
 def write_outputs(
