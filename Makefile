@@ -55,7 +55,7 @@ test-all: $(STAMP) ## run every test, the slow ones too
 sweep: $(STAMP) ## Hydra multirun of a study (SWEEP=dk_scaling|backends|..., SEEDS=n, JOBS=2 parallel jobs of 1 thread; LAUNCHER=slurm [PARTITION=p]: as SLURM jobs), then make table
 	$(BIN)/attnlab sweep --study $(SWEEP) --seeds $(SEEDS) --jobs $(JOBS) --launcher $(LAUNCHER) $(if $(PARTITION),--partition $(PARTITION)) $(ARGS)
 
-table: $(STAMP) ## aggregate sweeps into reports/<study>/: mean ± std over seeds, Welch t-test (DIR="a b c" merges dirs; default the latest)
+table: $(STAMP) ## aggregate sweeps into reports/<study>/: 95 % intervals over seeds, Welch tests with Holm (DIR="a b c" merges dirs; default the latest)
 	$(BIN)/attnlab table $(DIR)
 
 repro: $(STAMP) ## reproduce and check the source articles' claims (REPRO=fast skips training claims)
