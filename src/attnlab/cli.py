@@ -23,6 +23,7 @@ COMMANDS = {
     "analyze": ("attnlab.analyze", "main", "head scores and head types of a run dir or checkpoint"),
     "dashboard": ("attnlab.dashboard", "main", "create a saved W&B workspace (prints the plan when not logged in)"),
     "gpu-check": ("attnlab.gpu_check", "main", "every backend x precision x qk_norm on the GPU, DDP, kernels -> reports/gpu/"),
+    "prepare": ("attnlab.data.prepare", "main", "tokenize a text corpus into train.bin / val.bin for data=tokens (a BPE trained on it, or --encoding gpt2)"),
 }
 ERROR_PREFIX = "attnlab: error: "
 

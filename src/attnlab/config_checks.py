@@ -12,6 +12,7 @@ from dataclasses import fields
 from .attention import MASK_FILLS, AttentionConfig
 from .attention.backends import EXPLICIT
 from .attention.position import POS_ENCODINGS
+from .data.tokens import DTYPES as TOKEN_DTYPES
 from .errors import ConfigError
 from .module import OPTIMIZERS
 
@@ -70,6 +71,9 @@ RULES: list[tuple[str, tuple[Callable, str]]] = [
     ("model.attn_only", boolean),
     ("data.batch_size", positive_int),
     ("data.val_batches", positive_int),
+    ("data.dtype", (lambda v: v is None or v in TOKEN_DTYPES, "null (meta.json's) or one of " + ", ".join(TOKEN_DTYPES))),
+    ("data.vocab_multiple", optional_positive_int),
+    ("trainer.accumulate_grad_batches", optional_positive_int),
     ("trainer.max_steps", positive_int),
     ("trainer.val_check_interval", positive_int),
     ("optim.lr", positive_number),

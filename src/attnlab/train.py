@@ -288,7 +288,8 @@ def train(cfg: DictConfig) -> dict:
             callbacks=callbacks,
             plugins=[AtomicCheckpointIO(), *cluster_plugins()],
             default_root_dir=str(run_dir),
-            val_check_interval=min(cfg.trainer.val_check_interval, max_steps),
+            # Lightning counts val_check_interval in batches; the config, in optimizer steps
+            val_check_interval=min(cfg.trainer.val_check_interval, max_steps) * cfg.trainer.get("accumulate_grad_batches", 1),
         )
         if cfg.get("memory_check", True):
             processes = trainer.num_devices if trainer.strategy.root_device.type == "cpu" else 1

@@ -59,6 +59,10 @@ class CharTokenizer:
     def decode(self, ids) -> str:
         return "".join(self.chars[int(i)] for i in ids)
 
+    def unknown(self, text: str) -> list[str]:
+        """The characters of ``text`` this vocabulary cannot encode (sorted)."""
+        return sorted(set(text) - set(self.chars))
+
     def save(self, path: Path) -> None:
         Path(path).write_text(json.dumps({"chars": self.chars}, ensure_ascii=False))
 
@@ -98,30 +102,73 @@ def read_text_file(path: str | None) -> str:
         raise DataError(f"data.path={path!r}: not valid UTF-8 (byte {err.start}); expected a UTF-8 text file") from None
 
 
+# Offsets are drawn this many at a time: torch.randint on a CPU generator draws element by element, so
+# the chunks, concatenated, are the one draw of all n, while memory stays one chunk whatever the number of
+# steps (nanoGPT's GPT-2 run, 600000 steps of 480 windows, would hold 2.3 GB of offsets drawn at once).
+OFFSET_CHUNK = 1 << 16
+
+
 class RandomWindows(Dataset):
-    """``n`` windows of ``block_size + 1`` tokens at offsets drawn once from ``seed``.
+    """``n`` windows of ``block_size + 1`` tokens at offsets drawn from ``seed``.
 
     Index i always yields the same window, so a run's data order is a pure function of the
     seed and the step: resuming at step s only has to skip s batches. With ``bos_id`` every
     input window starts with that token, then block_size - 1 characters; the first target is the
     window's first character (the model reads it from BOS alone).
+
+    ``ids`` is anything with a length whose slices are LongTensors: a tensor, or a file of token
+    ids read window by window (``data.tokens.TokenFile``). The offsets are drawn lazily, one
+    ``OFFSET_CHUNK`` at a time, with the values ``torch.randint(len(ids) - block_size - 1, (n,))``
+    would give at once (``offsets``).
     """
 
-    def __init__(self, ids: torch.Tensor, block_size: int, n: int, seed: int, bos_id: int | None = None):
+    def __init__(self, ids, block_size: int, n: int, seed: int, bos_id: int | None = None):
         if len(ids) <= block_size + 1:
             raise DataError(
                 f"model.block_size={block_size} is too large for a split of {len(ids)} tokens; "
                 f"expected a block size below {len(ids) - 1}"
             )
         self.ids, self.block_size, self.bos_id = ids, block_size, bos_id
-        gen = torch.Generator().manual_seed(seed)
-        self.offsets = torch.randint(len(ids) - block_size - 1, (n,), generator=gen)
+        self.n, self.seed, self.high = n, seed, len(ids) - block_size - 1
+        self._reset()
+
+    def _reset(self) -> None:
+        self._gen, self._next, self._chunk = None, 0, (-1, None)
+
+    def __getstate__(self) -> dict:  # DataLoader workers: each redraws from the seed what it reads
+        return {k: v for k, v in self.__dict__.items() if k not in ("_gen", "_next", "_chunk")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    @property
+    def offsets(self) -> torch.Tensor:
+        """All n offsets at once (the values the windows use)."""
+        return torch.randint(self.high, (self.n,), generator=torch.Generator().manual_seed(self.seed))
+
+    def chunk(self, k: int) -> torch.Tensor:
+        """Offsets k * OFFSET_CHUNK onwards: reading in order draws each chunk once; going back redraws from the seed."""
+        if self._chunk[0] == k:
+            return self._chunk[1]
+        if self._gen is None or k < self._next:
+            self._gen, self._next = torch.Generator().manual_seed(self.seed), 0
+        while self._next <= k:
+            start = self._next * OFFSET_CHUNK
+            drawn = torch.randint(self.high, (min(OFFSET_CHUNK, self.n - start),), generator=self._gen)
+            self._next += 1
+        self._chunk = (k, drawn)
+        return drawn
 
     def __len__(self) -> int:
-        return len(self.offsets)
+        return self.n
 
     def __getitem__(self, i):
-        o = int(self.offsets[i])
+        if i < 0:
+            i += self.n
+        if not 0 <= i < self.n:
+            raise IndexError(f"window {i} of {self.n}")
+        o = int(self.chunk(i // OFFSET_CHUNK)[i % OFFSET_CHUNK])
         if self.bos_id is not None:
             chunk = self.ids[o : o + self.block_size]
             return torch.cat([chunk.new_full((1,), self.bos_id), chunk[:-1]]), chunk
@@ -158,9 +205,12 @@ class ResumableDataModule(L.LightningDataModule):
 
     @property
     def global_batch(self) -> int:
-        """Samples per optimizer step over all processes."""
+        """Samples per optimizer step over all processes and accumulated micro-batches
+        (``trainer.accumulate_grad_batches``)."""
         trainer = getattr(self, "trainer", None)
-        return self.batch_size * (trainer.world_size if trainer is not None else 1)
+        if trainer is None:
+            return self.batch_size
+        return self.batch_size * trainer.world_size * trainer.accumulate_grad_batches
 
     def state_dict(self) -> dict:
         trainer = getattr(self, "trainer", None)
