@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -176,12 +177,32 @@ def test_offline_runs_of_a_study_are_linked_into_one_folder(tmp_path):
     assert len(link_offline_runs("sinks", logs, out)) == 3  # linking again replaces, never nests
 
 
+def test_a_resumed_run_keeps_the_group_and_name_its_w_and_b_run_has(tmp_path):
+    from attnlab.train import train
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "wandb_run_id").write_text("abcd1234")  # the run dir's W&B run, started by an earlier attempt
+    (run_dir / "results.json").write_text(json.dumps({"status": "interrupted", "wandb": {
+        "group": "sinks", "name": "bos=true escape=learned seed=2", "sweep": "2026-01-01_00-00-00_sinks"}}))
+    train(compose_config(["debug=smoke", "logger=wandb", "callbacks=none", "trainer.max_steps=2"], run_dir))
+    assert json.loads((run_dir / "results.json").read_text())["wandb"]["name"] == "bos=true escape=learned seed=2"
+    (offline,) = (run_dir / "wandb").glob("offline-run-*abcd1234")
+    shown = run_records(offline, wait_s=30)
+    assert (shown["group"], shown["name"]) == ("sinks", "bos=true escape=learned seed=2")
+    assert shown["config"]["sweep"] == "2026-01-01_00-00-00_sinks"
+
+
 # --- end to end: a smoke sweep read back from its offline files ------------------------------------
 
-def run_records(run_dir: Path) -> dict:
+def run_records(run_dir: Path, wait_s: float = 0) -> dict:
     """Group, name, job type, tags, config and the images (key -> how many steps logged one) of one
-    offline run, from its records."""
+    offline run, from its records. ``wait_s``: wait that long for the run's exit record (W&B's own
+    process may still be writing the file of a run finished in this process)."""
     (path,) = run_dir.glob("run-*.wandb")
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and not any(r.WhichOneof("record_type") == "exit" for r in records(path)):
+        time.sleep(0.2)
     out = {"config": {}, "images": {}}
     for record in records(path):
         kind = record.WhichOneof("record_type")
