@@ -324,3 +324,17 @@ def test_rolling_cache_refusals_are_one_line(variant, capacity, sinks, match):
     cache = RollingKVCache(6, 2)
     with pytest.raises(ValueError, match="at most capacity - sinks = 4 tokens at a time, got 5"):
         cache.update(torch.zeros(1, 2, 5, 8), torch.zeros(1, 2, 5, 8))
+
+
+def test_sample_of_a_sigmoid_run_goes_without_the_cache_and_says_so(make_cfg, capsys):
+    from pathlib import Path
+
+    from attnlab.sample import main
+    from attnlab.train import train
+
+    cfg = make_cfg("trainer.max_steps=2", "model.n_layer=1", "model.attention.normalize=sigmoid")
+    train(cfg)
+    capsys.readouterr()
+    main([str(Path(cfg.paths.output_dir)), "--tokens", "20"])
+    out = capsys.readouterr()
+    assert "# no KV cache: model.attention.normalize=sigmoid takes no KV cache" in out.err and len(out.out) > 20
