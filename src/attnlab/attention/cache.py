@@ -86,10 +86,8 @@ class RollingKVCache:
         if self.k is None:
             self.k, self.v = k, v
         else:
-            if keep < self.length:  # full: keep the sinks and the most recent keep - sinks (>= 0) entries
-                recent = torch.arange(self.length - (keep - self.sinks), self.length, device=k.device)
-                kept = torch.cat([torch.arange(self.sinks, device=k.device), recent])
-                self.k, self.v = self.k[:, :, kept], self.v[:, :, kept]
-            self.k, self.v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
+            recent = self.sinks + self.length - keep  # entries sinks..recent-1 are evicted (none when not full)
+            self.k = torch.cat([self.k[:, :, :self.sinks], self.k[:, :, recent:], k], dim=2)
+            self.v = torch.cat([self.v[:, :, :self.sinks], self.v[:, :, recent:], v], dim=2)
         self.length = self.k.shape[-2]
         return self.k, self.v
