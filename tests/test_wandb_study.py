@@ -134,6 +134,13 @@ def test_dashboard_plan_groups_by_the_studys_axes_and_leads_with_its_headline(st
     assert any("mem/peak_bytes" in p.y for p in plan.sections["Cost"])
 
 
+def test_dashboard_headline_puts_a_wide_numeric_axis_on_a_log_scale():
+    panels = next(iter(build_plan("lr_sensitivity", n_layer=1).sections.values()))
+    kinds = {(p.x, p.kind, p.log_x) for p in panels}
+    assert ("lr", "scatter", True) in kinds and ("scaling", "bar", False) in kinds
+    assert ("d_k", "scatter", True) in {(p.x, p.kind, p.log_x) for p in next(iter(build_plan("dk_scaling", n_layer=1).sections.values()))}
+
+
 def test_dashboard_for_sinks_prints_a_plan_grouped_by_bos_and_escape(monkeypatch, capsys):
     from attnlab.dashboard import main
 

@@ -59,10 +59,11 @@ class Panel:
     kind: str
     y: list[str]
     x: str | None = None
+    log_x: bool = False  # a numeric axis spanning a factor of 8 or more (lr 1e-4..1e-2, d_k 16..128)
 
     def text(self) -> str:
         if self.kind in ("scatter", "bar"):
-            return f"{', '.join(self.y)} by {self.x}"
+            return f"{', '.join(self.y)} by {self.x}" + (" (log x)" if self.log_x else "")
         return ", ".join(self.y) + (" (images, by step)" if self.kind == "media" else "")
 
 
@@ -127,7 +128,9 @@ def build_plan(study: str | None, n_layer: int | None = None, name: str | None =
     for metric in headline:
         for axis in axes:
             if numeric.get(axis, True):  # one scatter per layer: final value against the axis
-                panels += [Panel("scatter", [m], axis) for m in expand([metric], layers)]
+                values = [v for v in grid.get(axis, []) if v > 0]
+                log_x = bool(values) and max(values) >= 8 * min(values)
+                panels += [Panel("scatter", [m], axis, log_x) for m in expand([metric], layers)]
             else:  # one bar chart: the layers side by side, per value of the axis
                 panels.append(Panel("bar", expand([metric], layers), axis))
     sections = {title: panels}
@@ -145,7 +148,7 @@ def workspace(plan: Plan, entity: str | None, project: str):
 
     def panel(p: Panel):
         if p.kind == "scatter":
-            return wr.ScatterPlot(title=p.text(), x=wr.Config(p.x), y=wr.SummaryMetric(p.y[0]))
+            return wr.ScatterPlot(title=p.text(), x=wr.Config(p.x), y=wr.SummaryMetric(p.y[0]), log_x=p.log_x or None)
         if p.kind == "bar":
             return wr.BarPlot(title=p.text(), metrics=[wr.SummaryMetric(y) for y in p.y], groupby=wr.Config(p.x),
                               groupby_aggfunc="mean", groupby_rangefunc="stderr")
