@@ -158,6 +158,10 @@ def test_nanogpt_dir_needs_vocab_size_and_reads_meta_pkl(tmp_path):
     (chars / "meta.pkl").write_bytes(pickle.dumps({"vocab_size": 65, "itos": itos, "stoi": {v: k for k, v in itos.items()}}))
     module = dm(chars, vocab_multiple=1)
     assert module.vocab_size == 65 and module.tokenizer.decode([0, 1, 64]) == "AB" + chr(ord("A") + 64)
+    padded_run = dm(chars)
+    assert padded_run.vocab_size == 128 and padded_run.tokenizer.decode([0, 100, 1]) == "AB"  # padding ids decode to nothing
+    padded_run.tokenizer.save(tmp_path / "vocab.json")
+    assert load_tokenizer(tmp_path).decode([1, 2, 127]) == "BC" and load_tokenizer(tmp_path).encode("CAB") == [2, 0, 1]
     (chars / "meta.pkl").write_bytes(pickle.dumps({"vocab_size": 65, "f": Path("x")}))  # names a class: refused unread
     with pytest.raises(DataError, match="meta.pkl"):
         dm(chars)

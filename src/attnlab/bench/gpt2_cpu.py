@@ -26,6 +26,7 @@ import torch
 
 STEPS, EVERY = 6, 3
 PLAIN_STEPS, MEASURED_STEP, HEADS_STEP = (2, 5), 4, 3  # 1-based steps (batches) by the cadences above
+CORPUS_LABEL = "data.dir=<the first 1,000,000 characters of the default corpus, attnlab prepare --vocab-size 4096>"
 
 
 class StepTimer(L.Callback):
@@ -116,7 +117,7 @@ def run(out_dir: Path, extra: list[str] = ()) -> dict:
         "step_times_s": [round(s, 2) for s in steps],
         "threads": torch.get_num_threads(), "cpus": os.cpu_count(), "machine": platform.processor() or platform.machine(),
         "torch": torch.__version__, "git_sha": git_sha(), "date": time.strftime("%Y-%m-%d", time.gmtime()),
-        "overrides": overrides[:-1],
+        "overrides": [CORPUS_LABEL if o.startswith("data.dir=") else o for o in overrides[:-1]],
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "gpt2_cpu.json").write_text(json.dumps(row, indent=2) + "\n")

@@ -200,6 +200,17 @@ class TiktokenTokenizer(IdTokenizer):
         return {"kind": self.kind, "encoding": self.encoding}
 
 
+class PaddedChars(CharTokenizer):
+    """nanoGPT's character vocabulary (meta.pkl's itos) under a padded model vocabulary: the padding
+    ids (never targets, but a barely trained model may sample them) decode to nothing, as BPE's do."""
+
+    def decode(self, ids) -> str:
+        return "".join(self.chars[int(i)] for i in ids if int(i) < len(self.chars))
+
+    def save(self, path: Path) -> None:
+        Path(path).write_text(json.dumps({"kind": "chars", "chars": self.chars}, ensure_ascii=False))
+
+
 def hf_tokenizer(spec: dict):
     try:
         from tokenizers import Tokenizer
@@ -258,7 +269,7 @@ def tokenizer_from(spec: dict | None, directory: Path | None, vocab_size: int):
     if kind == "tiktoken":
         return TiktokenTokenizer(spec.get("encoding", "gpt2"))
     if kind == "chars":
-        return CharTokenizer(spec["chars"])
+        return PaddedChars(spec["chars"])
     return IdTokenizer(vocab_size)
 
 
