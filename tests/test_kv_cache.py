@@ -338,3 +338,24 @@ def test_sample_of_a_sigmoid_run_goes_without_the_cache_and_says_so(make_cfg, ca
     main([str(Path(cfg.paths.output_dir)), "--tokens", "20"])
     out = capsys.readouterr()
     assert "# no KV cache: model.attention.normalize=sigmoid takes no KV cache" in out.err and len(out.out) > 20
+
+
+def test_sample_of_a_tokenized_run_reads_its_own_tokenizer(make_cfg, capsys, tmp_path):
+    from pathlib import Path
+
+    from attnlab.data.prepare import prepare
+    from attnlab.data.text import shakespeare_text
+    from attnlab.sample import main
+    from attnlab.train import train
+
+    corpus = tmp_path / "bpe"
+    prepare(corpus, shakespeare_text()[:50_000], "shakespeare[:50000]", vocab_size=300)
+    cfg = make_cfg("data=tokens", f"data.dir={corpus}", "trainer.max_steps=2", "model.n_layer=1", "model.d_model=32",
+                   "model.n_head=2", "model.block_size=32", "data.batch_size=4", "data.val_batches=2")
+    train(cfg)
+    capsys.readouterr()
+    texts = []
+    for flags in ([], ["--no-cache"]):
+        main([str(Path(cfg.paths.output_dir)), "--tokens", "40", "--prompt", "ROMEO:", *flags])
+        texts.append(capsys.readouterr().out)
+    assert texts[0] == texts[1] and texts[0].startswith("ROMEO:")

@@ -15,8 +15,8 @@ import torch
 
 from .checkpointing import load_model
 from .cli import command_parser
-from .data.text import CharTokenizer
-from .errors import CheckpointError
+from .data.tokens import load_tokenizer
+from .errors import CheckpointError, DataError
 
 
 def latest_checkpoint(root: Path = Path("logs")) -> Path | None:
@@ -43,11 +43,17 @@ def sample(ckpt: Path, prompt: str = "\n", tokens: int = 500, temperature: float
         module = load_model(ckpt)[0].eval()
     except CheckpointError as err:
         raise SystemExit(f"attnlab: error: {err}; expected a checkpoint written by attnlab train") from None
-    tokenizer = CharTokenizer(module.hparams.vocab)
-    unknown = sorted(set(prompt) - set(tokenizer.chars))
+    try:  # the run's own tokenizer: characters, a BPE, a tiktoken encoding or plain ids (data=tokens)
+        tokenizer = load_tokenizer(ckpt, module.hparams.get("vocab"))
+    except DataError as err:
+        raise SystemExit(f"attnlab: error: {err}") from None
+    unknown = tokenizer.unknown(prompt)
     if unknown:
         raise SystemExit(f"attnlab: error: --prompt has characters outside the run's vocabulary: {unknown!r}")
-    idx = torch.tensor([tokenizer.encode(prompt)], dtype=torch.long)
+    ids = tokenizer.encode(prompt)
+    if not ids:
+        raise SystemExit(f"attnlab: error: --prompt={prompt!r} encodes to no tokens; expected text the run's tokenizer reads")
+    idx = torch.tensor([ids], dtype=torch.long)
     gen = torch.Generator().manual_seed(seed)
     refusal = module.model.kv_cache_refusal() if cache and stream is None else None
     if refusal is not None:

@@ -23,7 +23,7 @@ import torch
 
 from ..checkpointing import load_model
 from ..cli import command_parser
-from ..data.text import CharTokenizer
+from ..data.tokens import load_tokenizer
 from ..errors import CheckpointError
 from ..results import atomic_write_text, git_sha
 from ..sample import resolve_checkpoint
@@ -55,7 +55,7 @@ def bench_run(ckpt: Path, tokens: int, repeats: int, prompt: str = "\n", seed: i
         raise SystemExit(f"attnlab: error: {ckpt}: {refusal}")
     if stream is not None and (model.wpe is not None or stream[0] > cfg.block_size):
         stream = None  # learned positions or too long a capacity: this checkpoint takes no rolling cache
-    idx = torch.tensor([CharTokenizer(module.hparams.vocab).encode(prompt)], dtype=torch.long)
+    idx = torch.tensor([load_tokenizer(ckpt, module.hparams.get("vocab")).encode(prompt)], dtype=torch.long)
     arms = {"cached": dict(cache=True), "uncached": dict(cache=False)}
     if stream is not None:
         arms["stream"] = dict(cache=True, stream=stream)
