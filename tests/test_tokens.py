@@ -310,3 +310,41 @@ def test_gpt2_parameter_count(tmp_path):
             model = GPT(GPTConfig(**OmegaConf.to_container(cfg.model, resolve=True), vocab_size=50304))
         counts[preset] = sum(p.numel() for p in model.parameters()) / 1e6
     assert 115 < counts["gpt2"] < 135 and 75 < counts["gpt2_half"] < 90 and 330 < counts["gpt2_medium"] < 370, counts
+
+
+@pytest.mark.slow
+def test_attnlab_prepare_tokenizes_the_default_corpus_offline(tmp_path):
+    """The command as a user runs it, on the whole default corpus (about 30 s on 2 cores), with no network."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    out = tmp_path / "shakespeare_bpe"
+    proc = subprocess.run([sys.executable, "-m", "attnlab.cli", "prepare", "--out", str(out)], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["vocab_size"] == 4096 and meta["source"] == "shakespeare"
+    for split in ("train", "val"):
+        ids = np.fromfile(out / f"{split}.bin", dtype=np.uint16)
+        assert len(ids) == meta["splits"][split]["tokens"] and int(ids.max()) == meta["splits"][split]["max_id"] < 4096
+    # about a third of an id per character: the merges are word pieces
+    assert 0.2 < meta["splits"]["train"]["tokens"] / meta["characters"]["train"] < 0.5
+    module = dm(out, block_size=1024)
+    assert module.vocab_size == 4096 and len(module.train_ids) == meta["splits"]["train"]["tokens"]
+
+
+def test_ddp_ranks_read_alternate_windows_of_one_list(corpus):
+    """Under DDP each process reads every second window of the list one process would read whole (text.py's split)."""
+    from types import SimpleNamespace
+
+    def windows(world: int, rank: int) -> list[torch.Tensor]:
+        module = dm(corpus, steps=3, batch_size=2)
+        module.trainer = SimpleNamespace(world_size=world, global_rank=rank, accumulate_grad_batches=1, global_step=0)
+        return [row for x, _ in module.train_dataloader() for row in x]
+
+    whole = windows(1, 0)  # 3 steps x 2 windows: the list of a 1-process run of batch 2
+    ranks = [windows(2, r) for r in (0, 1)]  # batch 2 per process: 3 steps x 4 windows in all
+    both = [w for pair in zip(*ranks) for w in pair]
+    assert len(both) == 12 and all(torch.equal(a, b) for a, b in zip(whole, both[:6]))
