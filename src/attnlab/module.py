@@ -95,7 +95,7 @@ class GPTModule(L.LightningModule):
         x, y = batch
         _, loss = self.step_forward(x, y)
         # Only on the steps the loggers write (trainer.log_every_n_steps, as LearningRateMonitor does) and
-        # the last one: a self.log call costs about 1 ms, 1.5 % of a tiny-preset step, and the other
+        # the last one: a self.log call is a measurable share of a tiny-preset step, and the other
         # steps' values would be overwritten unwritten. results.json's train/loss is the last step's. A stop
         # by signal hands its step's values to the loggers itself (callbacks.interrupt.write_step_logs).
         self._logged_step = loggers_write_this_step(self.trainer)  # on_train_batch_end reuses it, after the update

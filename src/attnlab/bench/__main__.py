@@ -56,7 +56,7 @@ def kernel_plan(mode: str, device: torch.device) -> KernelPlan:
     if mode == "full":
         return KernelPlan((256, 512, 1024, 2048, 4096, 8192), (), repeats=5, warmup=1, min_sample_s=0.1,
                           matmul_n=2048, **shape)
-    if mode == "fast":  # the explicit kernels' memory rows at 8192 alone took ~37 s here: fast stops at 4096
+    if mode == "fast":  # the explicit kernels' memory at 8192 is most of a full run's kernel time: fast stops at 4096
         return KernelPlan((256, 1024), (4096,), repeats=3, warmup=1, min_sample_s=0.02,
                           matmul_n=1024, **shape)
     return KernelPlan((128, 256), (), repeats=5, warmup=1, min_sample_s=0.0, matmul_n=256, **shape)
@@ -64,8 +64,7 @@ def kernel_plan(mode: str, device: torch.device) -> KernelPlan:
 
 # fast (< 3 min on 2 cores, every section): 3 repeats for the in-process medians, fewer and shorter
 # runs. The two whole-process sections (e2e, longctx) run one alternated pair each: every process pays
-# ~8-10 s of start-up and exit here (imports, corpus, W&B) whatever its length; one pair took 23 s (e2e)
-# and 32 s (longctx) on a quiet 2-core CPU, so --e2e-repeats 3 --longctx-repeats 3 adds about 110 s.
+# its start-up and exit (imports, corpus, W&B) whatever its length, so each extra pair costs tens of seconds.
 TRAIN = {"full": dict(steps=60, warmup=10, repeats=5), "fast": dict(steps=10, warmup=3, repeats=3),
          "tiny": dict(steps=6, warmup=2, repeats=2)}
 CALLBACKS = {"full": dict(steps=None, warmup=10, repeats=5), "fast": dict(steps=15, warmup=3, repeats=3),
@@ -82,7 +81,7 @@ E2E = {"full": dict(repeats=5, extra=[], arms=("defaults", "sdpa")),
        "tiny": dict(repeats=1, extra=["trainer.max_steps=6", "trainer.val_check_interval=3", "data.val_batches=2",
                                       "callbacks.heads.every_n_steps=3", "checkpoint.every_n_steps=3"],
                     arms=("defaults", "sdpa"))}
-# torch.compile: fast compiles one backend (a cold inductor cache took ~40 s for it on 2 cores, per backend)
+# torch.compile: fast compiles one backend (a cold inductor cache costs tens of seconds per backend on 2 cores)
 COMPILE = {"full": dict(steps=60, warmup=10, backends=BACKENDS), "fast": dict(steps=6, warmup=2, backends=("sdpa",)),
            "tiny": dict(steps=4, warmup=2, backends=("scaled", "sdpa"))}
 # long context: the budget of `attention=sdpa model.block_size=1024 data.batch_size=4
