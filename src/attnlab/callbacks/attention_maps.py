@@ -52,7 +52,7 @@ class AttentionMaps(L.Callback):
         return path
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if trainer.global_step > 1 and should_run(trainer, self.every_n_steps):
+        if trainer.global_step > 1 and should_run(trainer, self.every_n_steps, batch_idx):
             self.save(trainer, pl_module)
 
     def on_train_end(self, trainer, pl_module):

@@ -69,7 +69,7 @@ class AttentionStats(L.Callback):
                 f.write(json.dumps(self.history[-1]) + "\n")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if not should_run(trainer, self.every_n_steps):
+        if not should_run(trainer, self.every_n_steps, batch_idx):
             return
         metrics = self.measure(trainer, pl_module)
         log_metrics(trainer, metrics)

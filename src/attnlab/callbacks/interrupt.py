@@ -29,6 +29,7 @@ import lightning as L
 
 from ..errors import AttnlabError
 from ..slurm import being_requeued
+from .cadence import optimizer_stepped
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 REQUEUE_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
@@ -116,6 +117,8 @@ class GracefulInterrupt(L.Callback):
             signal.signal(signal.SIGTERM, self._handler)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if not optimizer_stepped(trainer, batch_idx):
+            return  # mid-accumulation: a checkpoint here would lose the group's gradients and break a bitwise resume
         if not trainer.strategy.reduce_boolean_decision(self.received is not None, all=False):
             return
         trainer.save_checkpoint(self.checkpoint_path)  # every rank: saving is collective under DDP
