@@ -19,7 +19,7 @@ PARTITION ?=
 STUDY  ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock wheelhouse offline-check train test test-all sweep table repro bench sample gpu-check dashboard sync clean
+.PHONY: help install lock lint wheelhouse offline-check train test test-all sweep table repro bench sample gpu-check dashboard sync clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -48,6 +48,10 @@ train: $(STAMP) ## train the default model (tiny GPT, scaled attention, Shakespe
 
 test: $(STAMP) ## run the fast test suite (no network, no GPU)
 	$(BIN)/pytest -q -m "not slow" -n 2 $(ARGS)
+
+lint: $(STAMP) ## ruff: lint and format check of src/ and tests/ (fix with: .venv/bin/ruff check --fix; .venv/bin/ruff format)
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
 
 test-all: $(STAMP) ## run every test, the slow ones too
 	$(BIN)/pytest -q -n 2 $(ARGS)
