@@ -24,6 +24,7 @@ COMMANDS = {
     "dashboard": ("attnlab.dashboard", "main", "create a saved W&B workspace (prints the plan when not logged in)"),
     "gpu-check": ("attnlab.gpu_check", "main", "every backend x precision x qk_norm on the GPU, DDP, kernels -> reports/gpu/"),
     "prepare": ("attnlab.data.prepare", "main", "tokenize a text corpus into train.bin / val.bin for data=tokens (a BPE trained on it, or --encoding gpt2)"),
+    "stream": ("attnlab.stream", "main", "perplexity of a run decoded with rolling KV caches (--cache C --sinks K,...) against the recomputed window"),
 }
 ERROR_PREFIX = "attnlab: error: "
 

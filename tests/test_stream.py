@@ -1,0 +1,145 @@
+"""attnlab stream: rolling-cache perplexity on a long text against the recomputed sliding window
+and dense attention within the block; each quantity checked against a direct recompute of the
+same context (a tiny random model in float64), and the command's bad inputs."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnlab import stream
+from attnlab.model.gpt import GPT, GPTConfig
+
+BLOCK, C = 12, 6
+
+
+def tiny_model(n_layer: int = 1, **kw) -> GPT:
+    """Every parameter drawn at std 0.5, so a wrong context or position changes the logits."""
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=13, block_size=BLOCK, n_layer=n_layer, n_head=4, d_model=16,
+                    **{"pos_encoding": "rope", **kw})
+    model = GPT(cfg).double().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            nn.init.normal_(p, std=0.5)
+    return model
+
+
+def text(n: int = 40) -> torch.Tensor:
+    return torch.randint(0, 13, (n,), generator=torch.Generator().manual_seed(1))
+
+
+def direct_nll(model: GPT, ids: torch.Tensor, t: int, context: torch.Tensor) -> float:
+    with torch.no_grad():
+        logits = model(context.unsqueeze(0))[0][0, -1]
+    return float(F.cross_entropy(logits, ids[t + 1]))
+
+
+def kept(ids: torch.Tensor, t: int, sinks: int) -> torch.Tensor:
+    """What a rolling cache holds after ids[0..t]: the first sinks tokens and the most recent ones."""
+    if t + 1 <= C:
+        return ids[:t + 1]
+    return torch.cat([ids[:sinks], ids[t + 1 - (C - sinks):t + 1]])
+
+
+@pytest.mark.parametrize("sinks", [0, 1, 2])
+@pytest.mark.parametrize("pos", ["rope", "alibi", "none"])
+def test_rolling_nll_is_a_direct_recompute_over_the_kept_tokens(sinks, pos):
+    """One layer: keys and values depend on their own token only, so each position's NLL is a full
+    forward's over the sinks and the most recent tokens."""
+    model, ids = tiny_model(pos_encoding=pos), text()
+    got = stream.rolling_nll(model, ids, C, sinks)
+    want = [direct_nll(model, ids, t, kept(ids, t, sinks)) for t in range(len(ids) - 1)]
+    torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("n_layer", [1, 2])
+def test_oracle_and_dense_are_direct_recomputes(n_layer):
+    model, ids = tiny_model(n_layer), text()
+    positions = list(range(len(ids) - 1))
+    oracle = stream.window_nll(model, ids, C, positions, batch=5)
+    want = [direct_nll(model, ids, t, ids[max(0, t + 1 - C):t + 1]) for t in positions]
+    torch.testing.assert_close(oracle, torch.tensor(want, dtype=torch.float64), atol=1e-10, rtol=0)
+    dense = stream.dense_nll(model, ids)
+    want = [direct_nll(model, ids, t, ids[t - t % BLOCK:t + 1]) for t in positions]
+    torch.testing.assert_close(dense, torch.tensor(want, dtype=torch.float64), atol=1e-10, rtol=0)
+    rolling = stream.rolling_nll(model, ids, C, 0)
+    torch.testing.assert_close(rolling[:C], oracle[:C], atol=1e-10, rtol=0)  # the same until the first eviction
+    if n_layer == 1:  # without sinks one layer's rolling cache holds exactly the oracle's window
+        torch.testing.assert_close(rolling, oracle, atol=1e-10, rtol=0)
+    else:  # deeper layers' entries keep the context they were computed in
+        assert (rolling[C:] - oracle[C:]).abs().max() > 1e-6
+
+
+def test_report_uses_the_same_positions_for_every_arm():
+    model, ids = tiny_model(2), text(41)
+    report = stream.stream_report(model, ids, C, [0, 2], oracle_limit=7)
+    positions = stream.oracle_positions(len(ids), 7)
+    assert report["oracle"]["positions"] == len(positions) <= 7 and positions[-1] == len(ids) - 2
+    assert all(b - a == report["oracle"]["stride"] for a, b in zip(positions, positions[1:]))
+    at = torch.tensor(positions)
+    oracle = stream.window_nll(model, ids, C, positions)
+    assert report["oracle"]["ppl"] == pytest.approx(float(oracle.exp().prod() ** (1 / len(positions))), rel=1e-9)
+    for row in report["rolling"]:
+        nll = stream.rolling_nll(model, ids, C, row["sinks"])
+        assert row["ppl"] == pytest.approx(float(torch.exp(nll.mean())), rel=1e-12)
+        assert row["ppl_oracle_positions"] == pytest.approx(float(torch.exp(nll[at].mean())), rel=1e-12)
+    assert report["evicting_positions"] == len(ids) - 1 - C
+
+
+# ------------------------------------------------------------------------------- the command
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two 2-step runs of block 16: rope and learned positions."""
+    from attnlab.config import compose_config
+    from attnlab.train import train
+
+    out = {}
+    for pos in ("rope", "learned"):
+        cfg = compose_config(["debug=smoke", "logger=none", "trainer.max_steps=2", "model.n_layer=1",
+                              "model.d_model=32", "model.n_head=2", "model.block_size=16", f"model.pos_encoding={pos}",
+                              ], tmp_path_factory.mktemp(pos))
+        train(cfg)
+        out[pos] = Path(cfg.paths.output_dir)
+    return out
+
+
+def test_stream_json_on_a_text_file_and_the_validation_split(runs, tmp_path, capsys):
+    corpus = tmp_path / "long.txt"
+    corpus.write_text("To be, or not to be, that is the question:\n" * 8)
+    stream.main([str(runs["rope"]), "--cache", "8", "--sinks", "0,2", "--text", str(corpus), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["tokens"] == len(corpus.read_text()) and report["capacity"] == 8 and report["block_size"] == 16
+    assert [r["sinks"] for r in report["rolling"]] == [0, 2]
+    assert report["oracle"]["positions"] == report["positions"] == report["tokens"] - 1  # under the default bound
+    # one layer, no sinks: the rolling cache is the recomputed window, on the same tokens
+    assert report["rolling"][0]["ppl"] == pytest.approx(report["oracle"]["ppl"], rel=1e-4)
+    stream.main([str(runs["rope"]), "--cache", "16", "--tokens", "100", "--oracle-positions", "10", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["tokens"] == 100 and report["oracle"]["positions"] <= 10
+    assert [r["sinks"] for r in report["rolling"]] == [0, 1, 2, 4]
+    assert all(1 < r["ppl"] < 1e4 for r in report["rolling"])
+
+
+@pytest.mark.parametrize("key,args,code", [
+    ("missing", ["--cache", "8"], 1),
+    ("rope", ["--cache", "17"], 1),                    # C above the block
+    ("rope", ["--cache", "8", "--sinks", "8"], 2),     # k >= C
+    ("rope", ["--cache", "8", "--sinks", "a,1"], 2),
+    ("rope", ["--cache", "0"], 2),
+    ("rope", ["--cache", "8", "--tokens", "0"], 2),
+    ("rope", ["--cache", "8", "--text", "nowhere.txt"], 1),
+    ("learned", ["--cache", "8"], 1),                  # learned positions take no rolling cache
+])
+def test_bad_input_is_one_line_and_a_nonzero_exit(runs, key, args, code, tmp_path, capsys):
+    run = str(runs.get(key, tmp_path / "no_such_run"))
+    with pytest.raises(SystemExit) as err:
+        stream.main([run, *args])
+    message = str(err.value.code) if err.value.code not in (1, 2) else capsys.readouterr().err.splitlines()[-1]
+    assert (1 if not isinstance(err.value.code, int) else err.value.code) == code
+    assert message.startswith("attnlab: error: ") and "\n" not in message and "expected" in message
