@@ -55,3 +55,20 @@ def test_metrics_page_states_the_cadences_the_configs_set():
         every = compose_config([f"experiment={study}"]).callbacks.heads.every_n_steps
         line = text[text.index(f"`experiment={study}`"):][:200]
         assert f"head scores every {every} steps" in line, (study, line)
+
+
+def test_the_default_cadence_table_is_the_config():
+    from omegaconf import OmegaConf
+
+    from attnlab.config import compose_config
+
+    cfg = compose_config([])
+    text = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| [^|]+ \| `([\w.]+)` \| (\d+) \| ([^|]+) \|$", text, re.MULTILINE)
+    assert len(rows) >= 7, rows
+    steps = int(cfg.trainer.max_steps)
+    for key, every, resolves in rows:
+        assert int(OmegaConf.select(cfg, key, throw_on_missing=True)) == int(every), key
+        if "points" in resolves or "samples" in resolves:
+            assert resolves.split()[0] == str(steps // int(every)), (key, resolves)
+
