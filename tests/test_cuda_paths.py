@@ -349,7 +349,7 @@ def test_ddp_sweep_with_parallel_jobs_is_refused_in_one_line(capsys):
 
 def test_checkpoints_carry_the_cuda_rng_when_cuda_is_in_use(monkeypatch):
     """Dropout on a GPU draws from the CUDA generators: a resume restores them too (stand-ins here)."""
-    from attnlab import checkpointing
+    from attnlab import rng
 
     saved = [torch.tensor([1, 2, 3], dtype=torch.uint8)]
     restored = []
@@ -357,19 +357,19 @@ def test_checkpoints_carry_the_cuda_rng_when_cuda_is_in_use(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: saved)
     monkeypatch.setattr(torch.cuda, "set_rng_state_all", restored.append)
-    state = checkpointing.rng_state()
+    state = rng.rng_state()
     assert state["cuda"] is saved
-    checkpointing.set_rng_state(state)
+    rng.set_rng_state(state)
     assert restored == [saved]
 
 
 def test_a_cpu_run_neither_saves_nor_touches_cuda_rng(monkeypatch):
-    from attnlab import checkpointing
+    from attnlab import rng
 
     monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda s: pytest.fail("CUDA RNG set on a CPU run"))
-    state = checkpointing.rng_state()
+    state = rng.rng_state()
     assert "cuda" not in state
-    checkpointing.set_rng_state({**state, "cuda": [torch.zeros(8, dtype=torch.uint8)]})  # a GPU checkpoint resumed on CPU
+    rng.set_rng_state({**state, "cuda": [torch.zeros(8, dtype=torch.uint8)]})  # a GPU checkpoint resumed on CPU
 
 
 def test_knockout_reweights_in_fp32_under_bf16_autocast():

@@ -890,7 +890,7 @@ def test_repro_verdicts_go_to_one_wandb_run_with_their_reasons(tmp_path, monkeyp
     """`attnlab repro --wandb offline`: one run with a Table of every verdict and its reason, the tally as its summary."""
     from test_wandb_summary import records  # the offline-file reader, one implementation
 
-    from attnlab.report.wandb_summary import log_repro_summary
+    from attnlab.repro.wandb_summary import log_repro_summary
 
     monkeypatch.setenv("WANDB_SILENT", "true")
     results = [{"id": 1, "claim": "c1", "verdict": "agrees", "reason": "Holds: a."},

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from .checkpointing import rng_state, set_rng_state
+from .rng import rng_state, set_rng_state
 from .errors import ConfigError
 from .model import GPT, GPTConfig
 

@@ -4,7 +4,7 @@
 - Each cell: the mean over seeds with its 95 % t interval (mean ± t_{0.975, n-1} · s / √n) and the seed count.
 - The comparisons the study is run for (``significance.contrasts``: scaled vs unscaled twins, else each level
   against its axis's reference level), each with Welch's 95 % interval, raw and Holm p, and its direction in words.
-- An attention-free (bigram) baseline row for a study on the text corpus (``attnlab.repro.baseline``).
+- An attention-free (bigram) baseline row for a study on the text corpus (``attnlab.report.baseline``).
 - Per-seed values when the runs (or summary.json) carry them; else one sentence saying they are not committed.
 - Machine measurements (throughput, peak memory) in a section of their own, labelled machine-dependent.
 - Per-layer statistics as per-layer tables with intervals.
@@ -251,7 +251,7 @@ def study_from_committed(report: Path) -> Study:
 
 # ---------------------------------------------------------------- the attention-free baseline
 def text_corpus(data_cfg: dict | None) -> bool:
-    """Whether a run's data config is the default text corpus, the one ``attnlab.repro.baseline`` fits the bigram on."""
+    """Whether a run's data config is the default text corpus, the one ``attnlab.report.baseline`` fits the bigram on."""
     if not data_cfg:
         return False
     return str(data_cfg.get("_target_", "")).endswith("TextDataModule") and data_cfg.get("source", "shakespeare") == "shakespeare" \
@@ -260,11 +260,11 @@ def text_corpus(data_cfg: dict | None) -> bool:
 
 def attention_free_level() -> dict:
     """The bigram (and unigram) cross-entropy of the val split, fitted on the train split: the repro's implementation."""
-    from ..repro.baseline import attention_free_levels
+    from .baseline import attention_free_levels
 
     level = attention_free_levels()
     return {"bigram": level["bigram"], "unigram": level["unigram"], "chance": level["chance"], "vocab": level["vocab"],
-            "split": "val", "source": "attnlab.repro.baseline.attention_free_levels"}
+            "split": "val", "source": "attnlab.report.baseline.attention_free_levels"}
 
 
 def committed_baseline(study: str) -> dict | None:
@@ -466,7 +466,7 @@ def pooled_sentence(effects: list[Effect], metric: str = "val/loss") -> str:
 def baseline_sentence(study: Study) -> str:
     if not study.baseline or "val/loss" not in study.keys:
         return ""
-    from ..repro.judge import CLEARLY_BELOW
+    from .baseline import CLEARLY_BELOW
 
     b = study.baseline["bigram"]
     means = [(c, c.mean("val/loss")) for c in study.cells if c.mean("val/loss") is not None]

@@ -54,30 +54,3 @@ def log_summary_run(study: str, out: Path, plots: list[Path], runs, sweep_dir: P
     where = "make sync uploads it" if target["mode"] == "offline" else "online"
     print(f"attnlab: W&B run {study}-table (group {target['group']}) with the table and {len(plots)} plots; {where}: {run_dir}")
     return run_dir
-
-
-def log_repro_summary(results: list[dict], logs: Path, mode: str = "offline", project: str = "attnlab") -> Path | None:
-    """The repro's verdicts as one W&B run (``repro``, group ``repro``, job type ``summary``): a Table of every
-    claim with its verdict and reason, and the tally (``verdicts/<value>``: claims with that verdict) as the
-    run's summary. Files under ``logs`` (``make sync`` uploads offline runs); returns the run dir, or None when
-    W&B failed (the report files are complete without it)."""
-    import wandb
-
-    from ..repro.verdict import VERDICTS
-
-    try:
-        run = wandb.init(project=project, group="repro", mode=mode, name="repro", job_type="summary", dir=str(logs),
-                         config={"claims": len(results)}, settings=wandb.Settings(quiet=True, silent=True), reinit="create_new")
-        try:
-            table = wandb.Table(columns=["id", "claim", "verdict", "reason"],
-                                data=[[r["id"], r["claim"], r["verdict"], r["reason"]] for r in results])
-            run.log({"verdicts": table})
-            for v in VERDICTS:
-                run.summary[f"verdicts/{v}"] = sum(r["verdict"] == v for r in results)
-            run_dir = Path(run.dir).parent
-        finally:
-            run.finish()
-    except Exception as err:
-        print(f"attnlab: the W&B repro run was not written ({type(err).__name__}: {str(err)[:300]})")
-        return None
-    return run_dir

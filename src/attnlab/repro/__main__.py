@@ -20,7 +20,7 @@ def cli(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     claims = main(args.mode, args.out, log=lambda msg: print(msg, flush=True), reports=args.reports)
     if args.wandb:
-        from ..report.wandb_summary import log_repro_summary
+        from .wandb_summary import log_repro_summary
 
         logs = Path("logs") / "repro"
         logs.mkdir(parents=True, exist_ok=True)

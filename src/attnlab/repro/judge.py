@@ -8,9 +8,9 @@ that states an outcome has both branches written; the one that holds is printed.
 from __future__ import annotations
 
 from .verdict import Finding, depends, either, grade
+from ..report.baseline import CLEARLY_BELOW
 
 FAIL_RATIO = 0.5  # an unscaled run "fails" when it reaches less than half the scaled run's gain over the attention-free level
-CLEARLY_BELOW = 0.1  # nats: a scaled run uses attention when it ends this far below the attention-free (bigram) level
 SINK_THRESHOLD = 0.3  # Gu et al. 2024: a head is a sink head when its mean first-token weight > 0.3
 NEAR_ONE_HOT = 0.5  # mean max prob above which we call the softmax saturated
 ALPHA = 0.05

@@ -10,7 +10,7 @@ import torch
 from ..analysis import plot_heads
 from . import equivalence, jacobian, masks, memory, numerics, plots
 from ..data.text import VAL_SEED
-from .baseline import attention_free_levels
+from ..report.baseline import attention_free_levels
 from .report import write_reports
 from .verdict import Claim
 

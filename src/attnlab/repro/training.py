@@ -106,7 +106,7 @@ def qk_grad_norms(model: GPT, batch) -> dict:
     x, y = batch
     model(x, y)[1].backward()
     parts = [b.attn.qkv_parts(b.attn.qkv_proj.weight.grad) for b in model.blocks]
-    q, k = [float(p[0].norm()) for p in parts], [float(p[1].norm()) for p in parts]
+    q, k = [float(p.q.norm()) for p in parts], [float(p.k.norm()) for p in parts]
     model.zero_grad(set_to_none=True)
     return {"q": q, "k": k, "qk_mean": (sum(q) + sum(k)) / (2 * len(q))}
 
@@ -234,7 +234,8 @@ def claim_8_measurements(res: dict, jac_rows: list[dict], jac_n: int, level: dic
 
 def claim_8(res: dict, jac_rows: list[dict], jac_n: int, level: dict, reports: Path) -> Claim:
     from .jacobian import jacobian_table
-    from .judge import CLEARLY_BELOW, gain_share
+    from ..report.baseline import CLEARLY_BELOW
+    from .judge import gain_share
 
     m = claim_8_measurements(res, jac_rows, jac_n, level, studies.dk_scaling_measurements(reports))
     probe = m["runs"]["probe_level"]
@@ -256,7 +257,7 @@ def claim_8(res: dict, jac_rows: list[dict], jac_n: int, level: dict, reports: P
              for c in st["cells"]],
             note="Share of the scaled gain: (bigram level - unscaled loss) / (bigram level - scaled loss); 1 = as good as scaled, "
             "0 = no better than a model without attention. The level is the bigram cross-entropy of the whole val split, fitted "
-            "on the train split (attnlab.repro.baseline)."))
+            "on the train split (attnlab.report.baseline)."))
     return Claim(
         8, "Without scaling, training fails through softmax saturation and vanishing gradients (Jacobian diag(p) - pp^T -> 0)",
         {"unscaled_training": "fails", "mechanism": "saturated softmax, vanishing gradient"},

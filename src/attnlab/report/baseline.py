@@ -17,6 +17,10 @@ from ..data import TextDataModule
 from ..data.text import RandomWindows
 
 
+# nats: a run uses its attention when it ends at least this far below the attention-free (bigram) level
+CLEARLY_BELOW = 0.1
+
+
 def ngram_tables(train_ids: torch.Tensor, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
     """log p(c) (vocab,) and log p(next | current) (vocab, vocab) from the train split, add-one smoothed."""
     uni = torch.bincount(train_ids, minlength=vocab).double() + 1
