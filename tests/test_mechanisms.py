@@ -79,7 +79,7 @@ def test_attention_matches_float64_reference_with_bias_and_escape(backend, pos, 
     h, t, d = 3, 13, 16
     attn = Attention(AttentionConfig(backend, scaling, sink=sink), h, d, alibi=pos == "alibi")
     if sink == "learned":
-        attn.sink.logit.data = torch.tensor([-1.0, 0.5, 2.0])
+        attn.escape.logit.data = torch.tensor([-1.0, 0.5, 2.0])
     if scaling == "learned":
         attn.scale.log_scale.data = torch.log(torch.tensor([0.1, 0.3, 0.6]))
     q, k, v = (torch.randn(2, h, t, d, generator=gen, requires_grad=True) for _ in range(3))
@@ -87,7 +87,7 @@ def test_attention_matches_float64_reference_with_bias_and_escape(backend, pos, 
     qr, kr, vr = (x.detach().double().requires_grad_() for x in (q, k, v))
     scale = attn.softmax_scale()
     scale_r = scale.detach().double().requires_grad_() if torch.is_tensor(scale) else scale
-    sink_r = attn.sink_logit().detach().double().requires_grad_() if sink != "none" else None
+    sink_r = attn.escape_logit().detach().double().requires_grad_() if sink != "none" else None
     bias = attn.logit_bias(torch.arange(t), torch.arange(t))
     ref, p = reference(qr, kr, vr, scale_r, bias, sink_r)
     torch.testing.assert_close(out.double(), ref.detach(), atol=2e-5, rtol=1e-4)
@@ -97,7 +97,7 @@ def test_attention_matches_float64_reference_with_bias_and_escape(backend, pos, 
     for x, xr in ((q, qr), (k, kr), (v, vr)):
         torch.testing.assert_close(x.grad.double(), xr.grad, atol=1e-4, rtol=1e-3)
     if sink == "learned":
-        torch.testing.assert_close(attn.sink.logit.grad.double(), sink_r.grad, atol=1e-4, rtol=1e-3)
+        torch.testing.assert_close(attn.escape.logit.grad.double(), sink_r.grad, atol=1e-4, rtol=1e-3)
     if scaling == "learned":
         torch.testing.assert_close(attn.scale.log_scale.grad.double(), (scale_r.grad * scale_r).detach(), atol=1e-4, rtol=1e-3)
     # the probabilities the statistics recompute are the ones the kernel used
@@ -136,7 +136,7 @@ def test_statistics_and_head_scores_see_what_the_model_computes(pos, sink):
     m = model(pos, sink)
     if sink == "learned":
         for layer in m.attention_layers():
-            layer.sink.logit.data = torch.tensor([-0.5, 1.5])
+            layer.escape.logit.data = torch.tensor([-0.5, 1.5])
     x = torch.randint(17, (3, 12))
     seen = []
     hooks = [layer.register_forward_hook(lambda mod, args, out: seen.append((args[2], out))) for layer in m.attention_layers()]
@@ -181,12 +181,12 @@ def test_a_head_that_parks_its_weight_in_the_slot_is_classed_escape():
 
 def test_position_encodings_change_parameters_only_where_they_must():
     learned = set(model("learned").state_dict())
-    assert "wpe.weight" in learned and not any("rotary" in k or "sink" in k or "alibi" in k for k in learned)
+    assert "wpe.weight" in learned and not any("rotary" in k or "escape" in k or "alibi" in k for k in learned)
     for pos in ("rope", "alibi", "none"):
         assert set(model(pos).state_dict()) == learned - {"wpe.weight"}
     assert set(model("learned", "zero_logit").state_dict()) == learned  # a fixed zero is not a parameter
     escape = set(model("learned", "learned").state_dict()) - learned
-    assert escape == {f"blocks.{i}.attn.attention.sink.logit" for i in range(2)}
+    assert escape == {f"blocks.{i}.attn.attention.escape.logit" for i in range(2)}
 
 
 def test_config_refuses_alibi_with_forced_flash_and_unknown_values(make_cfg):

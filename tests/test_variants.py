@@ -49,7 +49,7 @@ def check_against_reference(attn: Attention, n_kv: int, seed: int, h: int = 4, t
     qr, kr, vr = (x.detach().double().requires_grad_() for x in (q, k, v))
     scale = attn.softmax_scale()
     scale_r = scale.detach().double().requires_grad_() if torch.is_tensor(scale) else scale
-    escape = attn.sink_logit()
+    escape = attn.escape_logit()
     escape_r = escape.detach().double().requires_grad_() if escape is not None else None
     bias = attn.logit_bias(torch.arange(t), torch.arange(t))
     ref, p = reference(qr, kr, vr, scale_r, attn.cfg.normalize, bias, escape_r)
@@ -62,8 +62,8 @@ def check_against_reference(attn: Attention, n_kv: int, seed: int, h: int = 4, t
         torch.testing.assert_close(x.grad.double(), xr.grad, atol=1e-4, rtol=1e-3)
     if torch.is_tensor(scale):
         torch.testing.assert_close(attn.scale.log_scale.grad.double(), (scale_r.grad * scale_r).detach(), atol=1e-4, rtol=1e-3)
-    if attn.sink is not None and attn.sink.kind == "learned":
-        torch.testing.assert_close(attn.sink.logit.grad.double(), escape_r.grad, atol=1e-4, rtol=1e-3)
+    if attn.escape is not None and attn.escape.kind == "learned":
+        torch.testing.assert_close(attn.escape.logit.grad.double(), escape_r.grad, atol=1e-4, rtol=1e-3)
     # what the statistics and the head analysis read is what the kernel used
     torch.testing.assert_close(attn.probabilities(q, k).double(), p.detach(), atol=1e-5, rtol=1e-4)
     return p
@@ -98,7 +98,7 @@ def test_grouped_query_attention_matches_float64_reference(backend, n_kv, escape
     without an escape slot: native in SDPA and flash (enable_gqa), broadcast in the explicit kernels."""
     attn = Attention(AttentionConfig(backend, "inv_sqrt_d", sink=escape), 4, 8, n_kv_head=n_kv)
     if escape == "learned":
-        attn.sink.logit.data = torch.tensor([-1.0, 0.0, 0.5, 2.0])
+        attn.escape.logit.data = torch.tensor([-1.0, 0.0, 0.5, 2.0])
     check_against_reference(attn, n_kv, seed=hash((backend, n_kv, escape)) % 1000)
 
 
@@ -227,17 +227,17 @@ def test_the_escape_slots_old_key_is_read_with_a_one_line_notice(make_cfg, tmp_p
 
 
 def test_a_checkpoint_with_the_old_layer_name_still_loads():
-    """block.attn.attn is now block.attn.attention: a state dict saved before (a learned scale and
-    escape logit live there) loads into the renamed layer, values intact."""
+    """block.attn.attn is now block.attn.attention and its escape logit ``escape.logit`` (was
+    ``sink.logit``): a state dict saved before loads into the renamed layer, values intact."""
     cfg = dict(vocab_size=11, block_size=8, n_layer=2, n_head=2, d_model=16, attention=dict(scaling="learned", escape="learned"))
     model = GPT(GPTConfig(**cfg))
-    state = {k.replace("attn.attention.", "attn.attn."): v + 0.5 if "log_scale" in k or "sink.logit" in k else v
-             for k, v in model.state_dict().items()}
-    assert "blocks.1.attn.attn.scale.log_scale" in state
+    state = {k.replace("attn.attention.", "attn.attn.").replace("escape.logit", "sink.logit"):
+             v + 0.5 if "log_scale" in k or "escape.logit" in k else v for k, v in model.state_dict().items()}
+    assert "blocks.1.attn.attn.scale.log_scale" in state and "blocks.0.attn.attn.sink.logit" in state
     fresh = GPT(GPTConfig(**cfg))
     fresh.load_state_dict(state)  # strict: every key found under its new name
     torch.testing.assert_close(fresh.blocks[1].attn.attention.scale.log_scale, model.blocks[1].attn.attention.scale.log_scale + 0.5)
-    torch.testing.assert_close(fresh.blocks[0].attn.attention.sink.logit, model.blocks[0].attn.attention.sink.logit + 0.5)
+    torch.testing.assert_close(fresh.blocks[0].attn.attention.escape.logit, model.blocks[0].attn.attention.escape.logit + 0.5)
 
 
 def test_a_checkpoint_with_separate_q_k_v_projections_still_loads():

@@ -365,7 +365,7 @@ def analyze_heads(model, probes: Probes, thresholds: dict[str, float] = THRESHOL
     records, logits = probe_with_logits(model, repeat_ids)  # kept: the knockout starts from them
     repeat_probs = record_probs(records)
     control_probs, _ = layer_probs(model, probes.control.to(device))
-    has_escape = any(layer.sink_logit() is not None for layer in model.attention_layers())
+    has_escape = any(layer.escape_logit() is not None for layer in model.attention_layers())
     drops = None
     if knockout:
         with eval_mode(model):

@@ -41,10 +41,11 @@ def _fold_scale(q: torch.Tensor, scale: float | torch.Tensor) -> tuple[torch.Ten
 
 
 def explicit_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fill="-inf", dropout_p=0.0, bias=None,
-                       normalize="softmax", escape=None):
-    """weights(q, k) v, with the weights of ``WeightRule`` (every normalisation, escape slot and
-    key/value groups); ``bias`` a tensor broadcastable to (B, H, Tq, Tk)."""
-    rule = WeightRule(scale, causal, mask_fill, normalize, escape, None if bias is None else (lambda rows, keys: bias))
+                       normalize="softmax", escape=None, window=None, window_sinks=0):
+    """weights(q, k) v, with the weights of ``WeightRule`` (every normalisation, escape slot, window
+    and key/value groups); ``bias`` a tensor broadcastable to (B, H, Tq, Tk)."""
+    rule = WeightRule(scale, causal, mask_fill, normalize, escape, None if bias is None else (lambda rows, keys: bias),
+                      window, window_sinks)
     probs = rule(q, k, key_padding_mask=key_padding_mask).p
     if dropout_p > 0:
         probs = F.dropout(probs, p=dropout_p)
@@ -60,18 +61,18 @@ def autocast_inputs(q, k, v):
     return q.to(dtype), k.to(dtype), v.to(dtype)
 
 
-def _sdpa_args(q, k, causal, key_padding_mask, bias=None):
+def _sdpa_args(q, k, causal, key_padding_mask, bias=None, window=None, window_sinks=0):
     """(attn_mask, is_causal) for SDPA. Queries are the last t_q of the t_k key positions
     (bottom-right causal, as masks.allowed_mask and a KV cache want); PyTorch's is_causal aligns
     top-left, so it is used only where the two agree: t_q == t_k. One query needs no causal mask
     at all (it sees every key). Otherwise an explicit boolean mask; with a logit bias, a float mask
-    holding the bias and -inf where a key is not visible."""
+    holding the bias and -inf where a key is not visible. A window is always an explicit mask."""
     t_q, t_k = q.shape[-2], k.shape[-2]
     if causal and t_q == 1:
         causal = False
-    if key_padding_mask is None and bias is None and (not causal or t_q == t_k):
+    if key_padding_mask is None and bias is None and window is None and (not causal or t_q == t_k):
         return None, causal
-    mask = allowed_mask(t_q, t_k, causal, key_padding_mask, q.device)
+    mask = allowed_mask(t_q, t_k, causal, key_padding_mask, q.device, window=window, window_sinks=window_sinks)
     if bias is None:
         return mask, False
     bias = bias.to(q.dtype)
@@ -108,10 +109,11 @@ def sdpa_kernel_name(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, sc
     return name
 
 
-def sdpa_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fill="-inf", dropout_p=0.0, bias=None):
+def sdpa_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fill="-inf", dropout_p=0.0, bias=None,
+                   window=None, window_sinks=0):
     q, k, v = autocast_inputs(q, k, v)
     q, s = _fold_scale(q, scale)
-    attn_mask, is_causal = _sdpa_args(q, k, causal, key_padding_mask, bias)
+    attn_mask, is_causal = _sdpa_args(q, k, causal, key_padding_mask, bias, window, window_sinks)
     gqa = k.shape[1] != q.shape[1]  # key/value groups: SDPA broadcasts them itself
     kernel = sdpa_kernel_name(q, k, v, attn_mask, dropout_p, is_causal, s, gqa)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=s,
@@ -154,7 +156,8 @@ def flash_attn_package():
     return outcome
 
 
-def flash_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fill="-inf", dropout_p=0.0, bias=None):
+def flash_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fill="-inf", dropout_p=0.0, bias=None,
+                    window=None, window_sinks=0):
     if bias is not None:
         raise KernelUnavailable("attention=flash takes no logit bias (model.pos_encoding=alibi); use attention=sdpa")
     q, k, v = autocast_inputs(q, k, v)
@@ -167,11 +170,20 @@ def flash_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fil
             )
         if key_padding_mask is not None:
             raise KernelUnavailable("flash_attn_func takes no padding mask: use attention=sdpa for padded batches")
-        # flash_attn (>= 2.1) aligns causal bottom-right when t_q < t_k, as allowed_mask does
+        if window_sinks:
+            raise KernelUnavailable(f"model.attention.window_sinks={window_sinks}: flash_attn's window_size keeps no "
+                                    "always-visible tokens (nor an escape slot's key); expected window_sinks=0 or attention=sdpa")
+        # flash_attn (>= 2.1) aligns causal bottom-right when t_q < t_k, as allowed_mask does; its
+        # window_size=(left, right) counts keys besides the query's own position
+        extra = {} if window is None else {"window_size": (window - 1, window - 1 if not causal else 0)}
         out = flash_attn_func(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), dropout_p=dropout_p, softmax_scale=s, causal=causal
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), dropout_p=dropout_p, softmax_scale=s, causal=causal,
+            **extra,
         )
         return out.transpose(1, 2), "flash_attn"
+    if window is not None:
+        raise KernelUnavailable(f"model.attention.window={window}: PyTorch's forced flash kernel takes no mask; "
+                                "expected window=null, attention=sdpa, or flash_attn installed (CUDA)")
     attn_mask, is_causal = _sdpa_args(q, k, causal, key_padding_mask)
     if key_padding_mask is None and attn_mask is not None:
         # causal with fewer queries than keys: the flash kernel takes no boolean mask, but its own
@@ -205,7 +217,8 @@ def attend(backend: str, q, k, v, scale, normalize: str = "softmax", escape: tor
            **kwargs) -> tuple[torch.Tensor, str]:
     """Run ``backend`` and return (output, name of the kernel that ran). q is (B, H, T, d); k and v
     may have fewer heads (H_kv dividing H: grouped-query attention). ``escape``: (H,) escape
-    logits, or None; ``normalize``: softmax, or sigmoid on the explicit backends."""
+    logits, or None; ``normalize``: softmax, or sigmoid on the explicit backends; ``window``,
+    ``window_sinks``: the sliding window (masks.allowed_mask), None for none."""
     try:
         kernel = KERNELS[backend]
     except KeyError:
@@ -219,5 +232,9 @@ def attend(backend: str, q, k, v, scale, normalize: str = "softmax", escape: tor
         raise KernelUnavailable(f"attention={backend} normalises rows with softmax; model.attention.normalize={normalize} "
                                 f"runs on {' and '.join(EXPLICIT)}")
     if escape is not None:
+        if backend == "flash" and kwargs.get("window") is not None:
+            raise KernelUnavailable("model.attention.escape with "
+                                    "model.attention.window on attention=flash: the slot is a key every query sees, "
+                                    "which a flash window cannot keep; expected attention=sdpa")
         return slot_key_attention(kernel, q, k, v, scale, escape, **kwargs)
     return kernel(q, k, v, scale, **kwargs)

@@ -1,18 +1,29 @@
-"""The attention layer the model calls: backend, scaling, normalisation, ALiBi bias, escape slot and
-key/value groups chosen by config (``AttentionConfig``, passed whole)."""
+"""The attention layer: input -> fused q/k/v projection -> q/k norms -> positions -> weights and
+kernel -> gate -> output projection, every variant a field of ``AttentionConfig`` (passed whole).
+
+``AttentionLayer`` owns the layer (its input and output are the residual stream's width);
+``Attention`` inside it owns what turns q, k, v into the heads' outputs (backend, scaling,
+normalisation, window, ALiBi bias, escape slot, key/value groups, the differential map). What a
+measurement reads is written once, where it is computed, into one ``Intermediates`` record per
+forward when the layer is asked to record (callbacks/probe.py asks).
+"""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
 from .backends import BACKENDS, attend
 from .masks import MASK_FILLS
-from .position import alibi_bias, alibi_slopes
-from .scaling import SCALINGS, Scale
-from .sink import ESCAPES, SinkLogit
+from .position import POS_ENCODINGS, Rotary, alibi_bias, alibi_slopes
+from .scaling import SCALINGS, Scale, qk_component_std
+from .sink import ESCAPES, EscapeLogit
 from .weights import NORMALIZATIONS, WeightRule, Weights, expand_kv
+
+GATES = ("none", "headwise", "elementwise")
 
 
 def choice(default, choices: tuple, doc: str):
@@ -20,10 +31,19 @@ def choice(default, choices: tuple, doc: str):
     return field(default=default, metadata={"choices": choices, "doc": doc})
 
 
+def optional_int(value, key: str, low: int) -> int | None:
+    """``value`` as an int >= low, or None; anything else is a one-line error naming ``key``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{key}={value!r}; expected null or an integer >= {low}")
+    return value
+
+
 @dataclass
 class AttentionConfig:
-    """``model.attention``, the schema: how each head turns q, k, v into its output. The config
-    checks (config_checks.py) and the W&B grouping axes (train.AXES) are derived from these fields."""
+    """``model.attention``, the schema: how each head turns its layer input into its output. The
+    config checks (config_checks.py) and the W&B grouping axes (train.AXES) are derived from these fields."""
 
     backend: str = choice("scaled", BACKENDS, "the kernel; the attention= group sets it with its default scaling")
     scaling: str = choice("inv_sqrt_d", SCALINGS, "the factor s in s * q.k")
@@ -32,12 +52,57 @@ class AttentionConfig:
                                                         + " or another negative number"})
     normalize: str = choice("softmax", NORMALIZATIONS, "how a row of logits becomes weights; sigmoid on naive and scaled only")
     escape: str = choice("none", ESCAPES, "an escape slot per head: zero_logit (softmax plus one) or learned")
+    gate: str = choice("none", GATES, "a sigmoid gate on each head's output from the layer input: one per head "
+                                      "(headwise) or per channel (elementwise)")
+    window: int | None = field(default=None, metadata={"doc": "sliding window: each query sees its W most recent "
+                                                               "keys, itself included; null: every earlier key"})
+    window_sinks: int = field(default=0, metadata={"doc": "with a window, the first k tokens stay visible to every query"})
+    differential: bool = choice(False, (False, True), "the difference of two softmax maps per head, "
+                                                      "A1 - lambda A2, then a head-wise RMSNorm")
     sink: str | None = field(default=None, metadata={"renamed_to": "escape", "doc": "the escape slot's old name, "
                                                      "read until the next release"})
 
     def __post_init__(self):
         if self.sink is not None:  # the old key (checkpoints and configs written before the rename)
             self.escape, self.sink = self.sink, None
+        for key, accepted in (("normalize", NORMALIZATIONS), ("escape", ESCAPES), ("gate", GATES)):
+            if getattr(self, key) not in accepted:
+                raise ValueError(f"model.attention.{key}={getattr(self, key)!r}; expected one of {', '.join(accepted)}")
+        self.window = optional_int(self.window, "model.attention.window", 1)
+        self.window_sinks = optional_int(self.window_sinks, "model.attention.window_sinks", 0) or 0
+        if self.window_sinks and self.window is None:
+            raise ValueError(f"model.attention.window_sinks={self.window_sinks} needs model.attention.window; "
+                             "expected window_sinks=0 or a window")
+
+
+class Intermediates:
+    """What one layer saw and did in one forward, written where each is computed (``Attention``
+    and ``AttentionLayer`` record when asked; ``Block`` adds ``residual``), detached:
+
+      x         (B, T, d_model) the layer input (after the block's LayerNorm)
+      q         (B, H, T, d) as it reaches the kernel: normed, rotated with RoPE
+      k, v      (B, H_kv, T_k, d) the same, every cached key included
+      attended  (B, H, T, d) the heads' outputs from the kernel, before the gate
+      gate      (B, H, T, 1|d) the gate's values, or None
+      out       (B, H, T, d) the heads' outputs as they enter the output projection (after the gate)
+      y         (B, T, d_model) the layer's contribution to the residual stream
+      residual  (B, T, d_model) the block's output
+    ``layer`` is the ``Attention`` (``weight_rule()``, ``weights(q, k, rows)``), ``index`` its depth.
+    """
+
+    def __init__(self, layer: "Attention", q, k, v, attended):
+        self.layer, self.index = layer, layer.index
+        self.q, self.k, self.v, self.attended = q, k, v, attended
+        self.x = self.gate = self.gated = self.y = self.residual = None
+
+    @property
+    def out(self) -> torch.Tensor:
+        return self.attended if self.gated is None else self.gated
+
+    @property
+    def scale(self) -> float | torch.Tensor:
+        s = self.layer.softmax_scale()
+        return s.detach() if torch.is_tensor(s) else s
 
 
 @dataclass
@@ -51,33 +116,64 @@ class Knockout:
     head: int | None = None
 
 
+def differential_lambda_init(index: int) -> float:
+    """lambda_init of the layer at depth ``index`` (0 first): 0.8 - 0.6 exp(-0.3 index) (Ye et al. 2024)."""
+    return 0.8 - 0.6 * math.exp(-0.3 * index)
+
+
+DIFFERENTIAL_REFUSAL = ("model.attention.differential=true: the statistics, maps, head scores and knockout read one "
+                        "map per head whose rows are weights; a differential head's map is the signed difference of two "
+                        "(A1 - lambda A2), which they do not define; expected differential=false, or callbacks=none")
+
+
 class Attention(nn.Module):
     """normalize(s * q.k^T + bias + M) v over (B, H, T, d_k) queries and (B, H_kv, T, d_k) keys and
-    values, with an optional escape slot.
+    values, with an optional escape slot; M the causal mask, the sliding window and key padding.
 
     ``weight_rule()`` is everything besides q and k that decides the weights, and ``weights(q, k,
     rows)`` computes them for any block of query rows (attention/weights.py): the explicit kernels,
     the statistics, the maps and the head analysis all read them from there. Set ``knockout`` to
-    cut edges on that same path. ``kernel`` names the kernel that ran in the last forward.
+    cut edges on that same path. ``kernel`` names the kernel that ran in the last forward. With
+    ``differential``, q and k hold the two maps' halves (d_k / 2 each) and the output is
+    RMSNorm(A1 v - lambda A2 v) (1 - lambda_init). Set ``record_to`` (a list) and each forward
+    appends its ``Intermediates``.
     """
 
     def __init__(self, cfg: AttentionConfig, n_head: int, d_k: int, n_kv_head: int | None = None,
                  sigma_q: float = 1.0, sigma_k: float = 1.0, dropout: float = 0.0, causal: bool = True,
-                 alibi: bool = False):
+                 alibi: bool = False, index: int = 0):
         super().__init__()
-        if cfg.normalize not in NORMALIZATIONS:
-            raise ValueError(f"model.attention.normalize={cfg.normalize!r}; expected one of {', '.join(NORMALIZATIONS)}")
-        self.cfg, self.dropout, self.causal = cfg, dropout, causal
+        self.cfg, self.dropout, self.causal, self.index = cfg, dropout, causal, index
         self.n_head, self.n_kv_head = n_head, n_kv_head or n_head
-        self.scale = Scale(cfg.scaling, d_k, n_head, sigma_q, sigma_k)
+        if cfg.differential and d_k % 2:
+            raise ValueError(f"model.attention.differential=true splits q and k in two halves; model.d_k={d_k} "
+                             "is odd; expected an even d_k")
+        # a differential map's logits are over d_k / 2 components: its scale is that of d_k / 2
+        self.scale = Scale(cfg.scaling, d_k // 2 if cfg.differential else d_k, n_head, sigma_q, sigma_k)
         if alibi:  # not persistent: fixed by n_head, so checkpoints hold only what trains
             self.register_buffer("alibi_slopes", alibi_slopes(n_head), persistent=False)
         else:
             self.alibi_slopes = None
-        self.sink = SinkLogit(cfg.escape, n_head) if cfg.escape != ESCAPES[0] else None
+        self.escape = EscapeLogit(cfg.escape, n_head) if cfg.escape != ESCAPES[0] else None
+        if cfg.differential:
+            half = d_k // 2
+            self.lambda_init = differential_lambda_init(index)
+            # lambda = exp(lq1.lk1) - exp(lq2.lk2) + lambda_init; the vectors start at N(0, 0.1^2) as in the
+            # paper, one-dimensional each so the optimizer leaves them undecayed
+            for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
+                setattr(self, name, nn.Parameter(torch.randn(half) * 0.1))
+            self.head_norm = nn.RMSNorm(d_k, eps=1e-5)
         self.knockout: Knockout | None = None
+        self.record_to: list[Intermediates] | None = None
+        self.intermediates: Intermediates | None = None  # the last recorded forward's
         self.kernel: str | None = None  # the last forward's kernel (a probe's too)
         self.training_kernels: list[str] = []  # kernels of the training forwards, in order of first use
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        """Checkpoints written before the escape slot's rename hold ``sink.logit``: read it as ``escape.logit``."""
+        if prefix + "sink.logit" in state_dict:
+            state_dict[prefix + "escape.logit"] = state_dict.pop(prefix + "sink.logit")
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @property
     def backend(self) -> str:
@@ -86,6 +182,11 @@ class Attention(nn.Module):
     def softmax_scale(self) -> float | torch.Tensor:
         return self.scale.forward()  # called as a method: a module call's hook machinery, every layer every step, buys nothing here
 
+    def differential_lambda(self) -> torch.Tensor:
+        """The layer's lambda (a 0-dim tensor): exp(lq1.lk1) - exp(lq2.lk2) + lambda_init."""
+        return (torch.exp((self.lambda_q1 * self.lambda_k1).sum()) - torch.exp((self.lambda_q2 * self.lambda_k2).sum())
+                + self.lambda_init)
+
     def logit_bias(self, rows: torch.Tensor, keys: torch.Tensor) -> torch.Tensor | None:
         """The additive logit bias (H, len(rows), len(keys)) for these query and key positions
         (ALiBi), or None."""
@@ -93,15 +194,18 @@ class Attention(nn.Module):
             return None
         return alibi_bias(self.alibi_slopes.to(rows.device), rows, keys)
 
-    def sink_logit(self) -> torch.Tensor | None:
+    def escape_logit(self) -> torch.Tensor | None:
         """The per-head escape logit (H,), or None without an escape slot."""
-        return None if self.sink is None else self.sink()
+        return None if self.escape is None else self.escape()
 
     def weight_rule(self, fp32: bool = False) -> WeightRule:
         """The scale, bias, mask and normalisation of this layer as it is now (``fp32``: detached
         fp32 parameters, for measurements)."""
-        rule = WeightRule(self.softmax_scale(), self.causal, self.cfg.mask_fill, self.cfg.normalize, self.sink_logit(),
-                          self.logit_bias if self.alibi_slopes is not None else None)
+        if self.cfg.differential:
+            raise ValueError(DIFFERENTIAL_REFUSAL)
+        cfg = self.cfg
+        rule = WeightRule(self.softmax_scale(), self.causal, cfg.mask_fill, cfg.normalize, self.escape_logit(),
+                          self.logit_bias if self.alibi_slopes is not None else None, cfg.window, cfg.window_sinks)
         return rule.detached() if fp32 else rule
 
     @torch.no_grad()
@@ -118,14 +222,31 @@ class Attention(nn.Module):
         key are zero."""
         return self.weights(q, k).p
 
-    def forward(self, q, k, v, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def _attend(self, q, k, v, key_padding_mask) -> tuple[torch.Tensor, str]:
         cfg = self.cfg
         bias = None if self.alibi_slopes is None else self.logit_bias(
             torch.arange(k.shape[-2] - q.shape[-2], k.shape[-2], device=q.device), torch.arange(k.shape[-2], device=q.device))
-        out, kernel = attend(cfg.backend, q, k, v, self.softmax_scale(), causal=self.causal,
-                             key_padding_mask=key_padding_mask, mask_fill=cfg.mask_fill,
-                             dropout_p=self.dropout if self.training else 0.0, bias=bias,
-                             normalize=cfg.normalize, escape=self.sink_logit())
+        return attend(cfg.backend, q, k, v, self.softmax_scale(), causal=self.causal,
+                      key_padding_mask=key_padding_mask, mask_fill=cfg.mask_fill,
+                      dropout_p=self.dropout if self.training else 0.0, bias=bias,
+                      normalize=cfg.normalize, escape=self.escape_logit(), window=cfg.window, window_sinks=cfg.window_sinks)
+
+    def _map_times_v(self, q, k, v, key_padding_mask) -> tuple[torch.Tensor, str]:
+        """One differential map times v (d_k wide) from q, k of d_k / 2: flash kernels want one head
+        dim for q, k and v, so there v goes in two halves (the paper's flash route)."""
+        if self.cfg.backend != "flash":
+            return self._attend(q, k, v, key_padding_mask)
+        (a, kernel), (b, _) = (self._attend(q, k, half, key_padding_mask) for half in v.chunk(2, dim=-1))
+        return torch.cat([a, b], dim=-1), kernel
+
+    def forward(self, q, k, v, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if self.cfg.differential:
+            (q1, q2), (k1, k2) = q.chunk(2, dim=-1), k.chunk(2, dim=-1)
+            out1, kernel = self._map_times_v(q1, k1, v, key_padding_mask)
+            out2, _ = self._map_times_v(q2, k2, v, key_padding_mask)
+            out = self.head_norm(out1 - self.differential_lambda().to(out1.dtype) * out2) * (1 - self.lambda_init)
+        else:
+            out, kernel = self._attend(q, k, v, key_padding_mask)
         if self.knockout is not None:
             if q.shape[-2] != k.shape[-2]:
                 raise ValueError("Attention.knockout cuts (B, T, T) edges of a full forward; it takes no KV cache")
@@ -133,6 +254,9 @@ class Attention(nn.Module):
         self.kernel = kernel
         if self.training and torch.is_grad_enabled() and kernel not in self.training_kernels:
             self.training_kernels.append(kernel)  # probes run in eval mode under no_grad: never counted
+        if self.record_to is not None:
+            self.intermediates = Intermediates(self, q.detach(), k.detach(), v.detach(), out.detach())
+            self.record_to.append(self.intermediates)
         return out
 
     @torch.no_grad()
@@ -156,5 +280,117 @@ class Attention(nn.Module):
         cfg = self.cfg
         extras = "".join([", alibi" if self.alibi_slopes is not None else "",
                           f", normalize={cfg.normalize}" if cfg.normalize != "softmax" else "",
-                          f", n_kv_head={self.n_kv_head}" if self.n_kv_head != self.n_head else ""])
+                          f", n_kv_head={self.n_kv_head}" if self.n_kv_head != self.n_head else "",
+                          f", window={cfg.window}" if cfg.window is not None else "",
+                          f", window_sinks={cfg.window_sinks}" if cfg.window_sinks else "",
+                          ", differential" if cfg.differential else ""])
         return f"backend={cfg.backend}, mask_fill={cfg.mask_fill}, causal={self.causal}{extras}"
+
+
+class QKV(NamedTuple):
+    """Something over the fused projection's output rows (its weight, its gradient), by name."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+
+
+class AttentionLayer(nn.Module):
+    """The whole attention layer: (B, T, d_model) in, its residual contribution (B, T, d_model) out.
+
+    x -> qkv_proj (one matmul) -> heads -> q_norm, k_norm (qk_norm) -> RoPE -> KV cache ->
+    ``attention`` (weights and kernel) -> gate (sigmoid of a projection of x) -> out_proj.
+    A variant acting on the input or the output is a branch here; one deciding the weights is a
+    branch of ``Attention`` / ``WeightRule``.
+    """
+
+    def __init__(self, cfg: AttentionConfig, d_model: int, n_head: int, d_k: int, n_kv_head: int | None = None, *,
+                 dropout: float = 0.0, init_std: float | str = 0.02, pos_encoding: str = "learned", index: int = 0):
+        super().__init__()
+        if pos_encoding not in POS_ENCODINGS:
+            raise ValueError(f"model.pos_encoding={pos_encoding!r}; expected one of {', '.join(POS_ENCODINGS)}")
+        n_kv_head = n_kv_head or n_head
+        inner, kv_inner = n_head * d_k, n_kv_head * d_k
+        self.n_head, self.n_kv_head, self.d_k = n_head, n_kv_head, d_k
+        # q, k and v in one matmul (nanoGPT's c_attn; 3.7 % faster a tiny-preset step than three
+        # projections on the 2-core CPU, docs/performance.md); its rows are q's, then k's, then v's
+        # (grouped-query: n_kv_head heads of k and v). ``qkv_parts`` names the parts of a tensor of its rows.
+        self.qkv_sizes = (inner, kv_inner, kv_inner)
+        self.qkv_proj = nn.Linear(d_model, sum(self.qkv_sizes), bias=False)
+        self.out_proj = nn.Linear(inner, d_model, bias=False)
+        self.out_proj.is_residual = True
+        # modules that would do nothing are None, not Identity or Dropout(0): a module call costs a few
+        # microseconds of Python, and a tiny-preset forward makes dozens (docs/performance.md)
+        self.q_norm = nn.LayerNorm(d_k) if cfg.qk_norm else None
+        self.k_norm = nn.LayerNorm(d_k) if cfg.qk_norm else None
+        sigma = qk_component_std(init_std, d_model, cfg.qk_norm)
+        self.attention = Attention(cfg, n_head, d_k, n_kv_head, sigma_q=sigma, sigma_k=sigma, dropout=dropout,
+                                   alibi=pos_encoding == "alibi", index=index)
+        # RoPE rotates q and k before the kernel: every backend and every statistic recomputed from
+        # the q, k recorded sees the rotated vectors
+        self.rotary = Rotary(d_k // 2 if cfg.differential else d_k) if pos_encoding == "rope" else None
+        # the gate reads the layer input; a plain Linear, so it starts at the model's init std, not at
+        # zero: a zero gate would be a constant 0.5 at init, and a test at init could not tell it from no gate
+        self.gate_proj = None if cfg.gate == "none" else nn.Linear(
+            d_model, n_head if cfg.gate == "headwise" else inner, bias=False)
+        self.resid_dropout = nn.Dropout(dropout) if dropout > 0 else None
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        """Older checkpoints hold ``...attn.attn.*`` (a learned scale or escape logit; now
+        ``...attn.attention.*``) and separate ``q_proj``, ``k_proj``, ``v_proj`` weights (now the
+        rows of ``qkv_proj``): read them as they are now."""
+        for key in [k for k in state_dict if k.startswith(prefix + "attn.")]:
+            state_dict[prefix + "attention." + key[len(prefix) + 5:]] = state_dict.pop(key)
+        parts = [prefix + f"{name}_proj.weight" for name in QKV._fields]
+        if all(key in state_dict for key in parts):
+            state_dict[prefix + "qkv_proj.weight"] = torch.cat([state_dict.pop(key) for key in parts])
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def qkv_parts(self, rows: torch.Tensor) -> QKV:
+        """A tensor over ``qkv_proj``'s output rows (its weight, its gradient) as its q, k, v parts."""
+        return QKV(*rows.split(self.qkv_sizes, dim=0))
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, n * d) -> (B, n, T, d)."""
+        b, t, _ = x.shape
+        return x.view(b, t, -1, self.d_k).transpose(1, 2)
+
+    def _rotate(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """RoPE on q or k; a differential head's two halves are rotated alike, each its own map's vectors."""
+        if not self.attention.cfg.differential:
+            return self.rotary(x, offset)
+        return torch.cat([self.rotary(part, offset) for part in x.chunk(2, dim=-1)], dim=-1)
+
+    def forward(self, x, key_padding_mask=None, cache=None):
+        """``cache`` (attention/cache.py): x continues the positions cached there; its keys and
+        values are appended and its queries attend to every cached one."""
+        q, k, v = self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
+        q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H, T, d_k), (B, H_kv, T, d_k) twice
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        rope_in_cache = cache is not None and cache.keys_before_rope
+        if self.rotary is not None and not rope_in_cache:
+            start = 0 if cache is None else cache.length
+            q, k = self._rotate(q, start), self._rotate(k, start)
+        if cache is not None:
+            k, v = cache.update(k, v)
+        if self.rotary is not None and rope_in_cache:  # every key at its index in the cache, the queries last
+            q, k = self._rotate(q, k.shape[-2] - q.shape[-2]), self._rotate(k)
+        attended = self.attention(q, k, v, key_padding_mask=key_padding_mask)  # (B, H, T, d_k)
+        out = attended
+        if self.gate_proj is not None:
+            gate = torch.sigmoid(self._heads_gate(self.gate_proj(x)))  # (B, H, T, 1) or (B, H, T, d_k)
+            out = attended * gate.to(attended.dtype)
+        b, _, t, _ = out.shape
+        y = self.out_proj(out.transpose(1, 2).reshape(b, t, -1))
+        record = self.attention.intermediates if self.attention.record_to is not None else None
+        if record is not None:
+            record.x, record.y = x.detach(), y.detach()
+            if self.gate_proj is not None:
+                record.gate, record.gated = gate.detach(), out.detach()
+        return y if self.resid_dropout is None else self.resid_dropout(y)
+
+    def _heads_gate(self, g: torch.Tensor) -> torch.Tensor:
+        """The gate projection's output (B, T, H or H * d_k) -> (B, H, T, 1 or d_k)."""
+        b, t, n = g.shape
+        return g.view(b, t, self.n_head, n // self.n_head).transpose(1, 2)

@@ -36,7 +36,7 @@ from .weights import expand_kv, per_head
 ESCAPES = ("none", "zero_logit", "learned")
 
 
-class SinkLogit(nn.Module):
+class EscapeLogit(nn.Module):
     """The per-head escape logit b: a parameter for ``learned``, a fixed zero for ``zero_logit``
     (a non-persistent buffer, so checkpoints hold only what trains)."""
 
@@ -57,10 +57,11 @@ class SinkLogit(nn.Module):
         return f"kind={self.kind}"
 
 
-def slot_key_attention(kernel, q, k, v, scale, sink, causal=True, key_padding_mask=None, mask_fill="-inf",
-                       dropout_p=0.0, bias=None) -> tuple[torch.Tensor, str]:
-    """A fused ``kernel`` (backends.KERNELS) with an escape slot of logit ``sink`` (H,) in every
-    head, as an extra key: (output, kernel that ran)."""
+def slot_key_attention(kernel, q, k, v, scale, escape, causal=True, key_padding_mask=None, mask_fill="-inf",
+                       dropout_p=0.0, bias=None, window=None, window_sinks=0) -> tuple[torch.Tensor, str]:
+    """A fused ``kernel`` (backends.KERNELS) with an escape slot of logit ``escape`` (H,) in every
+    head, as an extra key: (output, kernel that ran). The slot key and the dummy row shift keys and
+    queries alike, so a window keeps its offsets; the slot is one more always-visible key."""
     if torch.is_tensor(scale):  # a per-head scale is folded into q, as the fused kernels want a float
         q, scale = q * per_head(scale, q), 1.0
     k, v = expand_kv(k, q.shape[1]), expand_kv(v, q.shape[1])
@@ -73,7 +74,7 @@ def slot_key_attention(kernel, q, k, v, scale, sink, causal=True, key_padding_ma
     qp[:, :, lead:, :d], qp[:, :, lead:, d] = q, 1.0
     kp = k.new_zeros(b, h, t_k + 1, width)
     kp[:, :, 1:, :d] = k
-    kp[:, :, 0, d] = (sink.to(k.dtype) / scale).view(1, h)
+    kp[:, :, 0, d] = (escape.to(k.dtype) / scale).view(1, h)
     vp = v.new_zeros(b, h, t_k + 1, width)
     vp[:, :, 1:, : v.shape[-1]] = v
     if key_padding_mask is not None:
@@ -81,5 +82,6 @@ def slot_key_attention(kernel, q, k, v, scale, sink, causal=True, key_padding_ma
     if bias is not None:
         bias = F.pad(bias, (1, 0, lead, 0))  # the slot's logit comes from its key alone
     out, name = kernel(qp, kp, vp, scale, causal=causal, key_padding_mask=key_padding_mask,
-                       mask_fill=mask_fill, dropout_p=dropout_p, bias=bias)
+                       mask_fill=mask_fill, dropout_p=dropout_p, bias=bias,
+                       **({} if window is None else {"window": window, "window_sinks": window_sinks + 1}))
     return out[:, :, lead:, : v.shape[-1]], name

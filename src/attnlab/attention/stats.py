@@ -47,6 +47,7 @@ from typing import NamedTuple
 
 import torch
 
+from .masks import allowed_mask
 from .weights import WeightRule, expand_kv
 
 
@@ -224,9 +225,15 @@ def record_stats(record: Record) -> dict:
     return {m.name: m.record(record) for m in METRICS if m.record is not None}
 
 
-def uniform_sink_mass(t: int) -> float:
-    """sink_mass of uniform causal attention over T positions: mean over i = 1..T-1 of 1/(i+1)."""
-    return sum(1.0 / (i + 1) for i in range(1, t)) / (t - 1) if t > 1 else float("nan")
+def uniform_sink_mass(t: int, window: int | None = None, window_sinks: int = 0) -> float:
+    """sink_mass of uniform causal attention over T positions: mean over i = 1..T-1 of 1/(i+1);
+    with a window (masks.allowed_mask), over the queries with k_i > 1 keys of 1/k_i where the
+    first token is among them, else 0 (the statistic's own rows)."""
+    seen = allowed_mask(t, t, True, None, window=window, window_sinks=window_sinks)[0, 0].double()
+    counted = seen.sum(-1) > 1
+    if not counted.any():
+        return float("nan")
+    return float((seen[counted, 0] / seen[counted].sum(-1)).mean())
 
 
 def layer_values(per_head: dict) -> dict:

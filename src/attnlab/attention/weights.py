@@ -7,7 +7,8 @@ weights besides q and k, as the layer is configured (``Attention.weight_rule()``
 
   scale      folded into the logits: s * q.k (a float, or a per-head (H,) tensor)
   bias       an additive logit bias for (query rows, keys), e.g. ALiBi's, or None
-  mask       causal and key padding, written with the run's ``mask_fill`` (masks.py); with
+  mask       causal, the sliding window (``window``, ``window_sinks``) and key padding, written
+             with the run's ``mask_fill`` (masks.allowed_mask); with
              ``cut``, the knocked-out edges too
   normalize  NORMALIZATIONS:
                softmax  rows sum to 1; with ``escape`` logits (H,) an extra slot whose value is
@@ -76,6 +77,8 @@ class WeightRule:
     normalize: str = "softmax"
     escape: torch.Tensor | None = None  # (H,) escape logits, softmax only
     bias: Bias | None = None
+    window: int | None = None  # masks.allowed_mask: the keys a query sees
+    window_sinks: int = 0
 
     def detached(self) -> "WeightRule":
         """The same rule with its scale and escape logits detached in fp32: what measurements use."""
@@ -109,7 +112,7 @@ class WeightRule:
         extra = self.bias(rows, keys) if self.bias is not None else None
         if extra is not None:
             logits = logits + extra.to(logits.dtype)
-        mask = allowed_mask(q.shape[-2], t, self.causal, key_padding_mask, q.device, rows=rows)
+        mask = allowed_mask(q.shape[-2], t, self.causal, key_padding_mask, q.device, rows, self.window, self.window_sinks)
         visible = mask if mask is not None else torch.ones(1, 1, len(rows), t, dtype=torch.bool, device=q.device)
         if mask is not None:
             logits = logits.masked_fill(~mask, fill_value(self.mask_fill, logits.dtype))

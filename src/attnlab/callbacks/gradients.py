@@ -11,7 +11,7 @@ from .cadence import log_metrics
 
 
 class QKGradNorms(L.Callback):
-    def __init__(self, every_n_steps: int = 10):
+    def __init__(self, every_n_steps: int = 100):
         self.every_n_steps = every_n_steps
         self.last: dict[str, float] = {}
 
@@ -22,8 +22,8 @@ class QKGradNorms(L.Callback):
         for i, block in enumerate(pl_module.model.blocks):
             grad = block.attn.qkv_proj.weight.grad
             if grad is not None:
-                q, k, _ = block.attn.qkv_parts(grad.detach())
-                norms[f"grad/L{i}/q_norm"], norms[f"grad/L{i}/k_norm"] = float(q.norm()), float(k.norm())
+                parts = block.attn.qkv_parts(grad.detach())
+                norms[f"grad/L{i}/q_norm"], norms[f"grad/L{i}/k_norm"] = float(parts.q.norm()), float(parts.k.norm())
         self.last = norms
         log_metrics(trainer, norms)
 

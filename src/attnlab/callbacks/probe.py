@@ -9,61 +9,33 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
 
 import lightning as L
 import torch
 
-from ..attention import Attention
+from ..attention import Intermediates
 from ..model import GPT
 
 
-@dataclass
-class ProbeRecord:
-    """What one attention layer saw and did in a probe forward; what every measurement reads.
-
-    q (B, H, T, d), k and v (B, H_kv, T, d) as they reach the kernel (post-norm, rotated with
-    RoPE); ``out`` the heads' outputs (B, H, T, d) before the output projection; ``residual`` the
-    block's output (B, T, d_model); ``layer`` the Attention module, whose ``weight_rule()`` and
-    ``weights(q, k, rows)`` give the weights as the layer computes them."""
-
-    index: int
-    layer: Attention
-    q: torch.Tensor
-    k: torch.Tensor
-    v: torch.Tensor
-    out: torch.Tensor
-    residual: torch.Tensor | None = None
-
-    @property
-    def scale(self) -> float | torch.Tensor:
-        s = self.layer.softmax_scale()
-        return s.detach() if torch.is_tensor(s) else s
+# What one attention layer saw and did in a probe forward; what every measurement reads: q, k, v
+# as they reach the kernel, ``out`` the heads' outputs entering the output projection,
+# ``residual`` the block's output, ``layer`` the Attention module (attention/module.py, Intermediates).
+ProbeRecord = Intermediates
 
 
 @contextmanager
 def capture(model: GPT):
-    """Collect one ProbeRecord per attention layer of each forward, in layer order: one forward
-    hook on each layer (its inputs and output) and one on each block (the residual stream)."""
+    """Collect one ProbeRecord per attention layer of each forward, in layer order: every layer
+    records its own intermediates into one list while the block is open."""
     records: list[ProbeRecord] = []
     layers = model.attention_layers()
-
-    def on_attention(index):
-        def hook(module, args, kwargs, output):
-            q, k, v = (x.detach() for x in args[:3])
-            records.append(ProbeRecord(index, module, q, k, v, output.detach()))
-        return hook
-
-    def on_block(module, args, output):
-        records[-1].residual = output.detach()  # the block's attention layer ran just before
-
-    handles = [layer.register_forward_hook(on_attention(i), with_kwargs=True) for i, layer in enumerate(layers)]
-    handles += [block.register_forward_hook(on_block) for block in model.blocks]
+    for layer in layers:
+        layer.record_to = records
     try:
         yield records
     finally:
-        for handle in handles:
-            handle.remove()
+        for layer in layers:
+            layer.record_to, layer.intermediates = None, None
 
 
 @contextmanager

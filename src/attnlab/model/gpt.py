@@ -4,7 +4,8 @@ Differences from nanoGPT that the ablations need: the head dim d_k is independen
 (n_head * d_k projects back to d_model), q and k may be LayerNorm'd (qk_norm), the init std is a
 config value (a float, or ``fan_in`` for 1/sqrt(fan_in)), blocks may drop their MLP, the position
 encoding is a choice (``pos_encoding``: learned, rope, alibi or none; attnlab.attention.position) and
-each head's softmax may have an escape slot (``attention.escape``; attnlab.attention.sink).
+each head's softmax may have an escape slot (``attention.escape``; attnlab.attention.sink). The attention
+layer itself, and every variant of it, is attnlab.attention.AttentionLayer.
 """
 from __future__ import annotations
 
@@ -15,9 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention import Attention, AttentionConfig, qk_component_std
+from ..attention import Attention, AttentionConfig, AttentionLayer
 from ..attention.cache import KVCache, RollingKVCache
-from ..attention.position import Rotary
 
 
 @dataclass
@@ -50,71 +50,13 @@ def optional_dropout(p: float) -> nn.Dropout | None:
     return nn.Dropout(p) if p > 0 else None
 
 
-class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg: GPTConfig):
-        super().__init__()
-        inner, kv_inner = cfg.n_head * cfg.d_k, cfg.n_kv_head * cfg.d_k
-        self.n_head, self.n_kv_head, self.d_k = cfg.n_head, cfg.n_kv_head, cfg.d_k
-        # q, k and v in one matmul (nanoGPT's c_attn; 3.7 % faster a tiny-preset step than three
-        # projections on the 2-core CPU, docs/performance.md); its rows are q's, then k's, then v's
-        # (grouped-query: n_kv_head heads of k and v). ``qkv_parts`` splits a tensor of its rows the same way.
-        self.qkv_sizes = (inner, kv_inner, kv_inner)
-        self.qkv_proj = nn.Linear(cfg.d_model, sum(self.qkv_sizes), bias=False)
-        self.out_proj = nn.Linear(inner, cfg.d_model, bias=False)
-        self.out_proj.is_residual = True
-        qk_norm = cfg.attention.qk_norm
-        # modules that would do nothing are None, not Identity or Dropout(0): a module call costs a few
-        # microseconds of Python, and a tiny-preset forward makes dozens (docs/performance.md)
-        self.q_norm = nn.LayerNorm(cfg.d_k) if qk_norm else None
-        self.k_norm = nn.LayerNorm(cfg.d_k) if qk_norm else None
-        sigma = qk_component_std(cfg.init_std, cfg.d_model, qk_norm)
-        # the weights and the kernel (attnlab.attention): block.attn.attention, not block.attn.attn
-        self.attention = Attention(cfg.attention, cfg.n_head, cfg.d_k, cfg.n_kv_head, sigma_q=sigma, sigma_k=sigma,
-                              dropout=cfg.dropout, alibi=cfg.pos_encoding == "alibi")
-        # RoPE rotates q and k here, before the Attention module: every backend and every statistic
-        # recomputed from the q, k that reach it sees the rotated vectors
-        self.rotary = Rotary(cfg.d_k) if cfg.pos_encoding == "rope" else None
-        self.resid_dropout = optional_dropout(cfg.dropout)
+class CausalSelfAttention(AttentionLayer):
+    """The GPT's attention layer (attnlab.attention.AttentionLayer) built from its config; ``index``
+    is the block's depth (a differential layer's lambda_init depends on it)."""
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        """Older checkpoints hold ``...attn.attn.*`` (a learned scale or escape logit; now
-        ``...attn.attention.*``) and separate ``q_proj``, ``k_proj``, ``v_proj`` weights (now the
-        rows of ``qkv_proj``): read them as they are now."""
-        for key in [k for k in state_dict if k.startswith(prefix + "attn.")]:
-            state_dict[prefix + "attention." + key[len(prefix) + 5:]] = state_dict.pop(key)
-        parts = [prefix + f"{name}_proj.weight" for name in "qkv"]
-        if all(key in state_dict for key in parts):
-            state_dict[prefix + "qkv_proj.weight"] = torch.cat([state_dict.pop(key) for key in parts])
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
-    def qkv_parts(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """A tensor over ``qkv_proj``'s output rows (its weight, its gradient) as its q, k, v parts."""
-        return rows.split(self.qkv_sizes, dim=0)
-
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, n * d_k) -> (B, n, T, d_k)."""
-        b, t, _ = x.shape
-        return x.view(b, t, -1, self.d_k).transpose(1, 2)
-
-    def forward(self, x, key_padding_mask=None, cache: KVCache | RollingKVCache | None = None):
-        """``cache``: x continues the positions cached there; its keys and values are appended and
-        its queries attend to every cached one."""
-        q, k, v = self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
-        q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H, T, d_k), (B, H_kv, T, d_k) twice
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        rope_in_cache = cache is not None and cache.keys_before_rope
-        if self.rotary is not None and not rope_in_cache:
-            start = 0 if cache is None else cache.length
-            q, k = self.rotary(q, start), self.rotary(k, start)
-        if cache is not None:
-            k, v = cache.update(k, v)
-        if self.rotary is not None and rope_in_cache:  # every key at its index in the cache, the queries last
-            q, k = self.rotary(q, k.shape[-2] - q.shape[-2]), self.rotary(k)
-        y = self.attention(q, k, v, key_padding_mask=key_padding_mask)
-        b, _, t, _ = y.shape
-        y = self.out_proj(y.transpose(1, 2).reshape(b, t, -1))
-        return y if self.resid_dropout is None else self.resid_dropout(y)
+    def __init__(self, cfg: GPTConfig, index: int = 0):
+        super().__init__(cfg.attention, cfg.d_model, cfg.n_head, cfg.d_k, cfg.n_kv_head, dropout=cfg.dropout,
+                         init_std=cfg.init_std, pos_encoding=cfg.pos_encoding, index=index)
 
 
 class MLP(nn.Module):
@@ -131,10 +73,10 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, cfg: GPTConfig, index: int = 0):
         super().__init__()
         self.ln_1 = nn.LayerNorm(cfg.d_model)
-        self.attn = CausalSelfAttention(cfg)
+        self.attn = CausalSelfAttention(cfg, index)
         self.ln_2 = None if cfg.attn_only else nn.LayerNorm(cfg.d_model)
         self.mlp = None if cfg.attn_only else MLP(cfg)
 
@@ -142,6 +84,8 @@ class Block(nn.Module):
         x = x + self.attn(self.ln_1(x), key_padding_mask, cache)
         if self.mlp is not None:
             x = x + self.mlp(self.ln_2(x))
+        if self.attn.attention.record_to is not None:
+            self.attn.attention.intermediates.residual = x.detach()
         return x
 
 
@@ -153,7 +97,7 @@ class GPT(nn.Module):
         # absolute positions only with pos_encoding=learned (rope and alibi act in attention, none has none)
         self.wpe = nn.Embedding(cfg.block_size, cfg.d_model) if cfg.pos_encoding == "learned" else None
         self.drop = optional_dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.wte.weight = self.lm_head.weight  # weight tying, as in nanoGPT
@@ -223,6 +167,9 @@ class GPT(nn.Module):
         """A streaming cache per layer (attention/cache.py): the first ``sinks`` tokens and the most
         recent ones, ``capacity`` entries in all, positions counted inside the cache."""
         refusal = self.kv_cache_refusal()
+        if refusal is None and self.cfg.attention.window is not None:
+            refusal = (f"model.attention.window={self.cfg.attention.window} takes no rolling KV cache (the window counts "
+                       "positions in the text, the cache its own entries); expected window=null, or the plain cache")
         if refusal is None and self.wpe is not None:
             refusal = ("model.pos_encoding=learned takes no rolling KV cache (a token's position is added to its "
                        "embedding and cannot move inside the cache); expected rope, alibi or none")
