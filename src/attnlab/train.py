@@ -15,7 +15,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from .startup import defer_scipy_signal
+from . import timing  # first: with ATTNLAB_PHASES set, the recorder starts before the heavy imports below
+from .startup import defer_scipy_signal  # noqa: E402
 
 defer_scipy_signal()  # before Lightning imports torchmetrics, which imports scipy.signal (attnlab/startup.py)
 
@@ -41,6 +42,7 @@ from .results import DISK_HINTS, RESULTS, RunRecord, is_rank_zero  # noqa: E402
 from .slurm import cluster_plugins, scheduler_restarts, slurm_job  # noqa: E402
 from . import wandb_runs  # noqa: E402
 
+timing.imports_done()
 log = logging.getLogger("attnlab")
 
 AXES = wandb_runs.AXES  # the top-level W&B config fields: every axis a committed study sweeps (wandb_runs.py)
@@ -118,8 +120,9 @@ def start_experiments(loggers: list) -> Callable[[], None]:
 
     def init():
         try:
-            for lg in pending:
-                lg.experiment  # noqa: B018 - the property calls wandb.init once
+            with timing.phase("W&B: import and init"):
+                for lg in pending:
+                    lg.experiment  # noqa: B018 - the property calls wandb.init once
         except BaseException as err:  # noqa: BLE001 - handed to the main thread by wait()
             failed.append(err)
 
@@ -257,7 +260,8 @@ def train(cfg: DictConfig) -> dict:
     for note in notes if is_rank_zero() else ():
         if note:
             print(f"attnlab: {note}", file=sys.stderr)
-    record = RunRecord(run_dir, cfg)
+    with timing.phase("results: run record (git sha)"):
+        record = RunRecord(run_dir, cfg)
     record.data["slurm"] = slurm_job()
     loggers: list = []
     trainer = estimate = experiments_started = None
@@ -271,43 +275,57 @@ def train(cfg: DictConfig) -> dict:
         identity = wandb_runs.wandb_identity(cfg, record.data["overrides"], earlier_wandb(run_dir) if continued else None)
         if "wandb" in (cfg.get("logger") or {}):
             record.data["wandb"] = {k: identity[k] for k in ("group", "name", "sweep")}  # the summary run joins this group
-        loggers = build_loggers(cfg, run_dir, identity)
+        with timing.phase("loggers: build (the wandb import included)"):
+            loggers = build_loggers(cfg, run_dir, identity)
         experiments_started = start_experiments(loggers)  # overlaps the corpus read and the model build
-        dm = instantiate(cfg.data, block_size=cfg.model.block_size, steps=max_steps, seed=cfg.seed)
-        dm.setup("fit")
-        dm.tokenizer.save(run_dir / "vocab.json")
-        model_cfg = OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": dm.vocab_size}
-        module = GPTModule(model_cfg, OmegaConf.to_container(cfg.optim, resolve=True), max_steps, vocab=dm.vocab())
+        with timing.phase("data: read and encode the corpus"):
+            dm = instantiate(cfg.data, block_size=cfg.model.block_size, steps=max_steps, seed=cfg.seed)
+            dm.setup("fit")
+            dm.tokenizer.save(run_dir / "vocab.json")
+        with timing.phase("model: build"):
+            model_cfg = OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": dm.vocab_size}
+            module = GPTModule(model_cfg, OmegaConf.to_container(cfg.optim, resolve=True), max_steps, vocab=dm.vocab())
         wait, experiments_started = experiments_started, None  # waited for here: the finally below need not
-        wait()
-        callbacks = [*build_callbacks(cfg), *progress_line(cfg.trainer.enable_progress_bar),
-                     GracefulInterrupt(run_dir / "checkpoints" / "last.ckpt")]
-        trainer = instantiate(
-            cfg.trainer,
-            logger=loggers or False,
-            callbacks=callbacks,
-            plugins=[AtomicCheckpointIO(), *cluster_plugins()],
-            default_root_dir=str(run_dir),
-            # Lightning counts val_check_interval in batches; the config, in optimizer steps
-            val_check_interval=min(cfg.trainer.val_check_interval, max_steps) * cfg.trainer.get("accumulate_grad_batches", 1),
-        )
+        with timing.phase("W&B: init, waited for (it runs in a thread)"):
+            wait()
+        with timing.phase("callbacks: build"):
+            callbacks = [*build_callbacks(cfg), *progress_line(cfg.trainer.enable_progress_bar),
+                         GracefulInterrupt(run_dir / "checkpoints" / "last.ckpt")]
+        profiler = timing.lightning_profiler() if cfg.trainer.get("profiler") is None else None
+        with timing.phase("trainer: build"):
+            trainer = instantiate(
+                cfg.trainer,
+                logger=loggers or False,
+                callbacks=callbacks,
+                plugins=[AtomicCheckpointIO(), *cluster_plugins()],
+                default_root_dir=str(run_dir),
+                # Lightning counts val_check_interval in batches; the config, in optimizer steps
+                val_check_interval=min(cfg.trainer.val_check_interval, max_steps) * cfg.trainer.get("accumulate_grad_batches", 1),
+                **({"profiler": profiler} if profiler is not None else {}),  # the phases inside fit (attnlab.timing)
+            )
         if cfg.get("memory_check", True):
-            processes = trainer.num_devices if trainer.strategy.root_device.type == "cpu" else 1
-            estimate = check_fits(cfg, sum(p.numel() for p in module.parameters()), dm.vocab_size,
-                                  trainer.strategy.root_device, processes)
-        check_kernel_runs(module, cfg, trainer)
-        provenance = {k: record.data[k] for k in ("config", "overrides", "git_sha")}
-        for lg in loggers:
-            lg.log_hyperparams({**axes(cfg, record.data["overrides"]), "sweep": identity["sweep"], **provenance})
-        with ddp_multirun_job(cfg):
+            with timing.phase("memory check"):
+                processes = trainer.num_devices if trainer.strategy.root_device.type == "cpu" else 1
+                estimate = check_fits(cfg, sum(p.numel() for p in module.parameters()), dm.vocab_size,
+                                      trainer.strategy.root_device, processes)
+        with timing.phase("kernel check forward"):
+            check_kernel_runs(module, cfg, trainer)
+        with timing.phase("loggers: log config"):
+            provenance = {k: record.data[k] for k in ("config", "overrides", "git_sha")}
+            for lg in loggers:
+                lg.log_hyperparams({**axes(cfg, record.data["overrides"]), "sweep": identity["sweep"], **provenance})
+        with ddp_multirun_job(cfg), timing.phase("fit: Lightning loop"):
             trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
         if module.last_val_step != trainer.global_step:
-            trainer.validate(module, datamodule=dm, verbose=False)
-        metrics = final_metrics(trainer, module, callbacks)
-        record.data["attention"]["kernel"], record.data["attention"]["kernel_changed"] = kernels_used(module)
-        record.data["compile"] = module.compile_record
-        extra = {k: v for cb in callbacks if hasattr(cb, "results_fields") for k, v in cb.results_fields().items()}
-        record.finish("ok", metrics, **extra)
+            with timing.phase("fit: closing validation"):
+                trainer.validate(module, datamodule=dm, verbose=False)
+        with timing.phase("end of run: metrics and summaries"):
+            metrics = final_metrics(trainer, module, callbacks)
+            record.data["attention"]["kernel"], record.data["attention"]["kernel_changed"] = kernels_used(module)
+            record.data["compile"] = module.compile_record
+            extra = {k: v for cb in callbacks if hasattr(cb, "results_fields") for k, v in cb.results_fields().items()}
+        with timing.phase("results.json"):
+            record.finish("ok", metrics, **extra)
         return metrics
     except (KeyboardInterrupt, Interrupted, SIGTERMException) as caught:
         err = caught
@@ -369,7 +387,8 @@ def finish_wandb(loggers: list, failed: bool) -> None:
         import wandb
 
         try:
-            wandb.finish(exit_code=1 if failed else 0)
+            with timing.phase("W&B: finish"):
+                wandb.finish(exit_code=1 if failed else 0)
         except Exception as err:  # noqa: BLE001 - e.g. its service process killed with the job: say so, keep the run's own error
             print(f"attnlab: W&B run not closed cleanly ({type(err).__name__}: {err}); its offline files hold what was "
                   "logged before", file=sys.stderr)
@@ -379,7 +398,7 @@ def finish_wandb(loggers: list, failed: bool) -> None:
 def hydra_entry(cfg: DictConfig) -> float | None:
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
-        with quiet_lightning():
+        with quiet_lightning(), timing.phase("train(): not covered by a phase"):
             metrics = train(cfg)
     except Interrupted as err:
         print(f"attnlab: interrupted: {err}", file=sys.stderr)
@@ -408,7 +427,8 @@ def main() -> None:
 
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # let errors reach us instead of Hydra's report
     try:
-        hydra_entry()
+        with timing.phase("Hydra: parse, compose, run dir, log set-up"):
+            hydra_entry()
         # The process ends next: its exit would otherwise walk every object of torch, Lightning and
         # W&B in a last collection (about 2 s on a busy 2-core machine, reports/bench/breakdown.md).
         gc.freeze()

@@ -3,9 +3,9 @@
 ``python -m attnlab.bench --mode full|fast|tiny [--out DIR]`` (``make bench``) writes
 ``bench.json``, ``bench.md`` and log-log plots into ``reports/bench/``.
 
-The names below are imported on first use (PEP 562): ``python -m attnlab.bench.breakdown`` imports
-this package before its own first line, and the breakdown times the imports from that line, so an
-eager ``import torch`` here would hide torch's import among "interpreter start and exit".
+The names below are imported on first use (PEP 562): ``python -m attnlab.bench.longctx`` imports
+this package before its own first line and only then starts a training run, so an eager ``import
+torch`` here would add torch's import to every module of the package that needs none.
 """
 from __future__ import annotations
 

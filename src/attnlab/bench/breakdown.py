@@ -1,94 +1,36 @@
-"""Breakdown of one whole ``python -m attnlab.train`` run: phase, seconds, share of the run.
+"""Breakdown of one whole ``attnlab train`` run: phase, seconds, share of the run.
 
-The parent starts ``python -m attnlab.bench.breakdown --child OUT.json -- OVERRIDES`` and times the
-whole process, as a user's ``make train`` would be timed. The child times its own imports, wraps
-the training code path in ``phases.instrument`` and calls the same ``attnlab.train.main`` the CLI
-calls; what the child cannot see (interpreter start and exit) is the parent's wall time minus the
-child's span. ``--cprofile`` adds the functions with the most self time (cProfile inflates Python
-time, so that run's seconds are not the table's).
+The bench starts the command ``make train`` runs (``python -m attnlab.cli train OVERRIDES``) with
+``ATTNLAB_PHASES=OUT.json``: the run records its own phases (``attnlab.timing``: the steps of
+``attnlab.train``, from the process's start, and inside fit Lightning's profiler actions) and
+writes them when it exits. The bench times the whole process from outside, as a user's ``make
+train`` would be timed; what the recorder cannot see (process creation, interpreter teardown after
+the exit handlers) is the wall time minus the recorded span. ``phases.row_of`` turns the phases
+into the table's rows. ``--cprofile`` adds the functions with the most self time, from a second run
+under ``python -m cProfile`` (cProfile inflates Python time, so that run's seconds are not the table's).
 """
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
-T_START = time.perf_counter()  # before the heavy imports below: the child's imports are timed from here
+from ..timing import ENV
+from .phases import GROUPS, group_of
+from .phases import rows as phase_rows
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-GROUPS = (  # (group, phase-name prefixes) in the table's order
-    ("start-up", ("interpreter", "imports", "W&B: import", "Hydra")),
-    ("set-up", ("data:", "model:", "trainer:", "callbacks: build", "kernel check", "git sha", "W&B: init",
-                "W&B: log config", "CSV: log config")),
-    ("training steps", ("step:", "Lightning loop")),
-    ("callbacks during training", ("callback",)),
-    ("logging", ("W&B: log", "CSV:")),
-    ("validation and checkpoints", ("validation", "checkpoint")),
-    ("end of run", ("W&B: finish", "results.json", "train()")),
-)
+OUTSIDE = "outside every phase (exit handlers: W&B, logging)"
+INTERPRETER = "interpreter start and exit (wall minus the recorded span)"
+ATTNLAB_TRAIN = ("-m", "attnlab.cli", "train")  # what ``make train`` runs, after the interpreter
 
 
-def group_of(phase: str) -> str:
-    from .phases import is_end_of_training
-
-    if is_end_of_training(phase):
-        return "end of run"
-    for group, prefixes in GROUPS:
-        if any(phase.startswith(p) for p in prefixes):
-            return group
-    return "other"
-
-
-# ----------------------------------------------------------------------------------------- child
-
-
-def child(out: Path, overrides: list[str], cprofile: bool) -> int:
-    import attnlab.train as train_mod  # the CLI's own imports: torch, lightning, hydra, attnlab
-
-    imports_s = time.perf_counter() - T_START
-    t = time.perf_counter()
-    import wandb  # noqa: F401  (imported here so its cost is its own row; a real run pays it in WandbLogger())
-
-    wandb_import_s = time.perf_counter() - t
-    from .phases import PhaseTimer, instrument
-
-    timer = PhaseTimer()
-    rc, profiler = 0, None
-    if cprofile:
-        import cProfile
-
-        profiler = cProfile.Profile()
-    t_main = time.perf_counter()
-    with instrument(timer):
-        sys.argv = ["attnlab.train", *overrides]
-        with timer.phase("Hydra: parse, compose, run dir, log set-up, exit"):
-            try:
-                if profiler:
-                    profiler.enable()
-                train_mod.main()
-            except SystemExit as err:
-                rc = int(err.code or 0)
-            finally:
-                if profiler:
-                    profiler.disable()
-    main_s = time.perf_counter() - t_main
-    data = {"imports_s": imports_s, "wandb_import_s": wandb_import_s, "main_s": main_s, "rc": rc,
-            "seconds": timer.seconds, "calls": timer.calls, "background_s": timer.background,
-            "span_s": time.perf_counter() - T_START}
-    if profiler:
-        data["cprofile_top"] = top_functions(profiler)
-    out.write_text(json.dumps(data, indent=1))
-    return rc
-
-
-def top_functions(profiler, n: int = 25) -> list[dict]:
+def top_functions(path: Path, n: int = 25) -> list[dict]:
     import pstats
 
-    stats = pstats.Stats(profiler)
+    stats = pstats.Stats(str(path))
     rows = []
     for (file, line, func), (_, calls, tottime, cumtime, _) in stats.stats.items():
         rows.append({"function": f"{Path(file).name}:{line}({func})" if line else func, "calls": calls,
@@ -100,16 +42,23 @@ def top_functions(profiler, n: int = 25) -> list[dict]:
 
 
 def run_child(overrides: list[str], run_dir: Path, cprofile: bool = False, env: dict | None = None) -> dict:
-    """One instrumented run in a fresh process; its phases plus ``wall_s`` measured from outside."""
+    """One ``attnlab train`` run in a fresh process, recording its phases; plus ``wall_s`` measured from outside."""
     out = run_dir.parent / f"{run_dir.name}.phases.json"
-    cmd = [sys.executable, "-m", "attnlab.bench.breakdown", "--child", str(out), *(["--cprofile"] if cprofile else []),
-           "--", *overrides, f"hydra.run.dir={run_dir}"]
+    prof = run_dir.parent / f"{run_dir.name}.cprofile"
+    env = dict(os.environ if env is None else env)
+    if cprofile:
+        env.pop(ENV, None)
+        cmd = [sys.executable, "-m", "cProfile", "-o", str(prof), *ATTNLAB_TRAIN]
+    else:
+        env[ENV] = str(out)
+        cmd = [sys.executable, *ATTNLAB_TRAIN]
+    cmd += [*overrides, f"hydra.run.dir={run_dir}"]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
-    if proc.returncode or not out.exists():
+    if proc.returncode or not (prof if cprofile else out).exists():
         raise RuntimeError(f"breakdown run failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    data = json.loads(out.read_text())
+    data = {"cprofile_top": top_functions(prof)} if cprofile else json.loads(out.read_text())
     data["wall_s"] = wall
     results = json.loads((run_dir / "results.json").read_text())
     data["steps"] = int(results["metrics"].get("step", 0))
@@ -121,12 +70,10 @@ def run_child(overrides: list[str], run_dir: Path, cprofile: bool = False, env: 
 def table(data: dict) -> list[dict]:
     """Rows (group, phase, seconds, share, calls, ms per call) that add up to the process's wall time."""
     wall, steps = data["wall_s"], max(1, data.get("steps") or 1)
-    in_child = {"imports (torch, lightning, hydra, attnlab)": data["imports_s"], "W&B: import": data["wandb_import_s"],
-                **data["seconds"]}
-    # what the child spent outside every phase: wrapping and unwrapping the hooks, reading the clock
-    in_child["the breakdown's own instrumentation"] = data["span_s"] - sum(in_child.values())
-    seconds = {"interpreter start and exit (wall minus the child's span)": wall - data["span_s"], **in_child}
-    calls = data["calls"]
+    seconds, calls = phase_rows(data["seconds"], data["calls"])
+    # the recorded span, less its phases: the exit handlers that run after main() returns
+    seconds[OUTSIDE] = data["span_s"] - sum(data["seconds"].values())
+    seconds = {INTERPRETER: wall - data["span_s"], **seconds}
     rows = []
     for phase, sec in seconds.items():
         n = calls.get(phase, 1)
@@ -160,18 +107,3 @@ def breakdown(overrides: list[str], work_dir: Path, cprofile: bool = True, log=p
         result["cprofile_run"] = {"overrides": [*overrides, *cprofile_overrides], "wall_s": profiled["wall_s"],
                                   "steps": profiled["steps"]}
     return result
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    overrides = argv[argv.index("--") + 1:] if "--" in argv else []
-    own = argv[: argv.index("--")] if "--" in argv else argv
-    p = argparse.ArgumentParser(prog="python -m attnlab.bench.breakdown")
-    p.add_argument("--child", required=True, help="(internal) write this run's phases to this JSON file")
-    p.add_argument("--cprofile", action="store_true")
-    args = p.parse_args(own)
-    return child(Path(args.child), overrides, args.cprofile)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

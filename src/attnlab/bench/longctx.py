@@ -8,9 +8,9 @@ and so the number of validations and of periodic measurements, is the same at ev
 T <= tokens_per_step (the batch shrinks instead); beyond it the batch is 1 and the steps shrink.
 
 Each run goes through ``python -m attnlab.bench.longctx --child STAMPS -- train ...``, which is
-``attnlab train`` with two probes from the breakdown's machinery (``phases``): when the last
-training step ended, and the seconds inside every callback's hooks; plus the process's peak RSS
-(and the CUDA allocator's peak on a GPU). Per T: wall seconds of each arm (median), their ratio
+``attnlab train`` with its phase recorder on (``attnlab.timing``, as the breakdown reads it): when
+the last training step ended, and the seconds inside every callback's hooks (Lightning's profiler
+actions); plus the process's peak RSS (and the CUDA allocator's peak on a GPU). Per T: wall seconds of each arm (median), their ratio
 within each pair (median), the end-of-run analysis share (seconds in the callbacks' end-of-training
 hooks: the final head analysis with its knockout, the final statistics and maps, the final checkpoint,
 over the run's wall time), the seconds from the last step to the process's exit, and peak memory.
@@ -24,7 +24,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,7 +31,7 @@ from pathlib import Path
 TARGET_RATIO = 1.10  # default callbacks' wall time over callbacks=none's, at every T
 TARGET_END_SHARE = 0.05  # the end-of-run analysis over the run's wall time
 ARMS = {"default": [], "none": ["callbacks=none"]}
-STEP_END = "training step: end"  # the phase that stamps each step's end (GPTModule.on_train_batch_end)
+STEP_END = ".on_train_batch_end"  # the LightningModule's hook, the last of each step ("[LightningModule]GPTModule...")
 CHILD = ("-m", "attnlab.bench.longctx", "--child")
 
 
@@ -98,37 +97,32 @@ def run_overrides(plan: LongctxPlan, seq_len: int) -> list[str]:
 
 
 def child(stamps: Path, argv: list[str]) -> int:
-    """``attnlab ARGV`` through the CLI's own ``main``, probed; STAMPS gets the probes when it returns.
-
-    Only the module's step-end hook and the callbacks' own hooks are wrapped (two clock reads per
-    call; no W&B import, unlike the breakdown's ``instrument``), so both arms run what ``attnlab
-    train`` runs, and the none arm, with no callbacks, carries just the step-end stamp.
-    """
+    """``attnlab ARGV`` through the CLI's own ``main`` with the phase recorder on; STAMPS gets the
+    phases when it returns. Both arms record the same way (two clock reads per Lightning action),
+    so both run what ``attnlab train`` runs."""
     import resource
 
+    from .. import timing
     from ..cli import main as cli_main
-    from ..module import GPTModule
-    from .phases import Patches, PhaseTimer, wrap_callbacks_when_built
 
-    timer = PhaseTimer(clock=time.time)  # epoch seconds: the parent dates the process's exit on the same clock
-    patches = Patches()
-    patches.wrap(GPTModule, "on_train_batch_end", timer, STEP_END)
-    wrap_callbacks_when_built(patches, timer)
+    recorder = timing.enable()
     rc = 1
     try:
         rc = cli_main(argv)
     except SystemExit as err:
         rc = err.code if isinstance(err.code, int) else (0 if err.code is None else 1)
     finally:
-        patches.restore()
+        data = recorder.data()
+        step_end = [p for p in data["last_end"] if p.startswith("[LightningModule]") and p.endswith(STEP_END)]
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
         cuda_peak = None
         torch = sys.modules.get("torch")
         if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
             cuda_peak = max(torch.cuda.max_memory_allocated(d) for d in range(torch.cuda.device_count()))
-        stamps.write_text(json.dumps({"rc": rc, "last_step_end": timer.last_end.get(STEP_END),
-                                      "steps_seen": timer.calls.get(STEP_END, 0), "seconds": timer.seconds,
-                                      "calls": timer.calls, "max_rss_bytes": rss, "cuda_peak_bytes": cuda_peak}))
+        stamps.write_text(json.dumps({"rc": rc, "last_step_end": max((data["last_end"][p] for p in step_end), default=None),
+                                      "steps_seen": sum(data["calls"][p] for p in step_end), "seconds": data["seconds"],
+                                      "inclusive_s": data["inclusive_s"],
+                                      "calls": data["calls"], "max_rss_bytes": rss, "cuda_peak_bytes": cuda_peak}))
     return rc
 
 
@@ -138,20 +132,21 @@ def child(stamps: Path, argv: list[str]) -> int:
 def run_arm(overrides: list[str], run_dir: Path) -> dict:
     """One probed ``attnlab train`` run: e2e's sample (wall, step, val loss, kernel) plus the probes."""
     from .endtoend import run_attnlab
-    from .phases import is_end_of_training
+    from .phases import callback_seconds, is_end_of_training
 
     stamps = run_dir.parent / f"{run_dir.name}.stamps.json"
     sample = run_attnlab(overrides, run_dir, command=(*CHILD, str(stamps), "--", "train"))
     probe = json.loads(stamps.read_text())
     if probe["last_step_end"] is None:
         raise RuntimeError(f"longctx: no training step was stamped in {run_dir}")
-    seconds = probe["seconds"]
+    seconds = callback_seconds(probe["seconds"])  # per row: "callback X (per step)" / "(end of training)"
+    # the end-of-training hooks with what they call (the final checkpoint's write), which the exclusive rows leave out
+    end = callback_seconds(probe["inclusive_s"])
     sample.update(
         tail_s=sample["finished_at"] - probe["last_step_end"],
-        end_s=sum(sec for phase, sec in seconds.items() if is_end_of_training(phase)),
-        callbacks_s=sum(sec for phase, sec in seconds.items() if phase.startswith("callback ")),
-        max_rss_bytes=probe["max_rss_bytes"], cuda_peak_bytes=probe["cuda_peak_bytes"],
-        callback_seconds={phase: sec for phase, sec in seconds.items() if phase.startswith("callback ")})
+        end_s=sum(sec for row, sec in end.items() if is_end_of_training(row)),
+        callbacks_s=sum(seconds.values()),
+        max_rss_bytes=probe["max_rss_bytes"], cuda_peak_bytes=probe["cuda_peak_bytes"], callback_seconds=seconds)
     shutil.rmtree(run_dir, ignore_errors=True)  # checkpoints and maps: only the numbers above are kept
     return sample
 
