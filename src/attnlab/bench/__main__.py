@@ -5,7 +5,8 @@ full  T = 256..8192 on CPU (512..32768 on CUDA), 5 repeats, training throughput,
       ``make train`` against a plain script (3 alternating repeats), the long-context section
       (whole runs of one token budget at T = 64..2048, and 4096 with a fused backend, default
       callbacks against none, 3 alternated pairs: about 20 minutes on its own, estimated), eager
-      vs torch.compile; about an hour on 2 quiet cores (estimated), more when busy.
+      vs torch.compile, KV-cache decoding (prefill, ms per token, KV bytes, batched throughput per
+      n_kv_head, T = 256..2048); about an hour on 2 quiet cores (estimated), more when busy.
 fast  every section, smaller, in under 3 minutes on 2 cores (134 s once, quiet, a warm inductor
       cache; a cold one adds about 30 s): kernels timed at T = 256 and 1024, memory to 4096;
       3 repeats for the in-process sections; one alternated pair of a 40-step end-to-end arm and
@@ -39,7 +40,7 @@ from .kernels import KernelPlan, matmul_peak_gflops, run_kernels
 from .report import memory_summary, write_breakdown, write_json, write_markdown, write_plots
 from .throughput import callback_overhead, train_throughput
 
-SECTIONS = ("kernels", "train", "callbacks", "e2e", "longctx", "compile")
+SECTIONS = ("kernels", "train", "callbacks", "e2e", "longctx", "compile", "decode")
 
 
 def kernel_plan(mode: str, device: torch.device) -> KernelPlan:
@@ -95,7 +96,7 @@ LONGCTX = {"full": dict(seq_lens=(64, 256, 1024, 2048), fused_seq_lens=(4096,), 
 
 SECTION_KEYS = {"kernels": ("machine", "kernel_setup", "kernels", "memory_exponent", "memory_ratio_8192_1024", "memory_fit_T"),
                 "train": ("train",), "callbacks": ("callbacks",), "e2e": ("e2e",), "longctx": ("longctx",),
-                "compile": ("compile",)}
+                "compile": ("compile",), "decode": ("decode",)}
 
 
 def longctx_plan(args: argparse.Namespace, device: torch.device):
@@ -233,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
                               "dtype": str(plan.dtype).removeprefix("torch."), "repeats": plan.repeats, "warmup": plan.warmup,
                               "timed_T": list(plan.timed_seq_lens), "memory_T": list(plan.seq_lens)},
              "kernels": [], "memory_exponent": {}, "memory_ratio_8192_1024": {}, "memory_fit_T": {},
-             "train": [], "callbacks": {}, "e2e": {}, "longctx": {}, "compile": []}
+             "train": [], "callbacks": {}, "e2e": {}, "longctx": {}, "compile": [], "decode": {}}
     if args.merge:
         bench = merge_previous(bench, out, sections)
     if reuse_machine:  # "machine" is the kept kernels section's: this run's sections get their own yardstick
@@ -287,6 +288,13 @@ def main(argv: list[str] | None = None) -> int:
                                          if args.compile_steps else {})
         bench["compile"] = compile_throughput(device=device, **settings)
         section_s["compile"] = time.perf_counter() - t
+        write_json(bench, out)
+    if "decode" in sections:  # KV-cache decoding per key/value-head count (bench/decode.py)
+        from .decode import DECODE, decode_section
+
+        t = time.perf_counter()
+        bench["decode"] = decode_section(**DECODE[args.mode], device=device)
+        section_s["decode"] = time.perf_counter() - t
     if "kernels" in sections:
         bench["machine"]["load_after"] = list(os.getloadavg())
     if "merged" in bench:

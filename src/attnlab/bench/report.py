@@ -325,6 +325,10 @@ def write_markdown(bench: dict, out: Path) -> Path:
             *compile_table(bench["compile"]),
             "",
         ]
+    if bench.get("decode") and bench["decode"].get("rows"):
+        from .decode import decode_table
+
+        lines += ["## Decoding with the KV cache", "", *decode_table(bench["decode"]), ""]
     path = Path(out) / "bench.md"
     atomic_write_text(path, "\n".join(lines))
     return path
