@@ -279,4 +279,17 @@ def test_the_intermediates_record_holds_each_quantity_once_per_layer():
             parts = block.attn.qkv_parts(block.attn.qkv_proj.weight)
             torch.testing.assert_close(rec.v, (h @ parts.v.T).view(3, T, 2, -1).transpose(1, 2))
             assert rec.q.shape == (3, 4, T, D_MODEL // 4) and rec.k.shape == (3, 2, T, D_MODEL // 4)
-    assert all(layer.record_to is None for layer in model.attention_layers())  # recording stops with the probe
+    assert all(layer.record_to is None for layer in model.attention_layers())  # the probe leaves no layer recording
+
+
+def test_config_checks_the_new_keys_and_differential_with_the_measurements(make_cfg):
+    from attnlab.config_checks import check_config
+    from attnlab.errors import ConfigError
+
+    check_config(make_cfg("model.attention.gate=headwise", "model.attention.window=8", "model.attention.window_sinks=1"))
+    with pytest.raises(ConfigError, match="model.attention.gate='both'.*none, headwise, elementwise"):
+        check_config(make_cfg("model.attention.gate=both"))
+    with pytest.raises(ConfigError, match="model.attention.differential=True.*attention_stats") as err:
+        check_config(make_cfg("model.attention.differential=true", "callbacks=default"))
+    assert "\n" not in str(err.value)
+    check_config(make_cfg("model.attention.differential=true", "callbacks=none"))

@@ -146,6 +146,10 @@ def check_config(cfg: DictConfig) -> None:
     d_k = cfg.model.d_k or cfg.model.d_model // cfg.model.n_head
     if cfg.model.pos_encoding == "rope" and d_k % 2:
         raise ConfigError("model.d_k", d_k, "an even head dim with model.pos_encoding=rope")
+    measured = [name for name in ("attention_stats", "attention_maps", "heads") if name in (cfg.get("callbacks") or {})]
+    if attention.get("differential") and measured:  # they read weights per head; a differential map is signed
+        raise ConfigError("model.attention.differential", True, f"false with callbacks {', '.join(measured)} on, or "
+                          f"{' '.join('~callbacks.' + name for name in measured)}")
     wandb = cfg.get("logger", {}).get("wandb") if cfg.get("logger") else None
     if wandb is not None and wandb.get("mode") not in WANDB_MODES:
         raise ConfigError("logger.wandb.mode", wandb.get("mode"), "one of " + ", ".join(WANDB_MODES))
