@@ -293,3 +293,17 @@ def test_config_checks_the_new_keys_and_differential_with_the_measurements(make_
         check_config(make_cfg("model.attention.differential=true", "callbacks=default"))
     assert "\n" not in str(err.value)
     check_config(make_cfg("model.attention.differential=true", "callbacks=none"))
+
+
+@pytest.mark.parametrize("attention", [{"gate": "elementwise"}, {"gate": "headwise", "backend": "sdpa"},
+                                       {"differential": True}, {"differential": True, "backend": "sdpa"}])
+def test_kv_cache_with_a_gate_or_a_differential_map_gives_the_full_forwards_logits(attention):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=20, block_size=16, n_layer=2, n_head=H, d_model=D_MODEL, pos_encoding="rope",
+                          attention=attention)).eval()
+    idx = torch.randint(20, (2, 10))
+    full = model(idx)[0]
+    caches = model.kv_caches()
+    with torch.no_grad():
+        steps = [model.next_logits(idx[:, :4], caches)] + [model.next_logits(idx[:, i:i + 1], caches) for i in range(4, 10)]
+    torch.testing.assert_close(torch.stack(steps, 1), full[:, 3:], atol=1e-5, rtol=1e-5)
