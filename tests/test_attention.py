@@ -115,8 +115,8 @@ def test_sigma_scaling_gives_unit_variance_logits_at_init():
     model = GPT(GPTConfig(n_layer=1, n_head=4, d_model=256, d_k=64, attention={"backend": "scaled", "scaling": "sigma"}))
     attn = model.blocks[0].attn
     x = torch.nn.functional.layer_norm(torch.randn(8, 64, 256), (256,))
-    w_q, w_k, _ = attn.qkv_parts(attn.qkv_proj.weight)
-    q, k = attn._heads(x @ w_q.T), attn._heads(x @ w_k.T)
+    parts = attn.qkv_parts(attn.qkv_proj.weight)
+    q, k = attn._heads(x @ parts.q.T), attn._heads(x @ parts.k.T)
     logits = (q @ k.transpose(-2, -1)) * attn.attention.softmax_scale()
     assert logits.std().item() == pytest.approx(1.0, rel=0.15)
 

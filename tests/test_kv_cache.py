@@ -168,7 +168,7 @@ def test_cached_keys_are_rotated_at_their_own_positions():
         model.next_logits(idx[:, :2], caches)
         model.next_logits(idx[:, 2:6], caches)
         attn = model.blocks[0].attn
-        k = attn.qkv_proj(model.blocks[0].ln_1(model.embed(idx))).split(attn.qkv_sizes, -1)[1]
+        k = model.blocks[0].ln_1(model.embed(idx)) @ attn.qkv_parts(attn.qkv_proj.weight).k.T
     torch.testing.assert_close(caches[0].k[:, :, :6], attn.rotary(attn._heads(k)), atol=1e-12, rtol=0)
 
 
@@ -296,7 +296,8 @@ def test_rolling_cache_of_two_layers(variant):
             if end <= CAPACITY:
                 torch.testing.assert_close(logits, full[:, end - 1], atol=1e-10, rtol=0)
         attn = model.blocks[0].attn
-        k, v = attn.qkv_proj(model.blocks[0].ln_1(model.wte(kept_tokens(idx, 16)))).split(attn.qkv_sizes, -1)[1:]
+        x, parts = model.blocks[0].ln_1(model.wte(kept_tokens(idx, 16))), attn.qkv_parts(attn.qkv_proj.weight)
+        k, v = x @ parts.k.T, x @ parts.v.T
     assert [c.length for c in caches] == [CAPACITY, CAPACITY]
     torch.testing.assert_close(caches[0].k, attn._heads(k), atol=1e-12, rtol=0)
     torch.testing.assert_close(caches[0].v, attn._heads(v), atol=1e-12, rtol=0)

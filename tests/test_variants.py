@@ -249,7 +249,7 @@ def test_a_checkpoint_with_separate_q_k_v_projections_still_loads():
     for key, value in model.state_dict().items():
         if key.endswith("qkv_proj.weight"):
             prefix = key[: -len("qkv_proj.weight")]
-            for name, part in zip("qkv", model.blocks[0].attn.qkv_parts(value)):
+            for name, part in model.blocks[0].attn.qkv_parts(value)._asdict().items():
                 state[f"{prefix}{name}_proj.weight"] = part.clone()
         else:
             state[key] = value
