@@ -96,7 +96,9 @@ def hydra_choices() -> dict[str, str]:
 
 def axes(cfg: DictConfig, overrides: list[str] = ()) -> dict:
     """The top-level W&B config fields of a run: every axis under its short name."""
-    choices = default_choices() | parse_overrides(overrides, groups_only=True) | hydra_choices()
+    # the job's own overrides last: in a Hydra job they agree with its choices, and HydraConfig is
+    # process-wide state that a caller outside a job (train() from Python, a test) may find stale
+    choices = default_choices() | hydra_choices() | parse_overrides(overrides, groups_only=True)
     values = {}
     for name, key in AXES.items():
         values[name] = choices.get(key) if name in GROUP_AXES else OmegaConf.select(cfg, key, default=None)
