@@ -10,7 +10,8 @@ full  T = 256..8192 on CPU (512..32768 on CUDA), 5 repeats, training throughput,
 fast  every section, smaller, in under 3 minutes on 2 cores (134 s once, quiet, a warm inductor
       cache; a cold one adds about 30 s): kernels timed at T = 256 and 1024, memory to 4096;
       3 repeats for the in-process sections; one alternated pair of a 40-step end-to-end arm and
-      of long context at T = 1024 (4 steps); torch.compile of sdpa only.
+      of long context at T = 1024 (4 steps); torch.compile of sdpa only; decoding at T = 128 and
+      1024 (about 30 s).
 tiny  for tests only: T 128 and 256, two repeats of a few training steps; numbers mean little.
 breakdown  where the seconds of one whole default ``make train`` go (``--overrides`` to change the
       run): reports/bench/breakdown.md and .json, plus the top functions of a cProfile'd run.

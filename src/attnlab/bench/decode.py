@@ -157,6 +157,7 @@ def decode_section(contexts: tuple[int, ...], new_tokens: int, repeats: int, bat
 
     dims = {**DECODE_SHAPE, **(shape or {})}
     block = max(contexts) + new_tokens
+    load_before = os.getloadavg()[0]
     models, refused = {}, {}
     for name, change in decode_variants(dims["n_head"]).items():
         change = dict(change)
@@ -237,7 +238,8 @@ def decode_section(contexts: tuple[int, ...], new_tokens: int, repeats: int, bat
                                            for r in rows if r["T"] == T))
     return {"setup": {**dims, "block_size": block, "pos_encoding": "rope", "backend": backend, "dtype": "float32", "device": str(device),
                       "contexts": list(contexts), "new_tokens": new_tokens, "repeats": repeats, "batches": list(batches),
-                      "budget_bytes": budget_bytes, "threads": torch.get_num_threads()},
+                      "budget_bytes": budget_bytes, "threads": torch.get_num_threads(),
+                      "load_avg_1m": [load_before, os.getloadavg()[0]]},
             "rows": rows, "refused": refused}
 
 
@@ -269,7 +271,9 @@ def decode_table(section: dict) -> list[str]:
         f"d_k x element size); sequences = (budget - weights) // (KV B/token x T), vLLM's count; B=b tok/s = b "
         f"sequences of T decoded as one batch, b x {s['new_tokens']} tokens over the time. {s['repeats']} repeats, "
         f"variants alternated (the order flips every repeat), medians; ratios to mha within a repeat. "
-        f"{s['threads']} torch thread(s).",
+        f"{s['threads']} torch thread(s)"
+        + (f", load average {s['load_avg_1m'][0]:.1f} before and {s['load_avg_1m'][1]:.1f} after (a shared machine)."
+           if s.get("load_avg_1m") else "."),
         "",
         *markdown_table(header, body, align="lrrrrrrrr" + "r" * len(batches)).splitlines(),
     ]
