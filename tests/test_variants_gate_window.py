@@ -307,3 +307,18 @@ def test_kv_cache_with_a_gate_or_a_differential_map_gives_the_full_forwards_logi
     with torch.no_grad():
         steps = [model.next_logits(idx[:, :4], caches)] + [model.next_logits(idx[:, i:i + 1], caches) for i in range(4, 10)]
     torch.testing.assert_close(torch.stack(steps, 1), full[:, 3:], atol=1e-5, rtol=1e-5)
+
+
+def test_head_scores_count_the_keys_the_window_leaves_visible():
+    """Uniform rows over the window's keys: entropy_norm 1 and a purely positional pattern, as
+    uniform causal rows read without a window."""
+    from attnlab.analysis.heads import head_scores
+
+    attn = Attention(AttentionConfig("scaled", window=3, window_sinks=1), H, D)
+    mask = attn.visible(T)
+    assert torch.equal(mask, visible(T, T, 3, 1))
+    p = (mask / mask.sum(-1, keepdim=True)).expand(2, H, T, T)
+    scores = head_scores(p, p, 3, 1, visible=mask)
+    torch.testing.assert_close(scores["entropy_norm"], torch.ones(H))
+    plain = head_scores(p, p, 3, 1)  # read as if every earlier key were visible
+    assert float(plain["entropy_norm"].max()) < 0.9

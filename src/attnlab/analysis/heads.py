@@ -9,7 +9,8 @@ every score because it can only see itself):
                   over the keys query i sees, renormalised, and the score is the mean overlap
                   sum_j min(p_ij, q_ij) = 1 - total variation distance. 1: the head attends by
                   offset alone, whatever the content.
-  entropy_norm    mean over queries i >= 1 of H(p_i) / log(i + 1); 1 = uniform over visible keys
+  entropy_norm    mean over queries i seeing k_i >= 2 keys of H(p_i) / log k_i (k_i = i + 1 without a
+                  window); 1 = uniform over visible keys
                   (with an escape slot: of the real-key weights renormalised, i.e. how the head
                   spreads the weight it does place)
   escape          only for models with an escape slot (model.attention.escape): mean over queries
@@ -50,7 +51,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..attention import Knockout
+from ..attention import Knockout, allowed_mask
 from ..callbacks.probe import ProbeRecord, eval_mode, probe_plan, probe_with_logits
 from ..data.text import BOS  # the token the data modules put first with data.bos
 
@@ -81,33 +82,42 @@ def escape_score(p: torch.Tensor) -> torch.Tensor:
     return (1 - _rows(p).sum(-1)).mean(dim=(0, 2))
 
 
-def entropy_norm_score(p: torch.Tensor) -> torch.Tensor:
+def causal_visible(t: int, device=None) -> torch.Tensor:
+    """(T, T) bool: the keys each query sees under a plain causal mask (masks.allowed_mask)."""
+    return allowed_mask(t, t, True, None, device)[0, 0]
+
+
+def entropy_norm_score(p: torch.Tensor, visible: torch.Tensor | None = None) -> torch.Tensor:
     """(B, H, T, T) -> (H,): mean entropy over log(number of visible keys), of each row
-    renormalised to sum to 1 (a no-op without an escape slot)."""
-    t = p.shape[-1]
+    renormalised to sum to 1 (a no-op without an escape slot), over the rows seeing two keys or
+    more; ``visible`` (T, T) the layer's visibility (default: causal)."""
+    visible = causal_visible(p.shape[-1], p.device) if visible is None else visible.to(p.device)
+    n = visible.sum(-1)
+    counted = n > 1
     p = p / p.sum(-1, keepdim=True).clamp_min(1e-30)
-    ent = -torch.special.xlogy(p, p).sum(-1)[..., 1:]  # (B, H, T-1)
-    visible = torch.arange(2, t + 1, device=p.device, dtype=p.dtype).log()
-    return (ent / visible).mean(dim=(0, 2))
+    ent = -torch.special.xlogy(p, p).sum(-1)[..., counted]  # (B, H, counted rows)
+    return (ent / n[counted].to(p.dtype).log()).mean(dim=(0, 2))
 
 
-def offset_pattern(p: torch.Tensor) -> torch.Tensor:
-    """(B, H, T, T) -> (H, T, T): each head's mean weight by offset i - j, renormalised per row."""
+def offset_pattern(p: torch.Tensor, visible: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, H, T, T) -> (H, T, T): each head's mean weight by offset i - j, renormalised per row;
+    ``visible`` (T, T) the layer's visibility (default: causal)."""
     b, h, t, _ = p.shape
+    visible = causal_visible(t, p.device) if visible is None else visible.to(p.device)
     i, j = torch.arange(t, device=p.device).view(-1, 1), torch.arange(t, device=p.device).view(1, -1)
     offsets = (i - j).clamp(min=0)  # (T, T)
-    counted = (j <= i) & (i >= 1)  # every causal entry but row 0 (it sees only itself)
+    counted = visible & (visible.sum(-1, keepdim=True) > 1)  # every visible entry of a row seeing two keys or more
     at = offsets[counted]  # the offset of each counted entry
     per_offset = torch.bincount(at, minlength=t).to(p.dtype) * b  # entries averaged at each offset
     m = torch.zeros(h, t, dtype=p.dtype, device=p.device).index_add_(1, at, p.sum(0)[:, counted])
     m = m / per_offset  # (H, T): m[h, d], one scatter instead of a loop over the T diagonals
-    q = m[:, offsets] * (j <= i)  # (H, T, T)
+    q = m[:, offsets] * visible  # (H, T, T)
     return q / q.sum(-1, keepdim=True).clamp_min(1e-12)
 
 
-def positional_score(p: torch.Tensor) -> torch.Tensor:
+def positional_score(p: torch.Tensor, visible: torch.Tensor | None = None) -> torch.Tensor:
     """(B, H, T, T) -> (H,): overlap of each row with the offset-only pattern (1 - TV distance)."""
-    q = offset_pattern(p)
+    q = offset_pattern(p, visible)
     return _rows(torch.minimum(p, q.unsqueeze(0))).sum(-1).mean(dim=(0, 2))
 
 
@@ -205,11 +215,13 @@ def head_type(scores: dict[str, float], thresholds: dict[str, float] = THRESHOLD
 
 
 def head_scores(
-    plain: torch.Tensor, repeat: torch.Tensor, half, start, control: torch.Tensor | None = None, escape: bool = False
+    plain: torch.Tensor, repeat: torch.Tensor, half, start, control: torch.Tensor | None = None, escape: bool = False,
+    visible: torch.Tensor | None = None,
 ) -> dict:
     """All scores of one layer's heads, from its probabilities on the plain, the repeated and the
     control probe (``half``, ``start``: the repeat's length and first position, ints or per row).
-    ``escape``: the model has an escape slot, so score the weight that goes nowhere too."""
+    ``escape``: the model has an escape slot, so score the weight that goes nowhere too.
+    ``visible``: (T, T) the keys each plain-probe query sees (``Attention.visible``; default causal)."""
     plain, repeat = plain.float(), repeat.float()
     ctrl = induction_score(control.float(), half, start) if control is not None else torch.zeros(repeat.shape[1])
     extra = {"escape": escape_score(plain)} if escape else {}
@@ -218,8 +230,8 @@ def head_scores(
         "induction": induction_score(repeat, half, start),
         "induction_control": ctrl.to(repeat.device),
         "sink": sink_score(plain),
-        "positional": positional_score(plain),
-        "entropy_norm": entropy_norm_score(plain),
+        "positional": positional_score(plain, visible),
+        "entropy_norm": entropy_norm_score(plain, visible),
     }
 
 
@@ -373,7 +385,8 @@ def analyze_heads(model, probes: Probes, thresholds: dict[str, float] = THRESHOL
                                        logits)
     heads = []
     for layer, (plain, repeat, control) in enumerate(zip(plain_probs, repeat_probs, control_probs)):
-        scores = head_scores(plain, repeat, probes.half, probes.start, control, escape=has_escape)
+        visible = model.attention_layers()[layer].visible(plain.shape[-1])
+        scores = head_scores(plain, repeat, probes.half, probes.start, control, escape=has_escape, visible=visible)
         if drops is not None:
             scores["induction_knockout"] = drops[layer, :-1]
         for h in range(plain.shape[1]):

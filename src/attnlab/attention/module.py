@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from .backends import BACKENDS, attend
-from .masks import MASK_FILLS
+from .masks import MASK_FILLS, allowed_mask
 from .position import POS_ENCODINGS, Rotary, alibi_bias, alibi_slopes
 from .scaling import SCALINGS, Scale, qk_component_std
 from .sink import ESCAPES, EscapeLogit
@@ -193,6 +193,12 @@ class Attention(nn.Module):
         if self.alibi_slopes is None:
             return None
         return alibi_bias(self.alibi_slopes.to(rows.device), rows, keys)
+
+    def visible(self, t: int) -> torch.Tensor:
+        """(t, t) bool: the keys each query of a t-token forward sees (masks.allowed_mask), for
+        measurements that need the layer's visibility without its weights."""
+        mask = allowed_mask(t, t, self.causal, None, window=self.cfg.window, window_sinks=self.cfg.window_sinks)
+        return torch.ones(t, t, dtype=torch.bool) if mask is None else mask[0, 0]
 
     def escape_logit(self) -> torch.Tensor | None:
         """The per-head escape logit (H,), or None without an escape slot."""
