@@ -172,7 +172,7 @@ def flash_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fil
             raise KernelUnavailable("flash_attn_func takes no padding mask: use attention=sdpa for padded batches")
         if window_sinks:
             raise KernelUnavailable(f"model.attention.window_sinks={window_sinks}: flash_attn's window_size keeps no "
-                                    "always-visible tokens (nor an escape slot's key); expected window_sinks=0 or attention=sdpa")
+                                    "always-visible tokens; expected window_sinks=0 or attention=sdpa")
         # flash_attn (>= 2.1) aligns causal bottom-right when t_q < t_k, as allowed_mask does; its
         # window_size=(left, right) counts keys besides the query's own position
         extra = {} if window is None else {"window_size": (window - 1, window - 1 if not causal else 0)}
