@@ -13,7 +13,8 @@ import lightning as L
 import pytest
 import torch
 
-from attnlab.bench import attention_flops, fit_exponent, paired_ratios, peak_bytes, median_and_range
+from attnlab.bench import attention_flops, median_and_range, paired_ratios
+from attnlab.profiling import fit_exponent, peak_bytes
 from attnlab.bench.__main__ import main as bench_main
 from attnlab.bench import kernels as kernels_mod
 from attnlab.bench.kernels import KernelPlan, bench_one, kernel_variants, run_kernels

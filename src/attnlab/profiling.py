@@ -7,8 +7,9 @@ tracemalloc does not see tensor storage. CUDA: the caching allocator's own peak 
 """
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -72,3 +73,16 @@ def peak_bytes(fn: Callable[[], object], device: torch.device | str = "cpu") -> 
     with PeakMemory(device) as mem:
         fn()
     return mem.peak_bytes
+
+
+def fit_exponent(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Least-squares slope of log(y) against log(x): the p in y ~ c x^p."""
+    pairs = [(math.log(x), math.log(y)) for x, y in zip(xs, ys) if x and y and x > 0 and y > 0]
+    if len(pairs) < 2:
+        return math.nan
+    mx = sum(p[0] for p in pairs) / len(pairs)
+    my = sum(p[1] for p in pairs) / len(pairs)
+    sxx = sum((x - mx) ** 2 for x, _ in pairs)
+    if sxx == 0:
+        return math.nan
+    return sum((x - mx) * (y - my) for x, y in pairs) / sxx

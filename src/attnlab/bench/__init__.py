@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import importlib
 
-_HOMES = {"attention_flops": "kernels", "matmul_peak_gflops": "kernels", "fit_exponent": "memory",
-          "peak_bytes": "memory", "paired_ratios": "timing", "median_and_range": "timing"}
+_HOMES = {"attention_flops": "kernels", "matmul_peak_gflops": "kernels", "paired_ratios": "timing",
+          "median_and_range": "timing"}
 __all__ = list(_HOMES)
 
 

@@ -14,13 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..attention import DEFAULT_SCALING, attend, static_scale
 from ..attention.backends import flash_attn_package
 from ..errors import AttnlabError
-from .memory import peak_bytes
+from ..profiling import peak_bytes
 from .timing import measure, median_and_range
 
 BACKWARD_FACTOR = 2.5  # backward = 2.5 x forward FLOPs (two matmuls for dV/dP, two for dQ/dK, plus recompute)

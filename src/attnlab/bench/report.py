@@ -6,8 +6,8 @@ import math
 from pathlib import Path
 
 from ..markdown import markdown_table
+from ..profiling import fit_exponent
 from ..results import atomic_write_text, json_safe
-from .memory import fit_exponent
 
 MIB = 2**20
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from ..attention import attend
-from ..bench.memory import fit_exponent
+from ..profiling import fit_exponent
 from ..profiling import peak_bytes as cpu_peak_bytes
 from .verdict import Claim, Finding, Table, either, fmt, grade, within
 
