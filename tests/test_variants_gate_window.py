@@ -322,3 +322,22 @@ def test_head_scores_count_the_keys_the_window_leaves_visible():
     torch.testing.assert_close(scores["entropy_norm"], torch.ones(H))
     plain = head_scores(p, p, 3, 1)  # read as if every earlier key were visible
     assert float(plain["entropy_norm"].max()) < 0.9
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: the fused kernels as a GPU runs them")
+@pytest.mark.parametrize("backend", ["sdpa", "flash"])
+@pytest.mark.parametrize("attention", [{"gate": "headwise"}, {"gate": "elementwise"}, {"window": 5},
+                                       {"differential": True}, {"differential": True, "window": 5}])
+def test_variants_on_cuda_kernels_match_the_float64_explicit_path(backend, attention):
+    torch.manual_seed(0)
+    layer = AttentionLayer(AttentionConfig(backend, **attention), 64, 4, 16).cuda()
+    x = torch.randn(2, 33, 64, device="cuda")
+    if backend == "flash" and "window" in attention and backends.flash_attn_package() is None:
+        with pytest.raises(KernelUnavailable, match="model.attention.window"), torch.autocast("cuda", dtype=torch.bfloat16):
+            layer(x)  # PyTorch's forced flash kernel takes no mask
+        return
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        y = layer(x)
+    layer.attention.cfg.backend = "scaled"
+    want = layer.double()(x.double())
+    torch.testing.assert_close(y.double(), want, atol=3e-2, rtol=3e-2)

@@ -90,7 +90,7 @@ class Intermediates:
     ``layer`` is the ``Attention`` (``weight_rule()``, ``weights(q, k, rows)``), ``index`` its depth.
     """
 
-    def __init__(self, layer: "Attention", q, k, v, attended):
+    def __init__(self, layer: Attention, q, k, v, attended):
         self.layer, self.index = layer, layer.index
         self.q, self.k, self.v, self.attended = q, k, v, attended
         self.x = self.gate = self.gated = self.y = self.residual = None

@@ -16,7 +16,6 @@ import torch
 from ..attention import Intermediates
 from ..model import GPT
 
-
 # What one attention layer saw and did in a probe forward; what every measurement reads: q, k, v
 # as they reach the kernel, ``out`` the heads' outputs entering the output projection,
 # ``residual`` the block's output, ``layer`` the Attention module (attention/module.py, Intermediates).
