@@ -11,7 +11,7 @@ import torch
 
 from attnlab.attention import BACKENDS
 from attnlab.attention.stats import STATS, attention_stats, uniform_sink_mass
-from attnlab.callbacks.probe import probe
+from attnlab.analysis.probe import probe
 from attnlab.model import GPT, GPTConfig
 from attnlab.profiling import peak_bytes
 from attnlab.train import train
@@ -228,7 +228,7 @@ def test_guard_catches_a_non_finite_gradient_before_the_step(make_cfg, monkeypat
 
 
 def test_a_bounded_probe_changes_nothing_up_to_its_bounds_and_measures_the_chosen_rows_beyond():
-    from attnlab.callbacks.probe import probe_plan
+    from attnlab.analysis.probe import probe_plan
 
     assert probe_plan(8, 64, 2048, 1024) == (8, None) and probe_plan(8, 256, 2048, 1024) == (8, None)
     assert probe_plan(8, 1024, 2048, 1024) == (2, None) and probe_plan(8, 4096, None, None) == (8, None)

@@ -10,7 +10,7 @@ from attnlab.attention import BACKENDS, Attention, AttentionConfig, WeightRule
 from attnlab.attention.position import Rotary, alibi_bias, alibi_slopes
 from attnlab.attention.sink import ESCAPES
 from attnlab.attention.stats import attention_stats
-from attnlab.callbacks.probe import probe
+from attnlab.analysis.probe import probe
 from attnlab.errors import ConfigError
 from attnlab.model import GPT, GPTConfig
 

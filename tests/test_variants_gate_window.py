@@ -12,7 +12,7 @@ import torch
 from attnlab.attention import BACKENDS, Attention, AttentionConfig, AttentionLayer, allowed_mask, backends
 from attnlab.attention.module import differential_lambda_init
 from attnlab.attention.stats import attention_stats, uniform_sink_mass
-from attnlab.callbacks.probe import probe
+from attnlab.analysis.probe import probe
 from attnlab.errors import KernelUnavailable
 from attnlab.model import GPT, GPTConfig
 

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import torch
 
 from ..attention import Knockout, allowed_mask
-from ..callbacks.probe import ProbeRecord, eval_mode, probe_plan, probe_with_logits
+from .probe import ProbeRecord, eval_mode, probe_plan, probe_with_logits
 from ..data.text import BOS  # the token the data modules put first with data.bos
 
 SCORES = ("previous_token", "induction", "induction_control", "induction_knockout", "sink", "escape", "positional",

@@ -5,7 +5,7 @@ kernel -> gate -> output projection, every variant a field of ``AttentionConfig`
 ``Attention`` inside it owns what turns q, k, v into the heads' outputs (backend, scaling,
 normalisation, window, ALiBi bias, escape slot, key/value groups, the differential map). What a
 measurement reads is written once, where it is computed, into one ``Intermediates`` record per
-forward when the layer is asked to record (callbacks/probe.py asks).
+forward when the layer is asked to record (analysis/probe.py asks).
 """
 from __future__ import annotations
 

@@ -62,7 +62,7 @@ class Rows(NamedTuple):
 
 
 class Record(NamedTuple):
-    """What a per-layer metric reads from the probe (callbacks.probe.ProbeRecord has these fields)."""
+    """What a per-layer metric reads from the probe (analysis.probe.ProbeRecord has these fields)."""
 
     q: torch.Tensor
     k: torch.Tensor

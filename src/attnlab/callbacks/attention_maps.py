@@ -10,7 +10,7 @@ import lightning as L
 import torch
 
 from .cadence import should_run
-from .probe import probe, probe_batch, training_precision
+from ..analysis.probe import probe, probe_batch, training_precision
 
 
 def plot_attention_maps(probs: list[torch.Tensor], path: Path, title: str) -> Path:

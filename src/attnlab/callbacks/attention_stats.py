@@ -17,7 +17,7 @@ import torch
 
 from ..attention.stats import attention_stats, layer_values, record_stats
 from .cadence import log_metrics, should_run
-from .probe import probe, probe_batch, probe_plan, training_precision
+from ..analysis.probe import probe, probe_batch, probe_plan, training_precision
 
 HISTORY_FILE = "attention_stats.jsonl"  # one JSON line of per-layer statistics per probe step
 

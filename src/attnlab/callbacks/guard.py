@@ -22,7 +22,7 @@ import lightning as L
 import torch
 
 from ..errors import AttnlabError
-from .probe import training_precision
+from ..analysis.probe import training_precision
 
 
 class NonFiniteError(AttnlabError):

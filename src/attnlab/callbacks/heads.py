@@ -23,7 +23,7 @@ from lightning.pytorch.callbacks import Callback
 from ..analysis.heads import KNOCKOUT, THRESHOLDS, Probes, analyze_heads, build_probes
 from ..analysis.outputs import table_columns, table_rows, write_outputs
 from .cadence import log_metrics
-from .probe import training_precision
+from ..analysis.probe import training_precision
 
 
 class HeadAnalysis(Callback):

@@ -19,7 +19,7 @@ from ..attention.stats import attention_stats, layer_values, uniform_sink_mass
 from ..analysis import THRESHOLDS, analyze_heads, build_probes
 from ..analysis.heads import types_by_layer
 from ..analysis.outputs import table_columns, table_rows
-from ..callbacks.probe import probe  # one ProbeRecord per layer, eval mode
+from ..analysis.probe import probe  # one ProbeRecord per layer, eval mode
 from ..config import compose_config
 from ..data import TextDataModule
 from ..model import GPT, GPTConfig
