@@ -1,6 +1,7 @@
 """A callback for subprocess tests (``+callbacks.recorder._target_=batch_recorder.RecordBatches``,
 ``PYTHONPATH=tests``): every rank writes the input batches it trained on, so a test can check
 what each DDP process saw."""
+
 from __future__ import annotations
 
 import json

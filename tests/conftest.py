@@ -1,4 +1,5 @@
 """Shared fixtures: composed configs that train in seconds, in a temp dir, with no network."""
+
 from __future__ import annotations
 
 import os
@@ -36,5 +37,9 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: int = 300) -> subproce
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     return subprocess.run(
         [sys.executable, "-m", "attnlab.train", *args],
-        cwd=cwd or ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+        cwd=cwd or ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )

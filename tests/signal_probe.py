@@ -1,6 +1,7 @@
 """Callbacks for the signal tests (``+callbacks.probe._target_=signal_probe.<Class>``): they look
 at, or send, signals at chosen points of a run, so a race a loaded machine hits by chance is
 reproduced every time."""
+
 from __future__ import annotations
 
 import os

@@ -12,6 +12,7 @@ changes, and two clusters do not see each other. Clients find it through ``SLURM
 ``shared_cluster`` lets several pytest-xdist workers use one cluster: the first starts it, the
 last to leave stops it (a lock file and a user count beside it).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -124,9 +125,11 @@ class SlurmCluster:
         return {"SLURM_CONF": str(self.conf)}
 
     def run(self, *cmd: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
-        return subprocess.run(cmd, env={**os.environ, **self.env}, capture_output=True, text=True, check=check, timeout=timeout)
+        return subprocess.run(
+            cmd, env={**os.environ, **self.env}, capture_output=True, text=True, check=check, timeout=timeout
+        )
 
-    def start(self, timeout_s: float = 60) -> "SlurmCluster":
+    def start(self, timeout_s: float = 60) -> SlurmCluster:
         for sub in ("munge", "state", "spool", "log"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(self.root / "munge", 0o700)
@@ -137,8 +140,16 @@ class SlurmCluster:
         self.conf.write_text(slurm_conf(self.root, ctld_port, slurmd_port))
         m = self.root / "munge"
         commands = {
-            "munged": [_binary("munged"), "-F", "--force", f"--key-file={key}", f"--socket={m}/munge.socket",
-                       f"--pid-file={m}/munged.pid", f"--log-file={self.root}/log/munged.log", f"--seed-file={m}/munged.seed"],
+            "munged": [
+                _binary("munged"),
+                "-F",
+                "--force",
+                f"--key-file={key}",
+                f"--socket={m}/munge.socket",
+                f"--pid-file={m}/munged.pid",
+                f"--log-file={self.root}/log/munged.log",
+                f"--seed-file={m}/munged.seed",
+            ],
             "slurmctld": [_binary("slurmctld"), "-D", "-i", "-f", str(self.conf)],
             "slurmd": [_binary("slurmd"), "-D", "-N", NODE, "-f", str(self.conf)],
         }
@@ -146,8 +157,9 @@ class SlurmCluster:
         try:
             for name, cmd in commands.items():
                 log = open(self.root / "log" / f"{name}.out", "w")
-                proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env},
-                                        start_new_session=True)
+                proc = subprocess.Popen(
+                    cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **self.env}, start_new_session=True
+                )
                 pids[name] = proc.pid
                 self.state_file.write_text(json.dumps(pids))
                 if name == "munged":
@@ -166,7 +178,9 @@ class SlurmCluster:
         deadline = time.time() + timeout_s
         while not ready():
             if time.time() > deadline:
-                logs = "".join(f"\n--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted((self.root / "log").glob("*")))
+                logs = "".join(
+                    f"\n--- {p.name}\n{p.read_text()[-1500:]}" for p in sorted((self.root / "log").glob("*"))
+                )
                 raise RuntimeError(f"timed out after {timeout_s:.0f} s waiting for {what}{logs}")
             time.sleep(0.2)
 

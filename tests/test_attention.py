@@ -1,4 +1,5 @@
 """Every backend against a float64 reference; causality; scaling rules; masks."""
+
 from __future__ import annotations
 
 import math
@@ -112,7 +113,9 @@ def test_sigma_scaling_gives_unit_variance_logits_at_init():
     from attnlab.model import GPT, GPTConfig
 
     torch.manual_seed(0)
-    model = GPT(GPTConfig(n_layer=1, n_head=4, d_model=256, d_k=64, attention={"backend": "scaled", "scaling": "sigma"}))
+    model = GPT(
+        GPTConfig(n_layer=1, n_head=4, d_model=256, d_k=64, attention={"backend": "scaled", "scaling": "sigma"})
+    )
     attn = model.blocks[0].attn
     x = torch.nn.functional.layer_norm(torch.randn(8, 64, 256), (256,))
     parts = attn.qkv_parts(attn.qkv_proj.weight)

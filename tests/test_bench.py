@@ -1,4 +1,5 @@
 """attnlab.bench: the FLOP count, the exponent fit, the peak-memory probe, pairing, and the CLI's bench.json."""
+
 from __future__ import annotations
 
 import json
@@ -13,23 +14,31 @@ import lightning as L
 import pytest
 import torch
 
-from attnlab.bench import attention_flops, median_and_range, paired_ratios
-from attnlab.profiling import fit_exponent, peak_bytes
-from attnlab.bench.__main__ import main as bench_main
-from attnlab.bench import kernels as kernels_mod
-from attnlab.bench.kernels import KernelPlan, bench_one, kernel_variants, run_kernels
-from attnlab.errors import KernelUnavailable
-from attnlab.bench.report import VERDICT_CELLS, longctx_outcome, longctx_table, longctx_verdict, memory_summary, write_json, write_markdown, write_plots
-from attnlab.bench import throughput
-from attnlab.bench.breakdown import breakdown
-from attnlab.bench import longctx
-from attnlab.bench.endtoend import alternated, plain_spec, run_attnlab, run_plain
-from attnlab.bench.longctx import LongctxPlan, run_overrides, run_settings, summarize
 from attnlab import timing
-from attnlab.bench.phases import EXPECTED, rows as phase_rows
+from attnlab.bench import attention_flops, longctx, median_and_range, paired_ratios, throughput
+from attnlab.bench import kernels as kernels_mod
+from attnlab.bench.__main__ import main as bench_main
+from attnlab.bench.breakdown import breakdown
+from attnlab.bench.endtoend import alternated, plain_spec, run_attnlab, run_plain
+from attnlab.bench.kernels import KernelPlan, bench_one, kernel_variants, run_kernels
+from attnlab.bench.longctx import LongctxPlan, run_overrides, run_settings, summarize
+from attnlab.bench.phases import EXPECTED
+from attnlab.bench.phases import rows as phase_rows
+from attnlab.bench.report import (
+    VERDICT_CELLS,
+    longctx_outcome,
+    longctx_table,
+    longctx_verdict,
+    memory_summary,
+    write_json,
+    write_markdown,
+    write_plots,
+)
 from attnlab.bench.throughput import callback_intervals, representative_window, seconds_per_step
 from attnlab.bench.timing import against_target, measure
 from attnlab.config import compose_config
+from attnlab.errors import KernelUnavailable
+from attnlab.profiling import fit_exponent, peak_bytes
 
 BACKENDS = ("naive", "scaled", "sdpa", "flash")
 KERNEL_FIELDS = ("backend", "T", "fwd_ms", "fwd_bwd_ms", "peak_bytes", "gflops")
@@ -72,8 +81,11 @@ def test_fit_exponent_recovers_known_powers():
 
 
 def test_memory_summary_exponent_and_ratio():
-    rows = [{"backend": b, "T": t, "peak_bytes": c * t**p} for b, c, p in (("naive", 16, 2), ("sdpa", 1000, 1))
-            for t in (256, 1024, 2048, 8192)]
+    rows = [
+        {"backend": b, "T": t, "peak_bytes": c * t**p}
+        for b, c, p in (("naive", 16, 2), ("sdpa", 1000, 1))
+        for t in (256, 1024, 2048, 8192)
+    ]
     s = memory_summary(rows)
     assert s["memory_exponent"]["naive"] == pytest.approx(2.0)
     assert s["memory_exponent"]["sdpa"] == pytest.approx(1.0)
@@ -126,7 +138,9 @@ def test_bench_one_times_in_milliseconds_against_an_independent_clock():
 
 def test_explicit_kernels_memory_grows_quadratically_in_T():
     plan = KernelPlan((), (128, 256, 512), batch=1, heads=2, head_dim=16)
-    rows = [r for r in run_kernels(plan, torch.device("cpu"), log=lambda line: None) if r["backend"] in ("naive", "scaled")]
+    rows = [
+        r for r in run_kernels(plan, torch.device("cpu"), log=lambda line: None) if r["backend"] in ("naive", "scaled")
+    ]
     for backend in ("naive", "scaled"):
         peaks = [r["peak_bytes"] for r in sorted(rows, key=lambda r: r["T"]) if r["backend"] == backend]
         assert peaks[0] < peaks[1] < peaks[2], (backend, peaks)
@@ -142,7 +156,9 @@ def test_run_kernels_records_failures_and_stops_growing(monkeypatch):
     def unavailable(q, k, v, scale, causal=True):
         raise KernelUnavailable("not on this device")
 
-    monkeypatch.setattr(kernels_mod, "kernel_variants", lambda device: {"oom": grows_out_of_memory, "none": unavailable})
+    monkeypatch.setattr(
+        kernels_mod, "kernel_variants", lambda device: {"oom": grows_out_of_memory, "none": unavailable}
+    )
     plan = KernelPlan((32, 64, 128), (), repeats=5, warmup=1, min_sample_s=0.0)
     rows = {(r["backend"], r["T"]): r for r in run_kernels(plan, torch.device("cpu"), log=lambda line: None)}
     assert rows[("oom", 32)]["error"] is None and rows[("oom", 32)]["kernel"] == "fake"
@@ -187,16 +203,45 @@ def test_callback_intervals_come_from_the_composed_config():
 
 
 def synthetic_bench():
-    kernels = [{"backend": b, "T": t, "kernel": "eager", "fwd_ms": 1.0, "fwd_ms_range": [0.9, 1.1], "fwd_bwd_ms": 3.0,
-                "fwd_bwd_ms_range": [2.9, 3.2], "fwd_gflops": 10.0, "gflops": 12.0, "peak_bytes": t**2, "fwd_peak_bytes": t,
-                "error": None} for b in BACKENDS for t in (1024, 8192)]
+    kernels = [
+        {
+            "backend": b,
+            "T": t,
+            "kernel": "eager",
+            "fwd_ms": 1.0,
+            "fwd_ms_range": [0.9, 1.1],
+            "fwd_bwd_ms": 3.0,
+            "fwd_bwd_ms_range": [2.9, 3.2],
+            "fwd_gflops": 10.0,
+            "gflops": 12.0,
+            "peak_bytes": t**2,
+            "fwd_peak_bytes": t,
+            "error": None,
+        }
+        for b in BACKENDS
+        for t in (1024, 8192)
+    ]
     kernels.append({"backend": "naive", "T": 16384, "kernel": None, "error": "out of memory", "peak_bytes": None})
-    bench = {"mode": "tiny", "wall_s": 1.0,
-             "machine": {"device": "cpu", "cpu": "x", "threads": 1, "torch": "t", "load_before": [1.0, 1, 1],
-                         "load_after": [float("nan")], "matmul_gflops": 50.0, "matmul_gflops_range": [40.0, 60.0],
-                         "matmul_n": 512, "matmul_dtype": "float32"},
-             "kernel_setup": {"batch": 1, "heads": 4, "head_dim": 64, "dtype": "float32", "repeats": 5},
-             "kernels": kernels, "train": [], "callbacks": {"overhead_ratio": 1.02, "representative": True}}
+    bench = {
+        "mode": "tiny",
+        "wall_s": 1.0,
+        "machine": {
+            "device": "cpu",
+            "cpu": "x",
+            "threads": 1,
+            "torch": "t",
+            "load_before": [1.0, 1, 1],
+            "load_after": [float("nan")],
+            "matmul_gflops": 50.0,
+            "matmul_gflops_range": [40.0, 60.0],
+            "matmul_n": 512,
+            "matmul_dtype": "float32",
+        },
+        "kernel_setup": {"batch": 1, "heads": 4, "head_dim": 64, "dtype": "float32", "repeats": 5},
+        "kernels": kernels,
+        "train": [],
+        "callbacks": {"overhead_ratio": 1.02, "representative": True},
+    }
     bench.update(memory_summary(kernels))
     return bench
 
@@ -235,24 +280,56 @@ def test_a_merge_that_keeps_the_kernels_reports_its_own_threads_load_and_yardsti
     the header must still say what the rerun sections ran on (``merged.now``, ``merged.load``), and
     the earlier run's figures only beside the kept sections."""
     bench = synthetic_bench()
-    bench["merged"] = {"kept_from": "earlier", "rerun": ["e2e"], "kept": ["kernels"], "previous_load": [[0.8], [1.0]],
-                       "now": {"threads": 2, "matmul_gflops": 93.1, "matmul_gflops_range": [88.6, 95.2], "matmul_n": 2048,
-                               "matmul_dtype": "float32"},
-                       "load": [[1.9, 1, 1], [2.2, 1, 1]]}
+    bench["merged"] = {
+        "kept_from": "earlier",
+        "rerun": ["e2e"],
+        "kept": ["kernels"],
+        "previous_load": [[0.8], [1.0]],
+        "now": {
+            "threads": 2,
+            "matmul_gflops": 93.1,
+            "matmul_gflops_range": [88.6, 95.2],
+            "matmul_n": 2048,
+            "matmul_dtype": "float32",
+        },
+        "load": [[1.9, 1, 1], [2.2, 1, 1]],
+    }
     header = write_markdown(bench, tmp_path).read_text().split("## Kernels")[0]
     assert "2 thread(s)" in header and "load average 1.90 before, 2.20 after" in header
     assert "Matmul yardstick (this run): 2048x2048 float32 matmul, median 93.1 GFLOP/s (range 88.6-95.2)" in header
-    assert "kept from the run of earlier (`--merge`), load average 0.80 at its start, 1 thread(s), matmul yardstick " \
-           "50.0 GFLOP/s there." in header
+    assert (
+        "kept from the run of earlier (`--merge`), load average 0.80 at its start, 1 thread(s), matmul yardstick "
+        "50.0 GFLOP/s there." in header
+    )
 
 
 def test_cli_merge_keeps_sections_not_rerun(tmp_path):
-    kept_train = [{"backend": b, "lightning_tokens_per_s": 1.0, "plain_tokens_per_s": 1.0, "ratio": 1.0, "ratio_to_scaled": 1.0,
-                   "setup": {"batch_size": 1, "block_size": 1, "tokens_per_step": 1, "precision": "32", "steps": 2,
-                             "warmup_steps": 1, "repeats": 5}} for b in BACKENDS]
-    (tmp_path / "bench.json").write_text(json.dumps({"created": "before", "train": kept_train, "kernels": [],
-                                                     "callbacks": {"overhead_ratio": 1.5}}))
-    assert bench_main(["--mode", "tiny", "--out", str(tmp_path), "--device", "cpu", "--sections", "kernels", "--merge"]) == 0
+    kept_train = [
+        {
+            "backend": b,
+            "lightning_tokens_per_s": 1.0,
+            "plain_tokens_per_s": 1.0,
+            "ratio": 1.0,
+            "ratio_to_scaled": 1.0,
+            "setup": {
+                "batch_size": 1,
+                "block_size": 1,
+                "tokens_per_step": 1,
+                "precision": "32",
+                "steps": 2,
+                "warmup_steps": 1,
+                "repeats": 5,
+            },
+        }
+        for b in BACKENDS
+    ]
+    (tmp_path / "bench.json").write_text(
+        json.dumps({"created": "before", "train": kept_train, "kernels": [], "callbacks": {"overhead_ratio": 1.5}})
+    )
+    assert (
+        bench_main(["--mode", "tiny", "--out", str(tmp_path), "--device", "cpu", "--sections", "kernels", "--merge"])
+        == 0
+    )
     data = json.loads((tmp_path / "bench.json").read_text())
     assert data["train"] == kept_train and data["callbacks"] == {"overhead_ratio": 1.5}
     assert {r["backend"] for r in data["kernels"]} == set(BACKENDS)  # the rerun section is new
@@ -279,7 +356,7 @@ def check_bench_json(data: dict, full_memory: bool) -> None:
     assert {r["backend"] for r in data["train"]} == set(BACKENDS)
     for row in data["train"]:
         assert all(row[k] is not None and row[k] > 0 for k in TRAIN_FIELDS[1:]), row
-        tokens, steps = row["setup"]["tokens_per_step"], row["setup"]["steps"]
+        tokens = row["setup"]["tokens_per_step"]
         assert len(row["lightning_samples"]) == len(row["plain_samples"]) == row["setup"]["repeats"]
         # tokens/s, not steps/s or ms: a tiny-preset step on CPU takes between 0.1 ms and 10 s
         assert all(tokens / 10 < v < tokens * 1e4 for v in row["lightning_samples"] + row["plain_samples"]), row
@@ -290,8 +367,26 @@ def check_bench_json(data: dict, full_memory: bool) -> None:
 
 
 def test_cli_tiny_writes_every_field(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "attnlab.bench", "--mode", "tiny", "--out", str(tmp_path), "--device", "cpu",
-                          "--threads", "1", "--sections", "kernels,train,callbacks"], capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnlab.bench",
+            "--mode",
+            "tiny",
+            "--out",
+            str(tmp_path),
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--sections",
+            "kernels,train,callbacks",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     check_bench_json(json.loads((tmp_path / "bench.json").read_text()), full_memory=False)
     assert "USDT" not in run.stderr  # the profiler's start/stop chatter is silenced
@@ -300,8 +395,24 @@ def test_cli_tiny_writes_every_field(tmp_path):
 
 @pytest.mark.slow
 def test_cli_fast_writes_every_field(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "attnlab.bench", "--mode", "fast", "--out", str(tmp_path), "--device", "cpu",
-                          "--sections", "kernels,train,callbacks"], capture_output=True, text=True, timeout=900)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnlab.bench",
+            "--mode",
+            "fast",
+            "--out",
+            str(tmp_path),
+            "--device",
+            "cpu",
+            "--sections",
+            "kernels,train,callbacks",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     data = json.loads((tmp_path / "bench.json").read_text())
     check_bench_json(data, full_memory=False)  # fast measures memory up to T = 4096
@@ -323,7 +434,9 @@ class Sleep(L.Callback):
 def test_callback_overhead_measures_a_known_cost(monkeypatch):
     """A callback that sleeps 30 ms per step: the step times with and without differ by about that,
     the hook timer attributes it to that callback, and the plain loop is faster than both."""
-    monkeypatch.setattr(throughput, "compose_config", lambda overrides, out=None: compose_config([*overrides, *MICRO], out))
+    monkeypatch.setattr(
+        throughput, "compose_config", lambda overrides, out=None: compose_config([*overrides, *MICRO], out)
+    )
     monkeypatch.setattr(throughput, "build_callbacks", lambda cfg: [Sleep()] if cfg.get("callbacks") else [])
     cb = throughput.callback_overhead(steps=6, warmup=2, repeats=2, device=torch.device("cpu"), log=lambda line: None)
     extra_ms = cb["step_ms_with"] - cb["step_ms_without"]
@@ -369,21 +482,35 @@ def patched_by_name(cfg) -> dict:
     from lightning.pytorch.loggers import CSVLogger, WandbLogger
     from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
 
-    from attnlab import results, train as train_mod
+    from attnlab import results
+    from attnlab import train as train_mod
     from attnlab.callbacks.interrupt import GracefulInterrupt
     from attnlab.data.text import ResumableDataModule, TextDataModule
     from attnlab.module import GPTModule
 
     named = {
         train_mod: ("train", "start_experiments", "check_kernel_runs", "build_callbacks"),
-        results: ("git_sha",), results.RunRecord: ("__init__", "finish"),
-        GPTModule: ("__init__", "training_step", "backward", "configure_gradient_clipping", "optimizer_step",
-                    "on_train_batch_start", "on_train_batch_end"),
-        L.Trainer: ("__init__", "fit", "save_checkpoint"), L.LightningModule: ("log",),
-        ResumableDataModule: ("setup",), TextDataModule: ("setup",),
+        results: ("git_sha",),
+        results.RunRecord: ("__init__", "finish"),
+        GPTModule: (
+            "__init__",
+            "training_step",
+            "backward",
+            "configure_gradient_clipping",
+            "optimizer_step",
+            "on_train_batch_start",
+            "on_train_batch_end",
+        ),
+        L.Trainer: ("__init__", "fit", "save_checkpoint"),
+        L.LightningModule: ("log",),
+        ResumableDataModule: ("setup",),
+        TextDataModule: ("setup",),
         WandbLogger: ("__init__", "log_hyperparams", "log_metrics", "log_image", "log_table", "finalize"),
-        CSVLogger: ("log_metrics", "log_hyperparams"), _ExperimentWriter: ("save",), _EvaluationLoop: ("run",),
-        torch.utils.data.dataloader._BaseDataLoaderIter: ("__next__",), torch.optim.lr_scheduler.LRScheduler: ("step",),
+        CSVLogger: ("log_metrics", "log_hyperparams"),
+        _ExperimentWriter: ("save",),
+        _EvaluationLoop: ("run",),
+        torch.utils.data.dataloader._BaseDataLoaderIter: ("__next__",),
+        torch.optim.lr_scheduler.LRScheduler: ("step",),
         wandb: ("init", "finish"),
     }
     callbacks = {type(c) for c in train_mod.build_callbacks(cfg)} | {GracefulInterrupt}
@@ -411,8 +538,12 @@ def test_a_recorded_run_has_the_phases_of_train_and_patches_nothing(make_cfg):
     assert [k for k in before if before[k] is not after[k]] == []
     data = rec.data()
     seconds, calls = phase_rows(data["seconds"], data["calls"])
-    process_level = {timing.IMPORTS, "Hydra: parse, compose, run dir, log set-up", "train(): not covered by a phase",
-                     "W&B: finish"}  # the CLI's, around train(); W&B's with a W&B logger only
+    process_level = {
+        timing.IMPORTS,
+        "Hydra: parse, compose, run dir, log set-up",
+        "train(): not covered by a phase",
+        "W&B: finish",
+    }  # the CLI's, around train(); W&B's with a W&B logger only
     assert sorted(set(EXPECTED) - process_level - set(seconds)) == []
     assert calls["step: backward"] == calls["step: forward (training_step, self.log)"] == metrics["step"] == 6
     assert sum(data["seconds"].values()) == pytest.approx(wall, rel=0.02, abs=0.02)
@@ -449,12 +580,18 @@ def test_the_nanogpt_yardstick_is_the_same_model_from_the_same_seed():
 
     spec = plain_spec(["attention=sdpa", "model.n_layer=2"])
     assert spec["structure"] == "nanogpt"
-    assert plain_spec([])["structure"] == plain_spec(["attention=sdpa", "model.attention.qk_norm=true"])["structure"] == "attnlab"
+    assert (
+        plain_spec([])["structure"]
+        == plain_spec(["attention=sdpa", "model.attention.qk_norm=true"])["structure"]
+        == "attnlab"
+    )
     torch.manual_seed(0)
     nano = build_model(spec, 30)
     torch.manual_seed(0)
     gpt = GPT(GPTConfig(**{**spec["model"], "vocab_size": 30}))
-    assert isinstance(nano, NanoGPT) and sum(p.numel() for p in nano.parameters()) == sum(p.numel() for p in gpt.parameters())
+    assert isinstance(nano, NanoGPT) and sum(p.numel() for p in nano.parameters()) == sum(
+        p.numel() for p in gpt.parameters()
+    )
     attn = gpt.blocks[1].attn
     assert torch.equal(nano.blocks[1].c_attn.weight, attn.qkv_proj.weight)
     x, y = torch.randint(30, (2, 64)), torch.randint(30, (2, 64))
@@ -465,7 +602,14 @@ def test_the_nanogpt_yardstick_is_the_same_model_from_the_same_seed():
 def test_plain_loop_does_the_same_work_as_make_train(tmp_path):
     """Same initial weights, batches, schedule and validation: the plain script's final val loss
     equals the one make train records, to float precision."""
-    overrides = ["debug=smoke", "logger=none", "callbacks=none", *MICRO, "trainer.max_steps=8", "trainer.val_check_interval=4"]
+    overrides = [
+        "debug=smoke",
+        "logger=none",
+        "callbacks=none",
+        *MICRO,
+        "trainer.max_steps=8",
+        "trainer.val_check_interval=4",
+    ]
     plain = run_plain(plain_spec(overrides), tmp_path / "plain")
     made = run_attnlab(overrides, tmp_path / "attnlab")
     assert plain["steps"] == made["steps"] == 8
@@ -475,8 +619,26 @@ def test_plain_loop_does_the_same_work_as_make_train(tmp_path):
 
 @pytest.mark.slow
 def test_cli_tiny_end_to_end_and_compile_sections(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "attnlab.bench", "--mode", "tiny", "--out", str(tmp_path), "--device", "cpu",
-                          "--threads", "1", "--sections", "e2e,compile"], capture_output=True, text=True, timeout=1800)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnlab.bench",
+            "--mode",
+            "tiny",
+            "--out",
+            str(tmp_path),
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--sections",
+            "e2e,compile",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     data = json.loads((tmp_path / "bench.json").read_text())
     assert [r["arm"] for r in data["e2e"]["rows"]] == ["defaults", "sdpa"]
@@ -509,10 +671,13 @@ def test_compiled_training_matches_eager_and_probes_still_see_qk(make_cfg):
         assert math.isfinite(compiled[key]) and compiled[key] == pytest.approx(eager[key], abs=1e-3), key
     results = json.loads((Path(compiled_cfg.paths.output_dir) / "results.json").read_text())
     assert results["status"] == "ok" and results["attention"]["kernel"]
-    state = torch.load(Path(compiled_cfg.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    state = torch.load(Path(compiled_cfg.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=True)[
+        "state_dict"
+    ]
     assert not any("_orig_mod" in k or "_compiled" in k for k in state)
-    assert set(state) == set(torch.load(Path(eager_cfg.paths.output_dir) / "checkpoints" / "last.ckpt",
-                                        weights_only=True)["state_dict"])
+    assert set(state) == set(
+        torch.load(Path(eager_cfg.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    )
 
 
 def test_lr_and_tokens_per_s_reach_the_csv_on_every_logged_step(make_cfg):
@@ -542,11 +707,14 @@ def test_compile_that_cannot_run_falls_back_to_eager_with_one_line(monkeypatch, 
     def broken_compile(model):
         def call(*args, **kwargs):
             raise torch._dynamo.exc.BackendCompilerFailed("inductor", RuntimeError("no C++ compiler found"), None)
+
         return call
 
     monkeypatch.setattr(torch, "compile", broken_compile)
     cfg = {"vocab_size": 11, "block_size": 8, "n_layer": 1, "n_head": 2, "d_model": 16, "compile": True}
-    module = GPTModule(cfg, {"lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 1, "weight_decay": 0.1, "betas": [0.9, 0.99]}, 4)
+    module = GPTModule(
+        cfg, {"lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 1, "weight_decay": 0.1, "betas": [0.9, 0.99]}, 4
+    )
     x = torch.randint(11, (2, 8))
     _, loss = module.step_forward(x, x)
     _, again = module.step_forward(x, x)
@@ -561,7 +729,9 @@ def test_model_compile_must_be_a_boolean():
     from attnlab.module import GPTModule
 
     with pytest.raises(ConfigError, match="model.compile"):
-        GPTModule({"vocab_size": 11, "block_size": 8, "n_layer": 1, "n_head": 2, "d_model": 16, "compile": "yes"}, {}, 4)
+        GPTModule(
+            {"vocab_size": 11, "block_size": 8, "n_layer": 1, "n_head": 2, "d_model": 16, "compile": "yes"}, {}, 4
+        )
 
 
 # ------------------------------------------------------------------ long context
@@ -578,8 +748,14 @@ def test_longctx_budget_is_the_same_at_every_T():
         assert s["batch_size"] * t * s["steps"] == s["tokens"] == plan.budget, (t, s)
         assert s["steps"] // s["val_every"] == plan.validations and s["steps"] % s["val_every"] == 0, (t, s)
     assert run_settings(plan, 8192)["batch_size"] == 1
-    assert {"model.block_size=1024", "data.batch_size=4", "trainer.max_steps=40", "trainer.val_check_interval=20",
-            "attention=sdpa", "logger=csv"} <= set(run_overrides(plan, 1024))
+    assert {
+        "model.block_size=1024",
+        "data.batch_size=4",
+        "trainer.max_steps=40",
+        "trainer.val_check_interval=20",
+        "attention=sdpa",
+        "logger=csv",
+    } <= set(run_overrides(plan, 1024))
     with pytest.raises(ValueError, match="does not divide"):
         run_settings(plan, 1000)
     with pytest.raises(ValueError, match="validations"):
@@ -587,8 +763,17 @@ def test_longctx_budget_is_the_same_at_every_T():
 
 
 def fake_sample(wall: float, end: float = 0.0, tail: float = 1.0) -> dict:
-    return {"wall_s": wall, "end_s": end, "tail_s": tail, "callbacks_s": end, "median_step_s": 0.01, "val_loss": 2.0,
-            "kernel": "sdpa:flash", "max_rss_bytes": 2**30, "cuda_peak_bytes": None}
+    return {
+        "wall_s": wall,
+        "end_s": end,
+        "tail_s": tail,
+        "callbacks_s": end,
+        "median_step_s": 0.01,
+        "val_loss": 2.0,
+        "kernel": "sdpa:flash",
+        "max_rss_bytes": 2**30,
+        "cuda_peak_bytes": None,
+    }
 
 
 def test_the_stack_only_arm_is_the_sdpa_arm_without_callbacks():
@@ -602,33 +787,60 @@ def test_the_stack_only_arm_is_the_sdpa_arm_without_callbacks():
 
 
 def test_a_target_is_met_missed_or_open_by_the_spread_of_its_pairs():
-    assert against_target(0.98, 1.09, 1.10) == "met" and against_target(1.02, 1.10, 1.10) == "met"  # at the target is within
+    assert (
+        against_target(0.98, 1.09, 1.10) == "met" and against_target(1.02, 1.10, 1.10) == "met"
+    )  # at the target is within
     assert against_target(1.11, 1.30, 1.10) == "missed"
     assert against_target(1.05, 1.20, 1.10) == "open" and against_target(1.10, 1.20, 1.10) == "open"
 
 
 def test_longctx_rows_compute_ratio_share_and_verdicts(tmp_path):
     settings = {"batch_size": 4, "steps": 40, "val_every": 20, "tokens": 163840}
-    slow = summarize(1024, settings, [], {"default": [fake_sample(12.0, 0.5), fake_sample(13.0, 0.5), fake_sample(11.5, 0.5)],
-                                          "none": [fake_sample(10.0)] * 3})
+    slow = summarize(
+        1024,
+        settings,
+        [],
+        {
+            "default": [fake_sample(12.0, 0.5), fake_sample(13.0, 0.5), fake_sample(11.5, 0.5)],
+            "none": [fake_sample(10.0)] * 3,
+        },
+    )
     assert slow["wall_ratio"] == pytest.approx(1.2) and slow["wall_ratio_range"] == pytest.approx([1.15, 1.3])
     assert slow["end_share"] == pytest.approx(0.5 / 12.0) and slow["end_verdict"] == "met"
     assert slow["ratio_verdict"] == "missed" and slow["default_wall_s"] == 12.0
     fine = summarize(64, settings, [], {"default": [fake_sample(10.5, 0.8)] * 3, "none": [fake_sample(10.0)] * 3})
     assert fine["ratio_verdict"] == "met" and fine["end_verdict"] == "missed"  # 0.8 s of 10.5 s is over 5 %
-    torn = summarize(256, settings, [], {"default": [fake_sample(10.5, 0.5), fake_sample(12.0, 0.5), fake_sample(11.5, 0.5)],
-                                         "none": [fake_sample(10.0)] * 3})
+    torn = summarize(
+        256,
+        settings,
+        [],
+        {
+            "default": [fake_sample(10.5, 0.5), fake_sample(12.0, 0.5), fake_sample(11.5, 0.5)],
+            "none": [fake_sample(10.0)] * 3,
+        },
+    )
     assert torn["ratio_verdict"] == "open"  # pairs at 1.05, 1.20 and 1.15: the median says nothing the spread does not
-    section = {"targets": {"wall_ratio": longctx.TARGET_RATIO, "end_share": longctx.TARGET_END_SHARE},
-               "rows": [fine, torn, slow], "complete": True}
-    assert longctx_outcome(section) == {"met": {"ratio_verdict": [64], "end_verdict": [256, 1024]},
-                                        "open": {"ratio_verdict": [256], "end_verdict": []},
-                                        "missed": {"ratio_verdict": [1024], "end_verdict": [64]}}
+    section = {
+        "targets": {"wall_ratio": longctx.TARGET_RATIO, "end_share": longctx.TARGET_END_SHARE},
+        "rows": [fine, torn, slow],
+        "complete": True,
+    }
+    assert longctx_outcome(section) == {
+        "met": {"ratio_verdict": [64], "end_verdict": [256, 1024]},
+        "open": {"ratio_verdict": [256], "end_verdict": []},
+        "missed": {"ratio_verdict": [1024], "end_verdict": [64]},
+    }
     text = longctx_verdict(section)
     # the sentence names the missed targets' T before the unresolved one, and no T that met both
     assert text.index("1024") < text.index("256") and "64" in text
     table = "\n".join(longctx_table(section))
-    assert "| 1024 | 4 x 40 |" in table and "**1.200**" in table and "**no**" in table and "yes" in table and "| open |" in table
+    assert (
+        "| 1024 | 4 x 40 |" in table
+        and "**1.200**" in table
+        and "**no**" in table
+        and "yes" in table
+        and "| open |" in table
+    )
     both = summarize(256, settings, [], {"default": [fake_sample(10.2, 0.1)] * 3, "none": [fake_sample(10.0)] * 3})
     assert longctx_outcome(dict(section, rows=[both]))["met"] == {"ratio_verdict": [256], "end_verdict": [256]}
     assert longctx_verdict(dict(section, rows=[both])) != text
@@ -645,13 +857,16 @@ def test_longctx_alternates_saves_each_T_and_stops_growing_after_a_failure(monke
         arm = "none" if "callbacks=none" in overrides else "default"
         calls.append((t, arm))
         if t == 256:
-            raise RuntimeError("python -m attnlab.bench.longctx ... failed (exit 1): Traceback\nMemoryError: out of memory")
+            raise RuntimeError(
+                "python -m attnlab.bench.longctx ... failed (exit 1): Traceback\nMemoryError: out of memory"
+            )
         return fake_sample(11.0 if arm == "default" else 10.0, 0.1)
 
     monkeypatch.setattr(longctx, "run_arm", fake_run_arm)
     plan = LongctxPlan((64, 128, 256, 512), tokens_per_step=512, steps=4, repeats=3)
-    section = longctx.long_context(plan, log=lambda line: None,
-                                   on_progress=lambda s: saved.append([r["T"] for r in s["rows"]]))
+    section = longctx.long_context(
+        plan, log=lambda line: None, on_progress=lambda s: saved.append([r["T"] for r in s["rows"]])
+    )
     assert calls[:6] == [(64, "default"), (64, "none"), (64, "none"), (64, "default"), (64, "default"), (64, "none")]
     assert alternated(["a", "b"], 1) == ["b", "a"]
     assert saved == [[64], [64, 128], [64, 128, 256], [64, 128, 256, 512]]  # saved after every T
@@ -661,10 +876,15 @@ def test_longctx_alternates_saves_each_T_and_stops_growing_after_a_failure(monke
     assert not any(t == 512 for t, _ in calls) and section["complete"]
 
 
-@pytest.mark.parametrize("args,needle", [(["--longctx-seq-lens", "1000"], "does not divide"),
-                                         (["--longctx-seq-lens", "64,x"], "--longctx-seq-lens"),
-                                         (["--longctx-repeats", "0"], "--longctx-repeats"),
-                                         (["--e2e-arms", "defaults,bogus"], "--e2e-arms bogus")])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--longctx-seq-lens", "1000"], "does not divide"),
+        (["--longctx-seq-lens", "64,x"], "--longctx-seq-lens"),
+        (["--longctx-repeats", "0"], "--longctx-repeats"),
+        (["--e2e-arms", "defaults,bogus"], "--e2e-arms bogus"),
+    ],
+)
 def test_cli_rejects_bad_longctx_and_e2e_settings(tmp_path, capsys, args, needle):
     assert bench_main(["--mode", "tiny", "--out", str(tmp_path / "out"), "--sections", "longctx,e2e", *args]) == 2
     err = capsys.readouterr().err
@@ -676,8 +896,26 @@ def test_cli_rejects_bad_longctx_and_e2e_settings(tmp_path, capsys, args, needle
 def test_cli_tiny_longctx_section(tmp_path):
     """The section's rows come from real runs: the ratio is the pair's, the verdicts follow the targets, the
     end-of-run analysis falls after the last step, callbacks=none runs no end-of-training hooks."""
-    run = subprocess.run([sys.executable, "-m", "attnlab.bench", "--mode", "tiny", "--out", str(tmp_path), "--device", "cpu",
-                          "--threads", "1", "--sections", "longctx"], capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnlab.bench",
+            "--mode",
+            "tiny",
+            "--out",
+            str(tmp_path),
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--sections",
+            "longctx",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     section = json.loads((tmp_path / "bench.json").read_text())["longctx"]
     assert section["complete"] and [r["T"] for r in section["rows"]] == section["plan"]["lengths"]
@@ -695,8 +933,12 @@ def test_cli_tiny_longctx_section(tmp_path):
             assert 0 < s["end_s"] < s["tail_s"] < s["wall_s"], s  # the final analysis runs after the last step
             assert 100 * 2**20 < s["max_rss_bytes"] < 64 * 2**30
         assert all(s["end_s"] < 0.01 and 0 < s["tail_s"] < s["wall_s"] for s in n)  # only Lightning's no-op end hooks
-        assert row["val_loss"]["default"] == pytest.approx(row["val_loss"]["none"], abs=1e-5)  # the callbacks only observe
+        assert row["val_loss"]["default"] == pytest.approx(
+            row["val_loss"]["none"], abs=1e-5
+        )  # the callbacks only observe
     md = (tmp_path / "bench.md").read_text()
     assert "## Long context" in md and longctx_verdict(section) in md
-    verdict_cells = [line.split("|")[6].strip() for line in md.splitlines() if line.startswith(f"| {section['rows'][0]['T']} |")]
+    verdict_cells = [
+        line.split("|")[6].strip() for line in md.splitlines() if line.startswith(f"| {section['rows'][0]['T']} |")
+    ]
     assert verdict_cells == [VERDICT_CELLS[section["rows"][0]["ratio_verdict"]]]

@@ -1,4 +1,5 @@
 """When the measurement callbacks run: once per optimizer step, whatever the gradient accumulation."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace

@@ -1,11 +1,11 @@
 """Bad input through the real entry point: one clear line naming the key, non-zero exit, no traceback."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, run_cli
 
 from attnlab.train import main
@@ -84,15 +84,24 @@ def test_bad_config_one_line(case, tmp_path, monkeypatch, capsys):
 def test_block_size_larger_than_the_data(tmp_path, monkeypatch, capsys):
     small = tmp_path / "small.txt"
     small.write_text("to be or not to be, " * 20)
-    code, _, err = run_main(monkeypatch, capsys, *SMOKE, "data=textfile", f"data.path={small}", "model.block_size=512",
-                            f"hydra.run.dir={tmp_path}/run")
+    code, _, err = run_main(
+        monkeypatch,
+        capsys,
+        *SMOKE,
+        "data=textfile",
+        f"data.path={small}",
+        "model.block_size=512",
+        f"hydra.run.dir={tmp_path}/run",
+    )
     assert_one_line_error(code, err, "model.block_size")
 
 
 def test_binary_data_file(tmp_path, monkeypatch, capsys):
     binary = tmp_path / "data.bin"
     binary.write_bytes(bytes(range(256)) * 10)
-    code, _, err = run_main(monkeypatch, capsys, *SMOKE, "data=textfile", f"data.path={binary}", f"hydra.run.dir={tmp_path}/run")
+    code, _, err = run_main(
+        monkeypatch, capsys, *SMOKE, "data=textfile", f"data.path={binary}", f"hydra.run.dir={tmp_path}/run"
+    )
     assert_one_line_error(code, err, "data.path")
 
 
@@ -112,7 +121,9 @@ def test_bad_config_in_a_real_process(tmp_path):
 def test_empty_data_file(tmp_path, monkeypatch, capsys):
     empty = tmp_path / "empty.txt"
     empty.write_text("   \n")
-    code, _, err = run_main(monkeypatch, capsys, *SMOKE, "data=textfile", f"data.path={empty}", f"hydra.run.dir={tmp_path}/run")
+    code, _, err = run_main(
+        monkeypatch, capsys, *SMOKE, "data=textfile", f"data.path={empty}", f"hydra.run.dir={tmp_path}/run"
+    )
     assert_one_line_error(code, err, "data.path")
     assert json.loads((tmp_path / "run" / "results.json").read_text())["status"] == "failed"
 
@@ -145,18 +156,21 @@ def test_attnlab_unknown_command_is_one_error_line(capsys):
     assert err.startswith("attnlab: error: unknown command 'trian'") and "train" in err
 
 
-@pytest.mark.parametrize("argv, key", [
-    (["sweep", "--study", "nope"], "--study"),
-    (["sweep", "--seeds", "0"], "--seeds"),
-    (["repro", "--mode", "nope"], "--mode"),
-    (["bench", "--mode", "tiny", "--sections", "nope"], "--sections"),
-    (["bench", "--threads", "two"], "--threads"),
-    (["analyze"], "path"),
-    (["sample", "--tokens", "many"], "--tokens"),
-    (["table", "/nonexistent/sweep"], "/nonexistent/sweep"),
-    (["dashboard", "--layers", "x"], "--layers"),
-    (["gpu-check", "--steps", "x"], "--steps"),
-])
+@pytest.mark.parametrize(
+    "argv, key",
+    [
+        (["sweep", "--study", "nope"], "--study"),
+        (["sweep", "--seeds", "0"], "--seeds"),
+        (["repro", "--mode", "nope"], "--mode"),
+        (["bench", "--mode", "tiny", "--sections", "nope"], "--sections"),
+        (["bench", "--threads", "two"], "--threads"),
+        (["analyze"], "path"),
+        (["sample", "--tokens", "many"], "--tokens"),
+        (["table", "/nonexistent/sweep"], "/nonexistent/sweep"),
+        (["dashboard", "--layers", "x"], "--layers"),
+        (["gpu-check", "--steps", "x"], "--steps"),
+    ],
+)
 def test_every_command_reports_bad_input_with_the_same_prefix(argv, key, capsys):
     try:
         code = cli.main(argv)
@@ -178,7 +192,8 @@ def test_user_configs_join_through_config_dir(tmp_path, monkeypatch, capsys):
     """A researcher's own experiment file, outside the package, composed with the shipped groups."""
     (tmp_path / "experiment").mkdir()
     (tmp_path / "experiment" / "my_study.yaml").write_text(
-        "# @package _global_\ndefaults:\n  - override /attention: naive\nmodel:\n  d_k: 48\nstudy: my_study\n")
+        "# @package _global_\ndefaults:\n  - override /attention: naive\nmodel:\n  d_k: 48\nstudy: my_study\n"
+    )
     monkeypatch.setattr("sys.argv", ["attnlab"])
     assert cli.main(["train", "--config-dir", str(tmp_path), "experiment=my_study", "--cfg", "job"]) == 0
     job = capsys.readouterr().out

@@ -1,7 +1,6 @@
 """Each fact in one place: presets and groups hold deltas; the optimizer defaults live in train.yaml."""
-from __future__ import annotations
 
-from pathlib import Path
+from __future__ import annotations
 
 import yaml
 

@@ -1,5 +1,6 @@
 """Console output: attnlab's progress line, readable on a terminal and in a log file; Lightning
 quieted in one place, its levels restored."""
+
 from __future__ import annotations
 
 import io
@@ -63,8 +64,8 @@ def test_quiet_lightning_restores_levels_and_warning_filters():
     with quiet_lightning():
         assert logger.level == logging.WARNING
         with warnings.catch_warnings(record=True) as seen:
-            warnings.warn("isinstance(treespec, LeafSpec) is deprecated", UserWarning)
-            warnings.warn("a warning worth reading", UserWarning)
+            warnings.warn("isinstance(treespec, LeafSpec) is deprecated", UserWarning, stacklevel=1)
+            warnings.warn("a warning worth reading", UserWarning, stacklevel=1)
         assert [str(w.message) for w in seen] == ["a warning worth reading"]
     assert logger.level == logging.DEBUG and warnings.filters == filters
     with pytest.raises(RuntimeError), quiet_lightning(silence_output=True):

@@ -4,6 +4,7 @@ bf16-mixed on CPU stands in for a GPU's autocast, 16-mixed on CPU has a real Gra
 stand-in module plays flash_attn, the profiler shows which SDPA kernel really ran, and DDP runs
 over gloo on CPU.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-import torch.nn.functional as F
+from conftest import run_cli
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnlab.attention import backends
@@ -24,8 +25,6 @@ from attnlab.callbacks.guard import NonFiniteError
 from attnlab.errors import KernelUnavailable
 from attnlab.model.gpt import CausalSelfAttention, GPTConfig
 from attnlab.train import train
-
-from conftest import run_cli
 
 
 def reference_attention(q, k, v, scale, causal=True):
@@ -53,9 +52,17 @@ def test_bf16_mixed_measurements_see_bf16_q_and_k(make_cfg, monkeypatch):
         return forward(self, q, k, v, key_padding_mask)
 
     monkeypatch.setattr(Attention, "forward", spy)
-    cfg = make_cfg("attention=sdpa", "trainer.precision=bf16-mixed", "callbacks=default", "callbacks.heads.knockout=always",
-                   "callbacks.heads.every_n_steps=3", "callbacks.attention_stats.every_n_steps=3",
-                   "callbacks.attention_maps.every_n_steps=3", "trainer.max_steps=3", "model.n_layer=2")
+    cfg = make_cfg(
+        "attention=sdpa",
+        "trainer.precision=bf16-mixed",
+        "callbacks=default",
+        "callbacks.heads.knockout=always",
+        "callbacks.heads.every_n_steps=3",
+        "callbacks.attention_stats.every_n_steps=3",
+        "callbacks.attention_maps.every_n_steps=3",
+        "trainer.max_steps=3",
+        "model.n_layer=2",
+    )
     metrics = train(cfg)
     measured = [(q, k) for training, q, k in seen if not training]
     assert any(training for training, _, _ in seen) and len(measured) > 10
@@ -67,6 +74,7 @@ def test_bf16_mixed_measurements_see_bf16_q_and_k(make_cfg, monkeypatch):
 
 def test_kernel_is_recorded_from_training_forwards_only(make_cfg, monkeypatch):
     """Probes run after fit (eval, no grad) must not decide results.json's attention.kernel."""
+
     def name(q, k, v, *args, **kwargs):
         return "sdpa:train" if torch.is_grad_enabled() else "sdpa:probe"
 
@@ -81,7 +89,9 @@ def test_kernel_is_recorded_from_training_forwards_only(make_cfg, monkeypatch):
 def test_kernel_choice_is_asked_with_the_autocast_dtype(monkeypatch):
     asked = []
     real = torch._fused_sdp_choice
-    monkeypatch.setattr(torch, "_fused_sdp_choice", lambda q, k, v, *a, **kw: asked.append(q.dtype) or real(q, k, v, *a, **kw))
+    monkeypatch.setattr(
+        torch, "_fused_sdp_choice", lambda q, k, v, *a, **kw: asked.append(q.dtype) or real(q, k, v, *a, **kw)
+    )
     backends._KERNEL_CHOICE.clear()
     q = torch.randn(2, 3, 9, 8)
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -108,8 +118,15 @@ class FlashAttnStandIn:
         assert q.dtype == k.dtype == v.dtype, "flash_attn needs q, k, v of one dtype"
         assert k.shape == v.shape and q.dim() == 4 and q.shape[0] == k.shape[0] and q.shape[3] == k.shape[3]
         assert q.shape[2] % k.shape[2] == 0, "flash_attn: the number of heads in q must be a multiple of k's"
-        self.calls.append({"shape": tuple(q.shape), "scale": softmax_scale, "causal": causal, "dtype": q.dtype,
-                           **({"kv_heads": k.shape[2]} if k.shape[2] != q.shape[2] else {})})
+        self.calls.append(
+            {
+                "shape": tuple(q.shape),
+                "scale": softmax_scale,
+                "causal": causal,
+                "dtype": q.dtype,
+                **({"kv_heads": k.shape[2]} if k.shape[2] != q.shape[2] else {}),
+            }
+        )
         groups = q.shape[2] // k.shape[2]
         k, v = k.repeat_interleave(groups, dim=2), v.repeat_interleave(groups, dim=2)
         out = reference_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), softmax_scale, causal)
@@ -132,15 +149,26 @@ def flash_attn_on_cpu(monkeypatch):
 def test_flash_attn_contract_under_autocast(flash_attn_on_cpu, qk_norm):
     torch.manual_seed(0)
     b, t, h, d = 2, 7, 3, 8  # all different: a wrong layout cannot pass
-    cfg = GPTConfig(vocab_size=11, block_size=t, n_head=h, d_model=24, d_k=d,
-                    attention={"backend": "flash", "scaling": "inv_sqrt_d", "qk_norm": qk_norm})
+    cfg = GPTConfig(
+        vocab_size=11,
+        block_size=t,
+        n_head=h,
+        d_model=24,
+        d_k=d,
+        attention={"backend": "flash", "scaling": "inv_sqrt_d", "qk_norm": qk_norm},
+    )
     layer = CausalSelfAttention(cfg)
     x = torch.randn(b, t, 24)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         y = layer(x)
     assert layer.attention.kernel == "flash_attn"
     call = flash_attn_on_cpu.calls[-1]
-    assert call == {"shape": (b, t, h, d), "scale": pytest.approx(1 / math.sqrt(d)), "causal": True, "dtype": torch.bfloat16}
+    assert call == {
+        "shape": (b, t, h, d),
+        "scale": pytest.approx(1 / math.sqrt(d)),
+        "causal": True,
+        "dtype": torch.bfloat16,
+    }
     layer.attention.cfg.backend = "scaled"  # the same weights through the explicit kernel, in fp32
     torch.testing.assert_close(y.float(), layer(x), atol=3e-2, rtol=3e-2)
 
@@ -237,13 +265,24 @@ def fit_16_mixed(make_cfg, poison_steps, max_skipped, steps=6):
     cfg = make_cfg("model.n_layer=1", f"trainer.max_steps={steps}")
     dm = instantiate(cfg.data, block_size=cfg.model.block_size, steps=steps, seed=0)
     dm.setup("fit")
-    module = GPTModule(OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": dm.vocab_size},
-                    OmegaConf.to_container(cfg.optim, resolve=True), steps)
+    module = GPTModule(
+        OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": dm.vocab_size},
+        OmegaConf.to_container(cfg.optim, resolve=True),
+        steps,
+    )
     guard = NonFiniteGuard(max_skipped_steps=max_skipped)
-    trainer = L.Trainer(accelerator="cpu", max_steps=steps, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
-                        default_root_dir=cfg.paths.output_dir, callbacks=[guard, PoisonGradients(poison_steps)],
-                        plugins=[MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu"))])
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        default_root_dir=cfg.paths.output_dir,
+        callbacks=[guard, PoisonGradients(poison_steps)],
+        plugins=[MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu"))],
+    )
     scale = trainer.precision_plugin.scaler.get_scale()
     trainer.fit(module, datamodule=dm)
     return trainer, guard, scale
@@ -266,7 +305,9 @@ def test_fp32_non_finite_gradient_still_fails_at_once(make_cfg, monkeypatch):
 
     build = train_module.build_callbacks
     monkeypatch.setattr(train_module, "build_callbacks", lambda cfg: [*build(cfg), PoisonGradients([2])])
-    cfg = make_cfg("callbacks=none", "+callbacks.nonfinite_guard._target_=attnlab.callbacks.NonFiniteGuard", "model.n_layer=1")
+    cfg = make_cfg(
+        "callbacks=none", "+callbacks.nonfinite_guard._target_=attnlab.callbacks.NonFiniteGuard", "model.n_layer=1"
+    )
     with pytest.raises(NonFiniteError, match="Inf in gradient of .* at step 2"):
         train(cfg)
 
@@ -321,9 +362,20 @@ def test_cpu_runs_do_not_touch_matmul_precision(make_cfg, monkeypatch):
 def test_ddp_multirun_runs_each_job_as_one_process_group(tmp_path):
     """Rank 1 must run this job only: one "Launching" line, two job dirs, both ok, nothing else."""
     sweep = tmp_path / "sweep"
-    proc = run_cli("-m", "trainer=ddp", "trainer.devices=2", "debug=smoke", "logger=csv", "callbacks=none",
-                   "model.n_layer=1", "seed=1,2", f"hydra.sweep.dir={sweep}", f"paths.log_dir={tmp_path / 'logs'}",
-                   cwd=tmp_path, timeout=400)
+    proc = run_cli(
+        "-m",
+        "trainer=ddp",
+        "trainer.devices=2",
+        "debug=smoke",
+        "logger=csv",
+        "callbacks=none",
+        "model.n_layer=1",
+        "seed=1,2",
+        f"hydra.sweep.dir={sweep}",
+        f"paths.log_dir={tmp_path / 'logs'}",
+        cwd=tmp_path,
+        timeout=400,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert out.count("Launching 2 jobs") == 1, out[-3000:]
@@ -408,18 +460,41 @@ def test_ddp_ranks_read_different_task_batches(tmp_path):
     import os
     import subprocess
 
+    from conftest import ROOT
     from hydra.utils import instantiate
 
     from attnlab.config import compose_config
-    from conftest import ROOT
 
     steps, batch = 4, 3
-    common = ["data=mqar", "data.num_pairs=4", "model.block_size=24", "debug=smoke", f"trainer.max_steps={steps}",
-              f"data.batch_size={batch}", "callbacks=none", "logger=csv"]
+    common = [
+        "data=mqar",
+        "data.num_pairs=4",
+        "model.block_size=24",
+        "debug=smoke",
+        f"trainer.max_steps={steps}",
+        f"data.batch_size={batch}",
+        "callbacks=none",
+        "logger=csv",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "tests")}
-    proc = subprocess.run([sys.executable, "-m", "attnlab.train", *common, "trainer=ddp", "trainer.accelerator=cpu",
-                           "trainer.devices=2", "+callbacks.recorder._target_=batch_recorder.RecordBatches",
-                           f"hydra.run.dir={tmp_path}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnlab.train",
+            *common,
+            "trainer=ddp",
+            "trainer.accelerator=cpu",
+            "trainer.devices=2",
+            "+callbacks.recorder._target_=batch_recorder.RecordBatches",
+            f"hydra.run.dir={tmp_path}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = [json.loads((tmp_path / f"batches_rank{r}.json").read_text()) for r in (0, 1)]
     assert [len(s) for s in seen] == [steps, steps] and all(len(b) == batch for s in seen for b in s)

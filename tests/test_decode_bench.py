@@ -1,6 +1,7 @@
 """The decode section of the bench: KV bytes per token read from the cache tensors equal
 2 x layers x n_kv_head x d_k x element size, the concurrency ceiling follows from them, and every
 ratio to multi-head attention is taken within one run's repeats."""
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,9 @@ def test_measured_kv_bytes_equal_the_formula(section):
     assert {r["n_kv_head"] for r in rows} == {4, 2, 1}
     for r in rows:
         formula = 2 * r["n_layer"] * r["n_kv_head"] * r["d_k"] * r["element_size"]
-        assert r["kv_bytes_per_token"] == r["kv_bytes_per_token_allocated"] == formula == r["kv_bytes_per_token_formula"]
+        assert (
+            r["kv_bytes_per_token"] == r["kv_bytes_per_token_allocated"] == formula == r["kv_bytes_per_token_formula"]
+        )
         assert r["kv_bytes_ratio_to_mha"] == r["n_kv_head"] / r["n_head"]  # the escape slot stores nothing
         assert r["max_sequences"] == (r["budget_bytes"] - r["weights_bytes"]) // (formula * r["T"])
 
@@ -48,8 +51,10 @@ def test_ratios_to_mha_are_taken_within_the_repeats(section):
 def test_bench_decode_section_lands_in_bench_json_and_md(tmp_path):
     from attnlab.bench.__main__ import main
 
-    assert main(["--mode", "tiny", "--sections", "decode", "--device", "cpu", "--threads", "1",
-                 "--out", str(tmp_path)]) == 0
+    assert (
+        main(["--mode", "tiny", "--sections", "decode", "--device", "cpu", "--threads", "1", "--out", str(tmp_path)])
+        == 0
+    )
     bench = json.loads((tmp_path / "bench.json").read_text())
     rows = bench["decode"]["rows"]
     assert rows and all({"n_kv_head", "n_layer", "d_k", "element_size", "kv_bytes_per_token"} <= set(r) for r in rows)

@@ -1,4 +1,5 @@
 """Attention statistics, peak memory, gradient norms and the non-finite guard."""
+
 from __future__ import annotations
 
 import json
@@ -9,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+from attnlab.analysis.probe import probe
 from attnlab.attention import BACKENDS
 from attnlab.attention.stats import STATS, attention_stats, uniform_sink_mass
-from attnlab.analysis.probe import probe
 from attnlab.model import GPT, GPTConfig
 from attnlab.profiling import peak_bytes
 from attnlab.train import train
@@ -82,7 +83,9 @@ def test_all_weight_on_first_token_is_sink_mass_one():
 
 def explicit_reference(q, k, scale):
     """The metric definitions applied to the full T x T probabilities of the explicit backend."""
-    logits = (q.double() @ k.double().transpose(-2, -1)) * (scale.double().view(1, -1, 1, 1) if torch.is_tensor(scale) else scale)
+    logits = (q.double() @ k.double().transpose(-2, -1)) * (
+        scale.double().view(1, -1, 1, 1) if torch.is_tensor(scale) else scale
+    )
     t = q.shape[-2]
     visible = torch.ones(t, t, dtype=torch.bool).tril()
     p = logits.masked_fill(~visible, -math.inf).softmax(-1).float()
@@ -103,7 +106,14 @@ def explicit_reference(q, k, scale):
 @pytest.mark.parametrize("block", [1, 5, 16, 64])
 def test_blockwise_stats_equal_explicit_ones(backend, block):
     torch.manual_seed(0)
-    cfg = GPTConfig(vocab_size=30, block_size=33, n_layer=2, n_head=3, d_model=48, attention={"backend": backend, "scaling": "learned" if backend == "sdpa" else "inv_sqrt_d"})
+    cfg = GPTConfig(
+        vocab_size=30,
+        block_size=33,
+        n_layer=2,
+        n_head=3,
+        d_model=48,
+        attention={"backend": backend, "scaling": "learned" if backend == "sdpa" else "inv_sqrt_d"},
+    )
     model = GPT(cfg)
     x = torch.randint(0, 30, (2, 33))
     for rec in probe(model, x):
@@ -133,7 +143,9 @@ def fwd_bwd_peak(backend: str, t: int) -> int:
     return peak_bytes(step)
 
 
-@pytest.mark.parametrize("backend,low,high", [("naive", 1.7, 2.3), ("scaled", 1.7, 2.3), ("sdpa", 0.7, 1.3), ("flash", 0.7, 1.3)])
+@pytest.mark.parametrize(
+    "backend,low,high", [("naive", 1.7, 2.3), ("scaled", 1.7, 2.3), ("sdpa", 0.7, 1.3), ("flash", 0.7, 1.3)]
+)
 def test_peak_memory_exponent(backend, low, high):
     ts = [512, 1024, 2048]
     peaks = [fwd_bwd_peak(backend, t) for t in ts]
@@ -142,7 +154,12 @@ def test_peak_memory_exponent(backend, low, high):
 
 
 def test_smoke_training_logs_every_metric_for_every_layer(make_cfg):
-    cfg = make_cfg("callbacks=default", "logger=csv", "callbacks.attention_stats.every_n_steps=2", "callbacks.peak_memory.every_n_steps=3")
+    cfg = make_cfg(
+        "callbacks=default",
+        "logger=csv",
+        "callbacks.attention_stats.every_n_steps=2",
+        "callbacks.peak_memory.every_n_steps=3",
+    )
     metrics = train(cfg)
     out = Path(cfg.paths.output_dir)
     for layer in range(cfg.model.n_layer):
@@ -213,8 +230,8 @@ def test_guard_names_step_layer_and_tensor_and_leaves_loadable_checkpoint(make_c
 def test_guard_catches_a_non_finite_gradient_before_the_step(make_cfg, monkeypatch):
     import lightning as L
 
-    from attnlab.callbacks import NonFiniteError
     import attnlab.train as train_module
+    from attnlab.callbacks import NonFiniteError
 
     class PoisonGradient(L.Callback):
         def on_after_backward(self, trainer, pl_module):
@@ -237,10 +254,14 @@ def test_a_bounded_probe_changes_nothing_up_to_its_bounds_and_measures_the_chose
     torch.manual_seed(0)
     q, k = torch.randn(2, 3, 40, 8), torch.randn(2, 3, 40, 8)
     every = attention_stats(q, k, 0.35, block=7)
-    assert all(torch.equal(every[m], v) for m, v in attention_stats(q, k, 0.35, block=7, positions=torch.arange(40)).items())
+    assert all(
+        torch.equal(every[m], v) for m, v in attention_stats(q, k, 0.35, block=7, positions=torch.arange(40)).items()
+    )
     chosen = torch.tensor([0, 5, 13, 21, 39])
     got = attention_stats(q, k, 0.35, block=2, positions=chosen)
-    ref = explicit_reference(q, k, 0.35)  # over rows 1..T-1; recompute over the chosen rows (row 0 sees one key: left out)
+    ref = explicit_reference(
+        q, k, 0.35
+    )  # over rows 1..T-1; recompute over the chosen rows (row 0 sees one key: left out)
     logits = (q.double() @ k.double().transpose(-2, -1)) * 0.35
     p = logits.masked_fill(~torch.ones(40, 40, dtype=torch.bool).tril(), -math.inf).softmax(-1)[:, :, chosen[1:]]
     torch.testing.assert_close(got["sink_mass"], p[..., 0].mean((0, 2)).float(), atol=1e-6, rtol=1e-5)

@@ -1,4 +1,5 @@
 """The README and docs/ are the door: every relative link resolves, and the README holds a few linked findings."""
+
 from __future__ import annotations
 
 import re
@@ -36,7 +37,7 @@ def test_readme_is_a_door_not_a_notebook():
     and one figure from a committed report."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     start = text.index("## Findings")
-    findings = re.findall(r"^- .*?(?=^- |\Z)", text[start:text.index("\n## ", start + 1)], re.MULTILINE | re.DOTALL)
+    findings = re.findall(r"^- .*?(?=^- |\Z)", text[start : text.index("\n## ", start + 1)], re.MULTILINE | re.DOTALL)
     assert 1 <= len(findings) <= 6, len(findings)
     for finding in findings:
         assert any(t.startswith("reports/") for t in (m.group(1) for m in LINK.finditer(finding))), finding[:80]

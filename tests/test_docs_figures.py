@@ -8,6 +8,7 @@ them: a figure with no file behind it, or one that drifted from its file, fails.
 counts; those that state a result (repeats, k of n seeds, steps of a phase change) are inside fragments too.
 Constants the code defines (thresholds, the uniform sink level) come from the code, not from this file.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,7 +53,11 @@ def _axis(v) -> str:
 
 def cell(study: str, **axes) -> dict:
     """The ablation.csv row whose axes read as given (keys: the last name of the axis)."""
-    match = [c for c in cells(study) if all(_axis(c[next(k for k in c if k.rsplit(".", 1)[-1] == a)]) == str(v) for a, v in axes.items())]
+    match = [
+        c
+        for c in cells(study)
+        if all(_axis(c[next(k for k in c if k.rsplit(".", 1)[-1] == a)]) == str(v) for a, v in axes.items())
+    ]
     assert len(match) == 1, (study, axes, len(match))
     return match[0]
 
@@ -112,11 +117,15 @@ def dk_figures() -> dict[str, str]:
     pairs = summary("dk_scaling")["scaled_vs_unscaled"]
     beyond = sum(p["beyond_noise"] for p in pairs)
     raw = sum(p["p"] < ALPHA for p in pairs)
-    out = {"holm": f"{beyond} of {len(pairs)} pairs differ beyond seed noise after the Holm correction ({raw} at raw p < {ALPHA})"}
+    out = {
+        "holm": f"{beyond} of {len(pairs)} pairs differ beyond seed noise after the Holm correction ({raw} at raw p < {ALPHA})"
+    }
     for d in (32, 64, 128):
         out[f"fanin{d}"] = f(-pair("dk_scaling", f"d_k={d}, init_std=fan_in")["diff"], 2)
-    out["fanin128_means"] = (f"{ms('dk_scaling', 'val/loss', d_k=128, scaling='none', init_std='fan_in')} vs "
-                             f"{ms('dk_scaling', 'val/loss', d_k=128, scaling='inv_sqrt_d', init_std='fan_in')}")
+    out["fanin128_means"] = (
+        f"{ms('dk_scaling', 'val/loss', d_k=128, scaling='none', init_std='fan_in')} vs "
+        f"{ms('dk_scaling', 'val/loss', d_k=128, scaling='inv_sqrt_d', init_std='fan_in')}"
+    )
     p16 = pair("dk_scaling", "d_k=16, init_std=fan_in")
     out["fanin16"] = f"p = {p16['p']:.2g}, Holm {p16['p_holm']:.2g}"
     small = [pair("dk_scaling", f"d_k={d}, init_std=0.02") for d in (16, 32)]
@@ -130,31 +139,46 @@ def dk_figures() -> dict[str, str]:
     study = repro()[8]["measured"]["judged"]
     level = study["level"]["bigram"]
     out["bigram"] = f(level, 3)
-    shares = {c["d_k"]: judge.gain_share(c["unscaled"]["mean"], c["scaled"]["mean"], level)
-              for c in study["study"]["cells"] if c["init_std"] == "fan_in"}
+    shares = {
+        c["d_k"]: judge.gain_share(c["unscaled"]["mean"], c["scaled"]["mean"], level)
+        for c in study["study"]["cells"]
+        if c["init_std"] == "fan_in"
+    }
     out["shares"] = f"{pct(shares[64])} and {pct(shares[128])} of the scaled runs' gain"
     return out
 
 
 def induction_figures() -> dict[str, str]:
-    steps = next(c["steps"] for c in summary("induction_heads")["phase_change_steps"]
-                 if c["axes"] == {"model.n_layer": "2", "model.attention.scaling": "inv_sqrt_d"})
+    steps = next(
+        c["steps"]
+        for c in summary("induction_heads")["phase_change_steps"]
+        if c["axes"] == {"model.n_layer": "2", "model.attention.scaling": "inv_sqrt_d"}
+    )
     reached = sorted(s for s in steps if s is not None)
     two = summary("induction_heads")["head_types"]
-    l1 = next(c for c in two if c["axes"] == {"model.n_layer": "2", "model.attention.scaling": "inv_sqrt_d"})["layers"][1]
+    l1 = next(c for c in two if c["axes"] == {"model.n_layer": "2", "model.attention.scaling": "inv_sqrt_d"})["layers"][
+        1
+    ]
     formed = sum(n > 0 for n in l1["induction"])
     sink = next(c for c in two if c["axes"] == {"model.n_layer": "2", "model.attention.scaling": "none"})["layers"][1]
-    nothing = [c for c in summary("induction_heads")["phase_change_steps"] if c["axes"]["model.n_layer"] == "1"
-               or c["axes"]["model.attention.scaling"] == "none"]
+    nothing = [
+        c
+        for c in summary("induction_heads")["phase_change_steps"]
+        if c["axes"]["model.n_layer"] == "1" or c["axes"]["model.attention.scaling"] == "none"
+    ]
     assert all(s is None for c in nothing for s in c["steps"])
-    return {"formed": k_of_n_text(formed, len(l1["induction"])), "phase": f"step {statistics.median(reached):g} (median; "
-            f"{reached[0]}–{reached[-1]})", "phase_seeds": k_of_n_text(len(reached), len(steps)),
-            "nothing": k_of_n_text(0, len(nothing[0]["steps"])), "level": f"{PHASE_LEVEL}",
-            "sink_seeds": f"{sum(n > 0 for n in sink['sink'])} of {len(sink['sink'])} seeds",
-            "knockout": ms("induction_heads", "heads/L1/induction_knockout_all_heads", n_layer=2, scaling="inv_sqrt_d"),
-            "induction_score": ms("induction_heads", "heads/L1/induction_max", n_layer=2, scaling="inv_sqrt_d"),
-            "control": ms("induction_heads", "heads/induction_control_max", n_layer=2, scaling="inv_sqrt_d"),
-            "l1_types": head_type_text(l1)}
+    return {
+        "formed": k_of_n_text(formed, len(l1["induction"])),
+        "phase": f"step {statistics.median(reached):g} (median; {reached[0]}–{reached[-1]})",
+        "phase_seeds": k_of_n_text(len(reached), len(steps)),
+        "nothing": k_of_n_text(0, len(nothing[0]["steps"])),
+        "level": f"{PHASE_LEVEL}",
+        "sink_seeds": f"{sum(n > 0 for n in sink['sink'])} of {len(sink['sink'])} seeds",
+        "knockout": ms("induction_heads", "heads/L1/induction_knockout_all_heads", n_layer=2, scaling="inv_sqrt_d"),
+        "induction_score": ms("induction_heads", "heads/L1/induction_max", n_layer=2, scaling="inv_sqrt_d"),
+        "control": ms("induction_heads", "heads/induction_control_max", n_layer=2, scaling="inv_sqrt_d"),
+        "l1_types": head_type_text(l1),
+    }
 
 
 def sinks_figures() -> dict[str, str]:
@@ -162,14 +186,25 @@ def sinks_figures() -> dict[str, str]:
     best = max(c[f"heads/L{i}/sink_max_mean"] for c in cells("sinks") for i in range(4))
     bos = next(e for e in s["pooled_effects"] if e["axis"] == "data.bos")
     l0 = [cell("sinks", bos=b, sink="none")["attn/L0/sink_mass_mean"] for b in ("False", "True")]
-    escape = [c[f"attn/L{i}/escape_mass_mean"] for c in cells("sinks") if c["model.attention.sink"] != "none" for i in range(4)]
+    escape = [
+        c[f"attn/L{i}/escape_mass_mean"]
+        for c in cells("sinks")
+        if c["model.attention.sink"] != "none"
+        for i in range(4)
+    ]
     block = 128  # the sinks study's block size (conf/experiment/sinks.yaml), checked below
     from attnlab.config import compose_config
 
     assert int(compose_config(["experiment=sinks"]).model.block_size) == block
-    return {"runs": f"{s['runs']} runs", "best": f(best, 3), "threshold": f"{judge.SINK_THRESHOLD}",
-            "bos": f"{bos['diff']:+.3f} nats (p = {bos['p']:.2g}, Holm {bos['p_holm']:.2g})",
-            "l0": f"{f(l0[0], 3)} → {f(l0[1], 3)}", "uniform": f(uniform_sink_mass(block), 3), "escape": span(escape, 2)}
+    return {
+        "runs": f"{s['runs']} runs",
+        "best": f(best, 3),
+        "threshold": f"{judge.SINK_THRESHOLD}",
+        "bos": f"{bos['diff']:+.3f} nats (p = {bos['p']:.2g}, Holm {bos['p_holm']:.2g})",
+        "l0": f"{f(l0[0], 3)} → {f(l0[1], 3)}",
+        "uniform": f(uniform_sink_mass(block), 3),
+        "escape": span(escape, 2),
+    }
 
 
 def sinks_testbed_figures() -> dict[str, str]:
@@ -177,22 +212,30 @@ def sinks_testbed_figures() -> dict[str, str]:
     from attnlab.repro.studies import escape_axis
 
     def arm(escape: str, experiment: str = "sinks_bb", normalize: str = "-") -> dict[str, list[float]]:
-        runs = next(c["runs"] for c in summary("sinks_bb")["per_seed"]
-                    if c["axes"][escape_axis(c["axes"])] == escape and c["axes"]["experiment"] == experiment
-                    and c["axes"].get("model.attention.normalize", "-") == normalize)
-        return {k: [r["metrics"][f"attn/L0/{k}"] for r in runs if f"attn/L0/{k}" in r["metrics"]]
-                for k in ("sink_mass_dormant", "value_drain", "escape_mass", "row_mass")}
+        runs = next(
+            c["runs"]
+            for c in summary("sinks_bb")["per_seed"]
+            if c["axes"][escape_axis(c["axes"])] == escape
+            and c["axes"]["experiment"] == experiment
+            and c["axes"].get("model.attention.normalize", "-") == normalize
+        )
+        return {
+            k: [r["metrics"][f"attn/L0/{k}"] for r in runs if f"attn/L0/{k}" in r["metrics"]]
+            for k in ("sink_mass_dormant", "value_drain", "escape_mass", "row_mass")
+        }
 
     base, zero, learned, sigmoid = arm("none"), arm("zero_logit"), arm("learned"), arm("none", normalize="sigmoid")
     formed = lambda a: sum(x > judge.SINK_THRESHOLD for x in a["sink_mass_dormant"])  # noqa: E731
     n = len(base["sink_mass_dormant"])
-    return {"base": f"{span(base['sink_mass_dormant'], 3)} of their weight on `<bos>` in {k_of_n_text(formed(base), n)}",
-            "drain": f"{span(base['value_drain'], 3)} of the others' norm",
-            "slots": f"{formed(zero)} of {n} and {formed(learned)} of {n} seeds (first-token weight {span(zero['sink_mass_dormant'], 3)} "
-                     f"with softmax + 1, {span(learned['sink_mass_dormant'], 3)} with a learned logit)",
-            "escape": f"the slot takes {span(zero['escape_mass'] + learned['escape_mass'], 3)}",
-            "sigmoid": f"in {formed(sigmoid)} of {len(sigmoid['sink_mass_dormant'])} seeds (first-token weight at most "
-                       f"{max(sigmoid['sink_mass_dormant']):.0e}, a row's total weight {span(sigmoid['row_mass'], 2)})"}
+    return {
+        "base": f"{span(base['sink_mass_dormant'], 3)} of their weight on `<bos>` in {k_of_n_text(formed(base), n)}",
+        "drain": f"{span(base['value_drain'], 3)} of the others' norm",
+        "slots": f"{formed(zero)} of {n} and {formed(learned)} of {n} seeds (first-token weight {span(zero['sink_mass_dormant'], 3)} "
+        f"with softmax + 1, {span(learned['sink_mass_dormant'], 3)} with a learned logit)",
+        "escape": f"the slot takes {span(zero['escape_mass'] + learned['escape_mass'], 3)}",
+        "sigmoid": f"in {formed(sigmoid)} of {len(sigmoid['sink_mass_dormant'])} seeds (first-token weight at most "
+        f"{max(sigmoid['sink_mass_dormant']):.0e}, a row's total weight {span(sigmoid['row_mass'], 2)})",
+    }
 
 
 def gqa_figures() -> dict[str, str]:
@@ -201,9 +244,11 @@ def gqa_figures() -> dict[str, str]:
     effect = next(e for e in summary("gqa")["pooled_effects"] if e["axis"] == "model.n_kv_head" and e["level"] == "4")
     kv = {n: cell("gqa", n_kv_head=n, scaling="none")["mem/kv_cache_bytes_per_token_mean"] for n in (4, 1)}
     verdict = "beyond seed noise" if effect["beyond_noise"] else "no difference beyond seed noise"
-    return {"kv": f"from {kv[4]:.0f} to {kv[1]:.0f} bytes per token",
-            "loss": f"differs by {effect['diff']:+.3f} ({_p_clause(effect['p'])}, Holm {_p(effect['p_holm'])}): {verdict}",
-            "seeds": f"**{summary('gqa')['seeds_per_cell']} seeds**"}
+    return {
+        "kv": f"from {kv[4]:.0f} to {kv[1]:.0f} bytes per token",
+        "loss": f"differs by {effect['diff']:+.3f} ({_p_clause(effect['p'])}, Holm {_p(effect['p_holm'])}): {verdict}",
+        "seeds": f"**{summary('gqa')['seeds_per_cell']} seeds**",
+    }
 
 
 E2E_TARGET = 1.05  # the end-to-end target: a whole make train at most 1.05 times the nanoGPT-structured script
@@ -214,22 +259,33 @@ def e2e_verdict(ranges: dict[str, list[float]], repeats: int) -> str:
     missed when none is, and otherwise not resolved by these repeats (a median on either side of
     the target within that spread is no finding)."""
     states = {arm: against_target(*r, E2E_TARGET) for arm, r in ranges.items()}
-    words = {"met": "within the target in every pair", "missed": "over the target in every pair",
-             "open": f"not resolved by {repeats} pairs"}
+    words = {
+        "met": "within the target in every pair",
+        "missed": "over the target in every pair",
+        "open": f"not resolved by {repeats} pairs",
+    }
     return "; ".join(f"{arm} {words[st]}" for arm, st in states.items())
 
 
 def e2e_rows() -> dict[str, dict]:
     rows = {r["arm"]: r for r in bench()["e2e"]["rows"]}
-    rows.update({r["arm"]: r for r in json.loads((REPORTS / "bench" / "e2e_stack_only" / "bench.json").read_text())["e2e"]["rows"]})
+    rows.update(
+        {
+            r["arm"]: r
+            for r in json.loads((REPORTS / "bench" / "e2e_stack_only" / "bench.json").read_text())["e2e"]["rows"]
+        }
+    )
     return rows
 
 
 def e2e_figures() -> dict[str, str]:
     rows = e2e_rows()
     d = rows["defaults"]
-    return {"ratio": f"**{d['wall_ratio']:.3f}** ({span(d['wall_ratio_range'], 2)} over {bench()['e2e']['repeats']} alternated repeats",
-            "sdpa": f"{rows['sdpa']['wall_ratio']:.3f} with `attention=sdpa`", "val_loss": f(d["val_loss"]["attnlab"][0], 4)}
+    return {
+        "ratio": f"**{d['wall_ratio']:.3f}** ({span(d['wall_ratio_range'], 2)} over {bench()['e2e']['repeats']} alternated repeats",
+        "sdpa": f"{rows['sdpa']['wall_ratio']:.3f} with `attention=sdpa`",
+        "val_loss": f(d["val_loss"]["attnlab"][0], 4),
+    }
 
 
 def performance_figures() -> dict[str, str]:
@@ -237,18 +293,24 @@ def performance_figures() -> dict[str, str]:
     out: dict[str, str] = {}
     for t in (256, 1024, 4096, 8192):
         ex, fu = kernel("naive", t), kernel("sdpa", t)
-        out[f"kernel{t}"] = (f"| {t} | {ms_time(ex['fwd_bwd_ms'])} | {ms_time(fu['fwd_bwd_ms'])} | {mib(ex['peak_bytes'])} | "
-                             f"{mib(fu['peak_bytes'])} |")
+        out[f"kernel{t}"] = (
+            f"| {t} | {ms_time(ex['fwd_bwd_ms'])} | {ms_time(fu['fwd_bwd_ms'])} | {mib(ex['peak_bytes'])} | "
+            f"{mib(fu['peak_bytes'])} |"
+        )
     exp = bench()["memory_exponent"]
     out["exponent"] = f"T^{exp['naive']:.2f} explicit, T^{exp['sdpa']:.2f} fused"
     out["kernel_repeats"] = f"median of {bench()['kernel_setup']['repeats']} repeats"
     for t in bench()["train"]:
-        out[f"train_{t['backend']}"] = (f"| {t['backend']} | {t['lightning_tokens_per_s']:.0f} | {t['ratio']:.3f} ({span(t['ratio_range'], 3)}) | "
-                                        f"{t['ratio_to_scaled']:.3f} ({span(t['ratio_to_scaled_range'], 3)}) |")
+        out[f"train_{t['backend']}"] = (
+            f"| {t['backend']} | {t['lightning_tokens_per_s']:.0f} | {t['ratio']:.3f} ({span(t['ratio_range'], 3)}) | "
+            f"{t['ratio_to_scaled']:.3f} ({span(t['ratio_to_scaled_range'], 3)}) |"
+        )
     out["train_repeats"] = f"{bench()['train'][0]['setup']['repeats']} repeats"
     cb = bench()["callbacks"]
-    out["cb"] = (f"default callbacks over none **{cb['overhead_ratio']:.3f}** ({span(cb['overhead_ratio_range'], 3)}), over the plain "
-                 f"loop {cb['ratio_to_plain']:.3f} ({span(cb['ratio_to_plain_range'], 3)})")
+    out["cb"] = (
+        f"default callbacks over none **{cb['overhead_ratio']:.3f}** ({span(cb['overhead_ratio_range'], 3)}), over the plain "
+        f"loop {cb['ratio_to_plain']:.3f} ({span(cb['ratio_to_plain_range'], 3)})"
+    )
     out["cb_setup"] = f"{cb['measured_steps']} steps, {cb['repeats']} repeats"
     hooks = cb["hook_ms_per_step"]
     out["cb_hooks"] = f"{sum(hooks.values()):.1f} ms a step in all"
@@ -256,12 +318,16 @@ def performance_figures() -> dict[str, str]:
     rows = e2e_rows()
     for arm in ("defaults", "sdpa", "sdpa_no_callbacks"):
         r = rows[arm]
-        out[f"e2e_{arm}"] = (f"| {r['attnlab_wall_s']:.1f} | {r['plain_wall_s']:.1f} | **{r['wall_ratio']:.3f}** ({span(r['wall_ratio_range'], 3)}) | "
-                             f"{r['step_ratio']:.3f} |")
+        out[f"e2e_{arm}"] = (
+            f"| {r['attnlab_wall_s']:.1f} | {r['plain_wall_s']:.1f} | **{r['wall_ratio']:.3f}** ({span(r['wall_ratio_range'], 3)}) | "
+            f"{r['step_ratio']:.3f} |"
+        )
     out["e2e_repeats"] = f"{bench()['e2e']['repeats']} alternated pairs per arm"
     out["e2e_target"] = f"Against the target of {E2E_TARGET:.2f}"
-    out["e2e_verdict"] = e2e_verdict({arm: rows[arm]["wall_ratio_range"] for arm in ("defaults", "sdpa", "sdpa_no_callbacks")},
-                                     bench()["e2e"]["repeats"])
+    out["e2e_verdict"] = e2e_verdict(
+        {arm: rows[arm]["wall_ratio_range"] for arm in ("defaults", "sdpa", "sdpa_no_callbacks")},
+        bench()["e2e"]["repeats"],
+    )
     out["e2e_loss"] = f"val loss {f(rows['defaults']['val_loss']['attnlab'][0], 4)}"
     gap = json.loads((REPORTS / "bench" / "breakdown_e2e_gap.json").read_text())
     out["gap_wall"] = f"**{gap['wall_s']:.1f} s**"
@@ -271,12 +337,16 @@ def performance_figures() -> dict[str, str]:
     for r in lc["rows"]:
         if r.get("error"):
             continue
-        out[f"longctx{r['T']}"] = (f"| {r['T']} | {r['wall_ratio']:.3f} ({span(r['wall_ratio_range'], 2)}) | {r['ratio_verdict']} | "
-                                   f"{r['end_s']:.2f} | {100 * r['end_share']:.1f} % ({span([100 * x for x in r['end_share_range']], 1)}) | "
-                                   f"{r['end_verdict']} |")
+        out[f"longctx{r['T']}"] = (
+            f"| {r['T']} | {r['wall_ratio']:.3f} ({span(r['wall_ratio_range'], 2)}) | {r['ratio_verdict']} | "
+            f"{r['end_s']:.2f} | {100 * r['end_share']:.1f} % ({span([100 * x for x in r['end_share_range']], 1)}) | "
+            f"{r['end_verdict']} |"
+        )
     out["longctx_header"] = f"| ≤ {lc['targets']['wall_ratio']:.2f}× |"
     out["longctx_pairs"] = f"{min(r['repeats'] for r in lc['rows'])} alternated pairs per T"
-    out["longctx_targets"] = f"at most {lc['targets']['wall_ratio']:.2f}× `callbacks=none`, end-of-run work at most {100 * lc['targets']['end_share']:.0f} %"
+    out["longctx_targets"] = (
+        f"at most {lc['targets']['wall_ratio']:.2f}× `callbacks=none`, end-of-run work at most {100 * lc['targets']['end_share']:.0f} %"
+    )
     return out
 
 
@@ -301,19 +371,27 @@ def longctx_figures() -> dict[str, str]:
     ratio = {r["T"]: r["wall_ratio"] for r in rows}
     worst_before = max(before["rows"], key=lambda r: r["wall_ratio"])
     share_target = f"within {100 * now['targets']['end_share']:.0f} %"
-    return {"ratios": ", ".join(f"{ratio[t]:.3f} at T = {t}" for t in sorted(ratio)),
-            "end": (f"end-of-run work {min(r['end_s'] for r in rows):.1f}-{max(r['end_s'] for r in rows):.1f} s, "
-                    f"{100 * min(r['end_share'] for r in rows):.1f}-{100 * max(r['end_share'] for r in rows):.1f} % of the run "
-                    f"({verdict_counts(rows, 'end_verdict', share_target)})"),
-            "before": f"from {worst_before['wall_ratio']:.2f} at T = {worst_before['T']}",
-            "met": "block sizes: " + verdict_counts(rows, "ratio_verdict", f"within {now['targets']['wall_ratio']:.2f}×"),
-            "pairs": f"{min(r['repeats'] for r in rows)} alternated pairs",
-            "spread": (f"single pairs {min(r['wall_ratio_range'][0] for r in rows):.2f}-"
-                       f"{max(r['wall_ratio_range'][1] for r in rows):.2f}")}
+    return {
+        "ratios": ", ".join(f"{ratio[t]:.3f} at T = {t}" for t in sorted(ratio)),
+        "end": (
+            f"end-of-run work {min(r['end_s'] for r in rows):.1f}-{max(r['end_s'] for r in rows):.1f} s, "
+            f"{100 * min(r['end_share'] for r in rows):.1f}-{100 * max(r['end_share'] for r in rows):.1f} % of the run "
+            f"({verdict_counts(rows, 'end_verdict', share_target)})"
+        ),
+        "before": f"from {worst_before['wall_ratio']:.2f} at T = {worst_before['T']}",
+        "met": "block sizes: " + verdict_counts(rows, "ratio_verdict", f"within {now['targets']['wall_ratio']:.2f}×"),
+        "pairs": f"{min(r['repeats'] for r in rows)} alternated pairs",
+        "spread": (
+            f"single pairs {min(r['wall_ratio_range'][0] for r in rows):.2f}-"
+            f"{max(r['wall_ratio_range'][1] for r in rows):.2f}"
+        ),
+    }
 
 
 def memory_figures() -> dict[str, str]:
-    return {"peak": f"{kernel('naive', 4096)['peak_bytes'] / MiB:.0f} MiB explicit vs {kernel('sdpa', 4096)['peak_bytes'] / MiB:.0f} MiB fused"}
+    return {
+        "peak": f"{kernel('naive', 4096)['peak_bytes'] / MiB:.0f} MiB explicit vs {kernel('sdpa', 4096)['peak_bytes'] / MiB:.0f} MiB fused"
+    }
 
 
 def repro_tally() -> str:
@@ -337,33 +415,59 @@ def readme_claims() -> dict[str, str]:
     small = [pair("dk_scaling", f"d_k={d}, init_std=0.02") for d in (16, 32, 64, 128)]
     if all(p["beyond_noise"] and p["diff"] < 0 for p in fan):
         out["dk_title"] = "The 1/√d_k scale matters when q and k start with unit variance."
-    out["dk_fan"] = ("Removing it raises the val loss by " + ", ".join(f(-p["diff"], 2) for p in fan[:-1])
-                     + f" and {f(-fan[-1]['diff'], 2)} nats at d_k 32, 64 and 128 with `init_std=fan_in`")
+    out["dk_fan"] = (
+        "Removing it raises the val loss by "
+        + ", ".join(f(-p["diff"], 2) for p in fan[:-1])
+        + f" and {f(-fan[-1]['diff'], 2)} nats at d_k 32, 64 and 128 with `init_std=fan_in`"
+    )
     either = "either way" if min(p["diff"] for p in small) < 0 < max(p["diff"] for p in small) else "in one direction"
-    out["dk_small"] = f"with the default init it changes the loss by {max(abs(p['diff']) for p in small):.3f} nats or less {either}"
+    out["dk_small"] = (
+        f"with the default init it changes the loss by {max(abs(p['diff']) for p in small):.3f} nats or less {either}"
+    )
 
     ind = induction_figures()
-    out["induction"] = f"in {ind['formed']} of a two-layer attention-only model, and in {ind['nothing']} with one layer or without the scale"
+    out["induction"] = (
+        f"in {ind['formed']} of a two-layer attention-only model, and in {ind['nothing']} with one layer or without the scale"
+    )
 
     bb = sinks_testbed_counts()
     n = bb["n"]
-    escape = (f"in {bb['zero_logit']} of {n} seeds with either escape slot" if bb["zero_logit"] == bb["learned"]
-              else f"in {bb['zero_logit']} and {bb['learned']} of {n} seeds with the two escape slots")
-    out["sinks_bb"] = (f"the first token takes over {judge.SINK_THRESHOLD} of the weight of those queries (a sink) in "
-                       f"{bb['softmax']} of {n} seeds with softmax, {escape}, and in {bb['sigmoid']} of {n} seeds with sigmoid attention")
+    escape = (
+        f"in {bb['zero_logit']} of {n} seeds with either escape slot"
+        if bb["zero_logit"] == bb["learned"]
+        else f"in {bb['zero_logit']} and {bb['learned']} of {n} seeds with the two escape slots"
+    )
+    out["sinks_bb"] = (
+        f"the first token takes over {judge.SINK_THRESHOLD} of the weight of those queries (a sink) in "
+        f"{bb['softmax']} of {n} seeds with softmax, {escape}, and in {bb['sigmoid']} of {n} seeds with sigmoid attention"
+    )
     if bb["softmax"] == n and bb["sigmoid"] == 0:
         out["sinks_bb_title"] = "A sink forms where most queries need no attention, and sigmoid attention prevents it"
     best = max(c[f"heads/L{i}/sink_max_mean"] for c in cells("sinks") for i in range(4))
-    out["sinks_text"] = "in Shakespeare at this budget " + ("no head becomes a sink" if best < judge.SINK_THRESHOLD else "a head becomes a sink")
+    out["sinks_text"] = "in Shakespeare at this budget " + (
+        "no head becomes a sink" if best < judge.SINK_THRESHOLD else "a head becomes a sink"
+    )
 
     g = summary("gqa")
     kv_effects = [e for e in g["pooled_effects"] if e["axis"] == "model.n_kv_head"]
-    loss = "with no difference beyond seed noise" if not any(e["beyond_noise"] for e in kv_effects) else "with a loss difference beyond seed noise"
+    loss = (
+        "with no difference beyond seed noise"
+        if not any(e["beyond_noise"] for e in kv_effects)
+        else "with a loss difference beyond seed noise"
+    )
     out["gqa_kv"] = f"1 KV head instead of 4 cuts the KV cache {gqa_figures()['kv']} {loss}"
     scale = g["scaled_vs_unscaled"]
-    where = "in every cell" if all(p["beyond_noise"] for p in scale) else f"in {sum(p['beyond_noise'] for p in scale)} of {len(scale)} cells"
-    verb = "raises" if all(p["diff"] > 0 for p in scale) else "lowers" if all(p["diff"] < 0 for p in scale) else "changes"
-    out["gqa_scale"] = f"the 1/√d_k scale {verb} the loss by {span([abs(p['diff']) for p in scale], 2, '-')} nats {where}"
+    where = (
+        "in every cell"
+        if all(p["beyond_noise"] for p in scale)
+        else f"in {sum(p['beyond_noise'] for p in scale)} of {len(scale)} cells"
+    )
+    verb = (
+        "raises" if all(p["diff"] > 0 for p in scale) else "lowers" if all(p["diff"] < 0 for p in scale) else "changes"
+    )
+    out["gqa_scale"] = (
+        f"the 1/√d_k scale {verb} the loss by {span([abs(p['diff']) for p in scale], 2, '-')} nats {where}"
+    )
 
     out["memory"] = f"at T = 4096 peaks at {memory_figures()['peak']}"
     out["repro"] = f"of the {len(repro())} claims `make repro` checks, {repro_tally()}"
@@ -379,13 +483,22 @@ def sinks_testbed_counts() -> dict[str, int]:
     from attnlab.repro.studies import escape_axis
 
     def formed(escape: str, normalize: str = "-") -> tuple[int, int]:
-        runs = next(c["runs"] for c in summary("sinks_bb")["per_seed"]
-                    if c["axes"][escape_axis(c["axes"])] == escape and c["axes"]["experiment"] == "sinks_bb"
-                    and c["axes"].get("model.attention.normalize", "-") == normalize)
+        runs = next(
+            c["runs"]
+            for c in summary("sinks_bb")["per_seed"]
+            if c["axes"][escape_axis(c["axes"])] == escape
+            and c["axes"]["experiment"] == "sinks_bb"
+            and c["axes"].get("model.attention.normalize", "-") == normalize
+        )
         mass = [r["metrics"]["attn/L0/sink_mass_dormant"] for r in runs]
         return sum(x > judge.SINK_THRESHOLD for x in mass), len(mass)
 
-    (softmax, n), (zero, _), (learned, _), (sigmoid, _) = formed("none"), formed("zero_logit"), formed("learned"), formed("none", "sigmoid")
+    (softmax, n), (zero, _), (learned, _), (sigmoid, _) = (
+        formed("none"),
+        formed("zero_logit"),
+        formed("learned"),
+        formed("none", "sigmoid"),
+    )
     return {"n": n, "softmax": softmax, "zero_logit": zero, "learned": learned, "sigmoid": sigmoid}
 
 
@@ -395,17 +508,32 @@ def doc(name: str) -> str:
 
 def studies_fragments() -> list[str]:
     rows = []
-    for study in ("dk_scaling", "sinks_scaling_qk_norm", "sinks", "mqar", "induction_heads", "induction_backends", "sinks_bb"):
+    for study in (
+        "dk_scaling",
+        "sinks_scaling_qk_norm",
+        "sinks",
+        "mqar",
+        "induction_heads",
+        "induction_backends",
+        "sinks_bb",
+    ):
         s = summary(study)
-        seeds = s.get("seeds_per_cell") or (str(s["runs"] // s["cells"]) if s["runs"] % s["cells"] == 0 else "?")  # older summaries
+        seeds = s.get("seeds_per_cell") or (
+            str(s["runs"] // s["cells"]) if s["runs"] % s["cells"] == 0 else "?"
+        )  # older summaries
         rows.append(f"`reports/{study}/` | {s['runs']} / {s['cells']} | {seeds} |")
     return rows
 
 
 def metrics_fragments() -> list[str]:
     t = THRESHOLDS
-    return [f"induction − control ≥ {t['induction']}", f"previous_token ≥ {t['previous_token']}", f"sink ≥ {t['sink']}",
-            f"entropy_norm ≥ {t['uniform']}", f"positional ≥ {t['positional']}"]
+    return [
+        f"induction − control ≥ {t['induction']}",
+        f"previous_token ≥ {t['previous_token']}",
+        f"sink ≥ {t['sink']}",
+        f"entropy_norm ≥ {t['uniform']}",
+        f"positional ≥ {t['positional']}",
+    ]
 
 
 def ms_time(ms_: float) -> str:
@@ -441,28 +569,46 @@ def results_figures() -> dict[str, str]:
     out.update({f"dk_{k}": v for k, v in dk.items() if k not in ("shares", "small_better", "small128")})
     small = [pair("dk_scaling", f"d_k={d}, init_std=0.02") for d in (16, 32)]
     out["dk_small_diffs"] = ", ".join(f"{p['diff']:+.3f}" for p in small)
-    out["dk_128_002"] = (f"{ms('dk_scaling', 'val/loss', d_k=128, scaling='none', init_std='0.02')} unscaled vs "
-                         f"{ms('dk_scaling', 'val/loss', d_k=128, scaling='inv_sqrt_d', init_std='0.02')} scaled")
-    ent = [statistics.fmean(layer_means("dk_scaling", "attn/L{i}/entropy_norm", 4, d_k=d, scaling="none", init_std="0.02"))
-           for d in (16, 32, 64, 128)]
+    out["dk_128_002"] = (
+        f"{ms('dk_scaling', 'val/loss', d_k=128, scaling='none', init_std='0.02')} unscaled vs "
+        f"{ms('dk_scaling', 'val/loss', d_k=128, scaling='inv_sqrt_d', init_std='0.02')} scaled"
+    )
+    ent = [
+        statistics.fmean(layer_means("dk_scaling", "attn/L{i}/entropy_norm", 4, d_k=d, scaling="none", init_std="0.02"))
+        for d in (16, 32, 64, 128)
+    ]
     out["dk_ent_none"] = ", ".join(f(x, 2) for x in ent)
     out["dk_128_maxprob"] = per_layer("dk_scaling", "max_prob", 4, 2, d_k=128, scaling="none", init_std="0.02")
     out["dk_128_maxlogit"] = per_layer("dk_scaling", "max_logit", 4, 2, d_k=128, scaling="none", init_std="0.02")
-    scaled002 = [c for c in cells("dk_scaling") if c["model.attention.scaling"] == "inv_sqrt_d" and _axis(c["model.init_std"]) == "0.02"]
+    scaled002 = [
+        c
+        for c in cells("dk_scaling")
+        if c["model.attention.scaling"] == "inv_sqrt_d" and _axis(c["model.init_std"]) == "0.02"
+    ]
     out["dk_scaled_ent"] = span([c[f"attn/L{i}/entropy_norm_mean"] for c in scaled002 for i in range(4)], 2)
     out["dk_scaled_logit"] = span([c[f"attn/L{i}/max_logit_mean"] for c in scaled002 for i in range(4)], 0)
-    fan_none = [c for c in cells("dk_scaling") if c["model.attention.scaling"] == "none" and _axis(c["model.init_std"]) == "fan_in"
-                and int(c["model.d_k"]) >= 64]
+    fan_none = [
+        c
+        for c in cells("dk_scaling")
+        if c["model.attention.scaling"] == "none"
+        and _axis(c["model.init_std"]) == "fan_in"
+        and int(c["model.d_k"]) >= 64
+    ]
     out["dk_fan_maxprob"] = span([c[f"attn/L{i}/max_prob_mean"] for c in fan_none for i in range(4)], 2)
-    best = [c["val/loss_mean"] for c in cells("dk_scaling") if c["model.attention.scaling"] == "inv_sqrt_d"
-            and _axis(c["model.init_std"]) == "fan_in"]
+    best = [
+        c["val/loss_mean"]
+        for c in cells("dk_scaling")
+        if c["model.attention.scaling"] == "inv_sqrt_d" and _axis(c["model.init_std"]) == "fan_in"
+    ]
     out["dk_best"] = span(best, 3)
     out["dk_sink"] = span([c[f"attn/L{i}/sink_mass_mean"] for c in cells("dk_scaling") for i in range(4)], 3)
     study = repro()[8]["measured"]["judged"]
     level = study["level"]["bigram"]
     for c in study["study"]["cells"]:
         share = judge.gain_share(c["unscaled"]["mean"], c["scaled"]["mean"], level)
-        out[f"share_{c['init_std']}_{c['d_k']}"] = f"| {c['init_std']} | {c['d_k']} | {f(c['unscaled']['mean'], 3)} | {f(c['scaled']['mean'], 3)} | {pct(share)} |"
+        out[f"share_{c['init_std']}_{c['d_k']}"] = (
+            f"| {c['init_std']} | {c['d_k']} | {f(c['unscaled']['mean'], 3)} | {f(c['scaled']['mean'], 3)} | {pct(share)} |"
+        )
     out["unigram"] = f(study["level"]["unigram"], 3)
     out["grad_ratio"] = f"the unscaled q/k gradient at init is {study['fanin']['grad_ratio']:.1f}x the scaled one"
     out["fail_ratio"] = pct(judge.FAIL_RATIO)
@@ -471,48 +617,84 @@ def results_figures() -> dict[str, str]:
     heads_md = (REPORTS / "heads" / "text_model_heads.md").read_text()
     rows = [r.strip("|").split("|") for r in heads_md.splitlines() if re.match(r"^\| \d+ \| \d+ \|", r)]
     rows = [[c.strip() for c in r] for r in rows if len(r) == 10]  # the per-head table, not the types-per-layer one
-    col = {name: i for i, name in enumerate(["layer", "head", "type", "previous_token", "induction", "induction_control",
-                                                 "induction_knockout", "sink", "positional", "entropy_norm"])}
+    col = {
+        name: i
+        for i, name in enumerate(
+            [
+                "layer",
+                "head",
+                "type",
+                "previous_token",
+                "induction",
+                "induction_control",
+                "induction_knockout",
+                "sink",
+                "positional",
+                "entropy_norm",
+            ]
+        )
+    }
     l0 = [r for r in rows if r[0] == "0"]
     out["text_l0"] = f"all {len(l0)} heads of layer 0 (positional {span([float(r[col['positional']]) for r in l0], 2)})"
     assert all(r[col["type"]] == "positional" for r in l0)
-    out["text_induction"] = f"score <= {max(float(r[col['induction']]) for r in rows):.3f}, knockout {max(float(r[col['induction_knockout']]) for r in rows) + 0.0:.3f}"
+    out["text_induction"] = (
+        f"score <= {max(float(r[col['induction']]) for r in rows):.3f}, knockout {max(float(r[col['induction_knockout']]) for r in rows) + 0.0:.3f}"
+    )
     out["text_sink"] = f"first-token weight <= {max(float(r[col['sink']]) for r in rows):.3f}"
-    sink_types = next(c for c in summary("sinks")["head_types"] if c["axes"] == {"data.bos": "True", "model.attention.sink": "none"})["layers"]
+    sink_types = next(
+        c for c in summary("sinks")["head_types"] if c["axes"] == {"data.bos": "True", "model.attention.sink": "none"}
+    )["layers"]
     out["sinks_l0_types"] = head_type_text(sink_types[0])
     # MQAR
     for sc in ("inv_sqrt_d", "none"):
         for t in (64, 128):
-            accs = [f(cell("mqar", attention=b, scaling=sc, block_size=t)["val/acc_mean"], 3) for b in ("naive", "scaled", "sdpa", "flash")]
+            accs = [
+                f(cell("mqar", attention=b, scaling=sc, block_size=t)["val/acc_mean"], 3)
+                for b in ("naive", "scaled", "sdpa", "flash")
+            ]
             out[f"mqar_{sc}_{t}"] = f"| {sc} | {t} | " + " | ".join(accs) + " |"
-    acc = {sc: [c["val/acc_mean"] for c in cells("mqar") if c["model.attention.scaling"] == sc] for sc in ("inv_sqrt_d", "none")}
+    acc = {
+        sc: [c["val/acc_mean"] for c in cells("mqar") if c["model.attention.scaling"] == sc]
+        for sc in ("inv_sqrt_d", "none")
+    }
     out["mqar_scaled"], out["mqar_none"] = span(acc["inv_sqrt_d"], 3), span(acc["none"], 3)
     l0logit = [c["attn/L0/max_logit_mean"] for c in cells("mqar") if c["model.attention.scaling"] == "none"]
     out["mqar_l0_logit"] = span(l0logit, 0)
-    out["mqar_l0_ent"] = f(max(c["attn/L0/entropy_norm_mean"] for c in cells("mqar") if c["model.attention.scaling"] == "none"), 2)
+    out["mqar_l0_ent"] = f(
+        max(c["attn/L0/entropy_norm_mean"] for c in cells("mqar") if c["model.attention.scaling"] == "none"), 2
+    )
     # the first sinks study (scaling x qk_norm, one seed)
     for sc in ("none", "inv_sqrt_d"):
         for qk in ("False", "True"):
             c = cell("sinks_scaling_qk_norm", scaling=sc, qk_norm=qk)
-            out[f"sq_{sc}_{qk}"] = (f"| {sc} | {qk.lower()} | {f(c['val/loss_mean'], 3)} | "
-                                    f"{per_layer('sinks_scaling_qk_norm', 'sink_mass', 4, 2, scaling=sc, qk_norm=qk)} | "
-                                    f"{per_layer('sinks_scaling_qk_norm', 'max_logit', 4, 2, scaling=sc, qk_norm=qk)} |")
+            out[f"sq_{sc}_{qk}"] = (
+                f"| {sc} | {qk.lower()} | {f(c['val/loss_mean'], 3)} | "
+                f"{per_layer('sinks_scaling_qk_norm', 'sink_mass', 4, 2, scaling=sc, qk_norm=qk)} | "
+                f"{per_layer('sinks_scaling_qk_norm', 'max_logit', 4, 2, scaling=sc, qk_norm=qk)} |"
+            )
     # the sinks study (BOS x escape slot)
     out.update({f"snk_{k}": v for k, v in sinks_figures().items()})
     for c in cells("sinks"):
         name = f"bos={c['data.bos']}, sink={c['model.attention.sink']}"
-        out[f"snk_row_{name}"] = (f"| {name} | {ms('sinks', 'val/loss', bos=c['data.bos'], sink=c['model.attention.sink'])} | "
-                                  + " / ".join(f(c[f"heads/L{i}/sink_max_mean"], 3) for i in range(4)) + " |")
+        out[f"snk_row_{name}"] = (
+            f"| {name} | {ms('sinks', 'val/loss', bos=c['data.bos'], sink=c['model.attention.sink'])} | "
+            + " / ".join(f(c[f"heads/L{i}/sink_max_mean"], 3) for i in range(4))
+            + " |"
+        )
     # the callbacks' cost
     cb = bench()["callbacks"]
     out["cb_ratio"] = f"**{cb['overhead_ratio']:.3f}** ({span(cb['overhead_ratio_range'], 3)})"
     out["cb_repeats"] = f"{cb['measured_steps']} steps, {cb['repeats']} alternating repeats"
     hooks = cb["hook_ms_per_step"]
-    out["cb_hooks"] = (f"heads {hooks['HeadAnalysis']:.2f}, guard {hooks['NonFiniteGuard']:.2f}, maps {hooks['AttentionMaps']:.2f}, "
-                       f"statistics {hooks['AttentionStats']:.2f}")
+    out["cb_hooks"] = (
+        f"heads {hooks['HeadAnalysis']:.2f}, guard {hooks['NonFiniteGuard']:.2f}, maps {hooks['AttentionMaps']:.2f}, "
+        f"statistics {hooks['AttentionStats']:.2f}"
+    )
     runs = json.loads((REPORTS / "bench" / "callback_overhead_runs.json").read_text())
-    out["cb_runs"] = (f"**{runs['wall_ratio_median']:.3f}** (median; pairs {span(runs['wall_ratio'], 2)}), median step-time ratio "
-                      f"{runs['median_step_ratio_median']:.2f} ({span(runs['median_step_ratio'], 2)})")
+    out["cb_runs"] = (
+        f"**{runs['wall_ratio_median']:.3f}** (median; pairs {span(runs['wall_ratio'], 2)}), median step-time ratio "
+        f"{runs['median_step_ratio_median']:.2f} ({span(runs['median_step_ratio'], 2)})"
+    )
     # kernels
     m = bench()["machine"]
     out["matmul"] = f"{m['matmul_gflops']:.1f} GFLOP/s"
@@ -520,13 +702,19 @@ def results_figures() -> dict[str, str]:
     for t in (256, 1024, 4096, 8192):
         ex = [kernel(b, t) for b in ("naive", "scaled")]
         fu = [kernel(b, t) for b in ("sdpa", "flash")]
-        out[f"k{t}"] = (f"| {t} | {ms_time(ex[0]['fwd_bwd_ms'])} | {ms_time(fu[0]['fwd_bwd_ms'])} | "
-                        f"{span([100 * k['peak_fraction'] for k in ex], 0)} | {span([100 * k['peak_fraction'] for k in fu], 0)} | "
-                        f"{mib(ex[0]['peak_bytes'])} / {mib(fu[0]['peak_bytes'])} |")
+        out[f"k{t}"] = (
+            f"| {t} | {ms_time(ex[0]['fwd_bwd_ms'])} | {ms_time(fu[0]['fwd_bwd_ms'])} | "
+            f"{span([100 * k['peak_fraction'] for k in ex], 0)} | {span([100 * k['peak_fraction'] for k in fu], 0)} | "
+            f"{mib(ex[0]['peak_bytes'])} / {mib(fu[0]['peak_bytes'])} |"
+        )
     exp, ratio = bench()["memory_exponent"], bench()["memory_ratio_8192_1024"]
-    out["mem_exp"] = (f"T^{exp['naive']:.2f} for the explicit kernels (×{ratio['naive']:.1f} from T = 1024 to 8192) and as "
-                      f"T^{exp['sdpa']:.2f} for the fused ones (×{ratio['sdpa']:.1f})")
-    out["frac_256_8192"] = f"{100 * kernel('sdpa', 256)['peak_fraction']:.0f} % at T = 256, {100 * kernel('sdpa', 8192)['peak_fraction']:.0f} % at T = 8192"
+    out["mem_exp"] = (
+        f"T^{exp['naive']:.2f} for the explicit kernels (×{ratio['naive']:.1f} from T = 1024 to 8192) and as "
+        f"T^{exp['sdpa']:.2f} for the fused ones (×{ratio['sdpa']:.1f})"
+    )
+    out["frac_256_8192"] = (
+        f"{100 * kernel('sdpa', 256)['peak_fraction']:.0f} % at T = 256, {100 * kernel('sdpa', 8192)['peak_fraction']:.0f} % at T = 8192"
+    )
     out["peak4096"] = memory_figures()["peak"]
     out["tally"] = repro_tally()
     from attnlab.bench.kernels import BACKWARD_FACTOR
@@ -544,7 +732,10 @@ TEXTS = {
     "docs/results.md": (lambda: doc("results.md"), results_fragments),
     "docs/studies.md": (lambda: doc("studies.md"), studies_fragments),
     "docs/metrics.md": (lambda: doc("metrics.md"), metrics_fragments),
-    "docs/performance.md": (lambda: re.sub(r"\s+", " ", doc("performance.md")), lambda: list(performance_figures().values())),
+    "docs/performance.md": (
+        lambda: re.sub(r"\s+", " ", doc("performance.md")),
+        lambda: list(performance_figures().values()),
+    ),
 }
 
 
@@ -556,21 +747,31 @@ def mechanisms_claims() -> dict[str, str]:
     verb = "raises" if bos["diff"] > 0 else "lowers"
     noise = "beyond seed noise" if bos["beyond_noise"] else "within seed noise"
     slots = [e for (axis, _), e in effects.items() if axis == "model.attention.sink"]
-    slot = ("an escape slot makes no difference beyond seed noise" if not any(e["beyond_noise"] for e in slots)
-            else "an escape slot changes the loss beyond seed noise")
+    slot = (
+        "an escape slot makes no difference beyond seed noise"
+        if not any(e["beyond_noise"] for e in slots)
+        else "an escape slot changes the loss beyond seed noise"
+    )
     diffs = sorted(f"{e['diff']:+.3f}" for e in slots)
     holm = sorted({f"{e['p_holm']:.2g}" for e in slots})
-    runs = next(c["runs"] for c in summary("sinks_bb")["per_seed"] if c["axes"].get("model.attention.escape",
-                c["axes"].get("model.attention.sink")) == "zero_logit")
+    runs = next(
+        c["runs"]
+        for c in summary("sinks_bb")["per_seed"]
+        if c["axes"].get("model.attention.escape", c["axes"].get("model.attention.sink")) == "zero_logit"
+    )
     heads = [r["metrics"]["heads/L0/sink_max"] >= THRESHOLDS["sink"] for r in runs]
     dormant = [r["metrics"]["attn/L0/sink_mass_dormant"] > judge.SINK_THRESHOLD for r in runs]
     odd = [r for r, h, d in zip(runs, heads, dormant) if d and not h]
     assert len(odd) == 1, "the sentence explains exactly one seed that is a sink by its dormant weight only"
-    return {"bos": f"BOS {verb} the val loss by {sinks_figures()['bos']}: {noise}",
-            "slot": f"{slot} ({' and '.join(diffs)} nats, Holm p = {', '.join(holm)})",
-            "head_count": f"counts {sum(heads)} of {len(runs)} sink heads in the `zero_logit` arm",
-            "odd_seed": (f"ends at {odd[0]['metrics']['attn/L0/sink_mass_dormant']:.3f} scores "
-                         f"{odd[0]['metrics']['heads/L0/sink_max']:.3f} there, below {THRESHOLDS['sink']}")}
+    return {
+        "bos": f"BOS {verb} the val loss by {sinks_figures()['bos']}: {noise}",
+        "slot": f"{slot} ({' and '.join(diffs)} nats, Holm p = {', '.join(holm)})",
+        "head_count": f"counts {sum(heads)} of {len(runs)} sink heads in the `zero_logit` arm",
+        "odd_seed": (
+            f"ends at {odd[0]['metrics']['attn/L0/sink_mass_dormant']:.3f} scores "
+            f"{odd[0]['metrics']['heads/L0/sink_max']:.3f} there, below {THRESHOLDS['sink']}"
+        ),
+    }
 
 
 def test_mechanisms_states_the_comparisons_its_reports_make():
@@ -596,7 +797,7 @@ def uncovered(text: str, fragments: list[str]) -> list[str]:
     bad = []
     for m in decimals(text):
         if not any(a <= m.start() and m.end() <= b for a, b in spans):
-            bad.append(text[max(0, m.start() - 60):m.end() + 20].replace("\n", " "))
+            bad.append(text[max(0, m.start() - 60) : m.end() + 20].replace("\n", " "))
     return bad
 
 
@@ -622,6 +823,7 @@ def test_the_check_catches_a_drifted_and_an_unbacked_figure():
 def test_the_e2e_verdict_reads_each_arm_with_its_spread():
     """Met only when every pair is within the target, missed only when none is; otherwise the
     repeats did not resolve it, whichever side the median fell on."""
+
     def states(ranges):
         return {arm: against_target(*r, E2E_TARGET) for arm, r in ranges.items()}
 

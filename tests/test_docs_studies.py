@@ -1,4 +1,5 @@
 """docs/configuration.md's study table states each study's grid as its file in conf/experiment/ does."""
+
 from __future__ import annotations
 
 import re
@@ -21,9 +22,12 @@ def grids_in_files() -> dict[str, dict[str, list[str]]]:
 def grids_in_doc() -> dict[str, dict[str, list[str]]]:
     text = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
     start = text.index("| `SWEEP=` |")
-    text = text[start:text.index("\n\n", start)]
+    text = text[start : text.index("\n\n", start)]
     rows = re.findall(r"^\| `(\w+)`(?: \(default\))? \| ([^|]*) \|", text, re.MULTILINE)
-    return {study: {key: [v.strip() for v in values.split(",")] for key, values in AXIS.findall(grid)} for study, grid in rows}
+    return {
+        study: {key: [v.strip() for v in values.split(",")] for key, values in AXIS.findall(grid)}
+        for study, grid in rows
+    }
 
 
 def normalise(values: list[str]) -> list[str]:
@@ -33,7 +37,9 @@ def normalise(values: list[str]) -> list[str]:
 
 def test_every_study_is_in_the_table_with_its_grid():
     files, doc = grids_in_files(), grids_in_doc()
-    assert set(files) == set(doc), f"studies in conf/experiment/ but not in the table, or the other way: {set(files) ^ set(doc)}"
+    assert set(files) == set(doc), (
+        f"studies in conf/experiment/ but not in the table, or the other way: {set(files) ^ set(doc)}"
+    )
     for study, grid in files.items():
         assert {k: normalise(v) for k, v in grid.items()} == {k: normalise(v) for k, v in doc[study].items()}, study
 
@@ -53,7 +59,7 @@ def test_metrics_page_states_the_cadences_the_configs_set():
     assert f"scores logged as `heads/*` every {default.callbacks.heads.every_n_steps} steps" in text
     for study in ("induction_heads", "sinks"):
         every = compose_config([f"experiment={study}"]).callbacks.heads.every_n_steps
-        line = text[text.index(f"`experiment={study}`"):][:200]
+        line = text[text.index(f"`experiment={study}`") :][:200]
         assert f"head scores every {every} steps" in line, (study, line)
 
 
@@ -71,4 +77,3 @@ def test_the_default_cadence_table_is_the_config():
         assert int(OmegaConf.select(cfg, key, throw_on_missing=True)) == int(every), key
         if "points" in resolves or "samples" in resolves:
             assert resolves.split()[0] == str(steps // int(every)), (key, resolves)
-

@@ -1,6 +1,7 @@
 """Faults a long study meets: damaged checkpoints, writes the disk refuses, a model that
 cannot fit in memory. Each ends in one line, a non-zero exit, a results.json that says what
 happened, and no intact checkpoint lost."""
+
 from __future__ import annotations
 
 import errno
@@ -13,7 +14,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT, run_cli
 from omegaconf import OmegaConf
+from test_cli import SMOKE, assert_one_line_error, run_main
 
 from attnlab.checkpointing import AtomicCheckpointIO, load_model, newest_intact, read_checkpoint
 from attnlab.config import compose_config
@@ -23,8 +26,6 @@ from attnlab.module import GPTModule
 from attnlab.profiling import peak_bytes
 from attnlab.resources import check_fits, estimate_step, out_of_memory
 from attnlab.train import train
-from conftest import ROOT, run_cli
-from test_cli import SMOKE, assert_one_line_error, run_main
 
 SMALL = ["model.n_layer=1", "model.d_model=32", "model.n_head=2"]
 
@@ -36,12 +37,17 @@ def results(run_dir: Path) -> dict:
 @pytest.fixture
 def checkpoint(tmp_path) -> Path:
     """A real attnlab checkpoint (what Lightning writes for GPTModule), made without training."""
-    module = GPTModule({"vocab_size": 11, "block_size": 16, "n_layer": 1, "n_head": 2, "d_model": 16},
-                    {"lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 0, "weight_decay": 0.1, "betas": [0.9, 0.99]},
-                    10, vocab=list("abcdefghij\n"))
+    module = GPTModule(
+        {"vocab_size": 11, "block_size": 16, "n_layer": 1, "n_head": 2, "d_model": 16},
+        {"lr": 1e-3, "min_lr": 1e-4, "warmup_steps": 0, "weight_decay": 0.1, "betas": [0.9, 0.99]},
+        10,
+        vocab=list("abcdefghij\n"),
+    )
     path = tmp_path / "good.ckpt"
-    AtomicCheckpointIO().save_checkpoint({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams),
-                                          "global_step": 7, "epoch": 0}, path)
+    AtomicCheckpointIO().save_checkpoint(
+        {"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams), "global_step": 7, "epoch": 0},
+        path,
+    )
     return path
 
 
@@ -138,8 +144,15 @@ def test_newest_intact_skips_damaged_files_and_touches_none(checkpoint, tmp_path
 
 # ---- resume=true over a damaged last.ckpt ---------------------------------------------------------
 
-RESUMABLE = ["debug=smoke", "logger=none", "callbacks=default", *SMALL, "model.dropout=0.1",
-             "checkpoint.every_n_steps=4", "callbacks.attention_stats.every_n_steps=3"]
+RESUMABLE = [
+    "debug=smoke",
+    "logger=none",
+    "callbacks=default",
+    *SMALL,
+    "model.dropout=0.1",
+    "checkpoint.every_n_steps=4",
+    "callbacks.attention_stats.every_n_steps=3",
+]
 
 
 @pytest.mark.parametrize("max_steps, kept", [(8, ["step6.ckpt", "step8.ckpt"]), (7, ["step4.ckpt", "step6.ckpt"])])
@@ -168,7 +181,9 @@ def test_resume_over_a_damaged_last_ckpt_falls_back_and_matches_bitwise(make_cfg
     resumed = train(compose_config([*RESUMABLE, "resume=true"], Path(whole.paths.output_dir)))
     err = capsys.readouterr().err
     notes = [line for line in err.splitlines() if line.startswith("attnlab:")]
-    assert len(notes) == 1 and "last.ckpt is truncated" in notes[0] and "resuming from step4.ckpt (step 4)" in notes[0], err
+    assert (
+        len(notes) == 1 and "last.ckpt is truncated" in notes[0] and "resuming from step4.ckpt (step 4)" in notes[0]
+    ), err
     record = results(Path(whole.paths.output_dir))
     assert record["status"] == "ok"
     assert record["resumed_from"]["path"] == str(ckpts / "step4.ckpt") and record["resumed_from"]["step"] == 4
@@ -194,7 +209,10 @@ def test_resume_with_no_intact_checkpoint_is_one_line(checkpoint, tmp_path, monk
 
 # ---- writes the disk refuses ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("code, reason", [(errno.ENOSPC, "No space left on device"), (errno.EACCES, "Permission denied")])
+
+@pytest.mark.parametrize(
+    "code, reason", [(errno.ENOSPC, "No space left on device"), (errno.EACCES, "Permission denied")]
+)
 def test_failed_checkpoint_write_says_what_where_how_large_and_keeps_the_old_file(code, reason, tmp_path, monkeypatch):
     io = AtomicCheckpointIO()
     path = tmp_path / "last.ckpt"
@@ -226,7 +244,9 @@ def test_torch_writer_error_without_errno_is_read_as_a_full_disk(tmp_path, monke
     monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**6, 10**6 - 100, 100))
     with pytest.raises(WriteFailed) as info:
         AtomicCheckpointIO().save_checkpoint({"w": torch.zeros(1000)}, path)
-    assert "No space left on device (100 B free)" in str(info.value) and "no earlier last.ckpt existed" in str(info.value)
+    assert "No space left on device (100 B free)" in str(info.value) and "no earlier last.ckpt existed" in str(
+        info.value
+    )
 
 
 def test_checkpoint_write_failure_during_a_run_ends_failed_in_one_line(tmp_path, monkeypatch, capsys):
@@ -243,8 +263,16 @@ def test_checkpoint_write_failure_during_a_run_ends_failed_in_one_line(tmp_path,
             yield f
 
     monkeypatch.setattr(checkpointing, "atomic_file", disk_full_at_step4)
-    code, _, err = run_main(monkeypatch, capsys, "debug=smoke", "logger=none", "callbacks=default", *SMALL,
-                            "checkpoint.every_n_steps=2", f"hydra.run.dir={tmp_path}/run")
+    code, _, err = run_main(
+        monkeypatch,
+        capsys,
+        "debug=smoke",
+        "logger=none",
+        "callbacks=default",
+        *SMALL,
+        "checkpoint.every_n_steps=2",
+        f"hydra.run.dir={tmp_path}/run",
+    )
     assert code == 1
     assert_one_line_error(code, err, "cannot write checkpoint")
     assert f"{tmp_path}/run/checkpoints/step4.ckpt" in err and "No space left on device" in err
@@ -271,7 +299,12 @@ def _can_mount_tmpfs(where: Path, size: str) -> bool:
     if os.geteuid() != 0 or shutil.which("mount") is None:
         return False
     where.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True).returncode == 0
+    return (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True
+        ).returncode
+        == 0
+    )
 
 
 @pytest.mark.slow
@@ -281,11 +314,16 @@ def test_a_really_full_disk(tmp_path):
     if not _can_mount_tmpfs(disk, "25m"):
         pytest.skip("needs root and tmpfs")
     try:
-        proc = run_cli("debug=smoke", "logger=csv", "callbacks=default", "checkpoint.every_n_steps=2",
-                       f"hydra.run.dir={disk}/run")
+        proc = run_cli(
+            "debug=smoke", "logger=csv", "callbacks=default", "checkpoint.every_n_steps=2", f"hydra.run.dir={disk}/run"
+        )
         assert proc.returncode == 1
         assert_one_line_error(proc.returncode, proc.stderr, "cannot write checkpoint")
-        assert "step4.ckpt" in proc.stderr and "No space left on device" in proc.stderr and "last.ckpt there is intact" in proc.stderr
+        assert (
+            "step4.ckpt" in proc.stderr
+            and "No space left on device" in proc.stderr
+            and "last.ckpt there is intact" in proc.stderr
+        )
         record = results(disk / "run")
         assert record["status"] == "failed" and "No space left on device" in record["error"]
         ckpts = disk / "run" / "checkpoints"
@@ -296,6 +334,7 @@ def test_a_really_full_disk(tmp_path):
 
 
 # ---- memory -----------------------------------------------------------------------------------------
+
 
 def test_impossible_size_is_refused_before_training(tmp_path, monkeypatch, capsys):
     code, _, err = run_main(monkeypatch, capsys, *SMOKE, "model.block_size=100000", f"hydra.run.dir={tmp_path}/run")
@@ -313,12 +352,22 @@ def _overcommit_refuses_huge() -> bool:
         return False
 
 
-@pytest.mark.skipif(not _overcommit_refuses_huge(), reason="needs Linux overcommit 0 or 2 (a TB allocation refused at once)")
+@pytest.mark.skipif(
+    not _overcommit_refuses_huge(), reason="needs Linux overcommit 0 or 2 (a TB allocation refused at once)"
+)
 def test_out_of_memory_during_the_run_is_one_line(tmp_path, monkeypatch, capsys):
     """The estimate turned off: the CPU allocator's own refusal, met in the first step, ends the same way."""
     # one sequence of 100000 tokens, one small layer: small activations, a 149 GiB attention matrix
-    code, _, err = run_main(monkeypatch, capsys, *SMOKE, *SMALL, "memory_check=false", "model.block_size=100000",
-                            "data.batch_size=1", f"hydra.run.dir={tmp_path}/run")
+    code, _, err = run_main(
+        monkeypatch,
+        capsys,
+        *SMOKE,
+        *SMALL,
+        "memory_check=false",
+        "model.block_size=100000",
+        "data.batch_size=1",
+        f"hydra.run.dir={tmp_path}/run",
+    )
     assert code == 1
     assert_one_line_error(code, err, "out of memory at step 0")
     assert "an allocation of 74.5 GiB failed" in err and "attention=sdpa" in err
@@ -336,8 +385,15 @@ def test_cuda_out_of_memory_message(tmp_path):
 @pytest.mark.parametrize("backend, t, batch", [("scaled", 256, 8), ("sdpa", 256, 8), ("scaled", 64, 12)])
 def test_estimate_is_close_to_the_measured_peak(backend, t, batch):
     """The estimate errs low but not far: it refuses only what cannot fit, and still sees the T x T matrix."""
-    cfg = {"vocab_size": 65, "block_size": t, "n_layer": 2, "n_head": 4, "d_model": 64, "dropout": 0.0,
-           "attention": {"backend": backend, "scaling": "inv_sqrt_d"}}
+    cfg = {
+        "vocab_size": 65,
+        "block_size": t,
+        "n_layer": 2,
+        "n_head": 4,
+        "d_model": 64,
+        "dropout": 0.0,
+        "attention": {"backend": backend, "scaling": "inv_sqrt_d"},
+    }
     torch.manual_seed(0)
     model = GPT(GPTConfig(**cfg))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -354,17 +410,25 @@ def test_estimate_is_close_to_the_measured_peak(backend, t, batch):
     assert 0.8 <= estimate_step(cfg, n, batch).total / measured <= 1.1
 
 
-GPU_SCALE = {"gpt2_half", "gpt2", "gpt2_medium"}  # sized for a GPU node (docs/data.md): their refusal is in test_tokens.py
+GPU_SCALE = {
+    "gpt2_half",
+    "gpt2",
+    "gpt2_medium",
+}  # sized for a GPU node (docs/data.md): their refusal is in test_tokens.py
 CONFIGS = [[f"model={m.stem}"] for m in sorted((ROOT / "conf" / "model").glob("*.yaml")) if m.stem not in GPU_SCALE] + [
-    [f"experiment={e.stem}"] for e in sorted((ROOT / "conf" / "experiment").glob("*.yaml"))]
+    [f"experiment={e.stem}"] for e in sorted((ROOT / "conf" / "experiment").glob("*.yaml"))
+]
 
 
 @pytest.mark.parametrize("overrides", CONFIGS, ids=lambda o: o[0])
 def test_presets_and_studies_are_not_refused(overrides, monkeypatch, tmp_path):
     """Nothing shipped is refused on a small machine: each preset and study fits 4 GiB by the estimate."""
     cfg = compose_config(overrides, tmp_path)
-    module = GPTModule(OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": 128},
-                    OmegaConf.to_container(cfg.optim, resolve=True), 10)
+    module = GPTModule(
+        OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": 128},
+        OmegaConf.to_container(cfg.optim, resolve=True),
+        10,
+    )
     monkeypatch.setattr("attnlab.resources.available_bytes", lambda device: 4 * 2**30)
     step = check_fits(cfg, sum(p.numel() for p in module.parameters()), 128, torch.device("cpu"))
     assert 0 < step.total < 4 * 2**30
@@ -375,12 +439,17 @@ def test_presets_and_studies_are_not_refused(overrides, monkeypatch, tmp_path):
 
 # ---- corner cases ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, needed", [("a", "at least 132 characters"), ("to be " * 20, "a model.block_size of at most 58")])
+
+@pytest.mark.parametrize(
+    "text, needed", [("a", "at least 132 characters"), ("to be " * 20, "a model.block_size of at most 58")]
+)
 def test_text_too_short_says_what_would_do(text, needed, tmp_path, monkeypatch, capsys):
     """A one-character file once said "expected a block size below 0"."""
     corpus = tmp_path / "short.txt"
     corpus.write_text(text)
-    code, _, err = run_main(monkeypatch, capsys, *SMOKE, "data=textfile", f"data.path={corpus}", f"hydra.run.dir={tmp_path}/run")
+    code, _, err = run_main(
+        monkeypatch, capsys, *SMOKE, "data=textfile", f"data.path={corpus}", f"hydra.run.dir={tmp_path}/run"
+    )
     assert_one_line_error(code, err, "data.path")
     assert needed in err and "below 0" not in err and "model.block_size=64" in err
 

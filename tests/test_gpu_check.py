@@ -4,6 +4,7 @@ Each failure a GPU node can meet is simulated here: the corpus package missing, 
 NaN, out of memory, a broken flash_attn, a compile that falls back to eager, no CUDA when CUDA
 was asked for, and a run in which nothing passes.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,9 @@ from attnlab.errors import OutOfMemory
 
 
 def check(tmp_path, *args: str) -> tuple[int, dict]:
-    code = gpu_check.main(["--device", "cpu", "--steps", "2", "--out", str(tmp_path / "gpu"),
-                           "--runs", str(tmp_path / "runs"), *args])
+    code = gpu_check.main(
+        ["--device", "cpu", "--steps", "2", "--out", str(tmp_path / "gpu"), "--runs", str(tmp_path / "runs"), *args]
+    )
     return code, json.loads((tmp_path / "gpu" / "gpu_check.json").read_text())
 
 
@@ -41,7 +43,8 @@ def test_cells_pass_or_refuse_only_where_refusing_is_the_contract(tmp_path):
     status = {(c["precision"], c["qk_norm"]): c["status"] for c in report["cells"]}
     # CPU: PyTorch's flash kernel takes fp32 and bf16; 16-mixed is refused on CPU by design
     assert {k: v for k, v in status.items() if k[0] != "16-mixed"} == dict.fromkeys(
-        [(p, q) for p in ("32", "bf16-mixed") for q in (False, True)], "pass")
+        [(p, q) for p in ("32", "bf16-mixed") for q in (False, True)], "pass"
+    )
     assert status[("16-mixed", False)] == status[("16-mixed", True)] == "refused"
     assert code == 0
     for cell in report["cells"]:
@@ -91,8 +94,13 @@ def test_nothing_passing_exits_1(tmp_path, capsys):
 
 def test_a_nan_is_a_failed_cell(tmp_path):
     # a learning rate that blows the weights up: the guard stops the run on the first non-finite value
-    row = gpu_check.run_cell({"backend": "sdpa", "precision": "32", "qk_norm": False}, "cpu", 4, tmp_path,
-                             extra=["optim.lr=1e12", "optim.warmup_steps=0", "trainer.gradient_clip_val=null"])
+    row = gpu_check.run_cell(
+        {"backend": "sdpa", "precision": "32", "qk_norm": False},
+        "cpu",
+        4,
+        tmp_path,
+        extra=["optim.lr=1e12", "optim.warmup_steps=0", "trainer.gradient_clip_val=null"],
+    )
     assert row["status"] == "fail" and row["error"].startswith(("NaN in", "inf in")), row["error"]
 
 
@@ -109,11 +117,18 @@ def test_a_compile_that_falls_back_to_eager_fails_the_compiled_row(tmp_path, mon
     def no_compiler(model, *args, **kwargs):
         def run(*a, **k):
             raise torch._dynamo.exc.BackendCompilerFailed(no_compiler, RuntimeError("no C compiler here"), None)
+
         return run
 
     monkeypatch.setattr(torch, "compile", no_compiler)
-    row = gpu_check.run_cell({"backend": "sdpa", "precision": "32", "qk_norm": False}, "cpu", 2, tmp_path,
-                             extra=["model.compile=true"], label="-compiled")
+    row = gpu_check.run_cell(
+        {"backend": "sdpa", "precision": "32", "qk_norm": False},
+        "cpu",
+        2,
+        tmp_path,
+        extra=["model.compile=true"],
+        label="-compiled",
+    )
     assert row["status"] == "fail" and row["error"].startswith("torch.compile fell back to eager")
     assert row["compile"] == {"asked": True, "ran": False, "fallback": row["compile"]["fallback"]}
     results = json.loads((tmp_path / row["name"] / "results.json").read_text())
@@ -170,7 +185,9 @@ def test_without_wandb_the_default_logger_falls_back_to_csv_in_one_line(make_cfg
     assert train(cfg)["step"] == 2
     # attnlab's own lines (a logging handler left by another test may print a stack that names this test)
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("attnlab:") and "wandb" in line]
-    assert len(err) == 1 and err[0].startswith("attnlab: logger=wandb: the wandb package is not installed; logging to CSV only")
+    assert len(err) == 1 and err[0].startswith(
+        "attnlab: logger=wandb: the wandb package is not installed; logging to CSV only"
+    )
     run_dir = cfg.paths.output_dir
     from pathlib import Path
 

@@ -1,13 +1,29 @@
 """Head scores and types on hand-built attention patterns; the callback and the CLI on real runs."""
+
 import json
 
 import pytest
 import torch
 
 from attnlab.analysis.heads import (
-    THRESHOLDS, analyze_heads, build_probes, head_type, head_scores, induction_score, layer_probs,
-    answer_probability, cut_edges, in_context_score, induction_edges, induction_knockout, offset_pattern,
-    positional_score, previous_token_score, repeat_accuracy, repeated_probe, sink_score,
+    THRESHOLDS,
+    analyze_heads,
+    answer_probability,
+    build_probes,
+    cut_edges,
+    head_scores,
+    head_type,
+    in_context_score,
+    induction_edges,
+    induction_knockout,
+    induction_score,
+    layer_probs,
+    offset_pattern,
+    positional_score,
+    previous_token_score,
+    repeat_accuracy,
+    repeated_probe,
+    sink_score,
 )
 from attnlab.attention import Attention, AttentionConfig
 from attnlab.model import GPT, GPTConfig
@@ -107,8 +123,13 @@ def test_the_scores_equal_their_definitions_written_as_loops():
     t, b = 40, 5
     p = torch.rand(b, 3, t, t, generator=gen).tril()
     p = p / p.sum(-1, keepdim=True)
-    m = torch.stack([torch.diagonal(p, offset=-d, dim1=-2, dim2=-1)[..., (1 if d == 0 else 0):].mean(dim=(0, 2))
-                     for d in range(t)], dim=-1)  # (H, T): mean weight at each offset, row 0 left out
+    m = torch.stack(
+        [
+            torch.diagonal(p, offset=-d, dim1=-2, dim2=-1)[..., (1 if d == 0 else 0) :].mean(dim=(0, 2))
+            for d in range(t)
+        ],
+        dim=-1,
+    )  # (H, T): mean weight at each offset, row 0 left out
     i, j = torch.arange(t).view(-1, 1), torch.arange(t).view(1, -1)
     q = m[:, (i - j).clamp(min=0)] * (j <= i)
     torch.testing.assert_close(offset_pattern(p), q / q.sum(-1, keepdim=True), rtol=1e-5, atol=1e-7)
@@ -118,8 +139,9 @@ def test_the_scores_equal_their_definitions_written_as_loops():
         queries = torch.arange(int(start[row] + half[row]), int(start[row] + 2 * half[row]))
         per_row.append(p[row][:, queries, queries - int(half[row]) + 1].mean(-1))
     torch.testing.assert_close(induction_score(p, half, start), torch.stack(per_row).mean(0), rtol=1e-5, atol=1e-7)
-    torch.testing.assert_close(induction_score(p, 6, 4), p[:, :, 10:16, 5:11].diagonal(dim1=-2, dim2=-1).mean((0, 2)),
-                               rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(
+        induction_score(p, 6, 4), p[:, :, 10:16, 5:11].diagonal(dim1=-2, dim2=-1).mean((0, 2)), rtol=1e-5, atol=1e-7
+    )
 
 
 def test_repeated_probe_layout():
@@ -139,8 +161,16 @@ def test_repeated_probe_layout():
 
 def test_cut_edges_removes_exactly_the_given_edges_of_one_head():
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=20, block_size=12, n_layer=2, n_head=3, d_model=24,
-                          attention=dict(backend="sdpa", scaling="inv_sqrt_d"))).eval()
+    model = GPT(
+        GPTConfig(
+            vocab_size=20,
+            block_size=12,
+            n_layer=2,
+            n_head=3,
+            d_model=24,
+            attention=dict(backend="sdpa", scaling="inv_sqrt_d"),
+        )
+    ).eval()
     idx = torch.randint(20, (2, 12))
     seen = {}
     layer = model.attention_layers()[1]
@@ -240,15 +270,30 @@ def test_in_context_score_is_late_minus_early_loss_on_the_same_tokens():
 
 def test_analysis_of_a_model_covers_every_layer_and_head():
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=20, block_size=16, n_layer=2, n_head=3, d_model=24,
-                          attention=dict(backend="sdpa", scaling="learned")))
+    model = GPT(
+        GPTConfig(
+            vocab_size=20,
+            block_size=16,
+            n_layer=2,
+            n_head=3,
+            d_model=24,
+            attention=dict(backend="sdpa", scaling="learned"),
+        )
+    )
     probes = build_probes(model, None, None, n=4)
     heads, summary = analyze_heads(model, probes)
-    assert [(h["layer"], h["head"]) for h in heads] == [(l, h) for l in range(2) for h in range(3)]
+    assert [(h["layer"], h["head"]) for h in heads] == [(layer, h) for layer in range(2) for h in range(3)]
     assert all(0 <= v <= 1 + 1e-5 for h in heads for k, v in h["scores"].items() if k != "induction_knockout")
     assert all(-1 <= h["scores"]["induction_knockout"] <= 1 for h in heads)  # a difference of probabilities
-    assert summary["n_uniform"] + summary["n_content"] + summary["n_positional"] + summary["n_sink"] \
-        + summary["n_previous_token"] + summary["n_induction"] == 6
+    assert (
+        summary["n_uniform"]
+        + summary["n_content"]
+        + summary["n_positional"]
+        + summary["n_sink"]
+        + summary["n_previous_token"]
+        + summary["n_induction"]
+        == 6
+    )
     assert model.training  # restored
     probs, _ = layer_probs(model, probes.plain)
     assert len(probs) == 2 and torch.allclose(probs[0].sum(-1), torch.ones(4, 3, 16), atol=1e-5)
@@ -272,12 +317,25 @@ def test_thresholds_are_documented_in_the_module():
 
 
 def smoke_overrides(tmp_path, extra=()):
-    return ["debug=smoke", "logger=csv", "callbacks=none", "data=induction", "model.attn_only=true",
-            "model.n_layer=2", "model.d_model=32", "model.n_head=2", "model.block_size=16", "data.vocab_size=32",
-            "+callbacks.heads._target_=attnlab.callbacks.heads.HeadAnalysis", "+callbacks.heads.every_n_steps=2",
-            f"+callbacks.heads.output_dir={tmp_path}",
-            "+callbacks.ckpt._target_=lightning.pytorch.callbacks.ModelCheckpoint",
-            f"+callbacks.ckpt.dirpath={tmp_path}/checkpoints", "+callbacks.ckpt.save_last=true", *extra]
+    return [
+        "debug=smoke",
+        "logger=csv",
+        "callbacks=none",
+        "data=induction",
+        "model.attn_only=true",
+        "model.n_layer=2",
+        "model.d_model=32",
+        "model.n_head=2",
+        "model.block_size=16",
+        "data.vocab_size=32",
+        "+callbacks.heads._target_=attnlab.callbacks.heads.HeadAnalysis",
+        "+callbacks.heads.every_n_steps=2",
+        f"+callbacks.heads.output_dir={tmp_path}",
+        "+callbacks.ckpt._target_=lightning.pytorch.callbacks.ModelCheckpoint",
+        f"+callbacks.ckpt.dirpath={tmp_path}/checkpoints",
+        "+callbacks.ckpt.save_last=true",
+        *extra,
+    ]
 
 
 def test_callback_and_cli_write_the_head_table(tmp_path, capsys):
@@ -293,7 +351,9 @@ def test_callback_and_cli_write_the_head_table(tmp_path, capsys):
     # knockout=final (default): only the final analysis pays for the knockout forwards
     assert ["L0/induction_knockout_all_heads" in h for h in data["history"]] == [False, False, False, True]
     assert all("induction_knockout" in h["scores"] for h in data["heads"])
-    assert (tmp_path / "heads.png").stat().st_size > 1000 and "| layer | head | type |" in (tmp_path / "heads.md").read_text()
+    assert (tmp_path / "heads.png").stat().st_size > 1000 and "| layer | head | type |" in (
+        tmp_path / "heads.md"
+    ).read_text()
     csv = next(tmp_path.glob("csv/version_0/metrics.csv")).read_text()
     assert "heads/induction_max" in csv.splitlines()[0]
 
@@ -327,9 +387,15 @@ def test_cli_missing_path_is_one_line(tmp_path, capsys):
 
 
 INDUCTION_RUN = [  # the committed study's setting (docs/mechanisms.md), its 2-layer cell, seed 1337
-    "experiment=induction_heads", "model.n_layer=2", "logger=none", "trainer.enable_progress_bar=false",
-    "trainer.val_check_interval=3000", "callbacks.heads.every_n_steps=0", "callbacks.heads.knockout=final",
-    "callbacks.heads.plot=false", "callbacks.attention_stats.every_n_steps=1000",
+    "experiment=induction_heads",
+    "model.n_layer=2",
+    "logger=none",
+    "trainer.enable_progress_bar=false",
+    "trainer.val_check_interval=3000",
+    "callbacks.heads.every_n_steps=0",
+    "callbacks.heads.knockout=final",
+    "callbacks.heads.plot=false",
+    "callbacks.attention_stats.every_n_steps=1000",
 ]
 
 
@@ -391,18 +457,24 @@ def test_the_probe_cap_changes_nothing_up_to_the_cap_and_bounds_longer_blocks():
     assert capped.plain.shape == (4, 256) and capped.repeat.shape[1] <= 256 and int(capped.half.max()) <= 128
 
 
-@pytest.mark.parametrize("model_cfg", [
-    dict(n_kv_head=2, attention=dict(backend="sdpa", scaling="learned")),
-    dict(pos_encoding="alibi", attention=dict(backend="scaled", escape="learned")),
-    dict(attention=dict(backend="naive", normalize="sigmoid")),
-])
+@pytest.mark.parametrize(
+    "model_cfg",
+    [
+        dict(n_kv_head=2, attention=dict(backend="sdpa", scaling="learned")),
+        dict(pos_encoding="alibi", attention=dict(backend="scaled", escape="learned")),
+        dict(attention=dict(backend="naive", normalize="sigmoid")),
+    ],
+)
 def test_knockout_from_the_cached_stream_equals_cutting_whole_forwards(model_cfg):
     """The knockout runs only the blocks from the cut layer on, from the uncut forward's residual
     stream, and recomputes only the cut head's weights; it must give what the whole model gives when
     every head's weights are recomputed with that head's edges cut (the definition, written out)."""
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=20, block_size=24, n_layer=3, n_head=4, d_model=32, init_std=0.3,
-                          **model_cfg)).eval().requires_grad_(False)  # large weights: cuts that matter
+    model = (
+        GPT(GPTConfig(vocab_size=20, block_size=24, n_layer=3, n_head=4, d_model=32, init_std=0.3, **model_cfg))
+        .eval()
+        .requires_grad_(False)
+    )  # large weights: cuts that matter
     for layer in model.attention_layers():  # per-head parameters away from their init, so a wrong head shows
         for p in layer.parameters():
             p.data += torch.linspace(-0.5, 0.5, p.numel()).view_as(p)
@@ -418,6 +490,7 @@ def test_knockout_from_the_cached_stream_equals_cutting_whole_forwards(model_cfg
             p = module.weights(q, k, cut=cut & edges.unsqueeze(1)).p
             edited = p @ v.float().repeat_interleave(4 // v.shape[1], dim=1)
             return torch.where(cut, edited.to(out.dtype), out)
+
         handle = model.attention_layers()[layer].register_forward_hook(hook, with_kwargs=True)
         try:
             return base - answer_probability(model(ids)[0], ids, half, start)
@@ -452,7 +525,9 @@ def test_the_probes_are_bounded_to_evenly_spaced_rows_beyond_t64():
     heads, summary = analyze_heads(model, bounded)
     expected = induction_knockout(model, full.repeat[rows], full.half[rows], full.start[rows], n_head=2)
     assert summary["L1/induction_knockout_all_heads"] == round(float(expected[1, -1]), 4)
-    assert [h["scores"]["induction_knockout"] for h in heads] == [round(float(v), 4) for v in expected[:, :-1].flatten()]
+    assert [h["scores"]["induction_knockout"] for h in heads] == [
+        round(float(v), 4) for v in expected[:, :-1].flatten()
+    ]
 
 
 def test_the_panels_bytes_draw_the_pixels_their_float_colours_draw(tmp_path):
@@ -467,7 +542,10 @@ def test_the_panels_bytes_draw_the_pixels_their_float_colours_draw(tmp_path):
 
     values = np.random.default_rng(0).uniform(-0.2, 1.2, (5, 7))
     pixels = []
-    for name, image in (("float", colormaps["viridis"](Normalize(0, 1)(values))), ("bytes", colored(values, "viridis", 0, 1))):
+    for name, image in (
+        ("float", colormaps["viridis"](Normalize(0, 1)(values))),
+        ("bytes", colored(values, "viridis", 0, 1)),
+    ):
         fig = new_figure(3.1, 2.3)
         image_axes(fig, image, (0.1, 0.1, 0.8, 0.8))
         pixels.append(np.asarray(Image.open(save(fig, tmp_path / f"{name}.png", dpi=97))))
@@ -491,17 +569,21 @@ def test_the_figures_put_each_panel_where_its_label_says(tmp_path):
     assert image[0, 3].sum() == 0 and image[2:4].sum() == 0 and image[5, 6, 0] == 4
     probs = [torch.zeros(2, 16, 16) for _ in range(3)]
     probs[1][0] = 1.0
-    pixels = np.asarray(Image.open(plot_attention_maps(probs, tmp_path / "maps.png", "step 0")).convert("RGB")).astype(int)
+    pixels = np.asarray(Image.open(plot_attention_maps(probs, tmp_path / "maps.png", "step 0")).convert("RGB")).astype(
+        int
+    )
     yellow = np.array(colormaps["viridis"](1.0)[:3]) * 255
     ys, xs = np.nonzero(np.abs(pixels - yellow).sum(-1) < 40)
     height, width = pixels.shape[:2]
     assert len(ys) > 0.05 * height * width  # one panel of the six, a large block
-    assert height * 0.3 < ys.min() and ys.max() < height * 0.8 and xs.max() < width / 2  # rows at about 9-37, 40-68, 71-99 %
+    assert (
+        height * 0.3 < ys.min() and ys.max() < height * 0.8 and xs.max() < width / 2
+    )  # rows at about 9-37, 40-68, 71-99 %
 
 
 def test_the_type_panel_labels_every_type_by_its_whole_name():
     from attnlab.analysis.heads import TYPES
     from attnlab.analysis.outputs import type_label
 
-    for head_type in TYPES:
-        assert type_label(head_type).replace("\n", "_") == head_type
+    for kind in TYPES:
+        assert type_label(kind).replace("\n", "_") == kind

@@ -1,4 +1,5 @@
 """One encoder for results.json, repro.json and bench.json: what JSON cannot hold made explicit."""
+
 from __future__ import annotations
 
 import json

@@ -1,10 +1,12 @@
 """KV-cache decoding: cached logits equal a full forward's at every position, on every backend and
 every variant that takes a cache; causal masking of fewer queries than keys is bottom-right on
 every backend; greedy and sampled generation are the same with and without the cache."""
+
 from __future__ import annotations
 
 import pytest
 import torch
+from test_cuda_paths import flash_attn_on_cpu  # noqa: F401  (the flash_attn stand-in, bottom-right causal)
 from torch import nn
 
 from attnlab.attention import backends
@@ -13,8 +15,6 @@ from attnlab.attention.module import Knockout
 from attnlab.attention.position import Rotary
 from attnlab.errors import KernelUnavailable
 from attnlab.model.gpt import GPT, GPTConfig
-
-from test_cuda_paths import flash_attn_on_cpu  # noqa: F401  (the flash_attn stand-in, bottom-right causal)
 
 BLOCK = 12
 VARIANTS = {
@@ -121,8 +121,9 @@ def test_generation_is_the_same_with_and_without_the_cache(backend, variant):
     prompt = tokens(t=3)
     greedy = [model.generate(prompt, 2 * BLOCK, top_k=1, cache=c) for c in (True, False)]
     assert torch.equal(*greedy) and greedy[0].shape == (2, 3 + 2 * BLOCK)
-    sampled = [model.generate(prompt, 2 * BLOCK, generator=torch.Generator().manual_seed(5), cache=c)
-               for c in (True, False)]
+    sampled = [
+        model.generate(prompt, 2 * BLOCK, generator=torch.Generator().manual_seed(5), cache=c) for c in (True, False)
+    ]
     assert torch.equal(*sampled)
 
 
@@ -198,8 +199,16 @@ def test_sigmoid_attention_refuses_a_cache_in_one_line():
     """sigmoid's -log n counts every key of a forward, so no cache reproduces the uncached outputs
     of a model of two layers or more: refused, and generation without it still works."""
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=13, block_size=BLOCK, n_layer=2, n_head=4, d_model=16,
-                          attention={"backend": "scaled", "normalize": "sigmoid"})).eval()
+    model = GPT(
+        GPTConfig(
+            vocab_size=13,
+            block_size=BLOCK,
+            n_layer=2,
+            n_head=4,
+            d_model=16,
+            attention={"backend": "scaled", "normalize": "sigmoid"},
+        )
+    ).eval()
     with pytest.raises(ValueError, match="model.attention.normalize=sigmoid") as err:
         model.generate(tokens(t=3), 2)
     assert "\n" not in str(err.value) and model.kv_cache_refusal() == str(err.value)
@@ -262,7 +271,7 @@ def kept_tokens(idx: torch.Tensor, end: int) -> torch.Tensor:
     """The tokens a rolling cache holds after tokens 0..end-1: the sinks and the most recent ones."""
     if end <= CAPACITY:
         return idx[:, :end]
-    return torch.cat([idx[:, :SINKS], idx[:, end - (CAPACITY - SINKS):end]], dim=1)
+    return torch.cat([idx[:, :SINKS], idx[:, end - (CAPACITY - SINKS) : end]], dim=1)
 
 
 @pytest.mark.parametrize("backend,variant", ROLLING_CASES)
@@ -312,11 +321,14 @@ def test_streaming_generation_runs_past_block_size():
     assert torch.equal(short, model.generate(prompt[:, :2], CAPACITY - 2, top_k=1))  # no eviction yet: exact
 
 
-@pytest.mark.parametrize("variant,capacity,sinks,match", [
-    ("learned", 6, 2, "model.pos_encoding=learned takes no rolling KV cache"),
-    ("rope", BLOCK + 1, 2, "capacity=13; expected 1..model.block_size=12"),
-    ("rope", 6, 6, "sinks=6 with capacity=6; expected 0 <= sinks < capacity"),
-])
+@pytest.mark.parametrize(
+    "variant,capacity,sinks,match",
+    [
+        ("learned", 6, 2, "model.pos_encoding=learned takes no rolling KV cache"),
+        ("rope", BLOCK + 1, 2, "capacity=13; expected 1..model.block_size=12"),
+        ("rope", 6, 6, "sinks=6 with capacity=6; expected 0 <= sinks < capacity"),
+    ],
+)
 def test_rolling_cache_refusals_are_one_line(variant, capacity, sinks, match):
     model = tiny_model("scaled", variant)
     with pytest.raises(ValueError, match=match) as err:
@@ -351,8 +363,17 @@ def test_sample_of_a_tokenized_run_reads_its_own_tokenizer(make_cfg, capsys, tmp
 
     corpus = tmp_path / "bpe"
     prepare(corpus, shakespeare_text()[:50_000], "shakespeare[:50000]", vocab_size=300)
-    cfg = make_cfg("data=tokens", f"data.dir={corpus}", "trainer.max_steps=2", "model.n_layer=1", "model.d_model=32",
-                   "model.n_head=2", "model.block_size=32", "data.batch_size=4", "data.val_batches=2")
+    cfg = make_cfg(
+        "data=tokens",
+        f"data.dir={corpus}",
+        "trainer.max_steps=2",
+        "model.n_layer=1",
+        "model.d_model=32",
+        "model.n_head=2",
+        "model.block_size=32",
+        "data.batch_size=4",
+        "data.val_batches=2",
+    )
     train(cfg)
     capsys.readouterr()
     texts = []

@@ -1,6 +1,7 @@
 """The package's layers point one way: the core (what trains and measures one run) imports nothing of
 the studies built on runs, the studies nothing of the tools around them, and no package imports one
 that imports it back. Function-level imports count too: a lazy import is still a dependency."""
+
 from __future__ import annotations
 
 import ast
@@ -47,8 +48,13 @@ def layer(name: str) -> int:
 
 
 def test_no_layer_imports_a_layer_above_it():
-    bad = [(m, t) for m, targets in imports().items() if top(m) not in DISPATCH
-           for t in targets if top(t) and layer(t) > layer(m)]
+    bad = [
+        (m, t)
+        for m, targets in imports().items()
+        if top(m) not in DISPATCH
+        for t in targets
+        if top(t) and layer(t) > layer(m)
+    ]
     assert not bad, bad
 
 

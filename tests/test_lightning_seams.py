@@ -1,5 +1,6 @@
 """Where attnlab leans on Lightning's behaviour: a public rule that must keep matching Lightning's
 own, and the one private route left (an interrupted step's logs), which must still exist."""
+
 from __future__ import annotations
 
 import lightning as L
@@ -18,8 +19,9 @@ class Recorder(L.LightningModule):
         self.seen: list[tuple[int, bool, bool]] = []
 
     def training_step(self, batch, batch_idx):
-        self.seen.append((self.global_step, loggers_write_this_step(self.trainer),
-                          self.trainer._logger_connector.should_update_logs))
+        self.seen.append(
+            (self.global_step, loggers_write_this_step(self.trainer), self.trainer._logger_connector.should_update_logs)
+        )
         return (self.w - batch[0]).pow(2).mean()
 
     def configure_optimizers(self):
@@ -32,8 +34,15 @@ class Recorder(L.LightningModule):
 @pytest.mark.parametrize("every", [1, 3, 5])
 def test_the_public_logging_rule_is_lightnings(every, tmp_path):
     model = Recorder()
-    trainer = L.Trainer(max_steps=12, log_every_n_steps=every, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    trainer = L.Trainer(
+        max_steps=12,
+        log_every_n_steps=every,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
     trainer.fit(model)
     assert len(model.seen) == 12
     assert [ours for _, ours, _ in model.seen] == [theirs for _, _, theirs in model.seen]

@@ -1,4 +1,5 @@
 """One Markdown table writer for every report."""
+
 from attnlab.markdown import markdown_table
 
 

@@ -1,16 +1,17 @@
 """Position encodings (RoPE, ALiBi, NoPE) and the softmax escape slot, against float64 references;
 the statistics and head scores see the same rotated / biased / escaped probabilities."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
-from attnlab.analysis.heads import head_type, head_scores, layer_probs
+from attnlab.analysis.heads import head_scores, head_type, layer_probs
+from attnlab.analysis.probe import probe
 from attnlab.attention import BACKENDS, Attention, AttentionConfig, WeightRule
 from attnlab.attention.position import Rotary, alibi_bias, alibi_slopes
 from attnlab.attention.sink import ESCAPES
 from attnlab.attention.stats import attention_stats
-from attnlab.analysis.probe import probe
 from attnlab.errors import ConfigError
 from attnlab.model import GPT, GPTConfig
 
@@ -40,7 +41,9 @@ def rope_reference(x: torch.Tensor) -> torch.Tensor:
     d = x.shape[-1]
     theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
     t = torch.arange(x.shape[-2], dtype=torch.float64)[:, None]
-    z = torch.complex(x[..., : d // 2].double(), x[..., d // 2 :].double()) * torch.polar(torch.ones_like(t * theta), t * theta)
+    z = torch.complex(x[..., : d // 2].double(), x[..., d // 2 :].double()) * torch.polar(
+        torch.ones_like(t * theta), t * theta
+    )
     return torch.cat([z.real, z.imag], -1)
 
 
@@ -67,7 +70,9 @@ def test_alibi_slopes_and_bias():
     assert bias.shape == (2, 4, 4) and bias[1, 3, 0] == -3.0 and bias[0, 3, 1] == -1.0 and bias[0, 2, 2] == 0
 
 
-CASES = [(b, pe, s) for b in BACKENDS for pe in ("none", "alibi") for s in ESCAPES if not (b == "flash" and pe == "alibi")]
+CASES = [
+    (b, pe, s) for b in BACKENDS for pe in ("none", "alibi") for s in ESCAPES if not (b == "flash" and pe == "alibi")
+]
 
 
 @pytest.mark.parametrize("backend, pos, sink", CASES)
@@ -99,7 +104,9 @@ def test_attention_matches_float64_reference_with_bias_and_escape(backend, pos, 
     if sink == "learned":
         torch.testing.assert_close(attn.escape.logit.grad.double(), sink_r.grad, atol=1e-4, rtol=1e-3)
     if scaling == "learned":
-        torch.testing.assert_close(attn.scale.log_scale.grad.double(), (scale_r.grad * scale_r).detach(), atol=1e-4, rtol=1e-3)
+        torch.testing.assert_close(
+            attn.scale.log_scale.grad.double(), (scale_r.grad * scale_r).detach(), atol=1e-4, rtol=1e-3
+        )
     # the probabilities the statistics recompute are the ones the kernel used
     torch.testing.assert_close(attn.probabilities(q, k).double(), p.detach(), atol=1e-5, rtol=1e-4)
     if sink != "none":
@@ -129,7 +136,9 @@ def model(pos, sink="none", backend="sdpa", **kw):
     return GPT(GPTConfig(**{**cfg, **kw}, attention=dict(backend=backend, scaling="inv_sqrt_d", sink=sink))).eval()
 
 
-@pytest.mark.parametrize("pos, sink", [("rope", "none"), ("alibi", "learned"), ("none", "zero_logit"), ("rope", "learned")])
+@pytest.mark.parametrize(
+    "pos, sink", [("rope", "none"), ("alibi", "learned"), ("none", "zero_logit"), ("rope", "learned")]
+)
 def test_statistics_and_head_scores_see_what_the_model_computes(pos, sink):
     """Rebuild each layer's output from the probabilities the statistics use: they must agree
     with what the layer returned (rotation, bias and escape included)."""
@@ -139,7 +148,10 @@ def test_statistics_and_head_scores_see_what_the_model_computes(pos, sink):
             layer.escape.logit.data = torch.tensor([-0.5, 1.5])
     x = torch.randint(17, (3, 12))
     seen = []
-    hooks = [layer.register_forward_hook(lambda mod, args, out: seen.append((args[2], out))) for layer in m.attention_layers()]
+    hooks = [
+        layer.register_forward_hook(lambda mod, args, out: seen.append((args[2], out)))
+        for layer in m.attention_layers()
+    ]
     probs, _ = layer_probs(m, x)
     for hook in hooks:
         hook.remove()
@@ -208,8 +220,16 @@ def test_phase_change_plot_reads_the_head_history_and_the_csv_loss(tmp_path):
 
     from attnlab.analysis.phase import main, train_loss
 
-    history = [{"step": s, "in_context_score": -s / 100, "L1/induction_max": s / 300, "repeat_acc": s / 400,
-                "L1/induction_knockout_all_heads": s / 500} for s in (0, 100, 200)]
+    history = [
+        {
+            "step": s,
+            "in_context_score": -s / 100,
+            "L1/induction_max": s / 300,
+            "repeat_acc": s / 400,
+            "L1/induction_knockout_all_heads": s / 500,
+        }
+        for s in (0, 100, 200)
+    ]
     (tmp_path / "heads.json").write_text(json.dumps({"heads": [], "history": history}))
     (tmp_path / "csv" / "version_0").mkdir(parents=True)
     (tmp_path / "csv" / "version_0" / "metrics.csv").write_text("step,train/loss,val/acc\n0,3.5,\n1,3.25,\n1,,0.5\n")
@@ -223,6 +243,11 @@ def test_phase_change_plot_reads_the_head_history_and_the_csv_loss(tmp_path):
 def test_phase_change_step_is_the_first_step_copying_reaches_the_level():
     from attnlab.analysis.phase import phase_change_step
 
-    history = [{"step": 0, "repeat_acc": 0.04}, {"step": 100, "repeat_acc": 0.3}, {"step": 200, "repeat_acc": 0.6}, {"step": 300, "repeat_acc": 0.4}]
+    history = [
+        {"step": 0, "repeat_acc": 0.04},
+        {"step": 100, "repeat_acc": 0.3},
+        {"step": 200, "repeat_acc": 0.6},
+        {"step": 300, "repeat_acc": 0.4},
+    ]
     assert phase_change_step(history) == 200 and phase_change_step(history, level=0.25) == 100
     assert phase_change_step(history[:2]) is None and phase_change_step([]) is None

@@ -1,5 +1,6 @@
 """The built wheel is self-contained: it ships conf/ as attnlab/conf and its `attnlab` command
 composes a config from any working directory, with the user's own configs joined on top."""
+
 from __future__ import annotations
 
 import os
@@ -41,22 +42,39 @@ def venv(wheel, tmp_path_factory) -> Path:
     """A fresh venv holding only the wheel; the pinned dependencies come from the project's venv."""
     venv = tmp_path_factory.mktemp("venv")
     run(sys.executable, "-m", "venv", "--without-pip", venv)
-    site = Path(run(venv / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip())
+    site = Path(
+        run(venv / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip()
+    )
     (site / "project_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    run(sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "-q", "--no-deps", "--no-index", wheel)
+    run(
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        venv / "bin" / "python",
+        "install",
+        "-q",
+        "--no-deps",
+        "--no-index",
+        wheel,
+    )
     return venv
 
 
 @pytest.mark.slow
 def test_wheel_ships_every_config(wheel):
-    shipped = {n.removeprefix("attnlab/conf/") for n in zipfile.ZipFile(wheel).namelist() if n.startswith("attnlab/conf/")}
+    shipped = {
+        n.removeprefix("attnlab/conf/") for n in zipfile.ZipFile(wheel).namelist() if n.startswith("attnlab/conf/")
+    }
     expected = {str(p.relative_to(ROOT / "conf")) for p in (ROOT / "conf").rglob("*.yaml")}
     assert expected and shipped == expected
 
 
 @pytest.mark.slow
 def test_installed_command_runs_from_any_directory(venv, tmp_path):
-    where = run(venv / "bin" / "python", "-c", "import attnlab.config as c; print(c.find_conf_dir())", cwd=tmp_path).stdout
+    where = run(
+        venv / "bin" / "python", "-c", "import attnlab.config as c; print(c.find_conf_dir())", cwd=tmp_path
+    ).stdout
     assert Path(where.strip()).is_relative_to(venv) and where.strip().endswith("attnlab/conf")
     job = run(venv / "bin" / "attnlab", "train", "attention=sdpa", "--cfg", "job", cwd=tmp_path).stdout
     assert "backend: sdpa" in job and "n_layer: 4" in job
@@ -67,7 +85,9 @@ def test_installed_command_runs_from_any_directory(venv, tmp_path):
 def test_installed_command_takes_user_configs(venv, tmp_path):
     (tmp_path / "mine" / "experiment").mkdir(parents=True)
     (tmp_path / "mine" / "experiment" / "wide_heads.yaml").write_text("# @package _global_\nmodel:\n  d_k: 96\n")
-    job = run(venv / "bin" / "attnlab", "train", "--config-dir", "mine", "experiment=wide_heads", "--cfg", "job", cwd=tmp_path).stdout
+    job = run(
+        venv / "bin" / "attnlab", "train", "--config-dir", "mine", "experiment=wide_heads", "--cfg", "job", cwd=tmp_path
+    ).stdout
     assert "d_k: 96" in job
 
 

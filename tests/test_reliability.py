@@ -1,4 +1,5 @@
 """Faults and bad input: kill and resume, atomic checkpoints, signals, DDP, bf16, masked rows."""
+
 from __future__ import annotations
 
 import csv
@@ -12,17 +13,26 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT
 
 from attnlab.attention import BACKENDS, attend
 from attnlab.callbacks.interrupt import Interrupted
 from attnlab.checkpointing import AtomicCheckpointIO
 from attnlab.train import train
-from conftest import ROOT
 
 # small and quick, with dropout so that the RNG state matters on resume
-RUN = ["logger=csv", "model.n_layer=2", "model.d_model=64", "model.dropout=0.1", "data.val_batches=2",
-       "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false", "callbacks.attention_stats.every_n_steps=25",
-       "checkpoint.every_n_steps=20", "optim.warmup_steps=5"]
+RUN = [
+    "logger=csv",
+    "model.n_layer=2",
+    "model.d_model=64",
+    "model.dropout=0.1",
+    "data.val_batches=2",
+    "trainer.log_every_n_steps=1",
+    "trainer.enable_progress_bar=false",
+    "callbacks.attention_stats.every_n_steps=25",
+    "checkpoint.every_n_steps=20",
+    "optim.warmup_steps=5",
+]
 
 
 def cli(*args: str) -> list[str]:
@@ -45,8 +55,9 @@ def start_and_signal(run_dir: Path, sig: int, *args: str) -> subprocess.Complete
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     out, err = run_dir.parent / f"{run_dir.name}.stdout", run_dir.parent / f"{run_dir.name}.stderr"
     with open(out, "w") as stdout, open(err, "w") as stderr:
-        proc = subprocess.Popen(cli(*RUN, *args, f"hydra.run.dir={run_dir}"), cwd=ROOT, env=env(),
-                                stdout=stdout, stderr=stderr, text=True)
+        proc = subprocess.Popen(
+            cli(*RUN, *args, f"hydra.run.dir={run_dir}"), cwd=ROOT, env=env(), stdout=stdout, stderr=stderr, text=True
+        )
         ckpt = run_dir / "checkpoints" / "last.ckpt"
         deadline = time.time() + 240
         while not ckpt.exists() and proc.poll() is None and time.time() < deadline:
@@ -64,13 +75,21 @@ def train_losses(run_dir: Path) -> dict[int, float]:
 
 def test_sigkill_then_resume_matches_uninterrupted_run_bitwise(tmp_path):
     steps = "trainer.max_steps=200"
-    whole = subprocess.run(cli(*RUN, steps, f"hydra.run.dir={tmp_path / 'whole'}"), cwd=ROOT, env=env(), capture_output=True, text=True)
+    whole = subprocess.run(
+        cli(*RUN, steps, f"hydra.run.dir={tmp_path / 'whole'}"), cwd=ROOT, env=env(), capture_output=True, text=True
+    )
     assert whole.returncode == 0, whole.stderr[-2000:]
     killed_dir = tmp_path / "killed"
     proc = start_and_signal(killed_dir, signal.SIGKILL, steps)
     assert proc.returncode == -signal.SIGKILL
     assert not (killed_dir / "results.json").exists() or results(killed_dir)["status"] != "ok"
-    resumed = subprocess.run(cli(*RUN, steps, "resume=true", f"hydra.run.dir={killed_dir}"), cwd=ROOT, env=env(), capture_output=True, text=True)
+    resumed = subprocess.run(
+        cli(*RUN, steps, "resume=true", f"hydra.run.dir={killed_dir}"),
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+    )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     a, b = results(tmp_path / "whole")["metrics"], results(killed_dir)["metrics"]
     assert b["step"] == 200
@@ -85,7 +104,9 @@ def test_resume_continues_the_same_wandb_run(tmp_path):
     proc = start_and_signal(run_dir, signal.SIGTERM, *args[1:], "logger=wandb")
     assert proc.returncode == 130, proc.stderr[-2000:]
     first_id = (run_dir / "wandb_run_id").read_text()
-    resumed = subprocess.run(cli(*args, "resume=true", f"hydra.run.dir={run_dir}"), cwd=ROOT, env=env(), capture_output=True, text=True)
+    resumed = subprocess.run(
+        cli(*args, "resume=true", f"hydra.run.dir={run_dir}"), cwd=ROOT, env=env(), capture_output=True, text=True
+    )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert (run_dir / "wandb_run_id").read_text() == first_id
     offline_runs = list((run_dir / "wandb").glob("offline-run-*"))
@@ -112,6 +133,7 @@ def test_sigterm_during_training_is_ours_not_lightnings(make_cfg):
     SystemExit: exit 0, no checkpoint, no record) at the next batch or validation step. During the
     training steps the handler must be attnlab's, and outside fit the original one again."""
     import signal_probe
+
     from attnlab.callbacks.interrupt import GracefulInterrupt
 
     before = signal.getsignal(signal.SIGTERM)
@@ -123,7 +145,9 @@ def test_sigterm_during_training_is_ours_not_lightnings(make_cfg):
 
 
 def test_sigterm_in_the_closing_validation_is_recorded_as_an_interruption(make_cfg):
-    cfg = make_cfg("+callbacks.probe._target_=signal_probe.SigtermInClosingValidation", "trainer.val_check_interval=4")  # 6 steps: the closing validation runs
+    cfg = make_cfg(
+        "+callbacks.probe._target_=signal_probe.SigtermInClosingValidation", "trainer.val_check_interval=4"
+    )  # 6 steps: the closing validation runs
     with pytest.raises(Interrupted, match="SIGTERM at step"):
         train(cfg)
     record = results(Path(cfg.paths.output_dir))
@@ -135,8 +159,12 @@ def test_a_stop_at_a_logging_step_keeps_that_steps_logged_row(make_cfg):
     """Lightning writes a step's logged values only after the batch-end hooks, where the stop is
     raised: the interrupted step's train/loss must still reach the CSV (a requeued attempt resumes
     after it, so nothing else would write it)."""
-    cfg = make_cfg("logger=csv", "trainer.log_every_n_steps=2", "+callbacks.probe._target_=signal_probe.SignalAtStep",
-                   "+callbacks.probe.step=3")
+    cfg = make_cfg(
+        "logger=csv",
+        "trainer.log_every_n_steps=2",
+        "+callbacks.probe._target_=signal_probe.SignalAtStep",
+        "+callbacks.probe.step=3",
+    )
     with pytest.raises(Interrupted, match="SIGUSR2 at step 4"):
         train(cfg)
     rows = list(csv.DictReader(open(Path(cfg.paths.output_dir) / "csv" / "version_0" / "metrics.csv")))
@@ -160,7 +188,10 @@ def test_a_requeued_attempt_resumes_its_run_dir_without_resume_true(make_cfg, mo
     again = train(cfg)
     record = results(run_dir)
     assert record["resumed_from"]["step"] == 4 and record["resumed_from"]["requeued_attempt"] == 2
-    assert record["resumed_from"]["path"].endswith("step4.ckpt") and "last.ckpt" in record["resumed_from"]["skipped"][0]["path"]
+    assert (
+        record["resumed_from"]["path"].endswith("step4.ckpt")
+        and "last.ckpt" in record["resumed_from"]["skipped"][0]["path"]
+    )
     assert record["interruptions"] == [{"signal": "SIGUSR2", "step": 4, "requeued": True}]
     assert again["val/loss"] == first["val/loss"] and again["step"] == 6
 
@@ -220,12 +251,36 @@ def test_fully_masked_rows_agree_across_backends(dtype):
 
 def test_ddp_two_processes_match_one_process(tmp_path):
     """Two gloo processes with batch 6 each see the same 12 windows per step as one process with 12."""
-    common = [*[a for a in RUN if not a.startswith("callbacks.")], "model.dropout=0.0", "trainer.max_steps=15",
-              "callbacks=none", "trainer.val_check_interval=15"]
-    one = subprocess.run(cli(*common, "data.batch_size=12", f"hydra.run.dir={tmp_path / 'one'}"), cwd=ROOT, env=env(), capture_output=True, text=True)
+    common = [
+        *[a for a in RUN if not a.startswith("callbacks.")],
+        "model.dropout=0.0",
+        "trainer.max_steps=15",
+        "callbacks=none",
+        "trainer.val_check_interval=15",
+    ]
+    one = subprocess.run(
+        cli(*common, "data.batch_size=12", f"hydra.run.dir={tmp_path / 'one'}"),
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+    )
     assert one.returncode == 0, one.stderr[-2000:]
-    two = subprocess.run(cli(*common, "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "data.batch_size=6",
-                             f"hydra.run.dir={tmp_path / 'two'}"), cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
+    two = subprocess.run(
+        cli(
+            *common,
+            "trainer=ddp",
+            "trainer.accelerator=cpu",
+            "trainer.devices=2",
+            "data.batch_size=6",
+            f"hydra.run.dir={tmp_path / 'two'}",
+        ),
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert two.returncode == 0, two.stderr[-3000:]
     assert len(list((tmp_path / "two").glob("**/results.json"))) == 1
     assert results(tmp_path / "two")["status"] == "ok"

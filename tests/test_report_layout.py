@@ -1,6 +1,7 @@
 """The study report's layout: per-cell 95 % t intervals, the tested differences with Welch intervals and Holm p,
 the headline's choice of words, the attention-free row, machine columns out of the main table, per-layer
 tables, per-seed values, the plots, and the re-lay of a committed report from its files alone."""
+
 from __future__ import annotations
 
 import json
@@ -52,25 +53,43 @@ def fake_run(root, name, overrides, metrics, n_layer=2, history=None, data=None)
     run = root / name
     run.mkdir(parents=True)
     config = {"study": "fake", "model": {"n_layer": n_layer}, **({"data": data} if data else {})}
-    (run / "results.json").write_text(json.dumps({"status": "ok", "error": None, "overrides": overrides, "config": config,
-                                                 "metrics": metrics}))
+    (run / "results.json").write_text(
+        json.dumps({"status": "ok", "error": None, "overrides": overrides, "config": config, "metrics": metrics})
+    )
     (run / "vocab.json").write_text(json.dumps({"chars": list("abcdefghij")}))
     if history:
         (run / "attention_stats.jsonl").write_text("\n".join(map(json.dumps, history)) + "\n")
 
 
-LOSSES = {("16", "none"): [2.00, 2.02, 2.04], ("16", "inv_sqrt_d"): [1.80, 1.81, 1.83],
-          ("32", "none"): [2.40, 2.42, 2.45], ("32", "inv_sqrt_d"): [1.85, 1.84, 1.86]}
+LOSSES = {
+    ("16", "none"): [2.00, 2.02, 2.04],
+    ("16", "inv_sqrt_d"): [1.80, 1.81, 1.83],
+    ("32", "none"): [2.40, 2.42, 2.45],
+    ("32", "inv_sqrt_d"): [1.85, 1.84, 1.86],
+}
 
 
 def synthetic_sweep(root, losses=LOSSES, data=None):
     for (dk, sc), values in losses.items():
         for seed, loss in enumerate(values):
-            metrics = {"val/loss": loss, "val/acc": 0.5 - loss / 10, "perf/tokens_per_s": 1000.0 + 300 * seed, "mem/peak_bytes": 2.0**21,
-                       **{f"attn/L{i}/entropy_norm": 0.3 + 0.1 * i + 0.01 * seed for i in range(2)}}
-            history = [{"step": s, "attn/L0/max_logit": s / 10 + seed, "attn/L1/max_logit": s / 20} for s in (0, 50, 100)]
-            fake_run(root, f"{dk}-{sc}-{seed}", [f"model.d_k={dk}", f"model.attention.scaling={sc}", f"seed={seed}"], metrics,
-                     history=history, data=data)
+            metrics = {
+                "val/loss": loss,
+                "val/acc": 0.5 - loss / 10,
+                "perf/tokens_per_s": 1000.0 + 300 * seed,
+                "mem/peak_bytes": 2.0**21,
+                **{f"attn/L{i}/entropy_norm": 0.3 + 0.1 * i + 0.01 * seed for i in range(2)},
+            }
+            history = [
+                {"step": s, "attn/L0/max_logit": s / 10 + seed, "attn/L1/max_logit": s / 20} for s in (0, 50, 100)
+            ]
+            fake_run(
+                root,
+                f"{dk}-{sc}-{seed}",
+                [f"model.d_k={dk}", f"model.attention.scaling={sc}", f"seed={seed}"],
+                metrics,
+                history=history,
+                data=data,
+            )
     return root
 
 
@@ -87,12 +106,18 @@ def test_mean_interval_is_the_t_interval_with_n_minus_1_df():
 
 def test_a_contrast_carries_welch_interval_and_holm_over_its_family():
     def cell(dk, sc, vals):
-        return TableCell({"model.d_k": dk, "model.attention.scaling": sc}, len(vals),
-                         metrics={"val/loss": Metric(statistics.fmean(vals), statistics.stdev(vals), len(vals), vals)})
+        return TableCell(
+            {"model.d_k": dk, "model.attention.scaling": sc},
+            len(vals),
+            metrics={"val/loss": Metric(statistics.fmean(vals), statistics.stdev(vals), len(vals), vals)},
+        )
 
     cells = [cell(dk, sc, v) for (dk, sc), v in LOSSES.items()]
     family = contrasts(cells, ["model.d_k", "model.attention.scaling"])
-    assert [(c.rest["model.d_k"], c.level, c.reference) for c in family] == [("16", "inv_sqrt_d", "none"), ("32", "inv_sqrt_d", "none")]
+    assert [(c.rest["model.d_k"], c.level, c.reference) for c in family] == [
+        ("16", "inv_sqrt_d", "none"),
+        ("32", "inv_sqrt_d", "none"),
+    ]
     a, b = LOSSES[("16", "none")], LOSSES[("16", "inv_sqrt_d")]
     w = welch(a, b)
     se = math.sqrt(statistics.variance(a) / 3 + statistics.variance(b) / 3)
@@ -106,16 +131,29 @@ def test_a_contrast_carries_welch_interval_and_holm_over_its_family():
 
 # ---------------------------------------------------------------- the headline's choice
 def _study(losses, baseline=None) -> Study:
-    cells = [TableCell({"model.d_k": dk, "model.attention.scaling": sc}, len(v),
-                       metrics={"val/loss": Metric(statistics.fmean(v), statistics.stdev(v), len(v), v)}) for (dk, sc), v in losses.items()]
-    return Study("fake", ["model.d_k", "model.attention.scaling"], cells, ["val/loss"], 0, per_seed_known=True, baseline=baseline)
+    cells = [
+        TableCell(
+            {"model.d_k": dk, "model.attention.scaling": sc},
+            len(v),
+            metrics={"val/loss": Metric(statistics.fmean(v), statistics.stdev(v), len(v), v)},
+        )
+        for (dk, sc), v in losses.items()
+    ]
+    return Study(
+        "fake", ["model.d_k", "model.attention.scaling"], cells, ["val/loss"], 0, per_seed_known=True, baseline=baseline
+    )
 
 
 def test_the_headline_turns_with_the_measurements():
     """The same study measured both ways: the finding's direction, and the sentence, follow the numbers."""
     lowered = _study(LOSSES)
     raised = _study({(dk, "none" if sc == "inv_sqrt_d" else "inv_sqrt_d"): v for (dk, sc), v in LOSSES.items()})
-    noisy = _study({k: [v[0] - 0.3, v[1], v[2] + 0.3] for k, v in {("16", "none"): [2.0] * 3, ("16", "inv_sqrt_d"): [2.01] * 3}.items()})
+    noisy = _study(
+        {
+            k: [v[0] - 0.3, v[1], v[2] + 0.3]
+            for k, v in {("16", "none"): [2.0] * 3, ("16", "inv_sqrt_d"): [2.01] * 3}.items()
+        }
+    )
     a, b, c = (layout.analyse(s) for s in (lowered, raised, noisy))
     assert {f.direction for f in findings(a.families["val/loss"], "val/loss")} == {"lower"}
     assert {f.direction for f in findings(b.families["val/loss"], "val/loss")} == {"higher"}
@@ -125,9 +163,18 @@ def test_the_headline_turns_with_the_measurements():
     diffs = sorted(abs(x.diff) for x in a.families["val/loss"])
     assert f"{diffs[0]:.2g}" in a.headline and f"{diffs[-1]:.2g}" in b.headline
     # mixed: one pair each way -> two findings, one per direction
-    mixed = _study({("16", "none"): LOSSES[("16", "none")], ("16", "inv_sqrt_d"): LOSSES[("16", "inv_sqrt_d")],
-                    ("32", "none"): LOSSES[("32", "inv_sqrt_d")], ("32", "inv_sqrt_d"): LOSSES[("32", "none")]})
-    assert sorted(f.direction for f in findings(layout.analyse(mixed).families["val/loss"], "val/loss")) == ["higher", "lower"]
+    mixed = _study(
+        {
+            ("16", "none"): LOSSES[("16", "none")],
+            ("16", "inv_sqrt_d"): LOSSES[("16", "inv_sqrt_d")],
+            ("32", "none"): LOSSES[("32", "inv_sqrt_d")],
+            ("32", "inv_sqrt_d"): LOSSES[("32", "none")],
+        }
+    )
+    assert sorted(f.direction for f in findings(layout.analyse(mixed).families["val/loss"], "val/loss")) == [
+        "higher",
+        "lower",
+    ]
 
 
 def test_the_baseline_sentence_names_the_cells_that_do_not_beat_it():
@@ -152,8 +199,14 @@ def test_layout_of_a_synthetic_sweep(tmp_path, monkeypatch):
     assert "tokens/s" not in header and "peak MiB" not in header and header[:3] == ["d_k", "scaling", "seeds"]
     cell = next(r for r in rows if r["d_k"] == "16" and r["scaling"] == "none")
     mean, lo, hi = ci(cell["val loss"])
-    exp_lo, exp_hi = mean_interval(statistics.fmean(LOSSES[("16", "none")]), statistics.stdev(LOSSES[("16", "none")]), 3)
-    assert mean == pytest.approx(2.02, abs=1e-3) and lo == pytest.approx(exp_lo, abs=1e-3) and hi == pytest.approx(exp_hi, abs=1e-3)
+    exp_lo, exp_hi = mean_interval(
+        statistics.fmean(LOSSES[("16", "none")]), statistics.stdev(LOSSES[("16", "none")]), 3
+    )
+    assert (
+        mean == pytest.approx(2.02, abs=1e-3)
+        and lo == pytest.approx(exp_lo, abs=1e-3)
+        and hi == pytest.approx(exp_hi, abs=1e-3)
+    )
     baseline = [r for r in rows if r["seeds"] == "-"]
     assert len(baseline) == 1 and float(baseline[0]["val loss"]) == pytest.approx(2.5)
     # the machine's measurements: a section of their own
@@ -172,24 +225,34 @@ def test_layout_of_a_synthetic_sweep(tmp_path, monkeypatch):
     header_csv, *lines = (out / "ablation.csv").read_text().splitlines()
     cols = header_csv.split(",")
     first = dict(zip(cols, lines[0].split(",")))
-    assert [float(x) for x in first["val/loss_per_seed"].split(";")] == LOSSES[(first["model.d_k"], first["model.attention.scaling"])]
+    assert [float(x) for x in first["val/loss_per_seed"].split(";")] == LOSSES[
+        (first["model.d_k"], first["model.attention.scaling"])
+    ]
     assert first["seeds"] == "0;1;2" and "perf/tokens_per_s_mean" in cols  # kept in the CSV
     assert float(first["val/loss_ci95_lo"]) < float(first["val/loss_mean"]) < float(first["val/loss_ci95_hi"])
     assert "per_seed_note" not in summary and len(summary["per_seed"][0]["runs"]) == 3
     # index.html: the same tables, the same rows
     page = (out / "index.html").read_text()
-    assert page.count("<table>") == len(md_tables(md)) and page.count("<tr") == sum(1 + len(r) for _, r in md_tables(md))
+    assert page.count("<table>") == len(md_tables(md)) and page.count("<tr") == sum(
+        1 + len(r) for _, r in md_tables(md)
+    )
 
 
 def test_machine_columns_leave_the_main_table_and_a_model_cost_stays_when_it_varies():
     def cell(n_kv, kv_bytes):
-        m = {"val/loss": Metric(2.0, 0.1, 3), "perf/tokens_per_s": Metric(1e4, 2e3, 3), "mem/kv_cache_bytes_per_token": Metric(kv_bytes, 0.0, 3)}
+        m = {
+            "val/loss": Metric(2.0, 0.1, 3),
+            "perf/tokens_per_s": Metric(1e4, 2e3, 3),
+            "mem/kv_cache_bytes_per_token": Metric(kv_bytes, 0.0, 3),
+        }
         return TableCell({"model.n_kv_head": n_kv}, 3, metrics=m)
 
     keys = ["val/loss", "perf/tokens_per_s", "mem/kv_cache_bytes_per_token"]
     varying = Study("gqa", ["model.n_kv_head"], [cell("1", 1024.0), cell("4", 4096.0)], keys, 0)
     constant = Study("other", ["model.n_kv_head"], [cell("1", 1024.0), cell("4", 1024.0)], keys, 0)
-    assert varying.main_keys == ["val/loss", "mem/kv_cache_bytes_per_token"] and varying.machine_keys == ["perf/tokens_per_s"]
+    assert varying.main_keys == ["val/loss", "mem/kv_cache_bytes_per_token"] and varying.machine_keys == [
+        "perf/tokens_per_s"
+    ]
     assert constant.main_keys == ["val/loss"]
     assert len(layout.main_table(varying)[1]) == 2  # no attention-free row without a text corpus
 
@@ -204,7 +267,9 @@ def test_restat_relays_a_committed_report_from_its_files(tmp_path):
     before = json.loads((out / "summary.json").read_text())
     after = restat(out)
     assert [p["p"] for p in after["pairs"]] == pytest.approx([p["p"] for p in before["scaled_vs_unscaled"]])
-    assert [x for p in after["pairs"] for x in p["ci95"]] == pytest.approx([x for p in before["scaled_vs_unscaled"] for x in p["ci95"]])
+    assert [x for p in after["pairs"] for x in p["ci95"]] == pytest.approx(
+        [x for p in before["scaled_vs_unscaled"] for x in p["ci95"]]
+    )
     assert after["headline"] == before["headline"]
     # the same without per-seed values (a report written before they were kept): stand-ins give the same tests
     data = json.loads((out / "summary.json").read_text())
@@ -244,7 +309,10 @@ def test_max_logit_plot_draws_every_seed_with_the_legend_outside(tmp_path, monke
     assert len(axes) == 2  # a panel per d_k, scaling as colour
     assert sum(len(ax.get_lines()) for ax in axes) == 12  # 4 cells x 3 seeds
     for ax in axes:
-        colours = {tuple(line.get_color()) if not isinstance(line.get_color(), str) else line.get_color() for line in ax.get_lines()}
+        colours = {
+            tuple(line.get_color()) if not isinstance(line.get_color(), str) else line.get_color()
+            for line in ax.get_lines()
+        }
         assert len(colours) == 2  # one per scaling level
     fig.canvas.draw()
     legend = fig.legends[0].get_window_extent()

@@ -1,5 +1,6 @@
 """Tests of attnlab.repro: each measurement on a small case with a known answer, the verdict logic,
 the report rendering, and the fast mode end to end."""
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,35 @@ import torch
 
 from attnlab.analysis.heads import types_by_layer
 from attnlab.report import build_report
-from attnlab.repro import equivalence, jacobian, judge, masks, memory, numerics, report, runner, sources, studies, training
-from attnlab.repro.verdict import (AGREES, DEPENDS, DIFFERS, PARTLY, UNTESTED, VERDICTS, Claim, Finding, Table, compare, grade,
-                                   same_printed, sort_parts, within)
+from attnlab.repro import (
+    equivalence,
+    jacobian,
+    judge,
+    masks,
+    memory,
+    numerics,
+    report,
+    runner,
+    sources,
+    studies,
+    training,
+)
+from attnlab.repro.verdict import (
+    AGREES,
+    DEPENDS,
+    DIFFERS,
+    PARTLY,
+    UNTESTED,
+    VERDICTS,
+    Claim,
+    Finding,
+    Table,
+    compare,
+    grade,
+    same_printed,
+    sort_parts,
+    within,
+)
 
 FAST_IDS = sorted(set(range(1, 16)) - set(runner.TRAINING_IDS))
 KEYS = {"id", "claim", "source", "measured", "verdict", "reason", "checked", "finding", "detail"}
@@ -45,16 +72,26 @@ def test_same_printed_reads_numbers_at_the_source_precision():
 def test_grade_takes_each_of_its_five_values_from_the_parts():
     assert grade({"p1": True, "p2": True})[0] == AGREES and sort_parts({"p1": True, "p2": True})["held"] == ["p1", "p2"]
     assert grade({"p1": True, "p2": False, "p3": False})[0] == DIFFERS
-    assert sort_parts({"p1": True, "p2": False, "p3": False}) == {"held": ["p1"], "failed": ["p2", "p3"], "failed_details": [],
-                                                                  "untested_main": {}, "untested": {}}
-    assert grade({"p1": True}, {"d1": False, "d2": True})[0] == PARTLY and sort_parts({"p1": True}, {"d1": False})["failed_details"] == ["d1"]
+    assert sort_parts({"p1": True, "p2": False, "p3": False}) == {
+        "held": ["p1"],
+        "failed": ["p2", "p3"],
+        "failed_details": [],
+        "untested_main": {},
+        "untested": {},
+    }
+    assert grade({"p1": True}, {"d1": False, "d2": True})[0] == PARTLY and sort_parts({"p1": True}, {"d1": False})[
+        "failed_details"
+    ] == ["d1"]
     v, why = grade({"p1": True, "p2": "needs a GPU"}, {"d1": False})
     assert v == UNTESTED and "needs a GPU" in why  # what would test it travels with the verdict
     v, why = grade({"p1": False, "p2": "needs a GPU"})
-    assert v == DIFFERS and "needs a GPU" in why  # a failing part outweighs an untested one, and the open part stays named
+    assert (
+        v == DIFFERS and "needs a GPU" in why
+    )  # a failing part outweighs an untested one, and the open part stays named
     assert sort_parts({"p1": True}, {"d1": "a CUDA machine"})["untested"] == {"d1": "a CUDA machine"}
     assert grade({"p1": True}, {"d1": "a CUDA machine"})[0] == AGREES  # an untested detail does not change the verdict
     import numpy as np
+
     assert grade({"numpy bool": np.bool_(True)})[0] == AGREES and grade({"numpy bool": np.bool_(False)})[0] == DIFFERS
 
 
@@ -74,7 +111,9 @@ def test_claim_json_carries_the_summary_sentence_and_its_choices():
     j = c.to_json()
     assert (j["reason"], j["checked"]) == ("found.", "graded")  # readers and the W&B table quote the sentence
     assert j["finding"] == {"choices": {"flag": True}, "numbers": {"n": 0.123457}}
-    assert Claim(2, "x", 1, 1, AGREES, "graded", "d").to_json()["reason"] == "graded"  # no sentence: the graded reason stands in
+    assert (
+        Claim(2, "x", 1, 1, AGREES, "graded", "d").to_json()["reason"] == "graded"
+    )  # no sentence: the graded reason stands in
 
 
 # ---------------------------------------------------------------- numerics (claims 1-3, 9, 10)
@@ -106,7 +145,9 @@ def test_unscaled_as_written_reproduces_the_scalar_entropy_bug():
     for r in numerics.unscaled_as_written(dims=(16, 64), n=50, seed=0):
         b = r["max_p_scaled"]
         assert r["entropy"] == pytest.approx(-b * math.log(b), rel=1e-4)  # -b log b, not an entropy
-        assert r["uniform"] == pytest.approx(math.log(r["d"])) and r["entries"] == 50  # log d, though the softmax has 50 entries
+        assert (
+            r["uniform"] == pytest.approx(math.log(r["d"])) and r["entries"] == 50
+        )  # log d, though the softmax has 50 entries
 
 
 def test_unscaled_corrected_is_a_real_entropy():
@@ -162,7 +203,9 @@ def test_copy_attention_has_tied_twin_columns():
 def _classify(row, visible, masked=None, unmasked=None, tol=1e-5):
     n = len(row)
     masked = torch.tensor(masked if masked is not None else [1.0 / n] * n, dtype=torch.float64)
-    unmasked = torch.tensor(unmasked if unmasked is not None else [0.7] + [0.3 / (n - 1)] * (n - 1), dtype=torch.float64)
+    unmasked = torch.tensor(
+        unmasked if unmasked is not None else [0.7] + [0.3 / (n - 1)] * (n - 1), dtype=torch.float64
+    )
     return masks.row_outcome(torch.tensor(row), torch.tensor(visible), masked, unmasked, tol)
 
 
@@ -189,7 +232,9 @@ def test_mask_grid_measures_the_known_torch_behaviour():
     assert float(masks.cast_mask(torch.tensor([False]), torch.float16)[0]) == float("-inf")
     assert masks.lookup(grid, path="explicit softmax", dtype="fp16", fill=masks.CAST, row="partial") == "ok"
     assert masks.lookup(grid, path="explicit softmax", dtype="fp16", fill=masks.CAST, row="full") == "NaN"
-    assert masks.lookup(grid, path="explicit softmax", dtype="bf16", fill=masks.CAST, row="full") == "uniform"  # bf16 holds -1e9
+    assert (
+        masks.lookup(grid, path="explicit softmax", dtype="bf16", fill=masks.CAST, row="full") == "uniform"
+    )  # bf16 holds -1e9
 
 
 # ---------------------------------------------------------------- memory (claims 6, 14, 15)
@@ -211,7 +256,9 @@ def test_naive_attention_peak_holds_the_t_by_t_matrix():
     t, h = 256, 2
     peak = memory.cpu_peak_bytes(memory.attention_step("naive", t, d=8, heads=h))
     assert peak >= memory.attention_matrix_bytes(1, h, t, 4)
-    assert memory.cpu_peak_bytes(memory.attention_step("flash", t, d=8, heads=h)) < memory.attention_matrix_bytes(1, h, t, 4)
+    assert memory.cpu_peak_bytes(memory.attention_step("flash", t, d=8, heads=h)) < memory.attention_matrix_bytes(
+        1, h, t, 4
+    )
 
 
 def test_memory_arithmetic():
@@ -238,8 +285,12 @@ def test_jacobian_shrinks_with_logit_std():
 
 # ---------------------------------------------------------------- training helpers (claims 8, 12, 13)
 def test_head_types_by_layer_per_seed():
-    heads = [{"layer": 0, "head": 0, "type": "content"}, {"layer": 0, "head": 1, "type": "previous_token"},
-             {"layer": 1, "head": 0, "type": "induction"}, {"layer": 1, "head": 1, "type": "induction"}]
+    heads = [
+        {"layer": 0, "head": 0, "type": "content"},
+        {"layer": 0, "head": 1, "type": "previous_token"},
+        {"layer": 1, "head": 0, "type": "induction"},
+        {"layer": 1, "head": 1, "type": "induction"},
+    ]
     assert types_by_layer([heads], 2) == [{"content": [1], "previous_token": [1]}, {"induction": [2]}]
     assert types_by_layer([heads, heads[:2]], 2)[1] == {"induction": [2, 0]}
     assert judge.seeds_with({"induction": [1, 2, 0]}, ("induction",)) == [True, True, False]
@@ -257,7 +308,9 @@ def test_uniform_sink_mass_and_gain_share():
 
 @pytest.mark.slow
 def test_train_run_keeps_both_models_and_probes_them(tmp_path):
-    run = training.train_run("t", ["model.n_layer=1", "model.d_model=32", "model.n_head=2", "data.batch_size=2"], 3, tmp_path)
+    run = training.train_run(
+        "t", ["model.n_layer=1", "model.d_model=32", "model.n_head=2", "data.batch_size=2"], 3, tmp_path
+    )
     assert run.metrics["step"] == 3
     assert any(not torch.equal(a, b) for a, b in zip(run.init.state_dict().values(), run.final.state_dict().values()))
     s = training.init_and_final_stats(run, training.probe_batches(n=1))
@@ -266,7 +319,15 @@ def test_train_run_keeps_both_models_and_probes_them(tmp_path):
 
 # ---------------------------------------------------------------- reports
 def _result(i, v):
-    return {"id": i, "claim": f"claim {i}", "source": 1, "measured": 2, "verdict": v, "reason": f"reason {i}.", "detail": f"detail {i}."}
+    return {
+        "id": i,
+        "claim": f"claim {i}",
+        "source": 1,
+        "measured": 2,
+        "verdict": v,
+        "reason": f"reason {i}.",
+        "detail": f"detail {i}.",
+    }
 
 
 def test_readme_section_groups_claims_by_verdict_with_their_reasons():
@@ -275,7 +336,9 @@ def test_readme_section_groups_claims_by_verdict_with_their_reasons():
     right, rest = md.split("**Wrong (differs):**")
     assert "reason 1." in right and "reason 2." in rest and "reason 2." not in right and "detail" not in md
     assert "**Not testable at this budget or on this machine (untested):**" in rest and "partly" not in md
-    assert sources.where(1) in right and sources.where(2) in rest  # each claim with the article and section it comes from
+    assert (
+        sources.where(1) in right and sources.where(2) in rest
+    )  # each claim with the article and section it comes from
     assert all(a.title in md and a.english in md for a in sources.ARTICLES.values()) and "DESIGN" not in md
 
 
@@ -309,8 +372,12 @@ def test_fast_pipeline_in_process_writes_every_fast_id(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_cli_fast_mode_end_to_end(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "attnlab.repro", "--mode", "fast", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnlab.repro", "--mode", "fast", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads(Path(tmp_path, "repro.json").read_text())
     assert [r["id"] for r in results] == FAST_IDS
@@ -320,8 +387,14 @@ def test_cli_fast_mode_end_to_end(tmp_path):
 
 # ---------------------------------------------------------------- training claims: verdict, reason and text follow the measurements
 def _cell8(init, d_k, unscaled, scaled, p_holm=0.001):
-    return {"init_std": init, "d_k": d_k, "p": p_holm / 4, "p_holm": p_holm,
-            "unscaled": {"mean": unscaled, "std": 0.01, "n": 3}, "scaled": {"mean": scaled, "std": 0.01, "n": 3}}
+    return {
+        "init_std": init,
+        "d_k": d_k,
+        "p": p_holm / 4,
+        "p_holm": p_holm,
+        "unscaled": {"mean": unscaled, "std": 0.01, "n": 3},
+        "scaled": {"mean": scaled, "std": 0.01, "n": 3},
+    }
 
 
 def _m8(fail: str, mechanism: bool = True) -> dict:
@@ -335,9 +408,21 @@ def _m8(fail: str, mechanism: bool = True) -> dict:
             cells.append(_cell8(init, d_k, 2.4 if bad else 1.82, scaled))
     own = (2.6, 2.55) if fail == "uninformative" else (2.0, 1.9)
     return {
-        "jacobian": {"n": 64, "at_1": 0.6, "peak": 0.7, "peak_std": 2.0, "at_11": 0.01 if mechanism else 0.35, "at_max": 0.005, "max_std": 32.0},
+        "jacobian": {
+            "n": 64,
+            "at_1": 0.6,
+            "peak": 0.7,
+            "peak_std": 2.0,
+            "at_11": 0.01 if mechanism else 0.35,
+            "at_max": 0.005,
+            "max_std": 32.0,
+        },
         "level": {"bigram": 2.5, "unigram": 3.3, "chance": math.log(84), "vocab": 84, "windows": [2.49, 2.52]},
-        "runs": {"steps": 150, "probe_level": 2.5, "pairs": {"naive-dk16 vs scaled-dk16": {"unscaled": own[0], "scaled": own[1]}}},
+        "runs": {
+            "steps": 150,
+            "probe_level": 2.5,
+            "pairs": {"naive-dk16 vs scaled-dk16": {"unscaled": own[0], "scaled": own[1]}},
+        },
         "study": {"source": "reports/dk_scaling", "seeds": "3", "seed_ids": None, "cells": cells},
         "init_002": {"logit_std": 4.0 if mechanism else 0.3, "max_prob": 0.95 if mechanism else 0.1},
         "fanin": {"logit_std": 11.3, "max_prob": 0.9, "grad_ratio": 0.1 if mechanism else 2.3},
@@ -359,13 +444,18 @@ def test_claim_8_verdict_reason_and_text_turn_with_the_measurements():
     assert (f["some"]["fails_at"], f["some"]["trains_at"]) == (["fan_in/128"], cells[:3])
     assert f["uninformative"]["fails_at"] == f["uninformative"]["trains_at"] == []
     some = judge.finding_8(_m8("some"))
-    assert some.numbers["shares"]["fan_in/128"] == pytest.approx(0.1 / 0.7) and "14%" in some.text  # the share it quotes
+    assert (
+        some.numbers["shares"]["fan_in/128"] == pytest.approx(0.1 / 0.7) and "14%" in some.text
+    )  # the share it quotes
     assert f["all"]["mechanism"] and not judge.finding_8(_m8("all", mechanism=False)).choices["mechanism"]
     assert "dk_scaling" in r_unk  # an untested verdict says what would test it
     assert "bigram 2.500 nats (unigram 3.300, chance ln 84 = 4.431); on the val window sets 2.490-2.520" in t_all
     assert "every scaled run is clearly below the attention-free level." in t_all
     assert "1 of 1 scaled runs are not 0.1 below the attention-free level" in t_unk and "clearly below" not in t_unk
-    assert "init_std=fan_in, d_k 128: unscaled 2.400 vs scaled 1.800, 14% of the scaled gain (p 0.00025, Holm 0.001)" in t_some
+    assert (
+        "init_std=fan_in, d_k 128: unscaled 2.400 vs scaled 1.800, 14% of the scaled gain (p 0.00025, Holm 0.001)"
+        in t_some
+    )
     assert "has all but vanished" in t_all and "still 50% of its peak" in judge.judge_8(_m8("all", mechanism=False))[2]
     assert "already near one-hot at init" in t_all and "smaller, as a vanishing gradient would make it" in t_all
     within_noise = _m8("some")
@@ -377,11 +467,29 @@ def test_claim_8_verdict_reason_and_text_turn_with_the_measurements():
 
 
 def _m10(component: bool, weight: bool, training: bool = True) -> dict:
-    m = {"math_ok": True, "component_ok": component, "weight_ok": weight, "weight_off": [1.0, 1.1] if weight else [126.0, 128.0],
-         "d_model": 64 if weight else 128, "init_std": 0.02, "after_min": 1.003, "after_max": 1.01}
-    m["training"] = None if not training else {
-        "sigma_init_logit_std": 1.02 if component else 3.0, "scaled_init_logit_std": 0.052, "sigma_final_loss": 1.9 if component else 2.2,
-        "scaled_final_loss": 2.0, "sigma_final_logit_std": 1.1 if component else 6.0, "steps": 150, "seeds": 1}
+    m = {
+        "math_ok": True,
+        "component_ok": component,
+        "weight_ok": weight,
+        "weight_off": [1.0, 1.1] if weight else [126.0, 128.0],
+        "d_model": 64 if weight else 128,
+        "init_std": 0.02,
+        "after_min": 1.003,
+        "after_max": 1.01,
+    }
+    m["training"] = (
+        None
+        if not training
+        else {
+            "sigma_init_logit_std": 1.02 if component else 3.0,
+            "scaled_init_logit_std": 0.052,
+            "sigma_final_loss": 1.9 if component else 2.2,
+            "scaled_final_loss": 2.0,
+            "sigma_final_logit_std": 1.1 if component else 6.0,
+            "steps": 150,
+            "seeds": 1,
+        }
+    )
     return m
 
 
@@ -398,12 +506,17 @@ def test_claim_10_judged_on_both_readings_of_sigma():
     assert "holds with sigma = std of the q/k components and does not hold with sigma = the weights' init std" in t_dep
     assert "(the measured logit std is 126-128x that reading's prediction)" in t_dep and "1-1x" in t_both
     assert "d_model 64" in t_both and "d_model = 128" not in t_both
-    assert judge.judge_10(_m10(False, True))[0] == DEPENDS and "variance of the q/k components." in judge.judge_10(_m10(False, True))[1]
+    assert (
+        judge.judge_10(_m10(False, True))[0] == DEPENDS
+        and "variance of the q/k components." in judge.judge_10(_m10(False, True))[1]
+    )
     assert "sigma rule does give unit logit std" in t_dep and "sigma rule does not give unit logit std" in t_none
     assert "150 steps, 1 seed: an illustration" in t_dep
     assert "lower than 1/sqrt(d)'s 2.000" in t_dep and "higher than 1/sqrt(d)'s 2.000" in t_none
     assert "stays near 1 in training" in t_dep and "holds only at init" in t_none
-    assert "150 steps" not in judge.judge_10(_m10(True, False, training=False))[2]  # no training run: no training numbers
+    assert (
+        "150 steps" not in judge.judge_10(_m10(True, False, training=False))[2]
+    )  # no training run: no training numbers
     bad_math = {**_m10(True, True), "math_ok": False}
     assert judge.judge_10(bad_math)[0] == DIFFERS and not any(judge.finding_10(bad_math).choices.values())
 
@@ -414,17 +527,47 @@ def _stat(mean, std=0.01):
 
 def _m12(found: bool, studies: bool = True) -> dict:
     """found: every head type where the article puts it; else no model forms any of them (all content heads)."""
-    text_types = [{"previous_token": [2], "sink": [2]}, {"induction": [1], "sink": [3]}] if found else [{"content": [4]}, {"content": [4]}]
-    m = {"text": {"n_layer": 2, "steps": 800, "val_loss": 1.9, "seed": 1337, "types": text_types}, "induction": None, "sinks": None}
+    text_types = (
+        [{"previous_token": [2], "sink": [2]}, {"induction": [1], "sink": [3]}]
+        if found
+        else [{"content": [4]}, {"content": [4]}]
+    )
+    m = {
+        "text": {"n_layer": 2, "steps": 800, "val_loss": 1.9, "seed": 1337, "types": text_types},
+        "induction": None,
+        "sinks": None,
+    }
     if studies:
-        m["induction"] = {"source": "reports/induction_heads", "seeds": 3, "two_layer": {
-            "types": [{"previous_token": [1, 1, 1]}, {"induction": [1, 1, 1]}] if found else [{"content": [1, 1, 1]}, {"content": [1, 1, 1]}],
-            "previous_token_L0": _stat(0.6), "induction_L1": _stat(0.75 if found else 0.3), "control": _stat(0.02),
-            "knockout_L1": _stat(0.9 if found else 0.2), "repeat_acc": _stat(0.95)},
-            "one_layer": {"induction_L0": _stat(0.03), "repeat_acc": _stat(0.08)}}
-        m["sinks"] = {"source": "reports/sinks", "uniform": 0.035, "cells": {"bos=true, sink=none": {
-            "seeds": 1, "types": [{"sink": [4]}, {"sink": [1], "content": [3]}] if found else [{"content": [4]}, {"content": [4]}],
-            "sink_max": [0.6, 0.4] if found else [0.05, 0.02], "sink_mass": [0.3, 0.2], "escape_mass": [None, None]}}}
+        m["induction"] = {
+            "source": "reports/induction_heads",
+            "seeds": 3,
+            "two_layer": {
+                "types": [{"previous_token": [1, 1, 1]}, {"induction": [1, 1, 1]}]
+                if found
+                else [{"content": [1, 1, 1]}, {"content": [1, 1, 1]}],
+                "previous_token_L0": _stat(0.6),
+                "induction_L1": _stat(0.75 if found else 0.3),
+                "control": _stat(0.02),
+                "knockout_L1": _stat(0.9 if found else 0.2),
+                "repeat_acc": _stat(0.95),
+            },
+            "one_layer": {"induction_L0": _stat(0.03), "repeat_acc": _stat(0.08)},
+        }
+        m["sinks"] = {
+            "source": "reports/sinks",
+            "uniform": 0.035,
+            "cells": {
+                "bos=true, sink=none": {
+                    "seeds": 1,
+                    "types": [{"sink": [4]}, {"sink": [1], "content": [3]}]
+                    if found
+                    else [{"content": [4]}, {"content": [4]}],
+                    "sink_max": [0.6, 0.4] if found else [0.05, 0.02],
+                    "sink_mass": [0.3, 0.2],
+                    "escape_mass": [None, None],
+                }
+            },
+        }
     return m
 
 
@@ -434,11 +577,18 @@ def test_claim_12_verdict_reason_and_text_turn_with_the_measurements():
     assert (v_yes, v_no) == (AGREES, UNTESTED)  # nothing formed: untested, never "differs"
     yes, no = judge.finding_12(_m12(True)), judge.finding_12(_m12(False))
     assert yes.choices == {"positional": "formed", "induction": "formed", "sink": "formed", "syntactic": "untested"}
-    assert no.choices == {"positional": "untested", "induction": "untested", "sink": "untested", "syntactic": "untested"}
+    assert no.choices == {
+        "positional": "untested",
+        "induction": "untested",
+        "sink": "untested",
+        "syntactic": "untested",
+    }
     assert (yes.numbers["circuit_seeds"], yes.numbers["seeds"]) == (3, 3) and no.numbers["circuit_seeds"] == 0
     assert "3 of 3 seeds" in yes.text  # the circuit count it quotes
-    assert ("the canonical circuit, a positional head in layer 0 and an induction head in layer 1, forms in 3 of 3 seeds (95 % Wilson "
-            "interval 0.44-1.00), and the knockout confirms layer 1's role (at least 0.5)") in t_yes
+    assert (
+        "the canonical circuit, a positional head in layer 0 and an induction head in layer 1, forms in 3 of 3 seeds (95 % Wilson "
+        "interval 0.44-1.00), and the knockout confirms layer 1's role (at least 0.5)"
+    ) in t_yes
     assert "an induction head in layer 1 in 0 of 3 seeds (95 % Wilson interval 0.00-0.56)" in t_no
     assert "the knockout is below the 0.5" in t_no
     assert "L0 previous_token 2, sink 2; L1 sink 3, induction 1" in t_yes
@@ -459,8 +609,16 @@ def test_claim_12_the_induction_study_alone_shows_the_circuit():
     m["induction"] = _m12(True)["induction"]
     v, reason, text = judge.judge_12(m)
     assert v == UNTESTED
-    assert judge.finding_12(m).choices == {"positional": "formed", "induction": "formed", "sink": "untested", "syntactic": "untested"}
-    m["induction"]["two_layer"]["types"][1] = {"induction": [1, 1, 0], "content": [0, 0, 1]}  # formed in most seeds, not all
+    assert judge.finding_12(m).choices == {
+        "positional": "formed",
+        "induction": "formed",
+        "sink": "untested",
+        "syntactic": "untested",
+    }
+    m["induction"]["two_layer"]["types"][1] = {
+        "induction": [1, 1, 0],
+        "content": [0, 0, 1],
+    }  # formed in most seeds, not all
     m["induction"]["two_layer"]["types"][0] = {"previous_token": [1, 1, 1], "sink": [0, 1, 0]}
     v, reason, text = judge.judge_12(m)
     assert "forms in 2 of 3 seeds (95 % Wilson interval 0.21-0.94), and the knockout confirms" in text
@@ -474,54 +632,128 @@ def _study_run(root: Path, study: str, name: str, overrides: list[str], metrics:
     run = root / name
     run.mkdir(parents=True)
     heads = [{"layer": layer, "head": 0, "type": kind, "scores": {}} for layer, kind in enumerate(types)]
-    (run / "results.json").write_text(json.dumps({"status": "ok", "overrides": overrides, "metrics": {"val/loss": 1.0, **metrics},
-                                                  "config": {"study": study, "model": {"n_layer": len(types)}}, "heads": heads}))
+    (run / "results.json").write_text(
+        json.dumps(
+            {
+                "status": "ok",
+                "overrides": overrides,
+                "metrics": {"val/loss": 1.0, **metrics},
+                "config": {"study": study, "model": {"n_layer": len(types)}},
+                "heads": heads,
+            }
+        )
+    )
 
 
 def test_claims_12_13_read_the_studies_as_make_table_writes_them(tmp_path):
     sweep, reports = tmp_path / "ind", tmp_path / "reports"
     for seed, (ind, knock) in enumerate([(0.7, 0.9), (0.8, 0.95)]):
-        _study_run(sweep, "induction_heads", f"two-{seed}", ["model.n_layer=2", "model.attention.scaling=inv_sqrt_d", f"seed={seed}"],
-                   {"heads/L0/previous_token_max": 0.6, "heads/L1/induction_max": ind, "heads/induction_control_max": 0.02,
-                    "heads/L0/induction_knockout_all_heads": 0.0, "heads/L1/induction_knockout_all_heads": knock,
-                    "heads/repeat_acc": 0.9}, ["previous_token", "induction"])
-        _study_run(sweep, "induction_heads", f"one-{seed}", ["model.n_layer=1", "model.attention.scaling=inv_sqrt_d", f"seed={seed}"],
-                   {"heads/L0/induction_max": 0.03, "heads/repeat_acc": 0.1}, ["content"])
+        _study_run(
+            sweep,
+            "induction_heads",
+            f"two-{seed}",
+            ["model.n_layer=2", "model.attention.scaling=inv_sqrt_d", f"seed={seed}"],
+            {
+                "heads/L0/previous_token_max": 0.6,
+                "heads/L1/induction_max": ind,
+                "heads/induction_control_max": 0.02,
+                "heads/L0/induction_knockout_all_heads": 0.0,
+                "heads/L1/induction_knockout_all_heads": knock,
+                "heads/repeat_acc": 0.9,
+            },
+            ["previous_token", "induction"],
+        )
+        _study_run(
+            sweep,
+            "induction_heads",
+            f"one-{seed}",
+            ["model.n_layer=1", "model.attention.scaling=inv_sqrt_d", f"seed={seed}"],
+            {"heads/L0/induction_max": 0.03, "heads/repeat_acc": 0.1},
+            ["content"],
+        )
     build_report(sweep, reports=reports)
     ind = studies.induction_measurements(reports)
     assert ind["seeds"] == 2 and ind["two_layer"]["types"] == [{"previous_token": [1, 1]}, {"induction": [1, 1]}]
-    assert ind["two_layer"]["induction_L1"]["mean"] == pytest.approx(0.75) and ind["two_layer"]["induction_L1"]["std"] == pytest.approx(0.0707, abs=1e-4)
+    assert ind["two_layer"]["induction_L1"]["mean"] == pytest.approx(0.75) and ind["two_layer"]["induction_L1"][
+        "std"
+    ] == pytest.approx(0.0707, abs=1e-4)
     assert ind["one_layer"]["induction_L0"]["mean"] == pytest.approx(0.03)
     for bos in ("False", "True"):
         for sink in ("none", "zero_logit"):
             escape = {f"attn/L{i}/escape_mass": 0.05 for i in range(2)} if sink != "none" else {}
-            _study_run(tmp_path / "sinks", "sinks", f"{bos}-{sink}", [f"data.bos={bos}", f"model.attention.sink={sink}"],
-                       {"heads/L0/sink_max": 0.04, "heads/L1/sink_max": 0.02, "attn/L0/sink_mass": 0.03, "attn/L1/sink_mass": 0.01, **escape},
-                       ["positional", "content"])
+            _study_run(
+                tmp_path / "sinks",
+                "sinks",
+                f"{bos}-{sink}",
+                [f"data.bos={bos}", f"model.attention.sink={sink}"],
+                {
+                    "heads/L0/sink_max": 0.04,
+                    "heads/L1/sink_max": 0.02,
+                    "attn/L0/sink_mass": 0.03,
+                    "attn/L1/sink_mass": 0.01,
+                    **escape,
+                },
+                ["positional", "content"],
+            )
     build_report(tmp_path / "sinks", reports=reports)
     sinks = studies.sinks_measurements(reports, uniform=0.035)
     base = sinks["cells"]["bos=true, sink=none"]
-    assert base["sink_max"] == [0.04, 0.02] and base["escape_mass"] == [None, None] and base["types"] == [{"positional": [1]}, {"content": [1]}]
+    assert (
+        base["sink_max"] == [0.04, 0.02]
+        and base["escape_mass"] == [None, None]
+        and base["types"] == [{"positional": [1]}, {"content": [1]}]
+    )
     assert sinks["cells"]["bos=true, sink=zero_logit"]["escape_mass"] == [0.05, 0.05]
-    res = {"heads": {"heads": [{"layer": i, "head": 0, "type": "content", "scores": {}} for i in range(2)], "summary": {"final": {"loss": 2.0}},
-                     "block_size": 8, "sink_init": [torch.full((1,), 0.1)] * 2, "sink_final": [torch.full((1,), 0.05)] * 2},
-           "settings": {"heads_steps": 5, "seed": 0}}
+    res = {
+        "heads": {
+            "heads": [{"layer": i, "head": 0, "type": "content", "scores": {}} for i in range(2)],
+            "summary": {"final": {"loss": 2.0}},
+            "block_size": 8,
+            "sink_init": [torch.full((1,), 0.1)] * 2,
+            "sink_final": [torch.full((1,), 0.05)] * 2,
+        },
+        "settings": {"heads_steps": 5, "seed": 0},
+    }
     c12 = training.claim_12(res, reports)
     assert c12.verdict == UNTESTED
-    assert c12.finding.choices == {"positional": "formed", "induction": "formed", "sink": "untested", "syntactic": "untested"}
+    assert c12.finding.choices == {
+        "positional": "formed",
+        "induction": "formed",
+        "sink": "untested",
+        "syntactic": "untested",
+    }
     c13 = training.claim_13(res, reports)
     assert c13.verdict == UNTESTED and "no sink forms on BOS" in c13.detail and len(c13.tables) == 2
 
 
 def _m13(sink: bool, escape_removes: bool = True) -> dict:
     final = [0.35, 0.2] if sink else [0.05, 0.04]
-    cell = lambda peak, esc: {"seeds": 1, "types": [], "sink_max": [peak, 0.1], "sink_mass": [0.2, 0.05], "escape_mass": esc}  # noqa: E731
-    return {"text": {"init": [0.16, 0.16], "final": final, "top": 0.62 if sink else 0.12, "n_sink_heads": 3 if sink else 0,
-                     "uniform": 0.159, "steps": 800},
-            "sinks": {"source": "reports/sinks", "uniform": 0.035, "cells": {
+    cell = lambda peak, esc: {
+        "seeds": 1,
+        "types": [],
+        "sink_max": [peak, 0.1],
+        "sink_mass": [0.2, 0.05],
+        "escape_mass": esc,
+    }  # noqa: E731
+    return {
+        "text": {
+            "init": [0.16, 0.16],
+            "final": final,
+            "top": 0.62 if sink else 0.12,
+            "n_sink_heads": 3 if sink else 0,
+            "uniform": 0.159,
+            "steps": 800,
+        },
+        "sinks": {
+            "source": "reports/sinks",
+            "uniform": 0.035,
+            "cells": {
                 "bos=true, sink=none": cell(0.7 if sink else 0.05, [None, None]),
                 "bos=true, sink=zero_logit": cell(0.1 if escape_removes else 0.6, [0.5, 0.2]),
-                "bos=true, sink=learned": cell(0.1 if escape_removes else 0.6, [0.4, 0.2])}}}
+                "bos=true, sink=learned": cell(0.1 if escape_removes else 0.6, [0.4, 0.2]),
+            },
+        },
+    }
 
 
 def test_claim_13_verdict_reason_and_text_turn_with_the_measurements():
@@ -531,18 +763,30 @@ def test_claim_13_verdict_reason_and_text_turn_with_the_measurements():
     yes, no = judge.finding_13(_m13(True)), judge.finding_13(_m13(False))
     assert (yes.choices["forms"], yes.choices["cause"]) == (True, True)
     assert yes.choices["removed_by"] == ["the zero_logit slot", "the learned slot"] and yes.choices["kept_by"] == []
-    assert (no.choices["forms"], no.choices["cause"]) == (False, "untested") and no.numbers["text_peak"] == pytest.approx(0.12)
+    assert (no.choices["forms"], no.choices["cause"]) == (False, "untested") and no.numbers[
+        "text_peak"
+    ] == pytest.approx(0.12)
     assert "A sink forms in the character model: 3 head(s)" in t_yes and "No sink" not in t_yes
     assert "No sink in the character model" in t_no and "A sink forms" not in t_no
-    assert "above uniform attention's 0.159 in every layer" in t_yes and "below uniform attention's 0.159 in every layer" in t_no
+    assert (
+        "above uniform attention's 0.159 in every layer" in t_yes
+        and "below uniform attention's 0.159 in every layer" in t_no
+    )
     assert "a sink forms on BOS." in t_yes and "The escape slot removes the sink" in t_yes
-    assert "no sink forms on BOS." in t_no and "the cause cannot be tested here: there is no sink for the slot to remove" in t_no
+    assert (
+        "no sink forms on BOS." in t_no
+        and "the cause cannot be tested here: there is no sink for the slot to remove" in t_no
+    )
     assert "With the zero_logit slot: largest first-token weight 0.100, escape mass per layer 0.500, 0.200." in t_yes
     assert "few million" not in t_no
     v, reason, text = judge.judge_13(_m13(True, escape_removes=False))
     assert v == DIFFERS and "The sink stays with an escape slot" in text
     kept = judge.finding_13(_m13(True, escape_removes=False)).choices
-    assert kept["cause"] is False and kept["removed_by"] == [] and kept["kept_by"] == ["the zero_logit slot", "the learned slot"]
+    assert (
+        kept["cause"] is False
+        and kept["removed_by"] == []
+        and kept["kept_by"] == ["the zero_logit slot", "the learned slot"]
+    )
     mixed = _m13(True)
     mixed["text"]["final"] = [0.35, 0.05]
     assert "in layer(s) 0, below it in the others" in judge.judge_13(mixed)[2]
@@ -553,19 +797,33 @@ def test_claim_13_verdict_reason_and_text_turn_with_the_measurements():
 
 
 def test_claim_13_reads_the_runs_through_its_judge(tmp_path):
-    heads = {"block_size": 64, "sink_init": [torch.full((4,), 0.16)], "sink_final": [torch.tensor([0.1, 0.7, 0.05, 0.2])]}
+    heads = {
+        "block_size": 64,
+        "sink_init": [torch.full((4,), 0.16)],
+        "sink_final": [torch.tensor([0.1, 0.7, 0.05, 0.2])],
+    }
     res = {"heads": heads, "settings": {"heads_steps": 10}}
     c = training.claim_13(res, tmp_path)  # no study reports there: the cause is untested
     assert c.verdict == UNTESTED and "largest 0.700" in c.detail
-    assert c.finding.choices["forms"] and c.finding.choices["cause"] == "untested" and c.finding.numbers["text_peak"] == pytest.approx(0.7)
+    assert (
+        c.finding.choices["forms"]
+        and c.finding.choices["cause"] == "untested"
+        and c.finding.numbers["text_peak"] == pytest.approx(0.7)
+    )
     heads["sink_final"] = [torch.tensor([0.1, 0.2, 0.05, 0.2])]
     c = training.claim_13(res, tmp_path)
     assert c.verdict == UNTESTED and "largest head 0.200" in c.detail and not c.finding.choices["forms"]
 
 
 def _summary(label: str, loss_init: float, loss_final: float, logit_std: float = 0.3, grad: float = 1.0) -> dict:
-    side = lambda loss, ls: {"loss": loss, "grad": {"qk_mean": grad}, "max_prob": 0.2, "entropy_norm": 0.8,  # noqa: E731
-                             "logit_std": ls, "sink_mass": [0.1]}
+    side = lambda loss, ls: {
+        "loss": loss,
+        "grad": {"qk_mean": grad},
+        "max_prob": 0.2,
+        "entropy_norm": 0.8,  # noqa: E731
+        "logit_std": ls,
+        "sink_mass": [0.1],
+    }
     return {"label": label, "init": side(loss_init, logit_std), "final": side(loss_final, 1.2)}
 
 
@@ -594,11 +852,17 @@ def test_claims_8_10_12_read_the_runs_through_their_judges(tmp_path):
     c10 = training.claim_10_full(res, samples=2000)
     assert "the sigma rule does not give unit logit std at init (0.30 vs 0.300" in c10.detail
     assert "0.226" in c10.tables[-1].note and "19.5" in c10.tables[-1].note  # sigma = 0.02 sqrt(128) and 1/sigma^2
-    analysed = [{"layer": layer, "head": h, "type": kind, "scores": {"previous_token": 0.9, "sink": 0.5}}
-                for layer, kinds in enumerate((("previous_token", "sink"), ("induction", "sink"))) for h, kind in enumerate(kinds)]
+    analysed = [
+        {"layer": layer, "head": h, "type": kind, "scores": {"previous_token": 0.9, "sink": 0.5}}
+        for layer, kinds in enumerate((("previous_token", "sink"), ("induction", "sink")))
+        for h, kind in enumerate(kinds)
+    ]
     res["heads"] = {"heads": analysed, "summary": {"final": {"loss": 1.5}}, "block_size": 8}
     c12 = training.claim_12(res, tmp_path)  # no study reports: judged on the text model alone
-    assert c12.verdict == AGREES and c12.measured["text"]["types"] == [{"previous_token": [1], "sink": [1]}, {"induction": [1], "sink": [1]}]
+    assert c12.verdict == AGREES and c12.measured["text"]["types"] == [
+        {"previous_token": [1], "sink": [1]},
+        {"induction": [1], "sink": [1]},
+    ]
     assert c12.tables[0].rows[0][:3] == [0, 0, "previous_token"]
     analysed[2]["type"] = "content"
     c12 = training.claim_12(res, tmp_path)
@@ -608,24 +872,60 @@ def test_claims_8_10_12_read_the_runs_through_their_judges(tmp_path):
 def test_claim_8_reads_the_dk_scaling_study_as_make_table_writes_it(tmp_path):
     """A dk_scaling report from synthetic runs: fan_in d_k 128 unscaled stays near the attention-free level, the rest learn."""
     sweep, reports = tmp_path / "dk", tmp_path / "reports"
-    losses = {("0.02", "none"): 1.82, ("0.02", "inv_sqrt_d"): 1.85, ("fan_in", "none"): 2.9, ("fan_in", "inv_sqrt_d"): 1.76}
+    losses = {
+        ("0.02", "none"): 1.82,
+        ("0.02", "inv_sqrt_d"): 1.85,
+        ("fan_in", "none"): 2.9,
+        ("fan_in", "inv_sqrt_d"): 1.76,
+    }
     for (init, scaling), loss in losses.items():
         for d_k in (64, 128):
             for seed in range(3):
-                _study_run(sweep, "dk_scaling", f"{init}-{scaling}-{d_k}-{seed}",
-                           [f"model.d_k={d_k}", f"model.attention.scaling={scaling}", f"model.init_std={init}", f"seed={seed}"],
-                           {"val/loss": loss + 0.01 * seed}, ["content"])
+                _study_run(
+                    sweep,
+                    "dk_scaling",
+                    f"{init}-{scaling}-{d_k}-{seed}",
+                    [
+                        f"model.d_k={d_k}",
+                        f"model.attention.scaling={scaling}",
+                        f"model.init_std={init}",
+                        f"seed={seed}",
+                    ],
+                    {"val/loss": loss + 0.01 * seed},
+                    ["content"],
+                )
     build_report(sweep, reports=reports)
     study = studies.dk_scaling_measurements(reports)
     assert study["seed_ids"] == [0, 1, 2] and [(c["init_std"], c["d_k"]) for c in study["cells"]] == [
-        ("0.02", 64), ("0.02", 128), ("fan_in", 64), ("fan_in", 128)]
+        ("0.02", 64),
+        ("0.02", 128),
+        ("fan_in", 64),
+        ("fan_in", 128),
+    ]
     assert study["cells"][3]["unscaled"] == {"mean": pytest.approx(2.91), "std": pytest.approx(0.01), "n": 3}
-    assert study["cells"][3]["p_holm"] == pytest.approx(min(1, 4 * study["cells"][3]["p"]), rel=1e-6)  # the smallest of 4 p values
-    ablation = [_summary(label, 4.2, 3.5) for label, _ in training.ABLATION_RUNS]  # the repro's own runs learn nothing yet
-    res = {"ablation": ablation, "settings": {"seed": 0, "ablation_steps": 5, "ablation_layers": 2, "heads_steps": 5, "batch": "b", "probe": "p"}}
+    assert study["cells"][3]["p_holm"] == pytest.approx(
+        min(1, 4 * study["cells"][3]["p"]), rel=1e-6
+    )  # the smallest of 4 p values
+    ablation = [
+        _summary(label, 4.2, 3.5) for label, _ in training.ABLATION_RUNS
+    ]  # the repro's own runs learn nothing yet
+    res = {
+        "ablation": ablation,
+        "settings": {
+            "seed": 0,
+            "ablation_steps": 5,
+            "ablation_layers": 2,
+            "heads_steps": 5,
+            "batch": "b",
+            "probe": "p",
+        },
+    }
     c8 = training.claim_8(res, jacobian.jacobian_vs_logit_std(runner.JAC_STDS, n=8, rows=50), 8, LEVEL, reports)
     assert c8.verdict == DEPENDS
-    assert (c8.finding.choices["fails_at"], c8.finding.choices["trains_at"]) == (["fan_in/64", "fan_in/128"], ["0.02/64", "0.02/128"])
+    assert (c8.finding.choices["fails_at"], c8.finding.choices["trains_at"]) == (
+        ["fan_in/64", "fan_in/128"],
+        ["0.02/64", "0.02/128"],
+    )
     assert c8.finding.numbers["shares"]["fan_in/128"] == pytest.approx(0.07, abs=0.01)
     assert c8.tables[-1].rows[3][:2] == ["fan_in", 128] and "1 of 3 scaled runs" not in c8.detail
 
@@ -634,7 +934,11 @@ def test_claim_8_reads_the_dk_scaling_study_as_make_table_writes_it(tmp_path):
 def test_claim_1_turns_with_the_theory_and_the_source_column(monkeypatch):
     c = numerics.claim_1(2000)
     assert c.finding.choices == {"theory": True, "table_reprinted": True, "source_spread_is_noise": True}
-    assert c.verdict == AGREES and "the theory holds" in c.detail and "sampling noise (at most 2.5 standard errors from 1)" in c.detail
+    assert (
+        c.verdict == AGREES
+        and "the theory holds" in c.detail
+        and "sampling noise (at most 2.5 standard errors from 1)" in c.detail
+    )
     monkeypatch.setattr(numerics, "dot_std_large_sample", lambda d, n, seed=0, **k: 1.2 * math.sqrt(d))
     monkeypatch.setitem(numerics.SOURCE_DOT_STD, 1024, (33.293, 1.2))
     c = numerics.claim_1(2000)
@@ -657,14 +961,23 @@ def test_claim_2_turns_with_the_cells(monkeypatch):
 def test_claim_3_turns_with_each_of_its_parts(monkeypatch):
     written, corrected = numerics.unscaled_as_written, numerics.unscaled_corrected
     # the source's reference fixed (log of the softmax's size) and every unscaled row saturated: one way wrong, not three
-    monkeypatch.setattr(numerics, "unscaled_as_written", lambda **k: [{**r, "uniform": math.log(r["entries"])} for r in written(**k)])
-    monkeypatch.setattr(numerics, "unscaled_corrected", lambda **k: [{**r, "max_p_unscaled": 0.9995, "entropy_scaled": 1.0}
-                                                                     for r in corrected(**k)])
+    monkeypatch.setattr(
+        numerics, "unscaled_as_written", lambda **k: [{**r, "uniform": math.log(r["entries"])} for r in written(**k)]
+    )
+    monkeypatch.setattr(
+        numerics,
+        "unscaled_corrected",
+        lambda **k: [{**r, "max_p_unscaled": 0.9995, "entropy_scaled": 1.0} for r in corrected(**k)],
+    )
     c = numerics.claim_3(20)
     assert c.verdict == PARTLY and "wrong in one way" in c.detail and "well below log 500 = 6.21" in c.detail
     assert "uses log d" not in c.detail and "is false at d=16" not in c.detail
-    assert c.finding.choices == {"entropy_is_entropy": False, "max_p_reprinted": True, "uniform_reference_right": True,
-                                 "all_unscaled_saturated": True}
+    assert c.finding.choices == {
+        "entropy_is_entropy": False,
+        "max_p_reprinted": True,
+        "uniform_reference_right": True,
+        "all_unscaled_saturated": True,
+    }
     assert c.finding.numbers["scaled_entropy_max"] == pytest.approx(1.0)  # the real entropy it quotes
 
 
@@ -689,8 +1002,14 @@ def test_claims_4_5_turn_with_the_maps(monkeypatch):
     perfect[torch.arange(4, 8), torch.arange(0, 4)] = 0.9
     monkeypatch.setattr(equivalence, "copy_attention", lambda seed=None: perfect.clone())
     c5 = equivalence.claim_5(3)
-    assert c5.verdict == AGREES and "peak on their source column 100%" in c5.detail and "content matching appears" in c5.detail
-    assert c5.finding.choices["points_at_source"] and c5.finding.numbers["hit_rate"] == 1.0 and "100%" in c5.finding.text
+    assert (
+        c5.verdict == AGREES
+        and "peak on their source column 100%" in c5.detail
+        and "content matching appears" in c5.detail
+    )
+    assert (
+        c5.finding.choices["points_at_source"] and c5.finding.numbers["hit_rate"] == 1.0 and "100%" in c5.finding.text
+    )
 
 
 def test_claim_7_turns_when_the_cast_mask_stays_finite(monkeypatch):
@@ -698,7 +1017,12 @@ def test_claim_7_turns_when_the_cast_mask_stays_finite(monkeypatch):
     monkeypatch.setattr(masks, "cast_mask", finite)
     c7 = masks.claim_7(masks.mask_grid())
     assert c7.verdict == DIFFERS
-    assert c7.finding.choices == {"masked_fill_overflows": False, "cast_mask_overflows": False, "inf_partial_ok": True, "inf_full_safe": False}
+    assert c7.finding.choices == {
+        "masked_fill_overflows": False,
+        "cast_mask_overflows": False,
+        "inf_partial_ok": True,
+        "inf_full_safe": False,
+    }
     assert c7.finding.numbers["cast_value_fp16"] == -6e4
     assert "holds -60000.0:" in c7.detail and "as the source says" not in c7.detail
 
@@ -708,23 +1032,38 @@ def test_claims_9_11_turn_with_the_measurements(monkeypatch):
     monkeypatch.setattr(numerics, "SOURCE_SOFTMAX_4", [round(float(x), 3) for x in p])
     c9 = numerics.claim_9(2000)
     assert c9.verdict == AGREES and c9.finding.choices == {"printed_softmax": True, "logit_size": True, "one_hot": True}
-    grid = [{**g, "outcome": "NaN"} if (g["dtype"], g["fill"], g["row"]) == ("bf16", "-1e9", "full") else g for g in masks.mask_grid()]
+    grid = [
+        {**g, "outcome": "NaN"} if (g["dtype"], g["fill"], g["row"]) == ("bf16", "-1e9", "full") else g
+        for g in masks.mask_grid()
+    ]
     c11 = masks.claim_11(grid)
     assert c11.verdict == AGREES and "is NaN through an explicit softmax" in c11.detail and "NaN cases:" in c11.detail
-    assert c11.finding.choices["bf16_full_row_nan"] and c11.finding.numbers["bf16_full_row"]["explicit softmax"] == "NaN"
+    assert (
+        c11.finding.choices["bf16_full_row_nan"] and c11.finding.numbers["bf16_full_row"]["explicit softmax"] == "NaN"
+    )
 
 
 def _mem(naive_exp: float, flash_exp: float, d_grows: bool) -> dict:
-    rows = [{"T": t, "d": 64, "naive": 1000 * t**naive_exp, "sdpa": 500 * t**flash_exp, "flash": 500 * t**flash_exp} for t in (256, 512, 1024)]
-    return {"rows": rows, "naive_by_d": {16: 1e6, 64: 1e6 * (4 if d_grows else 1.01), 256: 1e6 * (16 if d_grows else 1.02)},
-            "t_by_d": 1024, "heads": 4, "d": 64}
+    rows = [
+        {"T": t, "d": 64, "naive": 1000 * t**naive_exp, "sdpa": 500 * t**flash_exp, "flash": 500 * t**flash_exp}
+        for t in (256, 512, 1024)
+    ]
+    return {
+        "rows": rows,
+        "naive_by_d": {16: 1e6, 64: 1e6 * (4 if d_grows else 1.01), 256: 1e6 * (16 if d_grows else 1.02)},
+        "t_by_d": 1024,
+        "heads": 4,
+        "d": 64,
+    }
 
 
 def test_claim_6_turns_with_the_arithmetic(monkeypatch):
     mem = _mem(2.0, 1.0, d_grows=False)
     c6 = memory.claim_6(mem)
     assert c6.verdict == AGREES and c6.finding.choices == {"arithmetic": True}
-    monkeypatch.setattr(memory, "attention_matrix_bytes", lambda b, h, t, n: 2 * b * h * t * t * n)  # twice the true size
+    monkeypatch.setattr(
+        memory, "attention_matrix_bytes", lambda b, h, t, n: 2 * b * h * t * t * n
+    )  # twice the true size
     c6 = memory.claim_6(mem)
     assert c6.verdict == DIFFERS and c6.finding.choices == {"arithmetic": False} and "4.295 GB" in c6.detail
     assert c6.finding.numbers["per_layer_GB"] == pytest.approx(4.294967296)
@@ -732,33 +1071,62 @@ def test_claim_6_turns_with_the_arithmetic(monkeypatch):
 
 def test_claims_14_15_turn_with_the_measured_growth(monkeypatch):
     c14 = memory.claim_14(_mem(2.0, 1.0, d_grows=True))
-    assert c14.verdict == AGREES and c14.finding.choices == {"matrix_size": True, "quadratic_in_T": True, "grows_with_d": True}
+    assert c14.verdict == AGREES and c14.finding.choices == {
+        "matrix_size": True,
+        "quadratic_in_T": True,
+        "grows_with_d": True,
+    }
     assert c14.finding.numbers["ratio_d256_d16"] == pytest.approx(16.0) and "x16.00" in c14.finding.text
     c14 = memory.claim_14(_mem(2.0, 1.0, d_grows=False))
-    assert c14.verdict == PARTLY and c14.finding.choices == {"matrix_size": True, "quadratic_in_T": True, "grows_with_d": False}
+    assert c14.verdict == PARTLY and c14.finding.choices == {
+        "matrix_size": True,
+        "quadratic_in_T": True,
+        "grows_with_d": False,
+    }
     linear = memory.claim_14(_mem(1.0, 1.0, d_grows=False))
     assert linear.verdict == DIFFERS and not linear.finding.choices["quadratic_in_T"]
     assert "SDPA and the forced flash kernel peak at the same bytes" in memory.memory_table(_mem(2.0, 1.0, True)).note
     c15 = memory.claim_15(_mem(2.0, 2.0, d_grows=False))
-    assert c15.verdict == DIFFERS and not c15.finding.choices["linear_in_T"] and c15.finding.numbers["exponent_T"] == pytest.approx(2.0)
+    assert (
+        c15.verdict == DIFFERS
+        and not c15.finding.choices["linear_in_T"]
+        and c15.finding.numbers["exponent_T"] == pytest.approx(2.0)
+    )
     c15 = memory.claim_15(_mem(2.0, 1.0, d_grows=False))
-    assert c15.verdict == PARTLY and c15.finding.choices == {"linear_in_T": True, "bound_n_M_as_stated": True, "bound_without_d": False,
-                                                             "m_fold": False}
-    assert c15.finding.numbers["reduction"] == pytest.approx(6.09375) and "6x" in c15.finding.text  # the saving it quotes
+    assert c15.verdict == PARTLY and c15.finding.choices == {
+        "linear_in_T": True,
+        "bound_n_M_as_stated": True,
+        "bound_without_d": False,
+        "m_fold": False,
+    }
+    assert (
+        c15.finding.numbers["reduction"] == pytest.approx(6.09375) and "6x" in c15.finding.text
+    )  # the saving it quotes
     monkeypatch.setattr(memory, "hbm_flash", lambda n, d, m: n * n / m)  # a bound without d: what the source writes
     c15 = memory.claim_15(_mem(2.0, 1.0, d_grows=False))
-    assert c15.verdict == AGREES and c15.finding.choices == {"linear_in_T": True, "bound_n_M_as_stated": True, "bound_without_d": True,
-                                                             "m_fold": True}
+    assert c15.verdict == AGREES and c15.finding.choices == {
+        "linear_in_T": True,
+        "bound_n_M_as_stated": True,
+        "bound_without_d": True,
+        "m_fold": True,
+    }
 
 
 def test_memory_table_sets_the_kernel_benchmark_beside_ours(tmp_path):
     mem = _mem(2.0, 1.0, d_grows=False)
-    bench = {"kernel_setup": {"batch": 1, "heads": 4, "head_dim": 64, "dtype": "float32", "causal": True},
-             "kernels": [{"backend": "naive", "T": 1024, "peak_bytes": 1000 * 1024**2}, {"backend": "naive", "T": 8192, "peak_bytes": None}]}
+    bench = {
+        "kernel_setup": {"batch": 1, "heads": 4, "head_dim": 64, "dtype": "float32", "causal": True},
+        "kernels": [
+            {"backend": "naive", "T": 1024, "peak_bytes": 1000 * 1024**2},
+            {"backend": "naive", "T": 8192, "peak_bytes": None},
+        ],
+    }
     (tmp_path / "bench.json").write_text(json.dumps(bench))
     mem["bench"] = memory.bench_peaks(tmp_path / "bench.json", heads=4, d=64)
     assert mem["bench"]["peaks"] == {"naive": {1024: 1000 * 1024**2}}
-    assert "1000.0 MiB" in memory.memory_table(mem).note  # the benchmark's figure at the largest T both measured, beside ours
+    assert (
+        "1000.0 MiB" in memory.memory_table(mem).note
+    )  # the benchmark's figure at the largest T both measured, beside ours
     assert memory.bench_peaks(tmp_path / "bench.json", heads=8, d=64) is None  # another shape: nothing to compare
     assert memory.bench_peaks(tmp_path / "missing.json", heads=4, d=64) is None
 
@@ -766,11 +1134,20 @@ def test_memory_table_sets_the_kernel_benchmark_beside_ours(tmp_path):
 def test_repro_and_bench_measure_the_same_step():
     """The repro's naive step is the kernel benchmark's: the same backend, the output gradient drawn beforehand,
     so the peak holds the T x T tensors of one step and nothing a closure kept alive."""
-    from attnlab.bench.kernels import bench_one, kernel_variants, KernelPlan
+    from attnlab.bench.kernels import KernelPlan, bench_one, kernel_variants
 
     t = 256
-    plan = KernelPlan(batch=1, heads=2, head_dim=8, causal=True, dtype=torch.float32, repeats=1, warmup=0,
-                      timed_seq_lens=(), memory_seq_lens=(t,))
+    plan = KernelPlan(
+        batch=1,
+        heads=2,
+        head_dim=8,
+        causal=True,
+        dtype=torch.float32,
+        repeats=1,
+        warmup=0,
+        timed_seq_lens=(),
+        memory_seq_lens=(t,),
+    )
     row = bench_one("naive", kernel_variants(torch.device("cpu"))["naive"], t, plan, torch.device("cpu"), timed=False)
     assert memory.cpu_peak_bytes(memory.attention_step("naive", t, d=8, heads=2)) == row["peak_bytes"]
 
@@ -786,9 +1163,11 @@ def _table_rows(md: str) -> dict[str, list[str]]:
 
 
 def test_repro_report_prints_each_verdict_with_its_finding(tmp_path):
-    claims = [Claim(1, "c1", 1, 1, AGREES, "graded 1", "d1", finding=Finding("Found one.", {"x": True})),
-              Claim(2, "c2", 1, 1, UNTESTED, "graded 2", "d2"),
-              Claim(3, "c3", 1, 1, DEPENDS, "graded 3", "d3", finding=Finding("Found three.", {"x": False}))]
+    claims = [
+        Claim(1, "c1", 1, 1, AGREES, "graded 1", "d1", finding=Finding("Found one.", {"x": True})),
+        Claim(2, "c2", 1, 1, UNTESTED, "graded 2", "d2"),
+        Claim(3, "c3", 1, 1, DEPENDS, "graded 3", "d3", finding=Finding("Found three.", {"x": False})),
+    ]
     md = report.render_markdown(claims, {"mode": "fast", "torch": "t", "device": "CPU", "threads": 1, "wall_s": 216.4})
     assert "**Of 3 claims: 1 agree, 1 depend on a condition, 1 untested here.**" in md
     rows = _table_rows(md)
@@ -796,14 +1175,18 @@ def test_repro_report_prints_each_verdict_with_its_finding(tmp_path):
     assert rows["2"][3:] == [UNTESTED, "graded 2"]  # no sentence of its own: the graded reason stands in
     assert rows["3"][4] == "Found three." and "graded 3" not in _table_rows(md)["3"]
     body = md.split("## Claim 3", 1)[1]
-    assert "**Verdict: depends.** Found three." in body and "graded 3" in body  # the graded statements stay in the detail
+    assert (
+        "**Verdict: depends.** Found three." in body and "graded 3" in body
+    )  # the graded statements stay in the detail
     assert "216 s (3 min 36 s)" in md  # the run's own measured wall time
     assert all(a.title in md and a.english in md for a in sources.ARTICLES.values())
     assert "seeds/" not in md and "DESIGN" not in md
 
 
 def test_every_claim_names_where_the_articles_make_it():
-    assert set(sources.WHERE) == set(range(1, 16)) and all(label in sources.ARTICLES for w in sources.WHERE.values() for label, _ in w)
+    assert set(sources.WHERE) == set(range(1, 16)) and all(
+        label in sources.ARTICLES for w in sources.WHERE.values() for label, _ in w
+    )
     assert sources.where(7).count(";") == 1 and sources.where(99) == ""  # a claim made in both articles names both
 
 
@@ -816,44 +1199,90 @@ PIN = dict(rel=1e-4)
 def test_pinned_claims_2_3_4_5():
     c2 = numerics.claim_2()
     assert c2.verdict == AGREES
-    assert c2.measured["n=4,std=16.0"] == {"max_p": pytest.approx(0.956663, **PIN), "entropy": pytest.approx(0.105369, **PIN)}
-    assert c2.measured["n=256,std=1.0"] == {"max_p": pytest.approx(0.0436074, **PIN), "entropy": pytest.approx(5.05048, **PIN)}
+    assert c2.measured["n=4,std=16.0"] == {
+        "max_p": pytest.approx(0.956663, **PIN),
+        "entropy": pytest.approx(0.105369, **PIN),
+    }
+    assert c2.measured["n=256,std=1.0"] == {
+        "max_p": pytest.approx(0.0436074, **PIN),
+        "entropy": pytest.approx(5.05048, **PIN),
+    }
     c3 = numerics.claim_3(runner.MODES["fast"]["trials"])
     assert c3.verdict == PARTLY and "wrong in three ways" in c3.detail
-    assert c3.finding.choices == {"entropy_is_entropy": False, "max_p_reprinted": True, "uniform_reference_right": False,
-                                  "all_unscaled_saturated": False}
+    assert c3.finding.choices == {
+        "entropy_is_entropy": False,
+        "max_p_reprinted": True,
+        "uniform_reference_right": False,
+        "all_unscaled_saturated": False,
+    }
     d16 = c3.measured["as_written"][0]
     assert (d16["max_p_unscaled"], d16["max_p_scaled"], d16["entropy"]) == (
-        pytest.approx(0.726663, **PIN), pytest.approx(0.0319377, **PIN), pytest.approx(0.109992, **PIN))
+        pytest.approx(0.726663, **PIN),
+        pytest.approx(0.0319377, **PIN),
+        pytest.approx(0.109992, **PIN),
+    )
     fixed = c3.measured["corrected"]
     assert [r["max_p_unscaled"] for r in fixed] == pytest.approx([0.59726, 0.745756, 0.853471, 0.909879], **PIN)
     assert [r["entropy_scaled"] for r in fixed] == pytest.approx([5.68516, 5.70389, 5.71664, 5.72677], **PIN)
     c4 = equivalence.claim_4()
     assert c4.verdict == AGREES
-    assert c4.measured["max_diff_sdpa"] == pytest.approx(2.4e-7, abs=1e-7)  # float32 rounding: the order of ops may move a ulp
+    assert c4.measured["max_diff_sdpa"] == pytest.approx(
+        2.4e-7, abs=1e-7
+    )  # float32 rounding: the order of ops may move a ulp
     assert c4.measured["diff_before_5"] == 0.0 and c4.measured["diff_from_5"] == pytest.approx(99.9368, **PIN)
     c5 = equivalence.claim_5(runner.MODES["fast"]["copy_trials"])
     assert c5.verdict == DIFFERS and "does not appear without training" in c5.detail
-    assert c5.finding.choices == {"points_at_source": False, "near_uniform": True} and c5.finding.numbers["chance"] == 0.25
-    assert c5.measured["as_written"]["hit_rate"] == 0.5 and c5.measured["as_written"]["source_weight"] == pytest.approx(0.121717, **PIN)
-    assert c5.measured["over_seeds"]["hit_rate"] == pytest.approx(0.27) and c5.measured["over_seeds"]["source_weight"] == pytest.approx(0.125451, **PIN)
+    assert (
+        c5.finding.choices == {"points_at_source": False, "near_uniform": True} and c5.finding.numbers["chance"] == 0.25
+    )
+    assert c5.measured["as_written"]["hit_rate"] == 0.5 and c5.measured["as_written"]["source_weight"] == pytest.approx(
+        0.121717, **PIN
+    )
+    assert c5.measured["over_seeds"]["hit_rate"] == pytest.approx(0.27) and c5.measured["over_seeds"][
+        "source_weight"
+    ] == pytest.approx(0.125451, **PIN)
 
 
 def test_pinned_claims_7_11():
     grid = masks.mask_grid()
     c7, c11 = masks.claim_7(grid), masks.claim_11(grid)
     assert c7.verdict == DEPENDS and c11.verdict == DIFFERS
-    assert c7.finding.choices == {"masked_fill_overflows": False, "cast_mask_overflows": True, "inf_partial_ok": True, "inf_full_safe": False}
+    assert c7.finding.choices == {
+        "masked_fill_overflows": False,
+        "cast_mask_overflows": True,
+        "inf_partial_ok": True,
+        "inf_full_safe": False,
+    }
     assert c11.finding.choices == {"bf16_full_row_nan": False, "nan_from_inf_fills": True}
-    assert c7.measured["fp16_-1e9"] == {p: "error" for p in masks.PATHS} and c7.measured["cast_value_fp16"] == float("-inf")
-    assert c7.measured["fp16_-1e9_cast"]["full"] == {"explicit softmax": "NaN", "SDPA math": "zeros", "SDPA flash": "zeros"}
-    assert c7.measured["-inf_fully_masked_row_fp32"] == {"explicit softmax": "NaN", "SDPA math": "zeros", "SDPA flash": "zeros"}
-    assert c7.measured["safe"] == [f"SDPA {p} / {f}" for p in ("math", "flash")
-                                   for f in ("-inf: fp32, fp16, bf16", "-1e9 cast: fp16", "bool mask: fp32, fp16, bf16")]
+    assert c7.measured["fp16_-1e9"] == {p: "error" for p in masks.PATHS} and c7.measured["cast_value_fp16"] == float(
+        "-inf"
+    )
+    assert c7.measured["fp16_-1e9_cast"]["full"] == {
+        "explicit softmax": "NaN",
+        "SDPA math": "zeros",
+        "SDPA flash": "zeros",
+    }
+    assert c7.measured["-inf_fully_masked_row_fp32"] == {
+        "explicit softmax": "NaN",
+        "SDPA math": "zeros",
+        "SDPA flash": "zeros",
+    }
+    assert c7.measured["safe"] == [
+        f"SDPA {p} / {f}"
+        for p in ("math", "flash")
+        for f in ("-inf: fp32, fp16, bf16", "-1e9 cast: fp16", "bool mask: fp32, fp16, bf16")
+    ]
     assert c11.measured["bf16_-1e9_full_row"] == {p: "uniform" for p in masks.PATHS}
-    assert c11.measured["nan_cases"] == ["explicit softmax / bf16 / -inf", "explicit softmax / fp16 / -1e9 cast",
-                                         "explicit softmax / fp16 / -inf", "explicit softmax / fp32 / -inf"]
-    assert "The NaN comes from a fill that is -inf when the softmax sees it" in c11.detail and "or -1e9 cast to fp16" in c11.detail
+    assert c11.measured["nan_cases"] == [
+        "explicit softmax / bf16 / -inf",
+        "explicit softmax / fp16 / -1e9 cast",
+        "explicit softmax / fp16 / -inf",
+        "explicit softmax / fp32 / -inf",
+    ]
+    assert (
+        "The NaN comes from a fill that is -inf when the softmax sees it" in c11.detail
+        and "or -1e9 cast to fp16" in c11.detail
+    )
 
 
 @pytest.mark.slow
@@ -862,27 +1291,51 @@ def test_pinned_fast_mode_verdicts_and_numbers(tmp_path):
     claims, _ = runner.reproduce("fast", tmp_path, log=lambda m: None)
     by_id = {c.id: c for c in claims}
     assert {i: c.verdict for i, c in by_id.items()} == {
-        1: AGREES, 2: AGREES, 3: PARTLY, 4: AGREES, 5: DIFFERS, 6: AGREES, 7: DEPENDS, 9: PARTLY, 10: DEPENDS,
-        11: DIFFERS, 14: PARTLY, 15: PARTLY}
+        1: AGREES,
+        2: AGREES,
+        3: PARTLY,
+        4: AGREES,
+        5: DIFFERS,
+        6: AGREES,
+        7: DEPENDS,
+        9: PARTLY,
+        10: DEPENDS,
+        11: DIFFERS,
+        14: PARTLY,
+        15: PARTLY,
+    }
     m1 = by_id[1].measured
     assert [r["std"] for r in m1["as_written"]] == pytest.approx([4.00109, 8.11409, 16.1437, 33.2931], **PIN)
-    assert list(m1["large_sample_scaled_std_n20000"].values()) == pytest.approx([0.993329, 0.995472, 1.0068, 1.00403], **PIN)
+    assert list(m1["large_sample_scaled_std_n20000"].values()) == pytest.approx(
+        [0.993329, 0.995472, 1.0068, 1.00403], **PIN
+    )
     m6 = by_id[6].measured
     assert m6["per_layer_GB"] == pytest.approx(2.147483648) and m6["all_layers_GB"] == pytest.approx(68.719476736)
-    assert m6["naive_peak_over_one_matrix"] == pytest.approx(3.1875, **PIN)  # the kernel benchmark's step: about 3 T x T tensors
+    assert m6["naive_peak_over_one_matrix"] == pytest.approx(
+        3.1875, **PIN
+    )  # the kernel benchmark's step: about 3 T x T tensors
     m9 = by_id[9].measured
     assert m9["softmax"] == pytest.approx([0.579259, 0.213097, 0.12925, 0.0783941], **PIN)
     assert m9["logit_std"] == {"128": pytest.approx(11.2958, **PIN), "512": pytest.approx(22.4443, **PIN)}
     m10 = by_id[10].measured
-    assert m10["readings"] == {"sigma^2 = the weights' init variance (the source's words)": DIFFERS, "sigma^2 = the q/k component variance": AGREES}
+    assert m10["readings"] == {
+        "sigma^2 = the weights' init variance (the source's words)": DIFFERS,
+        "sigma^2 = the q/k component variance": AGREES,
+    }
     assert sorted({r["after_rule"] for r in m10["sigma_rule"]}) == pytest.approx([1.00293, 1.01012], **PIN)
     # the model's init draws depend on the model code's parameter order: pinned to what the claim itself checks against
     assert [r["logit_std"] for r in m10["model_init"]] == pytest.approx([0.20504, 0.570009], rel=0.05)
     m14, m15 = by_id[14].measured, by_id[15].measured
     assert m14["matrix_per_head_MiB"] == 128.0 and m14["naive_peak_exponent_T"] == pytest.approx(1.88452, **PIN)
     assert m14["naive_peak_ratio_d256_over_d16"] == pytest.approx(1.15152, **PIN)
-    assert m15["flash_peak_exponent_T"] == pytest.approx(1.05761, **PIN) and m15["naive_peak_MiB_at_Tmax"] == pytest.approx(51.0)
-    assert m15["reduction_n8192_d128_M192KB"] == pytest.approx(6.09375) and m15["bound_exponents"] == {"n": 2, "M": -1, "d": 2}
+    assert m15["flash_peak_exponent_T"] == pytest.approx(1.05761, **PIN) and m15[
+        "naive_peak_MiB_at_Tmax"
+    ] == pytest.approx(51.0)
+    assert m15["reduction_n8192_d128_M192KB"] == pytest.approx(6.09375) and m15["bound_exponents"] == {
+        "n": 2,
+        "M": -1,
+        "d": 2,
+    }
 
 
 @pytest.mark.slow
@@ -893,27 +1346,48 @@ def test_repro_verdicts_go_to_one_wandb_run_with_their_reasons(tmp_path, monkeyp
     from attnlab.repro.wandb_summary import log_repro_summary
 
     monkeypatch.setenv("WANDB_SILENT", "true")
-    results = [{"id": 1, "claim": "c1", "verdict": "agrees", "reason": "Holds: a."},
-               {"id": 2, "claim": "c2", "verdict": "untested", "reason": "Not tested here: b (needs a GPU)."}]
+    results = [
+        {"id": 1, "claim": "c1", "verdict": "agrees", "reason": "Holds: a."},
+        {"id": 2, "claim": "c2", "verdict": "untested", "reason": "Not tested here: b (needs a GPU)."},
+    ]
     run_dir = log_repro_summary(results, tmp_path, mode="offline")
     assert run_dir is not None and run_dir.is_dir()
     (path,) = run_dir.glob("run-*.wandb")
-    summary = {u.key: json.loads(u.value_json) for r in records(path) if r.WhichOneof("record_type") == "summary"
-               for u in r.summary.update if u.key.startswith("verdicts/")}
-    assert summary == {"verdicts/agrees": 1, "verdicts/partly": 0, "verdicts/depends": 0, "verdicts/differs": 0, "verdicts/untested": 1}
+    summary = {
+        u.key: json.loads(u.value_json)
+        for r in records(path)
+        if r.WhichOneof("record_type") == "summary"
+        for u in r.summary.update
+        if u.key.startswith("verdicts/")
+    }
+    assert summary == {
+        "verdicts/agrees": 1,
+        "verdicts/partly": 0,
+        "verdicts/depends": 0,
+        "verdicts/differs": 0,
+        "verdicts/untested": 1,
+    }
     table = next(run_dir.glob("files/media/table/verdicts_*.table.json"))  # the Table, stored as a file beside the run
     data = json.loads(table.read_text())
     assert data["columns"] == ["id", "claim", "verdict", "reason"]
-    assert data["data"] == [[1, "c1", "agrees", "Holds: a."], [2, "c2", "untested", "Not tested here: b (needs a GPU)."]]
+    assert data["data"] == [
+        [1, "c1", "agrees", "Holds: a."],
+        [2, "c2", "untested", "Not tested here: b (needs a GPU)."],
+    ]
 
 
 def _testbed(base: list, slot: list, sgd: list | None = None) -> dict:
     """studies.sinks_bb_measurements' shape: per arm every seed's dormant first-token weight, etc."""
     from attnlab.repro.studies import BB_BASE, BB_SGD, BB_SLOTS
 
-    arm = lambda dormant, escape=None: {"seeds": list(range(len(dormant))), "dormant": dormant, "active": [0.001] * len(dormant),  # noqa: E731
-                                        "escape": escape or [None] * len(dormant), "value_drain": [0.2] * len(dormant),
-                                        "copy_acc": [0.99] * len(dormant)}
+    arm = lambda dormant, escape=None: {
+        "seeds": list(range(len(dormant))),
+        "dormant": dormant,
+        "active": [0.001] * len(dormant),  # noqa: E731
+        "escape": escape or [None] * len(dormant),
+        "value_drain": [0.2] * len(dormant),
+        "copy_acc": [0.99] * len(dormant),
+    }
     arms = {BB_BASE: arm(base), BB_SLOTS[0]: arm(slot, [0.9] * len(slot)), BB_SLOTS[1]: arm(slot, [0.8] * len(slot))}
     if sgd is not None:
         arms[BB_SGD] = arm(sgd)
@@ -924,18 +1398,28 @@ def test_claim_13_the_testbed_decides_the_cause_both_ways():
     from attnlab.repro.studies import BB_BASE, BB_SGD, BB_SIGMOID, BB_SLOTS
 
     no_text_sink = _m13(False)  # neither the character model nor the text study forms one
-    formed = {**no_text_sink, "sinks_bb": _testbed([0.99, 0.98, 0.97, 0.2, 0.99], [0.05, 0.04, 0.06, 0.05, 0.05], [0.1] * 5)}
+    formed = {
+        **no_text_sink,
+        "sinks_bb": _testbed([0.99, 0.98, 0.97, 0.2, 0.99], [0.05, 0.04, 0.06, 0.05, 0.05], [0.1] * 5),
+    }
     v, reason, text = judge.judge_13(formed)
     assert v == AGREES, reason
     f = judge.finding_13(formed).choices
     assert (f["forms"], f["cause"], f["kept_by"]) == (True, True, []) and len(f["removed_by"]) == 2
     assert "a sink forms in 4 of 5 seeds" in text and "dormant queries ends at 0.200-0.990 over 5 seeds" in text
-    assert "The sink goes in most seeds of every arm whose rows need not sum to one (an escape slot takes 0.800-0.900 of the weight)" in text
-    assert "With SGD in place of AdamW: a sink in 0 of 5 seeds" in text and "does not separate the optimizer" not in text
+    assert (
+        "The sink goes in most seeds of every arm whose rows need not sum to one (an escape slot takes 0.800-0.900 of the weight)"
+        in text
+    )
+    assert (
+        "With SGD in place of AdamW: a sink in 0 of 5 seeds" in text and "does not separate the optimizer" not in text
+    )
     unsolved = _testbed([0.99] * 5, [0.05] * 5, [0.06] * 5)
     unsolved["arms"][BB_SGD]["copy_acc"] = [0.87] * 5
-    assert "below the 0.95 that solves the copy task, so this arm does not separate the optimizer" in judge.judge_13(
-        {**no_text_sink, "sinks_bb": unsolved})[2]
+    assert (
+        "below the 0.95 that solves the copy task, so this arm does not separate the optimizer"
+        in judge.judge_13({**no_text_sink, "sinks_bb": unsolved})[2]
+    )
     stays = {**no_text_sink, "sinks_bb": _testbed([0.99] * 5, [0.9] * 5)}
     v, reason, text = judge.judge_13(stays)
     assert v == DIFFERS and "The sink stays in most seeds of every arm whose rows need not sum to one" in text
@@ -949,14 +1433,23 @@ def test_claim_13_the_testbed_decides_the_cause_both_ways():
     assert (f["cause"], f["removed_by"], f["kept_by"]) == ("mixed", [BB_SLOTS[1]], [BB_SLOTS[0]])
     # Gu et al.'s arm: sigmoid attention removes the sink that both slots keep
     sigmoid = _testbed([0.99] * 5, [0.9] * 5)
-    sigmoid["arms"][BB_SIGMOID] = {**sigmoid["arms"][BB_BASE], "dormant": [0.0001] * 5, "row_mass": [0.2, 0.3, 0.2, 0.25, 0.2]}
+    sigmoid["arms"][BB_SIGMOID] = {
+        **sigmoid["arms"][BB_BASE],
+        "dormant": [0.0001] * 5,
+        "row_mass": [0.2, 0.3, 0.2, 0.25, 0.2],
+    }
     v, reason, text = judge.judge_13({**no_text_sink, "sinks_bb": sigmoid})
-    assert v == DEPENDS and "With AdamW, sigmoid attention (no row normalisation), Gu et al.'s test: a sink in 0 of 5 seeds" in text
+    assert (
+        v == DEPENDS
+        and "With AdamW, sigmoid attention (no row normalisation), Gu et al.'s test: a sink in 0 of 5 seeds" in text
+    )
     f = judge.finding_13({**no_text_sink, "sinks_bb": sigmoid})
     assert (f.choices["removed_by"], f.choices["kept_by"]) == ([BB_SIGMOID], list(BB_SLOTS))
     assert "0 of 5 seeds" in f.text and "5 of 5 seeds" in f.text  # the counts it quotes for each side
     assert "a row's total weight 0.200-0.300" in text
-    assert "The sink goes with AdamW, sigmoid attention (no row normalisation) and stays with AdamW, softmax + 1" in text
+    assert (
+        "The sink goes with AdamW, sigmoid attention (no row normalisation) and stays with AdamW, softmax + 1" in text
+    )
     none = {**no_text_sink, "sinks_bb": _testbed([0.1] * 5, [0.05] * 5)}
     v, reason, text = judge.judge_13(none)
     assert v == UNTESTED and "a sink forms in 0 of 5 seeds" in text and "cannot test the cause either" in text
@@ -964,12 +1457,18 @@ def test_claim_13_the_testbed_decides_the_cause_both_ways():
 
 
 def test_claim_12_mentions_the_testbed_without_judging_deep_models_by_it():
-    m = {"text": {"n_layer": 2, "steps": 5, "val_loss": 2.0, "seed": 0, "types": [{"content": [1]}, {"content": [1]}]},
-         "induction": None, "sinks": None, "sinks_bb": _testbed([0.99] * 3, [0.1] * 3)}
+    m = {
+        "text": {"n_layer": 2, "steps": 5, "val_loss": 2.0, "seed": 0, "types": [{"content": [1]}, {"content": [1]}]},
+        "induction": None,
+        "sinks": None,
+        "sinks_bb": _testbed([0.99] * 3, [0.1] * 3),
+    }
     v, reason, text = judge.judge_12(m)
     assert "parks those queries on the first token in 3 of 3 seeds" in text
     f = judge.finding_12(m)
-    assert v == UNTESTED and f.choices["sink"] == "untested" and f.numbers["sink_only_in_testbed"]  # the testbed does not decide it
+    assert (
+        v == UNTESTED and f.choices["sink"] == "untested" and f.numbers["sink_only_in_testbed"]
+    )  # the testbed does not decide it
     m["sinks_bb"] = _testbed([0.1] * 3, [0.1] * 3)
     f = judge.finding_12(m)
     assert f.choices["sink"] == "untested" and not f.numbers["sink_only_in_testbed"]

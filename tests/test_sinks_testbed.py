@@ -1,9 +1,9 @@
 """The Bigram-Backcopy testbed (data=bigram_backcopy) and the extreme-token metrics, on hand-built
 patterns: a head that attends only to <bos>, value vectors of known norm."""
+
 import math
 
 import numpy as np
-
 import pytest
 import torch
 
@@ -14,7 +14,9 @@ from attnlab.errors import DataError
 
 @pytest.fixture
 def bb():
-    dm = BigramBackcopyDataModule(vocab_size=24, n_triggers=3, block_size=48, batch_size=16, steps=6, val_batches=2, seed=5)
+    dm = BigramBackcopyDataModule(
+        vocab_size=24, n_triggers=3, block_size=48, batch_size=16, steps=6, val_batches=2, seed=5
+    )
     dm.setup("fit")
     return dm
 
@@ -58,8 +60,15 @@ def test_the_shakespeare_chain_uses_the_corpus_characters():
     assert abs(dm.transition.sum(1) - 1).max() < 1e-9
 
 
-@pytest.mark.parametrize("kwargs, key", [({"n_triggers": 0}, "data.n_triggers"), ({"chain": "zipf"}, "data.chain"),
-                                         ({"bos": False}, "data.bos"), ({"chain_support": 99}, "data.chain_support")])
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [
+        ({"n_triggers": 0}, "data.n_triggers"),
+        ({"chain": "zipf"}, "data.chain"),
+        ({"bos": False}, "data.bos"),
+        ({"chain_support": 99}, "data.chain_support"),
+    ],
+)
 def test_bad_settings_name_the_key_in_one_line(kwargs, key):
     with pytest.raises(DataError) as err:
         BigramBackcopyDataModule(vocab_size=24, block_size=16, **kwargs)
@@ -104,10 +113,25 @@ def test_value_drain_and_residual_peak_are_norm_ratios_of_the_first_token():
 def test_a_training_run_logs_the_task_metrics_and_the_extreme_token_metrics(make_cfg):
     from attnlab.train import train
 
-    metrics = train(make_cfg("data=bigram_backcopy", "model.n_layer=1", "model.n_head=2", "model.block_size=32",
-                             "callbacks.attention_stats.every_n_steps=3"))
-    for key in ("val/copy/acc", "val/copy/loss", "val/bigram/acc", "val/bigram/loss", "attn/L0/sink_mass_dormant",
-                "attn/L0/sink_mass_active", "attn/L0/value_drain", "attn/L0/residual_peak"):
+    metrics = train(
+        make_cfg(
+            "data=bigram_backcopy",
+            "model.n_layer=1",
+            "model.n_head=2",
+            "model.block_size=32",
+            "callbacks.attention_stats.every_n_steps=3",
+        )
+    )
+    for key in (
+        "val/copy/acc",
+        "val/copy/loss",
+        "val/bigram/acc",
+        "val/bigram/loss",
+        "attn/L0/sink_mass_dormant",
+        "attn/L0/sink_mass_active",
+        "attn/L0/value_drain",
+        "attn/L0/residual_peak",
+    ):
         assert math.isfinite(metrics[key]), key
     assert 0 <= metrics["val/copy/acc"] <= 1 and metrics["attn/L0/value_drain"] > 0
 
@@ -115,17 +139,33 @@ def test_a_training_run_logs_the_task_metrics_and_the_extreme_token_metrics(make
 def test_the_study_table_shows_the_extreme_token_columns_and_the_formation_plot(tmp_path):
     import json
 
-    from attnlab.report import build_report
     from test_sweep import fake_run
+
+    from attnlab.report import build_report
 
     for sink in ("none", "learned"):
         for seed in (0, 1):
-            extra = {"val/copy/acc": 0.99, "val/bigram/loss": 0.65, "attn/L0/sink_mass_dormant": 0.9 if sink == "none" else 0.1,
-                     "attn/L0/value_drain": 0.2, "attn/L0/residual_peak": 0.3}
+            extra = {
+                "val/copy/acc": 0.99,
+                "val/bigram/loss": 0.65,
+                "attn/L0/sink_mass_dormant": 0.9 if sink == "none" else 0.1,
+                "attn/L0/value_drain": 0.2,
+                "attn/L0/residual_peak": 0.3,
+            }
             name = f"{sink}-{seed}"
-            fake_run(tmp_path / "sweep", name, [f"model.attention.sink={sink}", f"seed={seed}"], 0.66, n_layer=1, extra=extra)
-            history = [{"step": s, "attn/L0/sink_mass_dormant": s / 1000, "attn/L0/value_drain": 1 - s / 2000,
-                        "attn/L0/residual_peak": 0.3, "attn/L0/max_logit": 5.0} for s in (1, 501, 1001)]
+            fake_run(
+                tmp_path / "sweep", name, [f"model.attention.sink={sink}", f"seed={seed}"], 0.66, n_layer=1, extra=extra
+            )
+            history = [
+                {
+                    "step": s,
+                    "attn/L0/sink_mass_dormant": s / 1000,
+                    "attn/L0/value_drain": 1 - s / 2000,
+                    "attn/L0/residual_peak": 0.3,
+                    "attn/L0/max_logit": 5.0,
+                }
+                for s in (1, 501, 1001)
+            ]
             (tmp_path / "sweep" / name / "attention_stats.jsonl").write_text("\n".join(map(json.dumps, history)) + "\n")
     build_report(tmp_path / "sweep", reports=tmp_path / "r")
     md = (tmp_path / "r" / "fake" / "ablation.md").read_text()

@@ -5,6 +5,7 @@ Marked ``slurm``; skipped, in one line, where Debian's slurm-wlm and munge are n
 not root; CI installs them (.ci/run). Runs are tiny; the cluster is shared by the pytest-xdist
 workers of one session. The launcher's bad input is checked without a cluster: test_launchers.py.
 """
+
 from __future__ import annotations
 
 import csv
@@ -18,10 +19,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from attnlab.checkpointing import read_checkpoint
 from conftest import ROOT
 from slurm_cluster import SlurmCluster, missing, shared_cluster
+
+from attnlab.checkpointing import read_checkpoint
 
 # CI sets ATTNLAB_REQUIRE_SLURM (.ci/run): there a missing cluster fails the tests instead of skipping them
 REQUIRED = bool(os.environ.get("ATTNLAB_REQUIRE_SLURM"))
@@ -31,9 +32,20 @@ if WHY_NOT and not REQUIRED:
 pytestmark = pytest.mark.slurm
 
 # a small model with dropout (the RNG state matters on resume), checkpoints kept, the measuring callbacks off
-TINY = ["model.n_layer=2", "model.d_model=64", "model.dropout=0.1", "data.val_batches=2", "optim.warmup_steps=5",
-        "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=10", "~callbacks.heads", "~callbacks.attention_maps",
-        "~callbacks.attention_stats", "~callbacks.peak_memory", "~callbacks.qk_grad_norms"]
+TINY = [
+    "model.n_layer=2",
+    "model.d_model=64",
+    "model.dropout=0.1",
+    "data.val_batches=2",
+    "optim.warmup_steps=5",
+    "trainer.enable_progress_bar=false",
+    "trainer.log_every_n_steps=10",
+    "~callbacks.heads",
+    "~callbacks.attention_maps",
+    "~callbacks.attention_stats",
+    "~callbacks.peak_memory",
+    "~callbacks.qk_grad_norms",
+]
 ON_SLURM = ["hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1"]
 
 
@@ -99,10 +111,33 @@ def test_sweep_through_sbatch_ends_ok_with_its_table(cluster, tmp_path):
     local sweep, and the console says once (not every poll) that sacct has no accounting."""
     env = {**job_env(cluster), "HOME": str(tmp_path)}
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "attnlab.sweep", "--launcher", "slurm", "--study", "smoke",
-                           "--logs", str(tmp_path / "logs"), "model.d_k=16", "model.init_std=0.02", "logger=csv", "model.n_layer=1",
-                           "model.d_model=32", "model.n_head=2", "data.batch_size=2", "hydra.launcher.cpus_per_task=1",
-                           "hydra.launcher.mem_gb=1"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnlab.sweep",
+            "--launcher",
+            "slurm",
+            "--study",
+            "smoke",
+            "--logs",
+            str(tmp_path / "logs"),
+            "model.d_k=16",
+            "model.init_std=0.02",
+            "logger=csv",
+            "model.n_layer=1",
+            "model.d_model=32",
+            "model.n_head=2",
+            "data.batch_size=2",
+            "hydra.launcher.cpus_per_task=1",
+            "hydra.launcher.mem_gb=1",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     wall = time.perf_counter() - started
     assert proc.returncode == 0, proc.stderr[-3000:]
     (sweep,) = (tmp_path / "logs").iterdir()
@@ -122,9 +157,14 @@ def test_sweep_through_sbatch_ends_ok_with_its_table(cluster, tmp_path):
 def steps_for(seconds: float, cluster: SlurmCluster, tmp_path: Path) -> int:
     """How many steps of TINY take about ``seconds`` on this machine now (from a 100-step run's median
     tokens/s): the run has to outlast the scheduler's signal, which comes at its next 30 s tick."""
-    proc = subprocess.run(train_cmd(*TINY, "logger=none", "trainer.max_steps=100",
-                                    f"hydra.run.dir={tmp_path / 'calibrate'}"),
-                          cwd=ROOT, env=job_env(cluster), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        train_cmd(*TINY, "logger=none", "trainer.max_steps=100", f"hydra.run.dir={tmp_path / 'calibrate'}"),
+        cwd=ROOT,
+        env=job_env(cluster),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     tokens_per_step = 12 * 64  # the tiny preset's batch x block
     step_s = tokens_per_step / results(tmp_path / "calibrate")["metrics"]["perf/tokens_per_s"]
@@ -137,23 +177,54 @@ def test_time_limit_signals_requeues_and_resumes_bitwise(cluster, tmp_path):
     from its own run dir with nothing typed, continues the same W&B run, and ends with the same losses,
     bit for bit, as an uninterrupted run of the same seed."""
     steps = steps_for(70, cluster, tmp_path)
-    run = [*TINY, f"trainer.max_steps={steps}", "trainer.val_check_interval=500", "checkpoint.every_n_steps=50", "seed=7"]
+    run = [
+        *TINY,
+        f"trainer.max_steps={steps}",
+        "trainer.val_check_interval=500",
+        "checkpoint.every_n_steps=50",
+        "seed=7",
+    ]
     whole = start(train_cmd(*run, "logger=csv", f"hydra.run.dir={tmp_path / 'whole'}"), cluster, tmp_path / "whole.log")
     sweep = tmp_path / "sweep"
     log = tmp_path / "sweep.log"
     # the signal 300 s before the time limit, which is 10 min until the test cuts it
-    proc = start(train_cmd("-m", *ON_SLURM, "hydra.launcher.timeout_min=10", "hydra.launcher.signal_delay_s=300",
-                           "hydra.launcher.max_num_timeout=1", *run, "logger=default", f"hydra.sweep.dir={sweep}"), cluster, log)
+    proc = start(
+        train_cmd(
+            "-m",
+            *ON_SLURM,
+            "hydra.launcher.timeout_min=10",
+            "hydra.launcher.signal_delay_s=300",
+            "hydra.launcher.max_num_timeout=1",
+            *run,
+            "logger=default",
+            f"hydra.sweep.dir={sweep}",
+        ),
+        cluster,
+        log,
+    )
     run_dir = sweep / "0"
     wait_for(lambda: (run_dir / "checkpoints" / "last.ckpt").exists(), 300, "first checkpoint", proc, log)
     job = job_of(cluster, sweep)
     elapsed_min = int(cluster.run("squeue", "-h", "-j", job, "-o", "%M").stdout.strip().split(":")[-2] or 0)
     cluster.run("scontrol", "update", f"JobId={job}", f"TimeLimit={elapsed_min + 2}")  # now within signal_delay_s
-    first = wait_for(lambda: (run_dir / "results.json").exists() and results(run_dir)["status"] == "interrupted"
-                     and results(run_dir), 120, "interruption", proc, log)
+    first = wait_for(
+        lambda: (
+            (run_dir / "results.json").exists() and results(run_dir)["status"] == "interrupted" and results(run_dir)
+        ),
+        120,
+        "interruption",
+        proc,
+        log,
+    )
     # the next attempt gets the long limit back (it waits cred_expire, 10 s, before it may start)
-    wait_for(lambda: cluster.run("scontrol", "update", f"JobId={job}", "TimeLimit=10", check=False).returncode == 0
-             and time_limit(cluster, job) == "10:00", 30, "the time limit restored")
+    wait_for(
+        lambda: (
+            cluster.run("scontrol", "update", f"JobId={job}", "TimeLimit=10", check=False).returncode == 0
+            and time_limit(cluster, job) == "10:00"
+        ),
+        30,
+        "the time limit restored",
+    )
     assert first["interruptions"] == [{"signal": "SIGUSR2", "step": first["metrics"]["step"], "requeued": True}], first
     assert "requeued by the scheduler" in first["error"] and first["metrics"]["step"] < steps
     assert proc.wait(timeout=600) == 0, log.read_text()[-3000:]
@@ -180,13 +251,26 @@ def test_requeue_then_scancel_each_leave_a_record_and_a_checkpoint(cluster, tmp_
     sweep waits. Then scancel (SIGTERM, no requeue): it saves, says interrupted, not requeued, with the
     step it reached, and the sweep ends instead of waiting for a result."""
     sweep, log = tmp_path / "sweep", tmp_path / "sweep.log"
-    proc = start(train_cmd("-m", *ON_SLURM, *TINY, "trainer.max_steps=100000", "checkpoint.every_n_steps=20",
-                           "logger=csv", f"hydra.sweep.dir={sweep}"), cluster, log)
+    proc = start(
+        train_cmd(
+            "-m",
+            *ON_SLURM,
+            *TINY,
+            "trainer.max_steps=100000",
+            "checkpoint.every_n_steps=20",
+            "logger=csv",
+            f"hydra.sweep.dir={sweep}",
+        ),
+        cluster,
+        log,
+    )
     run_dir, last = sweep / "0", sweep / "0" / "checkpoints" / "last.ckpt"
     wait_for(last.exists, 300, "first checkpoint", proc, log)
     job = job_of(cluster, sweep)
     cluster.run("scontrol", "requeue", job)
-    first = wait_for(lambda: (run_dir / "results.json").exists() and results(run_dir), 120, "the requeued record", proc, log)
+    first = wait_for(
+        lambda: (run_dir / "results.json").exists() and results(run_dir), 120, "the requeued record", proc, log
+    )
     assert first["status"] == "interrupted" and "requeued by SLURM" in first["error"], first["error"]
     reached = first["metrics"]["step"]
     assert first["interruptions"] == [{"signal": "SIGTERM", "step": reached, "requeued": True}]

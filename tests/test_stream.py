@@ -1,6 +1,7 @@
 """attnlab stream: rolling-cache perplexity on a long text against the recomputed sliding window
 and dense attention within the block; each quantity checked against a direct recompute of the
 same context (a tiny random model in float64), and the command's bad inputs."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,9 @@ BLOCK, C = 12, 6
 def tiny_model(n_layer: int = 1, **kw) -> GPT:
     """Every parameter drawn at std 0.5, so a wrong context or position changes the logits."""
     torch.manual_seed(0)
-    cfg = GPTConfig(vocab_size=13, block_size=BLOCK, n_layer=n_layer, n_head=4, d_model=16,
-                    **{"pos_encoding": "rope", **kw})
+    cfg = GPTConfig(
+        vocab_size=13, block_size=BLOCK, n_layer=n_layer, n_head=4, d_model=16, **{"pos_encoding": "rope", **kw}
+    )
     model = GPT(cfg).double().eval()
     with torch.no_grad():
         for p in model.parameters():
@@ -42,8 +44,8 @@ def direct_nll(model: GPT, ids: torch.Tensor, t: int, context: torch.Tensor) -> 
 def kept(ids: torch.Tensor, t: int, sinks: int) -> torch.Tensor:
     """What a rolling cache holds after ids[0..t]: the first sinks tokens and the most recent ones."""
     if t + 1 <= C:
-        return ids[:t + 1]
-    return torch.cat([ids[:sinks], ids[t + 1 - (C - sinks):t + 1]])
+        return ids[: t + 1]
+    return torch.cat([ids[:sinks], ids[t + 1 - (C - sinks) : t + 1]])
 
 
 @pytest.mark.parametrize("sinks", [0, 1, 2])
@@ -62,10 +64,10 @@ def test_oracle_and_dense_are_direct_recomputes(n_layer):
     model, ids = tiny_model(n_layer), text()
     positions = list(range(len(ids) - 1))
     oracle = stream.window_nll(model, ids, C, positions, batch=5)
-    want = [direct_nll(model, ids, t, ids[max(0, t + 1 - C):t + 1]) for t in positions]
+    want = [direct_nll(model, ids, t, ids[max(0, t + 1 - C) : t + 1]) for t in positions]
     torch.testing.assert_close(oracle, torch.tensor(want, dtype=torch.float64), atol=1e-10, rtol=0)
     dense = stream.dense_nll(model, ids)
-    want = [direct_nll(model, ids, t, ids[t - t % BLOCK:t + 1]) for t in positions]
+    want = [direct_nll(model, ids, t, ids[t - t % BLOCK : t + 1]) for t in positions]
     torch.testing.assert_close(dense, torch.tensor(want, dtype=torch.float64), atol=1e-10, rtol=0)
     rolling = stream.rolling_nll(model, ids, C, 0)
     torch.testing.assert_close(rolling[:C], oracle[:C], atol=1e-10, rtol=0)  # the same until the first eviction
@@ -93,6 +95,7 @@ def test_report_uses_the_same_positions_for_every_arm():
 
 # ------------------------------------------------------------------------------- the command
 
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Two 2-step runs of block 16: rope and learned positions."""
@@ -101,9 +104,19 @@ def runs(tmp_path_factory):
 
     out = {}
     for pos in ("rope", "learned"):
-        cfg = compose_config(["debug=smoke", "logger=none", "trainer.max_steps=2", "model.n_layer=1",
-                              "model.d_model=32", "model.n_head=2", "model.block_size=16", f"model.pos_encoding={pos}",
-                              ], tmp_path_factory.mktemp(pos))
+        cfg = compose_config(
+            [
+                "debug=smoke",
+                "logger=none",
+                "trainer.max_steps=2",
+                "model.n_layer=1",
+                "model.d_model=32",
+                "model.n_head=2",
+                "model.block_size=16",
+                f"model.pos_encoding={pos}",
+            ],
+            tmp_path_factory.mktemp(pos),
+        )
         train(cfg)
         out[pos] = Path(cfg.paths.output_dir)
     return out
@@ -126,16 +139,19 @@ def test_stream_json_on_a_text_file_and_the_validation_split(runs, tmp_path, cap
     assert all(1 < r["ppl"] < 1e4 for r in report["rolling"])
 
 
-@pytest.mark.parametrize("key,args,code", [
-    ("missing", ["--cache", "8"], 1),
-    ("rope", ["--cache", "17"], 1),                    # C above the block
-    ("rope", ["--cache", "8", "--sinks", "8"], 2),     # k >= C
-    ("rope", ["--cache", "8", "--sinks", "a,1"], 2),
-    ("rope", ["--cache", "0"], 2),
-    ("rope", ["--cache", "8", "--tokens", "0"], 2),
-    ("rope", ["--cache", "8", "--text", "nowhere.txt"], 1),
-    ("learned", ["--cache", "8"], 1),                  # learned positions take no rolling cache
-])
+@pytest.mark.parametrize(
+    "key,args,code",
+    [
+        ("missing", ["--cache", "8"], 1),
+        ("rope", ["--cache", "17"], 1),  # C above the block
+        ("rope", ["--cache", "8", "--sinks", "8"], 2),  # k >= C
+        ("rope", ["--cache", "8", "--sinks", "a,1"], 2),
+        ("rope", ["--cache", "0"], 2),
+        ("rope", ["--cache", "8", "--tokens", "0"], 2),
+        ("rope", ["--cache", "8", "--text", "nowhere.txt"], 1),
+        ("learned", ["--cache", "8"], 1),  # learned positions take no rolling cache
+    ],
+)
 def test_bad_input_is_one_line_and_a_nonzero_exit(runs, key, args, code, tmp_path, capsys):
     run = str(runs.get(key, tmp_path / "no_such_run"))
     with pytest.raises(SystemExit) as err:

@@ -1,4 +1,5 @@
 """The ablation study end to end: experiments, multirun, failure isolation, aggregation, W&B sweeps."""
+
 from __future__ import annotations
 
 import json
@@ -13,15 +14,14 @@ import pytest
 import torch
 import yaml
 from omegaconf import OmegaConf
+from test_report_layout import ci, md_tables, table_with
 
 from attnlab.config import CONF_DIR, compose_config
 from attnlab.dashboard import main as dashboard_main
 from attnlab.report import build_report
 from attnlab.report.aggregate import group_cells, load_runs, lr_sensitivity, swept_axes
-from attnlab.report.numbers import mean_pm_std
-from attnlab.report.numbers import mean_interval
+from attnlab.report.numbers import mean_interval, mean_pm_std
 from attnlab.report.significance import welch
-from test_report_layout import ci, md_tables, table_with
 from attnlab.sweep import studies
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,8 +30,17 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_sweep(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "attnlab.sweep", "--logs", str(tmp_path / "logs"), *args],
-        cwd=tmp_path, capture_output=True, text=True, timeout=900,
-        env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "WANDB_SILENT": "true", "HOME": str(tmp_path)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "OMP_NUM_THREADS": "1",
+            "WANDB_MODE": "offline",
+            "WANDB_SILENT": "true",
+            "HOME": str(tmp_path),
+        },
     )
 
 
@@ -39,8 +48,22 @@ def test_default_sweep_path_end_to_end(tmp_path):
     """`make sweep` as it runs by default (JOBS=2: the joblib launcher, two cells at once), with seeds and
     a failing cell: the invalid d_k fails, the rest finish, and the table aggregates the seeds.
     2 d_k x 2 scalings x 2 seeds of a tiny model, 6 steps each (about a minute on 2 busy cores)."""
-    proc = run_sweep(tmp_path, "--study", "smoke", "--seeds", "2", "--jobs", "2", "model.d_k=16,-1", "model.init_std=0.02",
-                     "logger=csv", "model.n_layer=1", "model.d_model=32", "model.n_head=2", "data.batch_size=2")
+    proc = run_sweep(
+        tmp_path,
+        "--study",
+        "smoke",
+        "--seeds",
+        "2",
+        "--jobs",
+        "2",
+        "model.d_k=16,-1",
+        "model.init_std=0.02",
+        "logger=csv",
+        "model.n_layer=1",
+        "model.d_model=32",
+        "model.n_head=2",
+        "data.batch_size=2",
+    )
     assert proc.returncode == 1, proc.stderr[-2000:]  # a failed cell makes the sweep exit non-zero
     (sweep,) = (tmp_path / "logs").iterdir()
     results = {r: json.loads(r.read_text()) for r in sweep.glob("*/results.json")}
@@ -52,7 +75,7 @@ def test_default_sweep_path_end_to_end(tmp_path):
         assert launcher["_target_"].endswith("JoblibLauncher") and launcher["n_jobs"] == 2
     # a job writes .hydra/config.yaml when it starts and results.json when it ends: in parallel, two spans overlap
     spans = [((r.parent / ".hydra" / "config.yaml").stat().st_mtime, r.stat().st_mtime) for r in ok]
-    assert any(a0 < b1 and b0 < a1 for i, (a0, a1) in enumerate(spans) for b0, b1 in spans[i + 1:])
+    assert any(a0 < b1 and b0 < a1 for i, (a0, a1) in enumerate(spans) for b0, b1 in spans[i + 1 :])
 
     report = tmp_path / "reports" / "smoke"
     lines = (report / "ablation.csv").read_text().splitlines()
@@ -63,7 +86,11 @@ def test_default_sweep_path_end_to_end(tmp_path):
         if row[col["model.d_k"]] == "-1":
             assert row[col["n_failed"]] == "2" and "model.d_k" in row[col["errors"]]
         else:
-            assert row[col["n_ok"]] == "2" and float(row[col["val/loss_mean"]]) < 10 and float(row[col["val/loss_std"]]) > 0
+            assert (
+                row[col["n_ok"]] == "2"
+                and float(row[col["val/loss_mean"]]) < 10
+                and float(row[col["val/loss_std"]]) > 0
+            )
             assert float(row[col["attn/L0/entropy_norm_mean"]]) > 0
     md = (report / "ablation.md").read_text()
     _, main = md_tables(md)[0]
@@ -77,14 +104,28 @@ def test_default_sweep_path_end_to_end(tmp_path):
     assert pair["where"] == "d_k=16" and pair["n"] == [2, 2] and 0 <= pair["p"] <= 1
 
 
-def fake_run(root: Path, name: str, overrides: list[str], loss: float | None, n_layer: int = 2, vocab: int = 10,
-             extra: dict | None = None):
+def fake_run(
+    root: Path,
+    name: str,
+    overrides: list[str],
+    loss: float | None,
+    n_layer: int = 2,
+    vocab: int = 10,
+    extra: dict | None = None,
+):
     run = root / name
     run.mkdir(parents=True)
-    metrics = {"val/loss": loss, **{f"attn/L{i}/entropy_norm": 0.5 + i for i in range(n_layer)}} if loss is not None else {}
+    metrics = (
+        {"val/loss": loss, **{f"attn/L{i}/entropy_norm": 0.5 + i for i in range(n_layer)}} if loss is not None else {}
+    )
     metrics.update(extra or {})
-    results = {"status": "ok" if loss is not None else "failed", "error": None if loss is not None else "boom",
-               "overrides": overrides, "config": {"study": "fake", "model": {"n_layer": n_layer}}, "metrics": metrics}
+    results = {
+        "status": "ok" if loss is not None else "failed",
+        "error": None if loss is not None else "boom",
+        "overrides": overrides,
+        "config": {"study": "fake", "model": {"n_layer": n_layer}},
+        "metrics": metrics,
+    }
     (run / "results.json").write_text(json.dumps(results))
     (run / "vocab.json").write_text(json.dumps({"chars": [str(i) for i in range(vocab)]}))
 
@@ -93,7 +134,12 @@ def test_aggregation_means_and_std_over_seeds(tmp_path):
     losses = {("16", "none"): [2.0, 2.2, 2.6], ("16", "inv_sqrt_d"): [1.5, 1.7, 1.6], ("32", "none"): [2.4, 2.5, 2.9]}
     for (dk, sc), values in losses.items():
         for seed, loss in enumerate(values):
-            fake_run(tmp_path / "sweep", f"{dk}-{sc}-{seed}", [f"model.d_k={dk}", f"model.attention.scaling={sc}", f"seed={seed}"], loss)
+            fake_run(
+                tmp_path / "sweep",
+                f"{dk}-{sc}-{seed}",
+                [f"model.d_k={dk}", f"model.attention.scaling={sc}", f"seed={seed}"],
+                loss,
+            )
     fake_run(tmp_path / "sweep", "32-inv-0", ["model.d_k=32", "model.attention.scaling=inv_sqrt_d", "seed=0"], None)
     runs = load_runs(tmp_path / "sweep")
     axes = swept_axes(runs)
@@ -112,17 +158,20 @@ def test_aggregation_means_and_std_over_seeds(tmp_path):
     assert summary["seeds_per_cell"] == "0-3"  # the failed cell has none
 
 
-@pytest.mark.parametrize("mean, std, n, text", [
-    (9597.0, 357.879, 3, "9600 ± 360"),  # a large std, a small one, a tiny one
-    (3.670, 0.00701, 3, "3.6700 ± 0.0070"),
-    (0.024, 7.07e-05, 2, "0.024000 ± 0.000071"),
-    (1.873, 0.0996, 3, "1.87 ± 0.10"),  # the std rounds up to a new power of ten: still two digits
-    (13501.0, 2000.0, 3, "13500 ± 2000"),
-    (-0.0004, 0.5, 3, "0.00 ± 0.50"),  # no "-0.00"
-    (1.8364, 0.0, 3, "1.836 ± 0"),
-    (1.8364, None, 1, "1.836"),  # one seed: the value alone
-    (None, None, 0, "-"),
-])
+@pytest.mark.parametrize(
+    "mean, std, n, text",
+    [
+        (9597.0, 357.879, 3, "9600 ± 360"),  # a large std, a small one, a tiny one
+        (3.670, 0.00701, 3, "3.6700 ± 0.0070"),
+        (0.024, 7.07e-05, 2, "0.024000 ± 0.000071"),
+        (1.873, 0.0996, 3, "1.87 ± 0.10"),  # the std rounds up to a new power of ten: still two digits
+        (13501.0, 2000.0, 3, "13500 ± 2000"),
+        (-0.0004, 0.5, 3, "0.00 ± 0.50"),  # no "-0.00"
+        (1.8364, 0.0, 3, "1.836 ± 0"),
+        (1.8364, None, 1, "1.836"),  # one seed: the value alone
+        (None, None, 0, "-"),
+    ],
+)
 def test_mean_pm_std_shows_the_std_to_two_significant_digits(mean, std, n, text):
     assert mean_pm_std(mean, std, n) == text
 
@@ -142,17 +191,31 @@ def fake_study(root: Path, seeds: list[int], losses: dict) -> list[Path]:
     for seed in seeds:
         sweep = root / f"seed{seed}"
         for (dk, sc, init), values in losses.items():
-            fake_run(sweep, f"{dk}-{sc}-{init}", [f"model.d_k={dk}", f"model.attention.scaling={sc}", f"model.init_std={init}",
-                                                  "experiment=fake", f"seed={seed}"], values[seed])
+            fake_run(
+                sweep,
+                f"{dk}-{sc}-{init}",
+                [
+                    f"model.d_k={dk}",
+                    f"model.attention.scaling={sc}",
+                    f"model.init_std={init}",
+                    "experiment=fake",
+                    f"seed={seed}",
+                ],
+                values[seed],
+            )
         dirs.append(sweep)
     return dirs
 
 
 STUDY = {  # (d_k, scaling, init_std) -> val loss per seed
-    ("16", "none", "0.02"): [1.80, 1.81, 1.82], ("16", "inv_sqrt_d", "0.02"): [1.90, 1.91, 1.92],  # scaled worse, clearly
-    ("32", "none", "0.02"): [1.80, 1.90, 2.00], ("32", "inv_sqrt_d", "0.02"): [1.81, 1.95, 1.99],  # within noise
-    ("16", "none", "fan_in"): [2.00, 2.01, 2.03], ("16", "inv_sqrt_d", "fan_in"): [1.70, 1.72, 1.71],  # scaled better
-    ("32", "none", "fan_in"): [2.10, 2.00, 2.20], ("32", "inv_sqrt_d", "fan_in"): [2.00, 2.20, 2.10],
+    ("16", "none", "0.02"): [1.80, 1.81, 1.82],
+    ("16", "inv_sqrt_d", "0.02"): [1.90, 1.91, 1.92],  # scaled worse, clearly
+    ("32", "none", "0.02"): [1.80, 1.90, 2.00],
+    ("32", "inv_sqrt_d", "0.02"): [1.81, 1.95, 1.99],  # within noise
+    ("16", "none", "fan_in"): [2.00, 2.01, 2.03],
+    ("16", "inv_sqrt_d", "fan_in"): [1.70, 1.72, 1.71],  # scaled better
+    ("32", "none", "fan_in"): [2.10, 2.00, 2.20],
+    ("32", "inv_sqrt_d", "fan_in"): [2.00, 2.20, 2.10],
 }
 
 
@@ -167,11 +230,16 @@ def test_report_merges_sweep_dirs_and_marks_differences_beyond_seed_noise(tmp_pa
     assert [r["seeds"] for r in main] == ["3"] * 8
     _, pairs = table_with(md, "difference [95 % CI]")
     direction = {r["where"]: r["direction"] for r in pairs}
-    assert direction == {"d_k=16, init_std=0.02": "scaled higher", "d_k=16, init_std=fan_in": "scaled lower",
-                         "d_k=32, init_std=0.02": "no difference beyond seed noise",
-                         "d_k=32, init_std=fan_in": "no difference beyond seed noise"}
+    assert direction == {
+        "d_k=16, init_std=0.02": "scaled higher",
+        "d_k=16, init_std=fan_in": "scaled lower",
+        "d_k=32, init_std=0.02": "no difference beyond seed noise",
+        "d_k=32, init_std=fan_in": "no difference beyond seed noise",
+    }
     summary = json.loads((tmp_path / "r" / "fake" / "summary.json").read_text())
-    for r, p in zip(pairs, summary["scaled_vs_unscaled"]):  # the interval contains the difference, and holds 0 when within noise
+    for r, p in zip(
+        pairs, summary["scaled_vs_unscaled"]
+    ):  # the interval contains the difference, and holds 0 when within noise
         d, lo, hi = ci(r["difference [95 % CI]"])
         assert lo < d < hi and p["ci95"][0] < p["diff"] < p["ci95"][1]
         assert (p["ci95"][0] < 0 < p["ci95"][1]) == (not p["beyond_noise"]) or p["p"] < 0.05
@@ -181,7 +249,11 @@ def test_report_merges_sweep_dirs_and_marks_differences_beyond_seed_noise(tmp_pa
     raw = sorted(p["p"] for p in summary["scaled_vs_unscaled"])
     assert min(p["p_holm"] for p in summary["scaled_vs_unscaled"]) == pytest.approx(4 * raw[0])
     # per-seed values with their seed ids: what a per-seed range in the docs is quoted from
-    cell = next(c for c in summary["per_seed"] if c["axes"] == {"model.d_k": "16", "model.attention.scaling": "none", "model.init_std": "0.02"})
+    cell = next(
+        c
+        for c in summary["per_seed"]
+        if c["axes"] == {"model.d_k": "16", "model.attention.scaling": "none", "model.init_std": "0.02"}
+    )
     assert [(r["seed"], r["metrics"]["val/loss"]) for r in cell["runs"]] == [(0, 1.80), (1, 1.81), (2, 1.82)]
 
 
@@ -210,12 +282,26 @@ def test_merging_the_same_runs_twice_is_refused(tmp_path, capsys):
 
 
 def test_head_columns_appear_only_when_the_runs_logged_them(tmp_path):
-    heads = {"heads/repeat_acc": 0.9, "heads/induction_max": 0.12, "heads/induction_control_max": 0.1,
-             "heads/L0/induction_knockout_all_heads": 0.78, "heads/L1/induction_knockout_all_heads": -0.001}
+    heads = {
+        "heads/repeat_acc": 0.9,
+        "heads/induction_max": 0.12,
+        "heads/induction_control_max": 0.1,
+        "heads/L0/induction_knockout_all_heads": 0.78,
+        "heads/L1/induction_knockout_all_heads": -0.001,
+    }
     fake_run(tmp_path / "tasks", "a", ["model.n_layer=2"], 0.5, extra=heads)
     fake_run(tmp_path / "text", "a", ["model.n_layer=2"], 0.5)
-    history = [{"step": s, "repeat_acc": s / 10, "L0/induction_max": 0.1, "L1/induction_max": 0.0,
-                "L0/induction_knockout_all_heads": s / 20, "L1/induction_knockout_all_heads": 0.0} for s in (0, 5, 10)]
+    history = [
+        {
+            "step": s,
+            "repeat_acc": s / 10,
+            "L0/induction_max": 0.1,
+            "L1/induction_max": 0.0,
+            "L0/induction_knockout_all_heads": s / 20,
+            "L1/induction_knockout_all_heads": 0.0,
+        }
+        for s in (0, 5, 10)
+    ]
     (tmp_path / "tasks" / "a" / "heads.json").write_text(json.dumps({"heads": [], "history": history}))
     build_report(tmp_path / "tasks", reports=tmp_path / "r1")
     assert (tmp_path / "r1" / "fake" / "heads_over_training.png").stat().st_size > 0
@@ -240,7 +326,9 @@ def test_recording_only_overrides_do_not_split_cells(tmp_path):
     build_report([tmp_path / "a", tmp_path / "b"], reports=tmp_path / "r")
     md = (tmp_path / "r" / "fake" / "ablation.md").read_text()
     header, rows = md_tables(md)[0]
-    assert header[:2] == ["d_k", "seeds"] and rows[0]["seeds"] == "2" and ci(rows[0]["val loss"])[0] == pytest.approx(1.1)
+    assert (
+        header[:2] == ["d_k", "seeds"] and rows[0]["seeds"] == "2" and ci(rows[0]["val loss"])[0] == pytest.approx(1.1)
+    )
     summary = json.loads((tmp_path / "r" / "fake" / "summary.json").read_text())
     assert summary["recording_differences"] == ["callbacks.checkpoint ((default), null)", "logger ((default), csv)"]
     fake_run(tmp_path / "c", "3", ["model.d_k=16", "seed=2", "model.n_head=8"], 1.0)  # a real difference stays an axis
@@ -250,8 +338,10 @@ def test_recording_only_overrides_do_not_split_cells(tmp_path):
 
 def test_head_types_per_layer_counted_per_seed(tmp_path):
     def heads(*types_l1):
-        return [{"layer": 0, "head": h, "type": "previous_token", "scores": {}} for h in range(2)] + \
-               [{"layer": 1, "head": h, "type": t, "scores": {}} for h, t in enumerate(types_l1)]
+        return [{"layer": 0, "head": h, "type": "previous_token", "scores": {}} for h in range(2)] + [
+            {"layer": 1, "head": h, "type": t, "scores": {}} for h, t in enumerate(types_l1)
+        ]
+
     per_seed = [heads("induction", "content"), heads("induction", "induction"), heads("content", "content")]
     for seed, analysed in enumerate(per_seed):
         fake_run(tmp_path / "sweep", f"s{seed}", ["model.n_layer=2", f"seed={seed}"], 1.0)
@@ -260,7 +350,10 @@ def test_head_types_per_layer_counted_per_seed(tmp_path):
     fake_run(tmp_path / "sweep", "other", ["model.n_layer=1", "seed=0"], 1.0)  # no head analysis in this cell
     summary = build_report(tmp_path / "sweep", reports=tmp_path / "r")
     types = {json.dumps(c["axes"]): c["layers"] for c in summary["head_types"]}
-    assert types['{"model.n_layer": "2"}'] == [{"previous_token": [2, 2, 2]}, {"content": [1, 0, 2], "induction": [1, 2, 0]}]
+    assert types['{"model.n_layer": "2"}'] == [
+        {"previous_token": [2, 2, 2]},
+        {"content": [1, 0, 2], "induction": [1, 2, 0]},
+    ]
     assert types['{"model.n_layer": "1"}'] == [{}, {}]
     md = (tmp_path / "r" / "fake" / "ablation.md").read_text()
     _, rows = table_with(md, "types in some seeds only")
@@ -321,8 +414,13 @@ def test_compare_plots_runs_side_by_side(tmp_path, monkeypatch):
     for name in ("a", "b"):
         run = tmp_path / name
         run.mkdir()
-        lines = [{"step": s, **{f"attn/L{i}/{k}": 0.1 * s + i for i in range(2) for k in ("entropy_norm", "max_logit", "sink_mass")}}
-                 for s in (1, 101)]
+        lines = [
+            {
+                "step": s,
+                **{f"attn/L{i}/{k}": 0.1 * s + i for i in range(2) for k in ("entropy_norm", "max_logit", "sink_mass")},
+            }
+            for s in (1, 101)
+        ]
         (run / "attention_stats.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
     monkeypatch.chdir(tmp_path)
     assert report_main(["--compare", f"a={tmp_path / 'a'}", f"b={tmp_path / 'b'}"]) == 0
@@ -340,7 +438,9 @@ def test_a_pair_with_one_seed_on_one_side_is_left_untested(tmp_path):
     assert row["seeds"] == "1" and row["val loss"] == "1.800"
     summary = json.loads((tmp_path / "r" / "fake" / "summary.json").read_text())
     pairs = {p["where"]: p for p in summary["scaled_vs_unscaled"]}
-    assert pairs["d_k=16, init_std=0.02"]["direction"] == "untested (1 seed)" and pairs["d_k=16, init_std=0.02"]["n"] == [1, 3]
+    assert pairs["d_k=16, init_std=0.02"]["direction"] == "untested (1 seed)" and pairs["d_k=16, init_std=0.02"][
+        "n"
+    ] == [1, 3]
     assert sum(p["beyond_noise"] for p in pairs.values()) == 1 and summary["seeds_per_cell"] == "1-3"
 
 
@@ -364,15 +464,22 @@ def test_wilson_interval_for_a_mechanism_that_forms_in_some_seeds():
 
 
 CROSSED = {  # (bos, sink) -> val loss per seed: BOS helps by 0.1 in every stratum, the sink axis does nothing
-    ("False", "none"): [2.00, 2.02, 2.04], ("True", "none"): [1.90, 1.92, 1.94],
-    ("False", "learned"): [2.01, 2.03, 2.02], ("True", "learned"): [1.91, 1.93, 1.92],
+    ("False", "none"): [2.00, 2.02, 2.04],
+    ("True", "none"): [1.90, 1.92, 1.94],
+    ("False", "learned"): [2.01, 2.03, 2.02],
+    ("True", "learned"): [1.91, 1.93, 1.92],
 }
 
 
 def _crossed_study(root: Path, losses: dict) -> Path:
     for (bos, sink), values in losses.items():
         for seed, loss in enumerate(values):
-            fake_run(root, f"{bos}-{sink}-{seed}", [f"data.bos={bos}", f"model.attention.escape={sink}", f"seed={seed}"], loss)
+            fake_run(
+                root,
+                f"{bos}-{sink}-{seed}",
+                [f"data.bos={bos}", f"model.attention.escape={sink}", f"seed={seed}"],
+                loss,
+            )
     return root
 
 
@@ -380,7 +487,10 @@ def test_a_crossed_study_reports_each_axis_pooled_over_the_other(tmp_path):
     build_report(_crossed_study(tmp_path / "s", CROSSED), reports=tmp_path / "r")
     md = (tmp_path / "r" / "fake" / "ablation.md").read_text()
     _, rows = table_with(md, "pooled difference [95 % CI]")
-    assert [(r["axis"], r["direction"]) for r in rows] == [("bos", "True lower"), ("escape", "no difference beyond seed noise")]
+    assert [(r["axis"], r["direction"]) for r in rows] == [
+        ("bos", "True lower"),
+        ("escape", "no difference beyond seed noise"),
+    ]
     bos, sink = json.loads((tmp_path / "r" / "fake" / "summary.json").read_text())["pooled_effects"]
     assert bos["ci95"][0] < -0.1 < bos["ci95"][1] < 0 and sink["ci95"][0] < 0 < sink["ci95"][1]
     assert bos["axis"] == "data.bos" and bos["diff"] == pytest.approx(-0.1) and bos["beyond_noise"]
@@ -442,7 +552,9 @@ def test_restat_from_the_csv_alone_gives_the_tests_the_runs_give(tmp_path):
     build_report(fake_study(tmp_path, [0, 1, 2], STUDY), reports=tmp_path / "r")
     out = tmp_path / "r" / "fake"
     before = json.loads((out / "summary.json").read_text())
-    (out / "summary.json").write_text(json.dumps({k: v for k, v in before.items() if k != "per_seed"}))  # as a committed table
+    (out / "summary.json").write_text(
+        json.dumps({k: v for k, v in before.items() if k != "per_seed"})
+    )  # as a committed table
     after = restat(out)
     for a, b in zip(before["scaled_vs_unscaled"], after["pairs"]):
         assert (a["where"], a["beyond_noise"], a["direction"]) == (b["where"], b["beyond_noise"], b["direction"])
@@ -453,4 +565,6 @@ def test_restat_from_the_csv_alone_gives_the_tests_the_runs_give(tmp_path):
     assert md.count("## Scaled vs unscaled") == 1 and md.count("## Each axis pooled over the others") == 1
     assert "per_seed" not in json.loads((out / "summary.json").read_text())  # stand-ins are never written as seeds
     page = (out / "index.html").read_text()
-    assert page.count("<table>") == len(md_tables(md)) and page.count("<tr") == sum(1 + len(rows) for _, rows in md_tables(md))
+    assert page.count("<table>") == len(md_tables(md)) and page.count("<tr") == sum(
+        1 + len(rows) for _, rows in md_tables(md)
+    )

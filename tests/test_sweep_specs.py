@@ -1,4 +1,5 @@
 """One source of truth per grid: the W&B sweep files in sweeps/ follow conf/experiment/."""
+
 from __future__ import annotations
 
 import shutil
@@ -18,12 +19,18 @@ def test_every_study_has_a_wandb_sweep():
     assert sorted(set(studies()) - TEST_ONLY) == sorted(p.stem for p in SPECS)
 
 
-@pytest.mark.parametrize("spec", [p for p in SPECS if yaml.safe_load(p.read_text())["method"] == "grid"], ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "spec", [p for p in SPECS if yaml.safe_load(p.read_text())["method"] == "grid"], ids=lambda p: p.stem
+)
 def test_grid_sweep_is_generated_from_its_experiment(spec):
-    assert spec.read_text() == wandb_sweep_yaml(spec.stem), f"regenerate: attnlab sweep --study {spec.stem} --wandb-spec > {spec.relative_to(ROOT)}"
+    assert spec.read_text() == wandb_sweep_yaml(spec.stem), (
+        f"regenerate: attnlab sweep --study {spec.stem} --wandb-spec > {spec.relative_to(ROOT)}"
+    )
 
 
-@pytest.mark.parametrize("spec", [p for p in SPECS if yaml.safe_load(p.read_text())["method"] != "grid"], ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "spec", [p for p in SPECS if yaml.safe_load(p.read_text())["method"] != "grid"], ids=lambda p: p.stem
+)
 def test_search_sweep_covers_its_experiments_grid(spec):
     loaded, grid = yaml.safe_load(spec.read_text()), study_grid(spec.stem)
     assert loaded["command"] == wandb_command(spec.stem)

@@ -1,4 +1,5 @@
 """The generated tasks: structure promised in their docstrings, seeds, disjoint splits, errors."""
+
 import pytest
 import torch
 
@@ -68,8 +69,18 @@ def test_task_data_is_a_function_of_the_seed_and_train_val_disjoint(mqar):
 
 def test_disjointness_is_enforced_not_just_likely():
     # two symbols, [bos a b a b]: only 4 distinct sequences exist, so clashes with validation are certain
-    dm = InductionDataModule(vocab_size=3, seq_len=4, block_size=4, batch_size=4, steps=5, val_batches=1, seed=0,
-                             min_half=2, max_half=2, distinct=False)
+    dm = InductionDataModule(
+        vocab_size=3,
+        seq_len=4,
+        block_size=4,
+        batch_size=4,
+        steps=5,
+        val_batches=1,
+        seed=0,
+        min_half=2,
+        max_half=2,
+        distinct=False,
+    )
     dm.setup("fit")
     val = {tuple(r.tolist()) for r in dm.val_set.sequences(0)[0]}
     for i in range(5):
@@ -144,7 +155,9 @@ def test_text_windows_start_with_bos_when_asked(tmp_path):
     path = tmp_path / "t.txt"
     path.write_text("the cat sat on the mat; " * 40)
     plain = TextDataModule(source="textfile", path=str(path), block_size=16, batch_size=4, steps=3, val_batches=2)
-    with_bos = TextDataModule(source="textfile", path=str(path), block_size=16, batch_size=4, steps=3, val_batches=2, bos=True)
+    with_bos = TextDataModule(
+        source="textfile", path=str(path), block_size=16, batch_size=4, steps=3, val_batches=2, bos=True
+    )
     for dm in (plain, with_bos):
         dm.setup("fit")
     assert with_bos.vocab() == [*plain.vocab(), "<bos>"] and with_bos.vocab_size == plain.vocab_size + 1
@@ -160,7 +173,9 @@ def test_text_windows_start_with_bos_when_asked(tmp_path):
 
 
 def test_mqar_with_bos_puts_it_first_and_keeps_every_answer_solvable():
-    dm = MQARDataModule(vocab_size=32, num_pairs=6, block_size=32, batch_size=8, steps=3, val_batches=2, seed=3, bos=True)
+    dm = MQARDataModule(
+        vocab_size=32, num_pairs=6, block_size=32, batch_size=8, steps=3, val_batches=2, seed=3, bos=True
+    )
     dm.setup("fit")
     assert dm.vocab_size == 33 and dm.vocab()[-1] == "<bos>"
     for x, y in batches(dm.train_dataloader()) + batches(dm.val_dataloader()):
@@ -178,8 +193,9 @@ def test_induction_refuses_bos_false_in_one_line():
 
 
 def test_induction_gap_separates_the_copies_by_a_varying_distance():
-    dm = InductionDataModule(vocab_size=64, block_size=48, batch_size=32, steps=2, val_batches=1, seed=2,
-                             min_half=6, max_half=10, max_gap=20)
+    dm = InductionDataModule(
+        vocab_size=64, block_size=48, batch_size=32, steps=2, val_batches=1, seed=2, min_half=6, max_half=10, max_gap=20
+    )
     dm.setup("fit")
     distances = set()
     for x, y in batches(dm.train_dataloader()):

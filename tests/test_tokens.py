@@ -1,4 +1,5 @@
 """data=tokens and attnlab prepare: tokenized corpora on disk, read window by window."""
+
 from __future__ import annotations
 
 import json
@@ -8,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_cli import assert_one_line_error, run_main
 
 from attnlab.config import compose_config
 from attnlab.data.prepare import main as prepare_main
@@ -16,10 +18,15 @@ from attnlab.data.text import OFFSET_CHUNK, RandomWindows, TextDataModule, shake
 from attnlab.data.tokens import TokenDataModule, TokenFile, load_tokenizer, padded
 from attnlab.errors import DataError
 from attnlab.train import train
-from test_cli import assert_one_line_error, run_main
 
-SMALL = ["model.n_layer=1", "model.d_model=32", "model.n_head=2", "model.block_size=32", "data.batch_size=4",
-         "data.val_batches=2"]
+SMALL = [
+    "model.n_layer=1",
+    "model.d_model=32",
+    "model.n_head=2",
+    "model.block_size=32",
+    "data.batch_size=4",
+    "data.val_batches=2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -39,12 +46,15 @@ def nanogpt_dir(path: Path, ids: np.ndarray, dtype=np.uint16) -> Path:
 
 
 def dm(directory: Path, **kw) -> TokenDataModule:
-    module = TokenDataModule(dir=str(directory), **{"block_size": 32, "batch_size": 4, "steps": 3, "val_batches": 2, **kw})
+    module = TokenDataModule(
+        dir=str(directory), **{"block_size": 32, "batch_size": 4, "steps": 3, "val_batches": 2, **kw}
+    )
     module.setup("fit")
     return module
 
 
 # ---- prepare ---------------------------------------------------------------------------------------
+
 
 def test_prepare_writes_ids_that_decode_back_to_the_text(corpus):
     meta = json.loads((corpus / "meta.json").read_text())
@@ -77,10 +87,13 @@ def test_prepare_pieces_cover_the_text_at_line_ends():
 
 def test_prepare_refuses_bad_input_in_one_line_and_writes_nothing(tmp_path, capsys, corpus):
     before = {p.name: p.read_bytes() for p in corpus.iterdir()}
-    cases = [(["--out", str(corpus)], "--out"), (["--encoding", "utf8", "--out", str(tmp_path / "a")], "--encoding"),
-             (["--vocab-size", "10", "--out", str(tmp_path / "b")], "--vocab-size"),
-             (["--input", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "c")], "--input"),
-             (["--val-fraction", "1.5", "--out", str(tmp_path / "d")], "--val-fraction")]
+    cases = [
+        (["--out", str(corpus)], "--out"),
+        (["--encoding", "utf8", "--out", str(tmp_path / "a")], "--encoding"),
+        (["--vocab-size", "10", "--out", str(tmp_path / "b")], "--vocab-size"),
+        (["--input", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "c")], "--input"),
+        (["--val-fraction", "1.5", "--out", str(tmp_path / "d")], "--val-fraction"),
+    ]
     for args, key in cases:
         assert prepare_main(args) == 2
         err = capsys.readouterr().err
@@ -111,6 +124,7 @@ def test_prepare_force_replaces_a_directory_whole(tmp_path):
 
 # ---- the data module -------------------------------------------------------------------------------
 
+
 def test_windows_are_the_files_ids_shifted_by_one(corpus):
     module = dm(corpus)
     ids = torch.from_numpy(np.fromfile(corpus / "val.bin", dtype=np.uint16).astype(np.int64))
@@ -118,7 +132,7 @@ def test_windows_are_the_files_ids_shifted_by_one(corpus):
     for i in range(len(module.val_set)):
         x, y = module.val_set[i]
         o = int(offsets[i])
-        assert x.dtype == torch.long and torch.equal(x, ids[o:o + 32]) and torch.equal(y, ids[o + 1:o + 33])
+        assert x.dtype == torch.long and torch.equal(x, ids[o : o + 32]) and torch.equal(y, ids[o + 1 : o + 33])
     assert module.vocab_size == 320 and module.vocab() is None  # 300 rounded up to a multiple of 64
     assert dm(corpus, vocab_multiple=1).vocab_size == 300
 
@@ -155,11 +169,15 @@ def test_nanogpt_dir_needs_vocab_size_and_reads_meta_pkl(tmp_path):
     assert dm(plain, vocab_size=65, vocab_multiple=1).vocab_size == 65
     chars = nanogpt_dir(tmp_path / "chars", ids)
     itos = {i: chr(ord("A") + i) for i in range(65)}
-    (chars / "meta.pkl").write_bytes(pickle.dumps({"vocab_size": 65, "itos": itos, "stoi": {v: k for k, v in itos.items()}}))
+    (chars / "meta.pkl").write_bytes(
+        pickle.dumps({"vocab_size": 65, "itos": itos, "stoi": {v: k for k, v in itos.items()}})
+    )
     module = dm(chars, vocab_multiple=1)
     assert module.vocab_size == 65 and module.tokenizer.decode([0, 1, 64]) == "AB" + chr(ord("A") + 64)
     padded_run = dm(chars)
-    assert padded_run.vocab_size == 128 and padded_run.tokenizer.decode([0, 100, 1]) == "AB"  # padding ids decode to nothing
+    assert (
+        padded_run.vocab_size == 128 and padded_run.tokenizer.decode([0, 100, 1]) == "AB"
+    )  # padding ids decode to nothing
     padded_run.tokenizer.save(tmp_path / "vocab.json")
     assert load_tokenizer(tmp_path).decode([1, 2, 127]) == "BC" and load_tokenizer(tmp_path).encode("CAB") == [2, 0, 1]
     (chars / "meta.pkl").write_bytes(pickle.dumps({"vocab_size": 65, "f": Path("x")}))  # names a class: refused unread
@@ -204,7 +222,9 @@ def vm(field: str) -> int:
     raise KeyError(field)
 
 
-@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's /proc/self/clear_refs to reset the peak RSS")
+@pytest.mark.skipif(
+    not Path("/proc/self/clear_refs").exists(), reason="needs Linux's /proc/self/clear_refs to reset the peak RSS"
+)
 def test_memory_stays_flat_in_the_file_size(tmp_path):
     """A 400 MB uint16 file (1.6 GB as int64): setup (the vocabulary scan) and reading windows all
     over it raise the peak RSS by about the scan's 8 MB chunk (16 MiB measured), not by the file."""
@@ -232,6 +252,7 @@ def test_memory_stays_flat_in_the_file_size(tmp_path):
 
 # ---- training --------------------------------------------------------------------------------------
 
+
 def test_trains_and_samples_with_the_bpe_it_was_prepared_with(corpus, make_cfg):
     cfg = make_cfg("data=tokens", f"data.dir={corpus}", *SMALL, "callbacks=default")
     metrics = train(cfg)
@@ -257,9 +278,18 @@ def test_trains_from_a_nanogpt_dir(tmp_path, make_cfg, corpus):
 def test_resume_with_accumulation_is_bitwise(corpus, make_cfg):
     """6 steps of 2 accumulated micro-batches, checkpointed at step 2; resuming there gives the same
     losses bit for bit (the resumed run skips the 2 x 2 x batch windows already consumed)."""
-    run = ["data=tokens", f"data.dir={corpus}", *SMALL, "model.dropout=0.1", "trainer.accumulate_grad_batches=2",
-           "trainer.max_steps=6", "checkpoint.every_n_steps=2", "checkpoint.keep=-1", "callbacks=default",
-           "callbacks.attention_stats.every_n_steps=3"]
+    run = [
+        "data=tokens",
+        f"data.dir={corpus}",
+        *SMALL,
+        "model.dropout=0.1",
+        "trainer.accumulate_grad_batches=2",
+        "trainer.max_steps=6",
+        "checkpoint.every_n_steps=2",
+        "checkpoint.keep=-1",
+        "callbacks=default",
+        "callbacks.attention_stats.every_n_steps=3",
+    ]
     whole = make_cfg(*run)
     expected = train(whole)
     resumed = train(make_cfg(*run, f"ckpt_path={Path(whole.paths.output_dir) / 'checkpoints' / 'step2.ckpt'}"))
@@ -269,13 +299,28 @@ def test_resume_with_accumulation_is_bitwise(corpus, make_cfg):
     assert once["train/loss"] != expected["train/loss"]  # the accumulation changed the run
 
 
-@pytest.mark.parametrize("override, key", [("data.dir=/nonexistent/dir", "data.dir"), ("data.dtype=int8", "data.dtype"),
-                                           ("data.vocab_size=7", "data.vocab_size"), ("model.block_size=100000", "model.block_size"),
-                                           ("data.vocab_multiple=0", "data.vocab_multiple"),
-                                           ("trainer.accumulate_grad_batches=0", "trainer.accumulate_grad_batches")])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("data.dir=/nonexistent/dir", "data.dir"),
+        ("data.dtype=int8", "data.dtype"),
+        ("data.vocab_size=7", "data.vocab_size"),
+        ("model.block_size=100000", "model.block_size"),
+        ("data.vocab_multiple=0", "data.vocab_multiple"),
+        ("trainer.accumulate_grad_batches=0", "trainer.accumulate_grad_batches"),
+    ],
+)
 def test_bad_tokens_config_is_one_line(override, key, corpus, tmp_path, monkeypatch, capsys):
-    code, _, err = run_main(monkeypatch, capsys, "debug=smoke", "logger=none", "data=tokens", f"data.dir={corpus}",
-                            override, f"hydra.run.dir={tmp_path}/run")
+    code, _, err = run_main(
+        monkeypatch,
+        capsys,
+        "debug=smoke",
+        "logger=none",
+        "data=tokens",
+        f"data.dir={corpus}",
+        override,
+        f"hydra.run.dir={tmp_path}/run",
+    )
     assert code == 2
     assert_one_line_error(code, err, key)
     assert json.loads((tmp_path / "run" / "results.json").read_text())["status"] == "failed"
@@ -283,16 +328,25 @@ def test_bad_tokens_config_is_one_line(override, key, corpus, tmp_path, monkeypa
 
 # ---- presets ---------------------------------------------------------------------------------------
 
+
 def test_gpt2_presets_and_optimizer(tmp_path):
     sizes = {}
     for preset in ("gpt2_half", "gpt2", "gpt2_medium"):
         m = compose_config([f"model={preset}"], tmp_path).model
         sizes[preset] = (m.n_layer, m.n_head, m.d_model, m.block_size, m.dropout)
-    assert sizes == {"gpt2_half": (6, 12, 768, 1024, 0.0), "gpt2": (12, 12, 768, 1024, 0.0),
-                     "gpt2_medium": (24, 16, 1024, 1024, 0.0)}
+    assert sizes == {
+        "gpt2_half": (6, 12, 768, 1024, 0.0),
+        "gpt2": (12, 12, 768, 1024, 0.0),
+        "gpt2_medium": (24, 16, 1024, 1024, 0.0),
+    }
     cfg = compose_config(["model=gpt2", "+optim=gpt2", "trainer.accumulate_grad_batches=40"], tmp_path)
-    assert (cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, list(cfg.optim.betas), cfg.optim.weight_decay) == \
-        (6e-4, 6e-5, 2000, [0.9, 0.95], 0.1)
+    assert (cfg.optim.lr, cfg.optim.min_lr, cfg.optim.warmup_steps, list(cfg.optim.betas), cfg.optim.weight_decay) == (
+        6e-4,
+        6e-5,
+        2000,
+        [0.9, 0.95],
+        0.1,
+    )
     assert cfg.trainer.gradient_clip_val == 1.0
     # nanoGPT's batch: 12 sequences x 1024 tokens x 40 micro-batches, about 0.5M tokens per step
     assert cfg.data.batch_size * cfg.model.block_size * cfg.trainer.accumulate_grad_batches == 491_520
@@ -300,8 +354,9 @@ def test_gpt2_presets_and_optimizer(tmp_path):
 
 
 def test_gpt2_parameter_count(tmp_path):
-    from attnlab.model import GPT, GPTConfig
     from omegaconf import OmegaConf
+
+    from attnlab.model import GPT, GPTConfig
 
     counts = {}
     for preset in ("gpt2_half", "gpt2", "gpt2_medium"):
@@ -321,8 +376,13 @@ def test_attnlab_prepare_tokenizes_the_default_corpus_offline(tmp_path):
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     out = tmp_path / "shakespeare_bpe"
-    proc = subprocess.run([sys.executable, "-m", "attnlab.cli", "prepare", "--out", str(out)], capture_output=True, text=True,
-                          env=env, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnlab.cli", "prepare", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     meta = json.loads((out / "meta.json").read_text())
     assert meta["vocab_size"] == 4096 and meta["source"] == "shakespeare"
@@ -354,14 +414,18 @@ def test_ddp_ranks_read_alternate_windows_of_one_list(corpus):
 def test_gpt2_presets_on_a_small_machine_are_refused_before_training(preset, tmp_path, monkeypatch):
     """At their batch of 12 x 1024 the GPT-2 presets need a GPU node's memory: a 4 GiB machine refuses
     them by the estimate, naming what to lower, while batch 1 of gpt2 (the CPU measurement) passes on 8 GiB."""
+    from omegaconf import OmegaConf
+
     from attnlab.errors import OutOfMemory
     from attnlab.model import GPT, GPTConfig
     from attnlab.resources import check_fits
-    from omegaconf import OmegaConf
 
     cfg = compose_config([f"model={preset}", "attention=sdpa"], tmp_path)
     with torch.device("meta"):
-        n = sum(p.numel() for p in GPT(GPTConfig(**OmegaConf.to_container(cfg.model, resolve=True), vocab_size=50304)).parameters())
+        n = sum(
+            p.numel()
+            for p in GPT(GPTConfig(**OmegaConf.to_container(cfg.model, resolve=True), vocab_size=50304)).parameters()
+        )
     monkeypatch.setattr("attnlab.resources.available_bytes", lambda device: 4 * 2**30)
     with pytest.raises(OutOfMemory, match="data.batch_size"):
         check_fits(cfg, n, 50304, torch.device("cpu"))

@@ -1,4 +1,5 @@
 """Training end to end through train(cfg): composition, determinism, results.json, loggers."""
+
 from __future__ import annotations
 
 import json
@@ -147,7 +148,7 @@ def test_the_corpus_encodes_by_table_lookup_as_the_character_list_does():
     tok = CharTokenizer([*CharTokenizer.from_text(text).chars, BOS])
     assert torch.equal(tok.encode_tensor(text), torch.tensor(tok.encode(text)))
     assert tok.encode_tensor("").shape == (0,)
-    for unknown in ("\x01", "z", "\U0001F600"):
+    for unknown in ("\x01", "z", "\U0001f600"):
         with pytest.raises(KeyError) as err:
             tok.encode_tensor("To " + unknown)
         assert err.value.args == (unknown,)

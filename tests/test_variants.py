@@ -1,6 +1,7 @@
 """Attention variants on the one weight path (attention/weights.py): sigmoid attention and
 grouped-query attention against float64 references with gradients, and the statistics, the
 knockout, the config checks and the metric registry that read that path."""
+
 from __future__ import annotations
 
 import math
@@ -8,6 +9,7 @@ import re
 
 import pytest
 import torch
+from conftest import ROOT
 
 from attnlab.analysis.heads import cut_edges
 from attnlab.attention import BACKENDS, Attention, AttentionConfig, WeightRule, attend
@@ -17,7 +19,6 @@ from attnlab.config_checks import check_config
 from attnlab.errors import ConfigError, KernelUnavailable
 from attnlab.model import GPT, GPTConfig
 from attnlab.train import train
-from conftest import ROOT
 
 
 def reference(q, k, v, scale, normalize="softmax", bias=None, escape=None):
@@ -34,7 +35,9 @@ def reference(q, k, v, scale, normalize="softmax", bias=None, escape=None):
     if normalize == "sigmoid":
         p = torch.sigmoid(logits - math.log(t))
     elif escape is not None:
-        p = torch.softmax(torch.cat([logits, escape.double().view(1, -1, 1, 1).expand(*logits.shape[:-1], 1)], -1), -1)[..., :-1]
+        p = torch.softmax(torch.cat([logits, escape.double().view(1, -1, 1, 1).expand(*logits.shape[:-1], 1)], -1), -1)[
+            ..., :-1
+        ]
     else:
         p = torch.softmax(logits, -1)
     return p @ v, p
@@ -61,7 +64,9 @@ def check_against_reference(attn: Attention, n_kv: int, seed: int, h: int = 4, t
         assert x.grad.shape == x.shape
         torch.testing.assert_close(x.grad.double(), xr.grad, atol=1e-4, rtol=1e-3)
     if torch.is_tensor(scale):
-        torch.testing.assert_close(attn.scale.log_scale.grad.double(), (scale_r.grad * scale_r).detach(), atol=1e-4, rtol=1e-3)
+        torch.testing.assert_close(
+            attn.scale.log_scale.grad.double(), (scale_r.grad * scale_r).detach(), atol=1e-4, rtol=1e-3
+        )
     if attn.escape is not None and attn.escape.kind == "learned":
         torch.testing.assert_close(attn.escape.logit.grad.double(), escape_r.grad, atol=1e-4, rtol=1e-3)
     # what the statistics and the head analysis read is what the kernel used
@@ -137,11 +142,20 @@ def test_knockout_is_an_edit_of_the_weight_path():
     edges = torch.zeros(2, t, t, dtype=torch.bool)
     edges[:, 4:, 1] = True
     for normalize, n_kv in (("softmax", 2), ("sigmoid", 1)):
-        model = GPT(GPTConfig(vocab_size=13, block_size=t, n_layer=1, n_head=4, n_kv_head=n_kv, d_model=32,
-                              attention=dict(backend="scaled", normalize=normalize))).eval()
+        model = GPT(
+            GPTConfig(
+                vocab_size=13,
+                block_size=t,
+                n_layer=1,
+                n_head=4,
+                n_kv_head=n_kv,
+                d_model=32,
+                attention=dict(backend="scaled", normalize=normalize),
+            )
+        ).eval()
         layer = model.attention_layers()[0]
         seen = {}
-        hook = layer.register_forward_hook(lambda m, a, o: seen.update(q=a[0], k=a[1], v=a[2], out=o))
+        hook = layer.register_forward_hook(lambda m, a, o, seen=seen: seen.update(q=a[0], k=a[1], v=a[2], out=o))
         idx = torch.randint(13, (2, t), generator=gen)
         with torch.no_grad():
             model(idx)
@@ -163,8 +177,17 @@ def test_a_grouped_model_has_fewer_key_value_weights_and_agrees_across_backends(
     outs = {}
     for backend in BACKENDS:
         torch.manual_seed(0)
-        model = GPT(GPTConfig(vocab_size=17, block_size=12, n_layer=2, n_head=4, n_kv_head=1, d_model=32,
-                              attention=dict(backend=backend))).eval()
+        model = GPT(
+            GPTConfig(
+                vocab_size=17,
+                block_size=12,
+                n_layer=2,
+                n_head=4,
+                n_kv_head=1,
+                d_model=32,
+                attention=dict(backend=backend),
+            )
+        ).eval()
         outs[backend] = model(torch.arange(12).view(1, 12) % 17)[0]
     attn = model.blocks[0].attn
     assert attn.qkv_sizes == (32, 8, 8) and attn.qkv_proj.out_features == 48
@@ -172,12 +195,23 @@ def test_a_grouped_model_has_fewer_key_value_weights_and_agrees_across_backends(
         torch.testing.assert_close(outs[backend], outs["naive"], atol=2e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("overrides, key, accepted", [
-    (["model.n_kv_head=3"], "model.n_kv_head", "a divisor of model.n_head=4"),
-    (["attention=sdpa", "model.attention.normalize=sigmoid"], "model.attention.normalize", "sigmoid runs on naive and scaled"),
-    (["model.attention.normalize=relu"], "model.attention.normalize", "one of softmax, sigmoid"),
-    (["model.attention.normalize=sigmoid", "model.attention.escape=zero_logit"], "model.attention.escape", "none with"),
-])
+@pytest.mark.parametrize(
+    "overrides, key, accepted",
+    [
+        (["model.n_kv_head=3"], "model.n_kv_head", "a divisor of model.n_head=4"),
+        (
+            ["attention=sdpa", "model.attention.normalize=sigmoid"],
+            "model.attention.normalize",
+            "sigmoid runs on naive and scaled",
+        ),
+        (["model.attention.normalize=relu"], "model.attention.normalize", "one of softmax, sigmoid"),
+        (
+            ["model.attention.normalize=sigmoid", "model.attention.escape=zero_logit"],
+            "model.attention.escape",
+            "none with",
+        ),
+    ],
+)
 def test_bad_variant_config_is_one_line_naming_the_key(make_cfg, overrides, key, accepted):
     with pytest.raises(ConfigError) as err:
         check_config(make_cfg(*overrides))
@@ -202,7 +236,9 @@ def test_docs_metrics_table_is_the_registry():
     doc = (ROOT / "docs" / "metrics.md").read_text()
     block = re.search(r"<!-- metrics registry: start -->\n(.*?)\n<!-- metrics registry: end -->", doc, re.S)
     assert block is not None, "docs/metrics.md lost its registry table markers"
-    assert block.group(1) == metrics_table(), "docs/metrics.md's table differs from attention.stats.METRICS: regenerate it"
+    assert block.group(1) == metrics_table(), (
+        "docs/metrics.md's table differs from attention.stats.METRICS: regenerate it"
+    )
 
 
 def test_the_escape_slots_old_key_is_read_with_a_one_line_notice(make_cfg, tmp_path, capsys):
@@ -214,10 +250,14 @@ def test_the_escape_slots_old_key_is_read_with_a_one_line_notice(make_cfg, tmp_p
 
     cfg = make_cfg("model.attention.sink=learned")
     notices = apply_renamed_keys(cfg)
-    assert notices == ["model.attention.sink is now model.attention.escape (set to learned); the old key is read until the next release"]
+    assert notices == [
+        "model.attention.sink is now model.attention.escape (set to learned); the old key is read until the next release"
+    ]
     assert cfg.model.attention.escape == "learned" and cfg.model.attention.sink is None
     check_config(cfg)
-    assert GPTConfig(attention={"sink": "zero_logit"}).attention.escape == "zero_logit"  # an old checkpoint's model config
+    assert (
+        GPTConfig(attention={"sink": "zero_logit"}).attention.escape == "zero_logit"
+    )  # an old checkpoint's model config
     old_run = RunResult(tmp_path, {"overrides": ["model.attention.sink=zero_logit", "seed=0"]})
     assert old_run.overrides == {"model.attention.escape": "zero_logit", "seed": "0"}
     capsys.readouterr()
@@ -229,15 +269,30 @@ def test_the_escape_slots_old_key_is_read_with_a_one_line_notice(make_cfg, tmp_p
 def test_a_checkpoint_with_the_old_layer_name_still_loads():
     """block.attn.attn is now block.attn.attention and its escape logit ``escape.logit`` (was
     ``sink.logit``): a state dict saved before loads into the renamed layer, values intact."""
-    cfg = dict(vocab_size=11, block_size=8, n_layer=2, n_head=2, d_model=16, attention=dict(scaling="learned", escape="learned"))
+    cfg = dict(
+        vocab_size=11,
+        block_size=8,
+        n_layer=2,
+        n_head=2,
+        d_model=16,
+        attention=dict(scaling="learned", escape="learned"),
+    )
     model = GPT(GPTConfig(**cfg))
-    state = {k.replace("attn.attention.", "attn.attn.").replace("escape.logit", "sink.logit"):
-             v + 0.5 if "log_scale" in k or "escape.logit" in k else v for k, v in model.state_dict().items()}
+    state = {
+        k.replace("attn.attention.", "attn.attn.").replace("escape.logit", "sink.logit"): v + 0.5
+        if "log_scale" in k or "escape.logit" in k
+        else v
+        for k, v in model.state_dict().items()
+    }
     assert "blocks.1.attn.attn.scale.log_scale" in state and "blocks.0.attn.attn.sink.logit" in state
     fresh = GPT(GPTConfig(**cfg))
     fresh.load_state_dict(state)  # strict: every key found under its new name
-    torch.testing.assert_close(fresh.blocks[1].attn.attention.scale.log_scale, model.blocks[1].attn.attention.scale.log_scale + 0.5)
-    torch.testing.assert_close(fresh.blocks[0].attn.attention.escape.logit, model.blocks[0].attn.attention.escape.logit + 0.5)
+    torch.testing.assert_close(
+        fresh.blocks[1].attn.attention.scale.log_scale, model.blocks[1].attn.attention.scale.log_scale + 0.5
+    )
+    torch.testing.assert_close(
+        fresh.blocks[0].attn.attention.escape.logit, model.blocks[0].attn.attention.escape.logit + 0.5
+    )
 
 
 def test_a_checkpoint_with_separate_q_k_v_projections_still_loads():

@@ -1,5 +1,6 @@
 """The gate, the sliding window and the differential map against float64 references with gradients
 on every backend; the layer's intermediates record; the refusals, one line each."""
+
 from __future__ import annotations
 
 import math
@@ -9,10 +10,10 @@ import types
 import pytest
 import torch
 
+from attnlab.analysis.probe import probe
 from attnlab.attention import BACKENDS, Attention, AttentionConfig, AttentionLayer, allowed_mask, backends
 from attnlab.attention.module import differential_lambda_init
 from attnlab.attention.stats import attention_stats, uniform_sink_mass
-from attnlab.analysis.probe import probe
 from attnlab.errors import KernelUnavailable
 from attnlab.model import GPT, GPTConfig
 
@@ -44,8 +45,9 @@ def layer_reference(layer: AttentionLayer, x: torch.Tensor, window=None, sinks=0
     w_q, w_k, w_v = (w.double() for w in layer.qkv_parts(layer.qkv_proj.weight))
     heads = lambda y: y.view(b, t, H, D).transpose(1, 2)  # noqa: E731
     x = x.double()
-    out = softmax_attention(heads(x @ w_q.T), heads(x @ w_k.T), heads(x @ w_v.T), 1 / math.sqrt(D),
-                            visible(t, t, window, sinks))
+    out = softmax_attention(
+        heads(x @ w_q.T), heads(x @ w_k.T), heads(x @ w_v.T), 1 / math.sqrt(D), visible(t, t, window, sinks)
+    )
     if cfg.gate != "none":
         g = torch.sigmoid(x @ layer.gate_proj.weight.double().T)  # (B, T, H) or (B, T, H * D)
         out = out * g.view(b, t, H, -1).transpose(1, 2)
@@ -86,8 +88,9 @@ def test_the_gate_at_the_models_init_depends_on_the_input(gate):
     """Not a constant: a zero-initialised gate would be sigmoid(0) = 0.5 everywhere, plain
     attention halved, which a check at init cannot tell from a gate that ignores its input."""
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=20, block_size=T, n_layer=1, n_head=H, d_model=D_MODEL,
-                          attention={"gate": gate})).eval()
+    model = GPT(
+        GPTConfig(vocab_size=20, block_size=T, n_layer=1, n_head=H, d_model=D_MODEL, attention={"gate": gate})
+    ).eval()
     (rec,) = probe(model, torch.randint(20, (4, T)))
     assert rec.gate.shape == (4, H, T, 1 if gate == "headwise" else D)
     assert float(rec.gate.std()) > 0.01
@@ -138,7 +141,7 @@ class FlashAttnWindowStandIn:
         i = torch.arange(t_k - t_q, t_k)[:, None]
         j = torch.arange(t_k)[None, :]
         left, right = window_size
-        allowed = (j <= i if causal else torch.ones(t_q, t_k, dtype=torch.bool))
+        allowed = j <= i if causal else torch.ones(t_q, t_k, dtype=torch.bool)
         allowed = allowed & ((j >= i - left) if left >= 0 else True) & ((j <= i + right) if right >= 0 else True)
         out = torch.softmax((q @ k.transpose(-2, -1) * softmax_scale).masked_fill(~allowed, float("-inf")), -1) @ v
         return out.transpose(1, 2).to(torch.bfloat16)
@@ -162,7 +165,10 @@ def test_window_on_flash_attn_and_the_forced_kernels_refusal(monkeypatch):
     assert attn.kernel == "flash_attn" and fn.window_sizes == [(2, 0)]
     want = softmax_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), 1 / math.sqrt(D), visible(T, T, 3))
     torch.testing.assert_close(out.double(), want, atol=2e-2, rtol=2e-2)
-    with pytest.raises(KernelUnavailable, match="model.attention.window_sinks=2") as err, torch.autocast("cpu", dtype=torch.bfloat16):
+    with (
+        pytest.raises(KernelUnavailable, match="model.attention.window_sinks=2") as err,
+        torch.autocast("cpu", dtype=torch.bfloat16),
+    ):
         Attention(AttentionConfig("flash", window=3, window_sinks=2), H, D)(q, k, v)
     assert "\n" not in str(err.value)
 
@@ -181,8 +187,12 @@ def test_window_visibility_is_the_one_mask_the_statistics_read(window, sinks):
     stats = attention_stats(q, k, attn.weight_rule(fp32=True))
     n = mask.sum(-1)[mask.sum(-1) > 1].double()
     torch.testing.assert_close(stats["entropy"].double(), n.log().mean().expand(H), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(stats["sink_mass"].double(), torch.full((H,), uniform_sink_mass(T, window, sinks),
-                                                                       dtype=torch.float64), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        stats["sink_mass"].double(),
+        torch.full((H,), uniform_sink_mass(T, window, sinks), dtype=torch.float64),
+        atol=1e-6,
+        rtol=1e-5,
+    )
     if window is None:
         assert uniform_sink_mass(T) == pytest.approx(sum(1 / (i + 1) for i in range(1, T)) / (T - 1))
 
@@ -190,22 +200,38 @@ def test_window_visibility_is_the_one_mask_the_statistics_read(window, sinks):
 @pytest.mark.parametrize("backend", ["scaled", "sdpa"])
 def test_kv_cache_with_a_window_gives_the_full_forwards_logits(backend):
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=20, block_size=16, n_layer=2, n_head=H, d_model=D_MODEL, pos_encoding="rope",
-                          attention={"backend": backend, "window": 4, "window_sinks": 1})).eval()
+    model = GPT(
+        GPTConfig(
+            vocab_size=20,
+            block_size=16,
+            n_layer=2,
+            n_head=H,
+            d_model=D_MODEL,
+            pos_encoding="rope",
+            attention={"backend": backend, "window": 4, "window_sinks": 1},
+        )
+    ).eval()
     idx = torch.randint(20, (2, 12))
     full = model(idx)[0]
     caches = model.kv_caches()
     with torch.no_grad():
-        steps = [model.next_logits(idx[:, :5], caches)] + [model.next_logits(idx[:, i:i + 1], caches) for i in range(5, 12)]
+        steps = [model.next_logits(idx[:, :5], caches)] + [
+            model.next_logits(idx[:, i : i + 1], caches) for i in range(5, 12)
+        ]
     torch.testing.assert_close(torch.stack(steps, 1), full[:, 4:], atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="model.attention.window=4 takes no rolling KV cache") as err:
         model.rolling_kv_caches(8, 1)
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("key, value, accepted", [("window", 0, "null or an integer >= 1"),
-                                                  ("window_sinks", -1, "null or an integer >= 0"),
-                                                  ("gate", "both", "none, headwise, elementwise")])
+@pytest.mark.parametrize(
+    "key, value, accepted",
+    [
+        ("window", 0, "null or an integer >= 1"),
+        ("window_sinks", -1, "null or an integer >= 0"),
+        ("gate", "both", "none, headwise, elementwise"),
+    ],
+)
 def test_bad_values_are_one_line_naming_the_key(key, value, accepted):
     with pytest.raises(ValueError, match=f"model.attention.{key}") as err:
         AttentionConfig(**{key: value, **({"window": 4} if key == "window_sinks" else {})})
@@ -218,8 +244,11 @@ def differential_reference(attn: Attention, q, k, v) -> torch.Tensor:
     """Ye et al. 2024 in float64: (A1 - lambda A2) v, RMSNorm per head, times 1 - lambda_init."""
     (q1, q2), (k1, k2) = q.double().chunk(2, -1), k.double().chunk(2, -1)
     allowed, s = visible(q.shape[-2], k.shape[-2]), 1 / math.sqrt(q.shape[-1] // 2)
-    lam = (torch.exp((attn.lambda_q1.double() * attn.lambda_k1.double()).sum())
-           - torch.exp((attn.lambda_q2.double() * attn.lambda_k2.double()).sum()) + attn.lambda_init)
+    lam = (
+        torch.exp((attn.lambda_q1.double() * attn.lambda_k1.double()).sum())
+        - torch.exp((attn.lambda_q2.double() * attn.lambda_k2.double()).sum())
+        + attn.lambda_init
+    )
     out = softmax_attention(q1, k1, v, s, allowed) - lam * softmax_attention(q2, k2, v, s, allowed)
     out = out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + 1e-5) * attn.head_norm.weight.double()
     return out * (1 - attn.lambda_init)
@@ -249,8 +278,17 @@ def test_differential_matches_float64_reference_with_gradients(backend):
 
 def test_differential_statistics_refuse_in_one_line_and_the_model_trains_a_step():
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=20, block_size=T, n_layer=2, n_head=H, d_model=D_MODEL, pos_encoding="rope",
-                          attention={"differential": True}))
+    model = GPT(
+        GPTConfig(
+            vocab_size=20,
+            block_size=T,
+            n_layer=2,
+            n_head=H,
+            d_model=D_MODEL,
+            pos_encoding="rope",
+            attention={"differential": True},
+        )
+    )
     idx = torch.randint(20, (2, T))
     model(idx, idx)[1].backward()
     assert model.blocks[1].attn.attention.lambda_q1.grad is not None
@@ -262,8 +300,17 @@ def test_differential_statistics_refuse_in_one_line_and_the_model_trains_a_step(
 
 def test_the_intermediates_record_holds_each_quantity_once_per_layer():
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=20, block_size=T, n_layer=2, n_head=4, n_kv_head=2, d_model=D_MODEL,
-                          attention={"gate": "headwise"})).eval()
+    model = GPT(
+        GPTConfig(
+            vocab_size=20,
+            block_size=T,
+            n_layer=2,
+            n_head=4,
+            n_kv_head=2,
+            d_model=D_MODEL,
+            attention={"gate": "headwise"},
+        )
+    ).eval()
     idx = torch.randint(20, (3, T))
     records = probe(model, idx)
     assert [r.index for r in records] == [0, 1]
@@ -286,7 +333,9 @@ def test_config_checks_the_new_keys_and_differential_with_the_measurements(make_
     from attnlab.config_checks import check_config
     from attnlab.errors import ConfigError
 
-    check_config(make_cfg("model.attention.gate=headwise", "model.attention.window=8", "model.attention.window_sinks=1"))
+    check_config(
+        make_cfg("model.attention.gate=headwise", "model.attention.window=8", "model.attention.window_sinks=1")
+    )
     with pytest.raises(ConfigError, match="model.attention.gate='both'.*none, headwise, elementwise"):
         check_config(make_cfg("model.attention.gate=both"))
     with pytest.raises(ConfigError, match="model.attention.differential=True.*attention_stats") as err:
@@ -295,17 +344,29 @@ def test_config_checks_the_new_keys_and_differential_with_the_measurements(make_
     check_config(make_cfg("model.attention.differential=true", "callbacks=none"))
 
 
-@pytest.mark.parametrize("attention", [{"gate": "elementwise"}, {"gate": "headwise", "backend": "sdpa"},
-                                       {"differential": True}, {"differential": True, "backend": "sdpa"}])
+@pytest.mark.parametrize(
+    "attention",
+    [
+        {"gate": "elementwise"},
+        {"gate": "headwise", "backend": "sdpa"},
+        {"differential": True},
+        {"differential": True, "backend": "sdpa"},
+    ],
+)
 def test_kv_cache_with_a_gate_or_a_differential_map_gives_the_full_forwards_logits(attention):
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=20, block_size=16, n_layer=2, n_head=H, d_model=D_MODEL, pos_encoding="rope",
-                          attention=attention)).eval()
+    model = GPT(
+        GPTConfig(
+            vocab_size=20, block_size=16, n_layer=2, n_head=H, d_model=D_MODEL, pos_encoding="rope", attention=attention
+        )
+    ).eval()
     idx = torch.randint(20, (2, 10))
     full = model(idx)[0]
     caches = model.kv_caches()
     with torch.no_grad():
-        steps = [model.next_logits(idx[:, :4], caches)] + [model.next_logits(idx[:, i:i + 1], caches) for i in range(4, 10)]
+        steps = [model.next_logits(idx[:, :4], caches)] + [
+            model.next_logits(idx[:, i : i + 1], caches) for i in range(4, 10)
+        ]
     torch.testing.assert_close(torch.stack(steps, 1), full[:, 3:], atol=1e-5, rtol=1e-5)
 
 
@@ -326,14 +387,25 @@ def test_head_scores_count_the_keys_the_window_leaves_visible():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: the fused kernels as a GPU runs them")
 @pytest.mark.parametrize("backend", ["sdpa", "flash"])
-@pytest.mark.parametrize("attention", [{"gate": "headwise"}, {"gate": "elementwise"}, {"window": 5},
-                                       {"differential": True}, {"differential": True, "window": 5}])
+@pytest.mark.parametrize(
+    "attention",
+    [
+        {"gate": "headwise"},
+        {"gate": "elementwise"},
+        {"window": 5},
+        {"differential": True},
+        {"differential": True, "window": 5},
+    ],
+)
 def test_variants_on_cuda_kernels_match_the_float64_explicit_path(backend, attention):
     torch.manual_seed(0)
     layer = AttentionLayer(AttentionConfig(backend, **attention), 64, 4, 16).cuda()
     x = torch.randn(2, 33, 64, device="cuda")
     if backend == "flash" and "window" in attention and backends.flash_attn_package() is None:
-        with pytest.raises(KernelUnavailable, match="model.attention.window"), torch.autocast("cuda", dtype=torch.bfloat16):
+        with (
+            pytest.raises(KernelUnavailable, match="model.attention.window"),
+            torch.autocast("cuda", dtype=torch.bfloat16),
+        ):
             layer(x)  # PyTorch's forced flash kernel takes no mask
         return
     with torch.autocast("cuda", dtype=torch.bfloat16):

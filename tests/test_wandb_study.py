@@ -4,6 +4,7 @@ field, pictures as W&B images, a dashboard per study, and its offline runs brows
 The end-to-end tests read the offline ``.wandb`` files with wandb's own protobuf schema
 (``test_wandb_summary.records``) and with ``wandb leet inspect``, not with attnlab's logging code.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -17,13 +18,13 @@ from types import SimpleNamespace
 
 import pytest
 from omegaconf import OmegaConf
+from test_wandb_summary import records
 
 from attnlab import wandb_runs
 from attnlab.config import compose_config
 from attnlab.dashboard import HEADLINE, build_plan, link_offline_runs, offline_runs
 from attnlab.report.wandb_summary import wandb_target
-from attnlab.sweep import studies, study_grid
-from test_wandb_summary import records
+from attnlab.sweep import study_grid
 
 STUDIES = [s for s, keys in wandb_runs.committed_sweeps().items() if keys]
 
@@ -57,22 +58,35 @@ def test_every_swept_key_is_a_top_level_field_with_the_runs_value(study):
 
 def test_axes_are_read_from_the_experiment_files(tmp_path):
     (tmp_path / "experiment").mkdir()
-    (tmp_path / "experiment" / "new.yaml").write_text("hydra:\n  sweeper:\n    params:\n      model.foo: 1,2\n      optim.name: a,b\n")
+    (tmp_path / "experiment" / "new.yaml").write_text(
+        "hydra:\n  sweeper:\n    params:\n      model.foo: 1,2\n      optim.name: a,b\n"
+    )
     keys = wandb_runs.committed_sweeps(tmp_path)["new"]
     assert keys == ["model.foo", "optim.name"]
     derived = wandb_runs.derive_axes(["model.attention.scaling", *keys, "data.scaling"])
-    assert derived == {"scaling": "model.attention.scaling", "foo": "model.foo", "optim_name": "optim.name",
-                       "data_scaling": "data.scaling"}
+    assert derived == {
+        "scaling": "model.attention.scaling",
+        "foo": "model.foo",
+        "optim_name": "optim.name",
+        "data_scaling": "data.scaling",
+    }
 
 
 @pytest.mark.parametrize("study", STUDIES)
 def test_run_names_are_unique_within_a_study_and_carry_the_swept_values(study):
     names = []
     for grid, cell, seed in grid_jobs(study):
-        overrides = [f"experiment={study}", "debug=smoke", *(f"{k}={hydra_text(v)}" for k, v in cell.items()), f"seed={seed}"]
+        overrides = [
+            f"experiment={study}",
+            "debug=smoke",
+            *(f"{k}={hydra_text(v)}" for k, v in cell.items()),
+            f"seed={seed}",
+        ]
         name = wandb_runs.run_name(overrides, seed, list(grid))
         parts = name.split(" ")
-        expected = [f"{wandb_runs.axis_name(k)}={str(v).lower() if isinstance(v, bool) else v}" for k, v in cell.items()]
+        expected = [
+            f"{wandb_runs.axis_name(k)}={str(v).lower() if isinstance(v, bool) else v}" for k, v in cell.items()
+        ]
         assert parts == [*expected, f"seed={seed}"], name  # the study's axes in its file's order, the seed last
         names.append(name)
     assert len(set(names)) == len(names) > 1
@@ -80,8 +94,18 @@ def test_run_names_are_unique_within_a_study_and_carry_the_swept_values(study):
 
 def test_a_single_run_is_named_by_the_axes_it_sets():
     assert wandb_runs.run_name([], 1337) == "default seed=1337"
-    name = wandb_runs.run_name(["model.d_k=16", "trainer.max_steps=5", "logger=csv", "attention=sdpa", "+debug=smoke",
-                                "optim.weight_decay=0", "callbacks.heads.every_n_steps=10"], 3)
+    name = wandb_runs.run_name(
+        [
+            "model.d_k=16",
+            "trainer.max_steps=5",
+            "logger=csv",
+            "attention=sdpa",
+            "+debug=smoke",
+            "optim.weight_decay=0",
+            "callbacks.heads.every_n_steps=10",
+        ],
+        3,
+    )
     assert name == "d_k=16 attention=sdpa weight_decay=0 seed=3"
 
 
@@ -93,16 +117,24 @@ def test_the_group_is_the_study_and_run_group_wins():
 
 def test_a_continued_run_keeps_its_group_and_name_and_explicit_ones_win():
     cfg = compose_config(["experiment=sinks"])
-    kept = wandb_runs.wandb_identity(cfg, [], earlier={"group": "sinks", "name": "bos=true escape=learned seed=2", "sweep": "s"})
+    kept = wandb_runs.wandb_identity(
+        cfg, [], earlier={"group": "sinks", "name": "bos=true escape=learned seed=2", "sweep": "s"}
+    )
     assert (kept["group"], kept["name"], kept["sweep"]) == ("sinks", "bos=true escape=learned seed=2", "s")
-    mine = wandb_runs.wandb_identity(compose_config(["logger.wandb.name=mine", "logger.wandb.group=g"]), ["model.d_k=8"])
+    mine = wandb_runs.wandb_identity(
+        compose_config(["logger.wandb.name=mine", "logger.wandb.group=g"]), ["model.d_k=8"]
+    )
     assert (mine["group"], mine["name"]) == ("g", "mine") and "d_k=8" in mine["tags"]
 
 
 def test_tags_carry_each_axis_and_the_seed_when_swept():
     cfg = compose_config(["experiment=sinks"])
-    tags = wandb_runs.run_tags(cfg, ["data.bos=True", "model.attention.escape=learned", "seed=2"],
-                               ["data.bos", "model.attention.escape"], "2026-01-01_00-00-00_sinks")
+    tags = wandb_runs.run_tags(
+        cfg,
+        ["data.bos=True", "model.attention.escape=learned", "seed=2"],
+        ["data.bos", "model.attention.escape"],
+        "2026-01-01_00-00-00_sinks",
+    )
     assert {"bos=true", "escape=learned", f"seed={cfg.seed}", "sweep=2026-01-01_00-00-00_sinks"} <= set(tags)
     assert all(len(t) <= 64 for t in wandb_runs.run_tags(cfg, [f"model.attention.escape={'x' * 80}"]))
 
@@ -112,8 +144,10 @@ def test_summary_joins_the_recorded_group(tmp_path):
         return SimpleNamespace(dir=tmp_path / "2026-01-01_sinks" / job, results=results)
 
     logger = {"logger": {"wandb": {"project": "p", "mode": "offline"}}, "study": "sinks"}
-    runs = [run("0", {"config": logger, "wandb": {"group": "sinks", "sweep": "2026-01-01_sinks"}}),
-            run("1", {"config": logger, "wandb": {"group": "sinks", "sweep": "2026-02-01_sinks"}})]
+    runs = [
+        run("0", {"config": logger, "wandb": {"group": "sinks", "sweep": "2026-01-01_sinks"}}),
+        run("1", {"config": logger, "wandb": {"group": "sinks", "sweep": "2026-02-01_sinks"}}),
+    ]
     target = wandb_target(runs)
     assert target["group"] == "sinks" and target["sweeps"] == ["2026-01-01_sinks", "2026-02-01_sinks"]
 
@@ -138,7 +172,9 @@ def test_dashboard_headline_puts_a_wide_numeric_axis_on_a_log_scale():
     panels = next(iter(build_plan("lr_sensitivity", n_layer=1).sections.values()))
     kinds = {(p.x, p.kind, p.log_x) for p in panels}
     assert ("lr", "scatter", True) in kinds and ("scaling", "bar", False) in kinds
-    assert ("d_k", "scatter", True) in {(p.x, p.kind, p.log_x) for p in next(iter(build_plan("dk_scaling", n_layer=1).sections.values()))}
+    assert ("d_k", "scatter", True) in {
+        (p.x, p.kind, p.log_x) for p in next(iter(build_plan("dk_scaling", n_layer=1).sections.values()))
+    }
 
 
 def test_dashboard_for_sinks_prints_a_plan_grouped_by_bos_and_escape(monkeypatch, capsys):
@@ -190,8 +226,18 @@ def test_a_resumed_run_keeps_the_group_and_name_its_w_and_b_run_has(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "wandb_run_id").write_text("abcd1234")  # the run dir's W&B run, started by an earlier attempt
-    (run_dir / "results.json").write_text(json.dumps({"status": "interrupted", "wandb": {
-        "group": "sinks", "name": "bos=true escape=learned seed=2", "sweep": "2026-01-01_00-00-00_sinks"}}))
+    (run_dir / "results.json").write_text(
+        json.dumps(
+            {
+                "status": "interrupted",
+                "wandb": {
+                    "group": "sinks",
+                    "name": "bos=true escape=learned seed=2",
+                    "sweep": "2026-01-01_00-00-00_sinks",
+                },
+            }
+        )
+    )
     train(compose_config(["debug=smoke", "logger=wandb", "callbacks=none", "trainer.max_steps=2"], run_dir))
     assert json.loads((run_dir / "results.json").read_text())["wandb"]["name"] == "bos=true escape=learned seed=2"
     (offline,) = (run_dir / "wandb").glob("offline-run-*abcd1234")
@@ -201,6 +247,7 @@ def test_a_resumed_run_keeps_the_group_and_name_its_w_and_b_run_has(tmp_path):
 
 
 # --- end to end: a smoke sweep read back from its offline files ------------------------------------
+
 
 def run_records(run_dir: Path, wait_s: float = 0) -> dict:
     """Group, name, job type, tags, config and the images (key -> how many steps logged one) of one
@@ -214,8 +261,12 @@ def run_records(run_dir: Path, wait_s: float = 0) -> dict:
     for record in records(path):
         kind = record.WhichOneof("record_type")
         if kind == "run":
-            out.update(group=record.run.run_group, name=record.run.display_name, job_type=record.run.job_type,
-                       tags=list(record.run.tags))
+            out.update(
+                group=record.run.run_group,
+                name=record.run.display_name,
+                job_type=record.run.job_type,
+                tags=list(record.run.tags),
+            )
             out["config"].update({i.key: json.loads(i.value_json) for i in record.run.config.update})
         elif kind == "config":
             out["config"].update({i.key: json.loads(i.value_json) for i in record.config.update})
@@ -237,9 +288,27 @@ def smoke_sweep(request, tmp_path_factory):
     study = request.param
     root = tmp_path_factory.mktemp(f"sweep_{study}")  # the report lands in <cwd>/reports: not the checkout's
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "attnlab.sweep", "--study", study, "--jobs", "1", "--logs", str(root / "logs"),
-                           "debug=smoke", "callbacks.attention_maps.every_n_steps=3", *SMOKE[study]],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnlab.sweep",
+            "--study",
+            study,
+            "--jobs",
+            "1",
+            "--logs",
+            str(root / "logs"),
+            "debug=smoke",
+            "callbacks.attention_maps.every_n_steps=3",
+            *SMOKE[study],
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     (sweep_dir,) = (root / "logs").glob(f"*_{study}")
     return study, root, sweep_dir
@@ -261,7 +330,9 @@ def test_smoke_sweep_is_one_group_with_named_runs_axes_and_images(smoke_sweep):
             assert f"{axis}={str(value).lower() if isinstance(value, bool) else value}" in job["name"].split(" ")
             assert any(t.startswith(f"{axis}=") for t in job["tags"])
         assert job["config"]["study"] == study and job["config"]["sweep"] == sweep_dir.name
-        assert job["images"].get("attn/maps", 0) >= 2 and job["images"].get("heads/heatmap") == 1, job["images"]  # maps at steps 3 and 6
+        assert job["images"].get("attn/maps", 0) >= 2 and job["images"].get("heads/heatmap") == 1, job[
+            "images"
+        ]  # maps at steps 3 and 6
     assert len({tuple(j["config"][a] for a in swept) for j in jobs}) == 4  # the 4 cells, each once
     (summary,) = [run_records(d) for d in (sweep_dir / "wandb").glob("offline-run-*")]
     assert summary["group"] == study and summary["job_type"] == "summary"
@@ -271,16 +342,25 @@ def test_smoke_sweep_is_one_group_with_named_runs_axes_and_images(smoke_sweep):
 @pytest.mark.slow
 def test_a_studys_offline_runs_open_together_in_wandb_leet(smoke_sweep):
     study, root, _ = smoke_sweep
-    proc = subprocess.run([sys.executable, "-m", "attnlab.dashboard", "--study", study, "--offline", "--logs", str(root / "logs")],
-                          cwd=root, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnlab.dashboard", "--study", study, "--offline", "--logs", str(root / "logs")],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     links = sorted((root / "logs" / "wandb" / study).glob("offline-run-*"))
     assert len(links) == 5  # 4 runs and the summary run
     wandb_bin = Path(sys.executable).parent / "wandb"
     names = set()
     for link in links:
-        shown = subprocess.run([str(wandb_bin), "leet", "inspect", "--summary", "--json", str(link)],
-                               capture_output=True, text=True, timeout=120)
+        shown = subprocess.run(
+            [str(wandb_bin), "leet", "inspect", "--summary", "--json", str(link)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert shown.returncode == 0, shown.stderr
         names.add(json.loads(shown.stdout)["name"])
     assert f"{study}-table" in names and len(names) == 5

@@ -4,6 +4,7 @@ W&B group; a training run's offline file holds the per-layer attention and memor
 wandb 0.31 writes offline runs from its Go core and ships no Python reader, so ``records`` reads
 the file's framing (LevelDB log blocks) and parses each record with wandb's own protobuf schema.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,8 @@ def records(path: Path):
         if BLOCK - pos % BLOCK < 7:  # a block's tail too short for a record header is padding
             pos += BLOCK - pos % BLOCK
             continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
         if kind == 0:
             continue
         parts = chunk if kind in (1, 2) else parts + chunk  # FULL, FIRST / MIDDLE, LAST
@@ -63,15 +64,20 @@ def history(run_dir: Path) -> dict[str, list]:
 
 
 def fake_run(tmp_path, logger: dict, run_group=None):
-    return SimpleNamespace(dir=tmp_path / "2026-01-01_dk_scaling" / "0",
-                           results={"config": {"logger": logger, "run_group": run_group}})
+    return SimpleNamespace(
+        dir=tmp_path / "2026-01-01_dk_scaling" / "0", results={"config": {"logger": logger, "run_group": run_group}}
+    )
 
 
 def test_summary_joins_the_group_and_mode_of_the_runs(tmp_path):
     wandb_logger = {"wandb": {"project": "p", "mode": "offline"}, "csv": {}}
     # runs recorded without a group: the summary follows them into their sweep dir's group
-    assert wandb_target([fake_run(tmp_path, wandb_logger)]) == {"project": "p", "mode": "offline", "group": "2026-01-01_dk_scaling",
-                                                                "sweeps": []}
+    assert wandb_target([fake_run(tmp_path, wandb_logger)]) == {
+        "project": "p",
+        "mode": "offline",
+        "group": "2026-01-01_dk_scaling",
+        "sweeps": [],
+    }
     assert wandb_target([fake_run(tmp_path, wandb_logger, run_group="mine")])["group"] == "mine"
     assert wandb_target([fake_run(tmp_path, {"csv": {}})]) is None
     assert wandb_target([fake_run(tmp_path, {"wandb": {"mode": "disabled"}})]) is None
@@ -94,11 +100,21 @@ def sweep(tmp_path_factory):
     root = tmp_path_factory.mktemp("wandb")
     sweep_dir = root / "2026-01-01_smoke"
     for job, init in enumerate(("0.02", "fan_in")):
-        cfg = compose_config(["debug=smoke", "logger=wandb", "study=smoke", "model.d_k=8", f"model.init_std={init}", "callbacks=none",
-                              "+callbacks.attention_stats._target_=attnlab.callbacks.AttentionStats",
-                              "+callbacks.attention_stats.every_n_steps=3",
-                              "+callbacks.peak_memory._target_=attnlab.callbacks.PeakMemoryMonitor",
-                              "+callbacks.peak_memory.every_n_steps=3"], sweep_dir / str(job))
+        cfg = compose_config(
+            [
+                "debug=smoke",
+                "logger=wandb",
+                "study=smoke",
+                "model.d_k=8",
+                f"model.init_std={init}",
+                "callbacks=none",
+                "+callbacks.attention_stats._target_=attnlab.callbacks.AttentionStats",
+                "+callbacks.attention_stats.every_n_steps=3",
+                "+callbacks.peak_memory._target_=attnlab.callbacks.PeakMemoryMonitor",
+                "+callbacks.peak_memory.every_n_steps=3",
+            ],
+            sweep_dir / str(job),
+        )
         train(cfg)
         results = sweep_dir / str(job) / "results.json"  # the job's override, as a Hydra multirun records it
         results.write_text(json.dumps({**json.loads(results.read_text()), "overrides": [f"model.init_std={init}"]}))

@@ -5,6 +5,7 @@ from its results.json for the plain probe (random tokens if that is not possible
 classifies every head (``attnlab.analysis.heads``) and writes heads.json, heads.md and heads.png
 next to the run (or into --out). Prints the Markdown table.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,8 @@ import torch
 
 from .analysis.heads import analyze_heads, build_probes
 from .analysis.outputs import HEADS_MD, write_outputs
-from .cli import command_parser
 from .checkpointing import load_model
+from .cli import command_parser
 from .errors import AttnlabError, CheckpointError, DataError
 
 
@@ -48,11 +49,15 @@ def run_datamodule(run_dir: Path):
         dm.setup("fit")
         return dm
     except (AttnlabError, DataError, OSError) as err:
-        print(f"attnlab: note: cannot rebuild the run's data ({err}); the plain probe uses random tokens", file=sys.stderr)
+        print(
+            f"attnlab: note: cannot rebuild the run's data ({err}); the plain probe uses random tokens", file=sys.stderr
+        )
         return None
 
 
-def analyze(path: str, out: str | None = None, n_probe: int = 16, seed: int = 0, plot: bool = True) -> tuple[list, dict, Path]:
+def analyze(
+    path: str, out: str | None = None, n_probe: int = 16, seed: int = 0, plot: bool = True
+) -> tuple[list, dict, Path]:
     ckpt, run_dir = locate(path)
     try:
         module, checkpoint = load_model(ckpt)
@@ -63,7 +68,13 @@ def analyze(path: str, out: str | None = None, n_probe: int = 16, seed: int = 0,
     with torch.no_grad():
         heads, summary = analyze_heads(model, probes)
     step = checkpoint["global_step"]
-    meta = {"checkpoint": str(ckpt), "step": step, "plain": probes.plain_source, "n": n_probe, "half": f"{int(probes.half.min())}..{int(probes.half.max())}"}
+    meta = {
+        "checkpoint": str(ckpt),
+        "step": step,
+        "plain": probes.plain_source,
+        "n": n_probe,
+        "half": f"{int(probes.half.min())}..{int(probes.half.max())}",
+    }
     out_dir = Path(out) if out else run_dir
     write_outputs(heads, summary, out_dir, meta=meta, title=f"Head types: {run_dir.name}", plot=plot)
     return heads, summary, out_dir

@@ -9,6 +9,7 @@ A save that fails (full disk, no permission) says so in one line and leaves the 
 A file damaged some other way (a copy cut short, a failing disk) is caught by ``read_checkpoint``
 before anything uses it; ``newest_intact`` finds the checkpoint ``resume=true`` falls back to.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -46,9 +47,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         except (OSError, RuntimeError) as err:  # torch's zip writer reports a failed write as RuntimeError
             raise write_failure("checkpoint", Path(path), tensor_bytes(checkpoint), err) from None
 
-    def load_checkpoint(self, path, map_location: Any | None = None, weights_only: bool | None = None) -> dict[str, Any]:
+    def load_checkpoint(
+        self, path, map_location: Any | None = None, weights_only: bool | None = None
+    ) -> dict[str, Any]:
         # everything attnlab stores is tensors and plain Python values: no pickled objects needed
-        return super().load_checkpoint(path, map_location=map_location, weights_only=True if weights_only is None else weights_only)
+        return super().load_checkpoint(
+            path, map_location=map_location, weights_only=True if weights_only is None else weights_only
+        )
 
 
 class FinalCheckpoint(L.Callback):
@@ -90,7 +95,9 @@ def read_checkpoint(path) -> dict[str, Any]:
         raise CheckpointError(path, "is empty (0 bytes): its write never happened or was cut off")
     if not zipfile.is_zipfile(path):
         if head == b"PK\x03\x04":  # a zip that starts but has no directory at its end
-            raise CheckpointError(path, f"is truncated ({fmt_bytes(size)}, the end of the archive is missing): a copy or write cut short")
+            raise CheckpointError(
+                path, f"is truncated ({fmt_bytes(size)}, the end of the archive is missing): a copy or write cut short"
+            )
         raise CheckpointError(path, f"is not a PyTorch checkpoint ({fmt_bytes(size)}, not a zip archive)")
     try:
         with zipfile.ZipFile(path) as archive:
@@ -98,11 +105,15 @@ def read_checkpoint(path) -> dict[str, Any]:
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as err:
         raise CheckpointError(path, f"is damaged ({err})") from None
     if bad_member is not None:
-        raise CheckpointError(path, f"is damaged ({bad_member} fails its checksum): the file changed after it was written")
+        raise CheckpointError(
+            path, f"is damaged ({bad_member} fails its checksum): the file changed after it was written"
+        )
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
-        raise CheckpointError(path, "is not an attnlab checkpoint (it holds Python objects attnlab never stores)") from None
+        raise CheckpointError(
+            path, "is not an attnlab checkpoint (it holds Python objects attnlab never stores)"
+        ) from None
     except Exception as err:  # noqa: BLE001 - torch raises RuntimeError, KeyError, ... for broken archives
         reason = " ".join(str(err).split())[:160] or type(err).__name__
         raise CheckpointError(path, f"cannot be loaded ({reason})") from None
@@ -131,7 +142,9 @@ def newest_intact(ckpt_dir: Path) -> tuple[Path | None, int | None, list[tuple[P
 
     Only reads files; nothing is deleted or renamed, so a damaged file stays for the user to inspect.
     """
-    files = sorted(Path(ckpt_dir).glob("*.ckpt"), key=lambda p: (p.name == "last.ckpt", p.stat().st_mtime), reverse=True)
+    files = sorted(
+        Path(ckpt_dir).glob("*.ckpt"), key=lambda p: (p.name == "last.ckpt", p.stat().st_mtime), reverse=True
+    )
     skipped = []
     for path in files:
         try:

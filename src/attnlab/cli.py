@@ -5,6 +5,7 @@ commands take ``--options`` (and the run or sweep dir they act on as a positiona
 parsed by :func:`command_parser`, so every command reports bad input as one
 ``attnlab: error: ...`` line and exit code 2.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,17 +15,37 @@ import sys
 
 # command -> (module, entry function, one-line help). Modules are imported only when run.
 COMMANDS = {
-    "train": ("attnlab.train", "main", "train one model; Hydra overrides, e.g. attention=sdpa model.d_k=64 (-m: multirun)"),
-    "sweep": ("attnlab.sweep", "main", "run a study as a Hydra multirun, then its table (--study, --seeds, --jobs; --launcher slurm)"),
+    "train": (
+        "attnlab.train",
+        "main",
+        "train one model; Hydra overrides, e.g. attention=sdpa model.d_k=64 (-m: multirun)",
+    ),
+    "sweep": (
+        "attnlab.sweep",
+        "main",
+        "run a study as a Hydra multirun, then its table (--study, --seeds, --jobs; --launcher slurm)",
+    ),
     "table": ("attnlab.report.__main__", "main", "aggregate a sweep dir into reports/<study>/ (default: the latest)"),
     "repro": ("attnlab.repro.__main__", "cli", "reproduce and check the source articles' claims (--mode fast|full)"),
     "bench": ("attnlab.bench.__main__", "main", "kernel, memory and training-throughput benchmarks (--mode)"),
     "sample": ("attnlab.sample", "main", "generate text from a run's checkpoint (default: the latest run)"),
     "analyze": ("attnlab.analyze", "main", "head scores and head types of a run dir or checkpoint"),
     "dashboard": ("attnlab.dashboard", "main", "create a saved W&B workspace (prints the plan when not logged in)"),
-    "gpu-check": ("attnlab.gpu_check", "main", "every backend x precision x qk_norm on the GPU, DDP, kernels -> reports/gpu/"),
-    "prepare": ("attnlab.data.prepare", "main", "tokenize a text corpus into train.bin / val.bin for data=tokens (a BPE trained on it, or --encoding gpt2)"),
-    "stream": ("attnlab.stream", "main", "perplexity of a run decoded with rolling KV caches (--cache C --sinks K,...) against the recomputed window"),
+    "gpu-check": (
+        "attnlab.gpu_check",
+        "main",
+        "every backend x precision x qk_norm on the GPU, DDP, kernels -> reports/gpu/",
+    ),
+    "prepare": (
+        "attnlab.data.prepare",
+        "main",
+        "tokenize a text corpus into train.bin / val.bin for data=tokens (a BPE trained on it, or --encoding gpt2)",
+    ),
+    "stream": (
+        "attnlab.stream",
+        "main",
+        "perplexity of a run decoded with rolling KV caches (--cache C --sinks K,...) against the recomputed window",
+    ),
 }
 ERROR_PREFIX = "attnlab: error: "
 
@@ -45,8 +66,11 @@ def command_parser(command: str, description: str | None = None) -> CommandParse
 def usage() -> str:
     width = max(map(len, COMMANDS))
     lines = [f"  {name:<{width}}  {help_}" for name, (_, _, help_) in COMMANDS.items()]
-    return ("usage: attnlab COMMAND [ARGS...]\n\ncommands:\n" + "\n".join(lines)
-            + "\n\n`attnlab COMMAND --help` shows a command's options.")
+    return (
+        "usage: attnlab COMMAND [ARGS...]\n\ncommands:\n"
+        + "\n".join(lines)
+        + "\n\n`attnlab COMMAND --help` shows a command's options."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

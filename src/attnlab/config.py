@@ -1,11 +1,11 @@
 """Compose the training config from Python (tests, repro, bench) exactly as the CLI does."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
-
 
 
 def find_conf_dir() -> Path:

@@ -1,14 +1,14 @@
 """Validate a composed config before anything runs: one line per bad key, naming what is accepted."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import fields
 
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from .analysis.heads import KNOCKOUT
-from dataclasses import fields
-
 from .attention import MASK_FILLS, AttentionConfig
 from .attention.backends import EXPLICIT
 from .attention.position import POS_ENCODINGS
@@ -53,8 +53,11 @@ def _mask_fill_ok(v) -> bool:
 mask_fill = _mask_fill_ok, "one of " + ", ".join(MASK_FILLS) + " (or another negative number)"
 
 # model.attention's rules come from its schema (AttentionConfig's fields and their accepted values)
-ATTENTION_RULES = [(f"model.attention.{f.name}", boolean if f.type in (bool, "bool") else one_of(f.metadata["choices"]))
-                   for f in fields(AttentionConfig) if "choices" in f.metadata]
+ATTENTION_RULES = [
+    (f"model.attention.{f.name}", boolean if f.type in (bool, "bool") else one_of(f.metadata["choices"]))
+    for f in fields(AttentionConfig)
+    if "choices" in f.metadata
+]
 
 RULES: list[tuple[str, tuple[Callable, str]]] = [
     *ATTENTION_RULES,
@@ -71,7 +74,10 @@ RULES: list[tuple[str, tuple[Callable, str]]] = [
     ("model.attn_only", boolean),
     ("data.batch_size", positive_int),
     ("data.val_batches", positive_int),
-    ("data.dtype", (lambda v: v is None or v in TOKEN_DTYPES, "null (meta.json's) or one of " + ", ".join(TOKEN_DTYPES))),
+    (
+        "data.dtype",
+        (lambda v: v is None or v in TOKEN_DTYPES, "null (meta.json's) or one of " + ", ".join(TOKEN_DTYPES)),
+    ),
     ("data.vocab_multiple", optional_positive_int),
     ("trainer.accumulate_grad_batches", optional_positive_int),
     ("trainer.max_steps", positive_int),
@@ -86,10 +92,22 @@ RULES: list[tuple[str, tuple[Callable, str]]] = [
     ("checkpoint.keep", (lambda v: _is_int(v) and v >= -1, "an integer >= 0 (0: last.ckpt only), or -1 to keep all")),
     ("memory_check", boolean),
     ("callbacks.heads.knockout", (lambda v: v is None or v in KNOCKOUT, "one of " + ", ".join(KNOCKOUT))),
-    ("callbacks.heads.max_len", (lambda v: v is None or (_is_int(v) and v >= 2), "an integer >= 2 or null (the whole block)")),
-    ("callbacks.heads.probe_tokens", (lambda v: v is None or (_is_int(v) and v > 0), "a positive integer or null (every probe row)")),
-    ("callbacks.attention_stats.max_tokens", (lambda v: v is None or (_is_int(v) and v > 0), "a positive integer or null (no bound)")),
-    ("callbacks.attention_stats.max_rows", (lambda v: v is None or (_is_int(v) and v >= 2), "an integer >= 2 or null (every query)")),
+    (
+        "callbacks.heads.max_len",
+        (lambda v: v is None or (_is_int(v) and v >= 2), "an integer >= 2 or null (the whole block)"),
+    ),
+    (
+        "callbacks.heads.probe_tokens",
+        (lambda v: v is None or (_is_int(v) and v > 0), "a positive integer or null (every probe row)"),
+    ),
+    (
+        "callbacks.attention_stats.max_tokens",
+        (lambda v: v is None or (_is_int(v) and v > 0), "a positive integer or null (no bound)"),
+    ),
+    (
+        "callbacks.attention_stats.max_rows",
+        (lambda v: v is None or (_is_int(v) and v >= 2), "an integer >= 2 or null (every query)"),
+    ),
 ]
 
 
@@ -103,7 +121,9 @@ def apply_renamed_keys(cfg: DictConfig) -> list[str]:
         if new and value is not None:
             with open_dict(cfg):
                 cfg.model.attention[new], cfg.model.attention[f.name] = value, None
-            notices.append(f"{old} is now model.attention.{new} (set to {value}); the old key is read until the next release")
+            notices.append(
+                f"{old} is now model.attention.{new} (set to {value}); the old key is read until the next release"
+            )
     return notices
 
 
@@ -126,30 +146,46 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError("trainer.precision", precision, "32, 64 or bf16-mixed on CPU (16-mixed needs a GPU)")
     if cfg.model.d_k is None and cfg.model.d_model % cfg.model.n_head:
         raise ConfigError(
-            "model.d_model", cfg.model.d_model,
+            "model.d_model",
+            cfg.model.d_model,
             f"a multiple of model.n_head={cfg.model.n_head} when model.d_k is null (or set model.d_k)",
         )
     attention = cfg.model.attention
     n_kv = cfg.model.get("n_kv_head")
     if n_kv is not None and cfg.model.n_head % n_kv:
-        raise ConfigError("model.n_kv_head", n_kv, f"a divisor of model.n_head={cfg.model.n_head} (1: multi-query), or null")
+        raise ConfigError(
+            "model.n_kv_head", n_kv, f"a divisor of model.n_head={cfg.model.n_head} (1: multi-query), or null"
+        )
     if attention.get("normalize", "softmax") != "softmax":
         if attention.backend not in EXPLICIT:
-            raise ConfigError("model.attention.normalize", attention.normalize,
-                              f"softmax with attention={attention.backend} (sigmoid runs on {' and '.join(EXPLICIT)})")
+            raise ConfigError(
+                "model.attention.normalize",
+                attention.normalize,
+                f"softmax with attention={attention.backend} (sigmoid runs on {' and '.join(EXPLICIT)})",
+            )
         if attention.escape != "none":
-            raise ConfigError("model.attention.escape", attention.escape,
-                              "none with model.attention.normalize=sigmoid (an escape slot is a softmax's way out)")
+            raise ConfigError(
+                "model.attention.escape",
+                attention.escape,
+                "none with model.attention.normalize=sigmoid (an escape slot is a softmax's way out)",
+            )
     if cfg.model.pos_encoding == "alibi" and cfg.model.attention.backend == "flash":
-        raise ConfigError("model.pos_encoding", "alibi", "learned, rope or none with attention=flash "
-                          "(the forced flash kernel takes no bias; alibi runs on naive, scaled and sdpa)")
+        raise ConfigError(
+            "model.pos_encoding",
+            "alibi",
+            "learned, rope or none with attention=flash "
+            "(the forced flash kernel takes no bias; alibi runs on naive, scaled and sdpa)",
+        )
     d_k = cfg.model.d_k or cfg.model.d_model // cfg.model.n_head
     if cfg.model.pos_encoding == "rope" and d_k % 2:
         raise ConfigError("model.d_k", d_k, "an even head dim with model.pos_encoding=rope")
     measured = [name for name in ("attention_stats", "attention_maps", "heads") if name in (cfg.get("callbacks") or {})]
     if attention.get("differential") and measured:  # they read weights per head; a differential map is signed
-        raise ConfigError("model.attention.differential", True, f"false with callbacks {', '.join(measured)} on, or "
-                          f"{' '.join('~callbacks.' + name for name in measured)}")
+        raise ConfigError(
+            "model.attention.differential",
+            True,
+            f"false with callbacks {', '.join(measured)} on, or {' '.join('~callbacks.' + name for name in measured)}",
+        )
     wandb = cfg.get("logger", {}).get("wandb") if cfg.get("logger") else None
     if wandb is not None and wandb.get("mode") not in WANDB_MODES:
         raise ConfigError("logger.wandb.mode", wandb.get("mode"), "one of " + ", ".join(WANDB_MODES))

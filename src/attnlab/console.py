@@ -5,6 +5,7 @@ exit) and the progress line that replaces Lightning's tqdm bar (:class:`Progress
 loss and tokens/s, redrawn in place on a terminal, one plain line every ``every`` steps when
 stdout is a file or a pipe.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -20,14 +21,19 @@ from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
 
 # Lightning's info messages (device banners, "💡 Tip: ... litlogger / litmodels" advertisements,
 # "`Trainer.fit` stopped") go through these loggers; its warnings stay visible.
-LIGHTNING_LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric", "lightning.pytorch.utilities.rank_zero",
-                     "lightning.fabric.utilities.rank_zero")
+LIGHTNING_LOGGERS = (
+    "lightning",
+    "lightning.pytorch",
+    "lightning.fabric",
+    "lightning.pytorch.utilities.rank_zero",
+    "lightning.fabric.utilities.rank_zero",
+)
 # Warnings that say nothing a researcher can act on, each for a reason.
 HARMLESS_WARNINGS = (
-    r".*isinstance\(treespec, LeafSpec\).*",          # a torch deprecation inside Lightning
+    r".*isinstance\(treespec, LeafSpec\).*",  # a torch deprecation inside Lightning
     r"Checkpoint directory .* exists and is not empty",  # resume=true: it should be
-    r".*does not have many workers.*",                  # in-memory data: workers would only add overhead
-    r".*smaller than the logging interval.*",           # short runs (smoke tests) log every step anyway
+    r".*does not have many workers.*",  # in-memory data: workers would only add overhead
+    r".*smaller than the logging interval.*",  # short runs (smoke tests) log every step anyway
     r"The `srun` command is available on your system",  # a SLURM client here, a run outside a job: intended
     r".*resuming from a checkpoint that ended before the epoch ended.*",  # the data modules restore their position
 )
@@ -141,9 +147,11 @@ class ProgressLine(ProgressBar):
             filled = int(20 * step / total)
             parts[0] += " [" + "#" * filled + "-" * (20 - filled) + "]"
         text = " ".join(parts)
-        fields = [f"loss {float(metrics['train/loss']):.3f}" if "train/loss" in metrics else "loss -",
-                  f"val {float(metrics['val/loss']):.3f}" if "val/loss" in metrics else "val -",
-                  f"{rate:,.0f} tok/s"]
+        fields = [
+            f"loss {float(metrics['train/loss']):.3f}" if "train/loss" in metrics else "loss -",
+            f"val {float(metrics['val/loss']):.3f}" if "val/loss" in metrics else "val -",
+            f"{rate:,.0f} tok/s",
+        ]
         elapsed = now - self._start
         timing = f"{_clock(elapsed)} elapsed"
         if total and total > 0 and step > 0:

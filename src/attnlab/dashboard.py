@@ -10,6 +10,7 @@ Needs a W&B login (WANDB_API_KEY or ``wandb login``) and the optional ``wandb-wo
 (``pip install -e '.[dashboard]'``). Without a login it prints the workspace it would create and
 exits 0, so it is safe to run offline.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,14 @@ SECTIONS = {
 GROUP_BY = ["backend", "scaling", "d_k", "qk_norm", "init_std", "lr"]
 # The figures each run logs: the attention maps at every probe step (a step slider) and the final head types.
 MEDIA = {"Attention maps": ["attn/maps"], "Head types": ["heads/heatmap"]}
-HEAD_CURVES = ["heads/n_sink", "heads/n_escape", "heads/n_induction", "heads/n_previous_token", "heads/n_positional",
-               "heads/in_context_score"]
+HEAD_CURVES = [
+    "heads/n_sink",
+    "heads/n_escape",
+    "heads/n_induction",
+    "heads/n_previous_token",
+    "heads/n_positional",
+    "heads/in_context_score",
+]
 # What each study compares its axes on (its experiment file says what to read): the final value of
 # each metric against each swept axis. Per-layer metrics are templates in {i}.
 HEADLINE = {
@@ -120,7 +127,10 @@ def build_plan(study: str | None, n_layer: int | None = None, name: str | None =
         return Plan(name or "attnlab ablations", GROUP_BY[:2], sections)
     grid = study_axes(study)
     layers = n_layer or study_layers(study)
-    numeric = {axis: all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values) for axis, values in grid.items()}
+    numeric = {
+        axis: all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+        for axis, values in grid.items()
+    }
     headline = HEADLINE.get(study, DEFAULT_HEADLINE)
     axes = list(grid) or ["seed"]
     title = f"Headline: {', '.join(axes)} vs {', '.join(m.replace('{i}', '*') for m in headline)}"
@@ -150,17 +160,29 @@ def workspace(plan: Plan, entity: str | None, project: str):
         if p.kind == "scatter":
             return wr.ScatterPlot(title=p.text(), x=wr.Config(p.x), y=wr.SummaryMetric(p.y[0]), log_x=p.log_x or None)
         if p.kind == "bar":
-            return wr.BarPlot(title=p.text(), metrics=[wr.SummaryMetric(y) for y in p.y], groupby=wr.Config(p.x),
-                              groupby_aggfunc="mean", groupby_rangefunc="stderr")
+            return wr.BarPlot(
+                title=p.text(),
+                metrics=[wr.SummaryMetric(y) for y in p.y],
+                groupby=wr.Config(p.x),
+                groupby_aggfunc="mean",
+                groupby_rangefunc="stderr",
+            )
         if p.kind == "media":
             return wr.MediaBrowser(title=p.text(), media_keys=p.y, gallery_axis="step")
         return wr.LinePlot(x="Step", y=p.y)
 
-    sections = [ws.Section(name=title, panels=[panel(p) for p in panels], is_open=i == 0 or plan.study is None)
-                for i, (title, panels) in enumerate(plan.sections.items())]
+    sections = [
+        ws.Section(name=title, panels=[panel(p) for p in panels], is_open=i == 0 or plan.study is None)
+        for i, (title, panels) in enumerate(plan.sections.items())
+    ]
     filters = [ws.Metric("Group") == plan.study] if plan.study else ""
-    return ws.Workspace(name=plan.name, entity=entity, project=project, sections=sections,
-                        runset_settings=ws.RunsetSettings(filters=filters, groupby=[ws.Config(k) for k in plan.group_by]))
+    return ws.Workspace(
+        name=plan.name,
+        entity=entity,
+        project=project,
+        sections=sections,
+        runset_settings=ws.RunsetSettings(filters=filters, groupby=[ws.Config(k) for k in plan.group_by]),
+    )
 
 
 def create(entity: str | None, project: str, plan: Plan) -> str:
@@ -206,45 +228,67 @@ def main(argv: list[str] | None = None) -> int:
     from .sweep import studies
 
     parser = command_parser("dashboard", __doc__.splitlines()[0])
-    parser.add_argument("--study", default=None, help="one study's runs (its W&B group): one of " + ", ".join(studies()))
+    parser.add_argument(
+        "--study", default=None, help="one study's runs (its W&B group): one of " + ", ".join(studies())
+    )
     parser.add_argument("--entity", default=os.environ.get("WANDB_ENTITY"))
     parser.add_argument("--project", default="attnlab")
     parser.add_argument("--name", default=None, help="the workspace's name (default: attnlab <study>)")
     parser.add_argument("--layers", type=int, default=None, help="layers to show (default: the study's, else 4)")
-    parser.add_argument("--offline", action="store_true", help="link the study's offline runs under --logs into one "
-                        "folder for `wandb leet` and `wandb sync`; creates no workspace")
+    parser.add_argument(
+        "--offline",
+        action="store_true",
+        help="link the study's offline runs under --logs into one "
+        "folder for `wandb leet` and `wandb sync`; creates no workspace",
+    )
     parser.add_argument("--logs", default="logs", help="where the runs are (--offline)")
     args = parser.parse_args(argv)
     if args.study is not None and args.study not in studies():
-        print(f"attnlab: error: --study {args.study!r} is not a study; expected one of {', '.join(studies())}", file=sys.stderr)
+        print(
+            f"attnlab: error: --study {args.study!r} is not a study; expected one of {', '.join(studies())}",
+            file=sys.stderr,
+        )
         return 2
     if args.layers is not None and args.layers < 1:
         print(f"attnlab: error: --layers {args.layers}: expected a positive integer", file=sys.stderr)
         return 2
     if args.offline:
         if args.study is None:
-            print(f"attnlab: error: --offline needs --study (STUDY=...); expected one of {', '.join(studies())}", file=sys.stderr)
+            print(
+                f"attnlab: error: --offline needs --study (STUDY=...); expected one of {', '.join(studies())}",
+                file=sys.stderr,
+            )
             return 2
         out = Path(args.logs) / "wandb" / args.study
         links = link_offline_runs(args.study, Path(args.logs), out)
         print(f"{len(links)} offline W&B runs of study '{args.study}' linked in {out}:")
         print(f"  browse: .venv/bin/wandb leet {out}")
-        print(f"  upload: .venv/bin/wandb sync --include-offline {out}/offline-run-*   (WANDB_BASE_URL=<server> for a self-hosted one)")
+        print(
+            f"  upload: .venv/bin/wandb sync --include-offline {out}/offline-run-*   (WANDB_BASE_URL=<server> for a self-hosted one)"
+        )
         return 0
     p = build_plan(args.study, args.layers, args.name)
     where = f"the runs of study '{p.study}' (W&B group {p.study})" if p.study else "every run"
-    print(f"W&B workspace '{p.name}' for project '{args.project}': {where}, grouped by {', '.join(p.group_by)}"
-          + ("" if p.study else f" (also filterable by {', '.join(GROUP_BY[2:])})") + ":")
+    print(
+        f"W&B workspace '{p.name}' for project '{args.project}': {where}, grouped by {', '.join(p.group_by)}"
+        + ("" if p.study else f" (also filterable by {', '.join(GROUP_BY[2:])})")
+        + ":"
+    )
     for title, panels in p.sections.items():
         print(f"  {title}: {'; '.join(panel.text() for panel in panels)}")
     if not logged_in():
-        print("Not logged in to W&B: nothing created. `wandb login`, `make sync` to upload offline runs, then rerun"
-              + (f"; to browse offline: attnlab dashboard --study {p.study} --offline." if p.study else "."))
+        print(
+            "Not logged in to W&B: nothing created. `wandb login`, `make sync` to upload offline runs, then rerun"
+            + (f"; to browse offline: attnlab dashboard --study {p.study} --offline." if p.study else ".")
+        )
         return 0
     try:
         url = create(args.entity, args.project, p)
     except ImportError:
-        print("attnlab: error: the dashboard needs wandb-workspaces: .venv/bin/pip install -e '.[dashboard]'", file=sys.stderr)
+        print(
+            "attnlab: error: the dashboard needs wandb-workspaces: .venv/bin/pip install -e '.[dashboard]'",
+            file=sys.stderr,
+        )
         return 2
     print(f"created {url}")
     return 0

@@ -9,6 +9,7 @@
   makes them run this job only, in this job's dir, and cleans up the environment Lightning leaves
   behind so the next job starts its own process group.
 """
+
 from __future__ import annotations
 
 import os
@@ -61,7 +62,9 @@ def is_multiprocess(cfg: DictConfig) -> bool:
     n = len(devices) if OmegaConf.is_list(devices) else (int(devices) if str(devices).lstrip("-").isdigit() else 1)
     if str(devices) == "-1" or str(devices) == "auto":
         n = torch.cuda.device_count() if torch.cuda.is_available() else 1
-    return strategy.startswith("ddp") and strategy != "ddp_spawn" and (n > 1 or int(cfg.trainer.get("num_nodes", 1)) > 1)
+    return (
+        strategy.startswith("ddp") and strategy != "ddp_spawn" and (n > 1 or int(cfg.trainer.get("num_nodes", 1)) > 1)
+    )
 
 
 @contextmanager
@@ -77,7 +80,8 @@ def ddp_multirun_job(cfg: DictConfig):
     launcher = str(OmegaConf.select(hc, "launcher._target_", default=""))
     if not launcher.endswith("BasicLauncher"):
         raise ConfigError(
-            "trainer.strategy", cfg.trainer.strategy,
+            "trainer.strategy",
+            cfg.trainer.strategy,
             f"ddp only with Hydra's basic launcher (make sweep JOBS=1): {launcher.rsplit('.', 1)[-1]} runs jobs in "
             "worker processes whose ranks Lightning cannot relaunch",
         )

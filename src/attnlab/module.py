@@ -3,6 +3,7 @@
 With ``model.compile=true`` the training and validation forwards run ``torch.compile(model)``; the
 module itself stays eager (``self.model``), so probes, hooks and checkpoints see the plain model.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,9 +16,9 @@ import torch.nn.functional as F
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from .rng import rng_state, set_rng_state
 from .errors import ConfigError
 from .model import GPT, GPTConfig
+from .rng import rng_state, set_rng_state
 
 OPTIMIZERS = ("adamw", "sgd")  # optim.name
 
@@ -50,8 +51,9 @@ class GPTModule(L.LightningModule):
         self.val_loss = MeanMetric()  # token-weighted mean NLL; val/ppl is its exp (no second log-softmax)
         # next-token accuracy over the scored positions (all of them for text; answers only for tasks);
         # validate_args off: its per-batch range checks cost more than the update itself
-        self.val_acc = MulticlassAccuracy(num_classes=model["vocab_size"], average="micro", ignore_index=-100,
-                                          validate_args=False)
+        self.val_acc = MulticlassAccuracy(
+            num_classes=model["vocab_size"], average="micro", ignore_index=-100, validate_args=False
+        )
         self.last_val_step = -1
         self._grad_norm: torch.Tensor | None = None  # this step's, once computed (gradient_norm)
         self._step_rates: list[float] = []
@@ -69,7 +71,11 @@ class GPTModule(L.LightningModule):
     @property
     def compile_record(self) -> dict:
         """For results.json: whether torch.compile was asked for, ran, or fell back (and why)."""
-        return {"asked": bool(self.model.cfg.compile), "ran": self.compiled, "fallback": self.__dict__.get("_compile_failed")}
+        return {
+            "asked": bool(self.model.cfg.compile),
+            "ran": self.compiled,
+            "fallback": self.__dict__.get("_compile_failed"),
+        }
 
     def step_forward(self, x, y):
         """The training and validation forward: ``self.model``, or its torch.compile'd wrapper.
@@ -87,7 +93,10 @@ class GPTModule(L.LightningModule):
             return self.__dict__["_compiled"](x, y)
         except torch._dynamo.exc.BackendCompilerFailed as err:
             reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-            print(f"attnlab: model.compile=true: torch.compile cannot run here ({reason}); training eager", file=sys.stderr)
+            print(
+                f"attnlab: model.compile=true: torch.compile cannot run here ({reason}); training eager",
+                file=sys.stderr,
+            )
             self.__dict__["_compile_failed"] = reason
             return self.model(x, y)
 

@@ -5,6 +5,7 @@ them in time order gives the running total of tensor memory, and its maximum is 
 the level at the start. psutil's RSS is too coarse (allocator caching, page granularity) and
 tracemalloc does not see tensor storage. CUDA: the caching allocator's own peak counter.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,7 +38,7 @@ class PeakMemory:
         self.peak_bytes: int | None = None
         self.cuda_max_allocated: int | None = None
 
-    def __enter__(self) -> "PeakMemory":
+    def __enter__(self) -> PeakMemory:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -57,7 +58,8 @@ class PeakMemory:
         with quiet_stderr():
             self._prof.__exit__(*exc)
         events = [
-            e for e in self._prof.profiler.kineto_results.events()
+            e
+            for e in self._prof.profiler.kineto_results.events()
             if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU
         ]
         events.sort(key=lambda e: e.start_ns())

@@ -8,6 +8,7 @@ scaled), the B x H x T x T attention matrix of each layer. It errs low (it count
 knows, not allocator slack), so it refuses only requests that cannot fit; a run that still runs out
 of memory ends with the same kind of line (``out_of_memory``).
 """
+
 from __future__ import annotations
 
 import re
@@ -29,11 +30,11 @@ PER_LAYER_D, PER_LAYER_D_ATTN_ONLY, PER_LAYER_INNER = 12, 3, 4
 
 @dataclass
 class StepMemory:
-    weights: int      # params + AdamW moments (kept all run)
-    grads: int        # filled in as the backward pass frees activations
+    weights: int  # params + AdamW moments (kept all run)
+    grads: int  # filled in as the backward pass frees activations
     activations: int  # saved for backward, without the attention matrices
-    attention: int    # the B x H x T x T matrices (explicit backends), saved and transient
-    matrix: int       # one layer's matrix, for the message
+    attention: int  # the B x H x T x T matrices (explicit backends), saved and transient
+    matrix: int  # one layer's matrix, for the message
 
     @property
     def total(self) -> int:
@@ -74,8 +75,10 @@ def estimate_step(model: dict, n_params: int, batch: int, precision: str = "32")
 
 def cgroup_limit() -> int | None:
     """Bytes left under this container's memory limit (cgroup v2 or v1), or None if unlimited."""
-    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+    for limit_file, usage_file in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+    ):
         try:
             limit = Path(limit_file).read_text().strip()
             if limit == "max" or int(limit) >= 1 << 60:
@@ -113,8 +116,10 @@ def available_bytes(device: torch.device) -> int | None:
 def what_to_lower(cfg, step: StepMemory) -> str:
     backend = cfg.model.attention.backend
     if step.attention >= max(step.activations, step.weights):
-        return (f"lower model.block_size or data.batch_size, or use attention=sdpa or attention=flash "
-                f"(attention={backend} keeps a {fmt_bytes(step.matrix)} T x T matrix per layer)")
+        return (
+            f"lower model.block_size or data.batch_size, or use attention=sdpa or attention=flash "
+            f"(attention={backend} keeps a {fmt_bytes(step.matrix)} T x T matrix per layer)"
+        )
     if step.activations >= step.weights + step.grads:
         return "lower data.batch_size or model.block_size (or model.n_layer, model.d_model)"
     return "lower model.d_model or model.n_layer"
@@ -127,8 +132,9 @@ def check_fits(cfg, n_params: int, vocab_size: int, device: torch.device, proces
     available = available_bytes(device)
     need = step.total * processes  # CPU DDP: the processes share the machine's RAM
     if available is not None and need > available:
-        parts = (f"params and AdamW {fmt_bytes(step.weights)}, activations {fmt_bytes(step.activations)}"
-                 + (f", attention matrices {fmt_bytes(step.attention)}" if step.attention else ""))
+        parts = f"params and AdamW {fmt_bytes(step.weights)}, activations {fmt_bytes(step.activations)}" + (
+            f", attention matrices {fmt_bytes(step.attention)}" if step.attention else ""
+        )
         who = f" x {processes} processes" if processes > 1 else ""
         raise OutOfMemory(
             f"model.block_size={cfg.model.block_size} with data.batch_size={cfg.data.batch_size} does not fit: "
@@ -146,10 +152,16 @@ def is_out_of_memory(err: BaseException) -> bool:
 def out_of_memory(err: BaseException, cfg, step: int | None, estimate: StepMemory | None) -> OutOfMemory:
     """One line for an allocator failure met during the run."""
     text = str(err)
-    asked = re.search(r"tried to allocate (\d+) bytes", text) or re.search(r"Tried to allocate ([\d.]+ [KMGT]i?B)", text)
+    asked = re.search(r"tried to allocate (\d+) bytes", text) or re.search(
+        r"Tried to allocate ([\d.]+ [KMGT]i?B)", text
+    )
     size = (fmt_bytes(int(asked.group(1))) if asked.group(1).isdigit() else asked.group(1)) if asked else None
     when = f" at step {step}" if step is not None else ""
     said = f" (an allocation of {size} failed)" if size else ""
     est = f"; the estimate before training was {fmt_bytes(estimate.total)}" if estimate is not None else ""
-    lower = what_to_lower(cfg, estimate) if estimate is not None else "lower data.batch_size or model.block_size, or use attention=sdpa"
+    lower = (
+        what_to_lower(cfg, estimate)
+        if estimate is not None
+        else "lower data.batch_size or model.block_size, or use attention=sdpa"
+    )
     return OutOfMemory(f"out of memory{when}{said}{est}; {lower}")

@@ -1,4 +1,5 @@
 """results.json: one per run, ok or not, written atomically so it is never half-written."""
+
 from __future__ import annotations
 
 import errno
@@ -117,7 +118,11 @@ def write_failure(what: str, path: Path, nbytes: int, err: BaseException) -> Wri
         full = free is not None and free < nbytes
         code = errno.ENOSPC if full else None
         reason = f"No space left on device ({fmt_bytes(free)} free)" if full else " ".join(str(err).split())[:200]
-    previous = f"the previous {path.name} is intact" if path.is_file() else f"no earlier {path.name} existed, nothing was replaced"
+    previous = (
+        f"the previous {path.name} is intact"
+        if path.is_file()
+        else f"no earlier {path.name} existed, nothing was replaced"
+    )
     if not path.is_file() and path.suffix == ".ckpt":  # a new step<N>.ckpt: name the checkpoint that is still there
         others = sorted((p for p in path.parent.glob("*.ckpt") if p != path), key=lambda p: p.stat().st_mtime)
         previous += f"; {others[-1].name} there is intact" if others else ""

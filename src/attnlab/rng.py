@@ -1,5 +1,6 @@
 """The global random generators' states, saved in every checkpoint so a resumed run draws what the
 uninterrupted one would have (dropout, sampling)."""
+
 from __future__ import annotations
 
 import random

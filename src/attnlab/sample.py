@@ -6,6 +6,7 @@ token, with the same output. A model that takes no cache (sigmoid attention) is 
 one, with a one-line note. ``--stream CAPACITY:SINKS`` decodes with rolling caches instead (the
 first SINKS tokens and the most recent ones, CAPACITY in all): past CAPACITY the text differs.
 """
+
 from __future__ import annotations
 
 import sys
@@ -37,8 +38,16 @@ def resolve_checkpoint(run: str | None) -> Path:
     return ckpt
 
 
-def sample(ckpt: Path, prompt: str = "\n", tokens: int = 500, temperature: float = 0.8, top_k: int | None = 40, seed: int = 0,
-           cache: bool = True, stream: tuple[int, int] | None = None) -> str:
+def sample(
+    ckpt: Path,
+    prompt: str = "\n",
+    tokens: int = 500,
+    temperature: float = 0.8,
+    top_k: int | None = 40,
+    seed: int = 0,
+    cache: bool = True,
+    stream: tuple[int, int] | None = None,
+) -> str:
     try:
         module = load_model(ckpt)[0].eval()
     except CheckpointError as err:
@@ -52,15 +61,24 @@ def sample(ckpt: Path, prompt: str = "\n", tokens: int = 500, temperature: float
         raise SystemExit(f"attnlab: error: --prompt has characters outside the run's vocabulary: {unknown!r}")
     ids = tokenizer.encode(prompt)
     if not ids:
-        raise SystemExit(f"attnlab: error: --prompt={prompt!r} encodes to no tokens; expected text the run's tokenizer reads")
+        raise SystemExit(
+            f"attnlab: error: --prompt={prompt!r} encodes to no tokens; expected text the run's tokenizer reads"
+        )
     idx = torch.tensor([ids], dtype=torch.long)
     gen = torch.Generator().manual_seed(seed)
     refusal = module.model.kv_cache_refusal() if cache and stream is None else None
     if refusal is not None:
         print(f"# no KV cache: {refusal.split(';')[0]}", file=sys.stderr)
     try:
-        out = module.model.generate(idx, tokens, temperature=temperature, top_k=top_k, generator=gen,
-                                    cache=cache and refusal is None, stream=stream)
+        out = module.model.generate(
+            idx,
+            tokens,
+            temperature=temperature,
+            top_k=top_k,
+            generator=gen,
+            cache=cache and refusal is None,
+            stream=stream,
+        )
     except ValueError as err:  # a rolling cache this model or these sizes cannot take
         raise SystemExit(f"attnlab: error: --stream: {err}") from None
     return tokenizer.decode(out[0].tolist())
@@ -75,8 +93,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--top-k", type=int, default=40)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-cache", action="store_true", help="rerun the whole window per token (no KV cache)")
-    parser.add_argument("--stream", metavar="CAPACITY:SINKS", help="rolling KV caches: the first SINKS tokens and the "
-                        "most recent ones, CAPACITY in all (rope, alibi or none)")
+    parser.add_argument(
+        "--stream",
+        metavar="CAPACITY:SINKS",
+        help="rolling KV caches: the first SINKS tokens and the "
+        "most recent ones, CAPACITY in all (rope, alibi or none)",
+    )
     args = parser.parse_args(argv)
     stream = None
     if args.stream is not None:
@@ -88,8 +110,18 @@ def main(argv: list[str] | None = None) -> None:
             parser.error("--stream and --no-cache exclude each other; expected one of them")
     ckpt = resolve_checkpoint(args.run)
     print(f"# sampled from {ckpt}", file=sys.stderr)
-    print(sample(ckpt, args.prompt, args.tokens, args.temperature, args.top_k, args.seed, cache=not args.no_cache,
-                 stream=stream))
+    print(
+        sample(
+            ckpt,
+            args.prompt,
+            args.tokens,
+            args.temperature,
+            args.top_k,
+            args.seed,
+            cache=not args.no_cache,
+            stream=stream,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ on a SLURM cluster").
   through three handlers, for as long as the study runs. With it that is said once, in one line,
   and the jobs' states come from squeue.
 """
+
 from __future__ import annotations
 
 import os
@@ -50,8 +51,12 @@ def slurm_job() -> dict | None:
     """For results.json: the SLURM job this run is (array task, how often requeued), or None."""
     if not os.environ.get("SLURM_JOB_ID"):
         return None
-    return {"job_id": os.environ["SLURM_JOB_ID"], "array_job_id": os.environ.get("SLURM_ARRAY_JOB_ID"),
-            "array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"), "restarts": scheduler_restarts()}
+    return {
+        "job_id": os.environ["SLURM_JOB_ID"],
+        "array_job_id": os.environ.get("SLURM_ARRAY_JOB_ID"),
+        "array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
+        "restarts": scheduler_restarts(),
+    }
 
 
 def cluster_plugins() -> list:
@@ -69,8 +74,12 @@ def squeue_states(job_ids: set[str]) -> str:
     (which knows a job until MinJobAge after it ends); a job it no longer knows is GONE, i.e. ended."""
     lines = ["JobID|State|NodeList"]
     if job_ids:
-        out = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T|%N", "-j", ",".join(sorted(job_ids))],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            ["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T|%N", "-j", ",".join(sorted(job_ids))],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         lines += out.stdout.split()  # an unknown id makes squeue fail: every id it could not list is gone
     return "\n".join(lines) + "\n"
 
@@ -96,8 +105,12 @@ def _watcher_class():
                     self._info_dict.update(self.read_info(proc.stdout))
                 elif "accounting storage is disabled" in proc.stderr:
                     self.no_accounting = True
-                    print("attnlab: sacct: accounting storage is disabled on this cluster; following the jobs "
-                          "with squeue instead", file=sys.stderr, flush=True)
+                    print(
+                        "attnlab: sacct: accounting storage is disabled on this cluster; following the jobs "
+                        "with squeue instead",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 else:
                     reason = " ".join(proc.stderr.split())[:200] or f"exit {proc.returncode}"
                     print(f"attnlab: sacct failed ({reason}); job states may be late", file=sys.stderr, flush=True)

@@ -7,6 +7,7 @@ training uses scipy.signal. ``defer_scipy_signal()`` puts a stand-in module in i
 imports the real one at the first attribute anyone reads (its ``hamming`` included), so code that
 does use scipy.signal gets the real module, one import later.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -17,11 +17,11 @@ is read from each step's logits, for each kept-sink count k. Two references on t
 The text: the first N tokens of the run's validation split (rebuilt from its results.json), or
 ``--text FILE`` encoded with the run's own tokenizer.
 """
+
 from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import torch
@@ -39,7 +39,7 @@ def rolling_nll(model, ids: torch.Tensor, capacity: int, sinks: int) -> torch.Te
     caches = model.rolling_kv_caches(capacity, sinks)
     out = ids.new_empty(len(ids) - 1, dtype=torch.float64)
     for t in range(len(ids) - 1):
-        logits = model.next_logits(ids[t:t + 1].unsqueeze(0), caches)[0]
+        logits = model.next_logits(ids[t : t + 1].unsqueeze(0), caches)[0]
         out[t] = -torch.log_softmax(logits.double(), -1)[ids[t + 1]]
     return out
 
@@ -63,8 +63,8 @@ def window_nll(model, ids: torch.Tensor, capacity: int, positions: list[int], ba
             out[i] = -torch.log_softmax(logits[t], -1)[ids[t + 1]]
     full = [i for i, t in enumerate(positions) if t >= capacity - 1]
     for j in range(0, len(full), batch):
-        chunk = full[j:j + batch]
-        windows = torch.stack([ids[positions[i] + 1 - capacity:positions[i] + 1] for i in chunk])
+        chunk = full[j : j + batch]
+        windows = torch.stack([ids[positions[i] + 1 - capacity : positions[i] + 1] for i in chunk])
         logp = torch.log_softmax(model(windows)[0][:, -1].double(), -1)
         targets = torch.stack([ids[positions[i] + 1] for i in chunk])
         out[chunk] = -logp.gather(1, targets[:, None])[:, 0]
@@ -77,9 +77,9 @@ def dense_nll(model, ids: torch.Tensor) -> torch.Tensor:
     block = model.cfg.block_size
     parts = []
     for start in range(0, len(ids) - 1, block):
-        x = ids[start:start + block]
-        y = ids[start + 1:start + block + 1]
-        logits = model(x[:len(y)].unsqueeze(0))[0][0].double()
+        x = ids[start : start + block]
+        y = ids[start + 1 : start + block + 1]
+        logits = model(x[: len(y)].unsqueeze(0))[0][0].double()
         parts.append(F.cross_entropy(logits, y, reduction="none"))
     return torch.cat(parts)
 
@@ -106,18 +106,28 @@ def stream_report(model, ids: torch.Tensor, capacity: int, sinks: list[int], ora
         nll = rolling_nll(model, ids, capacity, k)
         rows.append({"sinks": k, "ppl": perplexity(nll), "ppl_oracle_positions": perplexity(nll[at])})
     return {
-        "tokens": len(ids), "positions": len(ids) - 1, "capacity": capacity, "block_size": model.cfg.block_size,
+        "tokens": len(ids),
+        "positions": len(ids) - 1,
+        "capacity": capacity,
+        "block_size": model.cfg.block_size,
         "evicting_positions": max(0, len(ids) - 1 - capacity),
         "rolling": rows,
-        "oracle": {"kind": "sliding window recomputed: a full forward over the last C tokens (no sinks)",
-                   "positions": len(positions), "stride": positions[1] - positions[0] if len(positions) > 1 else 1,
-                   "ppl": perplexity(oracle)},
-        "dense": {"kind": "consecutive block_size windows, each a full forward", "ppl": perplexity(dense),
-                  "ppl_oracle_positions": perplexity(dense[at])},
+        "oracle": {
+            "kind": "sliding window recomputed: a full forward over the last C tokens (no sinks)",
+            "positions": len(positions),
+            "stride": positions[1] - positions[0] if len(positions) > 1 else 1,
+            "ppl": perplexity(oracle),
+        },
+        "dense": {
+            "kind": "consecutive block_size windows, each a full forward",
+            "ppl": perplexity(dense),
+            "ppl_oracle_positions": perplexity(dense[at]),
+        },
     }
 
 
 # ---- the command -------------------------------------------------------------------------------
+
 
 def run_tokens(run_dir: Path, module, ckpt: Path, text: Path | None, limit: int) -> tuple[torch.Tensor, str]:
     """The first ``limit`` token ids of --text FILE (the run's tokenizer) or of the run's validation split."""
@@ -132,13 +142,16 @@ def run_tokens(run_dir: Path, module, ckpt: Path, text: Path | None, limit: int)
             raise SystemExit(f"attnlab: error: {str(err).replace('data.path=', '--text=')}") from None
         unknown = tokenizer.unknown(raw)
         if unknown:
-            raise SystemExit(f"attnlab: error: --text={str(text)!r} has characters outside the run's vocabulary: "
-                             f"{unknown[:10]!r}")
+            raise SystemExit(
+                f"attnlab: error: --text={str(text)!r} has characters outside the run's vocabulary: {unknown[:10]!r}"
+            )
         return torch.tensor(tokenizer.encode(raw)[:limit], dtype=torch.long), f"{text}"
     results = run_dir / "results.json"
     if not results.is_file():
-        raise SystemExit(f"attnlab: error: {run_dir}: no results.json to rebuild the validation split from; "
-                         "expected a run dir written by attnlab train, or --text FILE")
+        raise SystemExit(
+            f"attnlab: error: {run_dir}: no results.json to rebuild the validation split from; "
+            "expected a run dir written by attnlab train, or --text FILE"
+        )
     from hydra.utils import instantiate
 
     cfg = json.loads(results.read_text())["config"]
@@ -147,8 +160,10 @@ def run_tokens(run_dir: Path, module, ckpt: Path, text: Path | None, limit: int)
         dm.setup("fit")
         ids = dm.val_ids[:limit]
     except (AttnlabError, DataError, OSError, AttributeError) as err:
-        raise SystemExit(f"attnlab: error: {run_dir}: cannot rebuild the run's validation split ({err}); "
-                         "expected a text or token corpus run, or --text FILE") from None
+        raise SystemExit(
+            f"attnlab: error: {run_dir}: cannot rebuild the run's validation split ({err}); "
+            "expected a text or token corpus run, or --text FILE"
+        ) from None
     return torch.as_tensor(ids, dtype=torch.long), f"the validation split of data={cfg['data'].get('source', 'tokens')}"
 
 
@@ -163,12 +178,18 @@ def markdown(report: dict) -> str:
         "|---|---|---:|---:|",
     ]
     for row in report["rolling"]:
-        lines.append(f"| rolling cache, {row['sinks']} sink{'s' * (row['sinks'] != 1)} | the first {row['sinks']} "
-                     f"and the last {c - row['sinks']} tokens | {row['ppl']:.3f} | {row['ppl_oracle_positions']:.3f} |")
-    lines.append(f"| sliding window, recomputed (oracle) | the last {c} tokens, a full forward each | - "
-                 f"| {report['oracle']['ppl']:.3f} |")
-    lines.append(f"| dense within the block | the tokens since its block's start | {report['dense']['ppl']:.3f} "
-                 f"| {report['dense']['ppl_oracle_positions']:.3f} |")
+        lines.append(
+            f"| rolling cache, {row['sinks']} sink{'s' * (row['sinks'] != 1)} | the first {row['sinks']} "
+            f"and the last {c - row['sinks']} tokens | {row['ppl']:.3f} | {row['ppl_oracle_positions']:.3f} |"
+        )
+    lines.append(
+        f"| sliding window, recomputed (oracle) | the last {c} tokens, a full forward each | - "
+        f"| {report['oracle']['ppl']:.3f} |"
+    )
+    lines.append(
+        f"| dense within the block | the tokens since its block's start | {report['dense']['ppl']:.3f} "
+        f"| {report['dense']['ppl_oracle_positions']:.3f} |"
+    )
     return "\n".join(lines)
 
 
@@ -187,10 +208,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = command_parser("stream", __doc__.splitlines()[0])
     parser.add_argument("run", help="run dir or .ckpt file")
     parser.add_argument("--cache", type=int, required=True, metavar="C", help="rolling cache entries (1..block_size)")
-    parser.add_argument("--sinks", default=DEFAULT_SINKS, metavar="K,K,...", help=f"kept-sink counts (default {DEFAULT_SINKS})")
-    parser.add_argument("--text", type=Path, metavar="FILE", help="a UTF-8 text file (default: the run's validation split)")
+    parser.add_argument(
+        "--sinks", default=DEFAULT_SINKS, metavar="K,K,...", help=f"kept-sink counts (default {DEFAULT_SINKS})"
+    )
+    parser.add_argument(
+        "--text", type=Path, metavar="FILE", help="a UTF-8 text file (default: the run's validation split)"
+    )
     parser.add_argument("--tokens", type=int, default=2048, help="tokens of the text to read (default 2048)")
-    parser.add_argument("--oracle-positions", type=int, default=512, help="at most this many oracle positions (default 512)")
+    parser.add_argument(
+        "--oracle-positions", type=int, default=512, help="at most this many oracle positions (default 512)"
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
@@ -223,13 +250,23 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"attnlab: error: --cache={args.cache} --sinks={k}: {err}") from None
     ids, source = run_tokens(run_dir, module, ckpt, args.text, args.tokens)
     if len(ids) < args.cache + 2:
-        raise SystemExit(f"attnlab: error: {source} gives {len(ids)} tokens; expected at least --cache + 2 = "
-                         f"{args.cache + 2} (one position past the first eviction)")
-    report = {"run": str(run_dir), "checkpoint": str(ckpt), "source": source,
-              "model": {"pos_encoding": model.cfg.pos_encoding, "n_layer": model.cfg.n_layer,
-                        "n_head": model.cfg.n_head, "n_kv_head": model.cfg.n_kv_head,
-                        "escape": model.cfg.attention.escape},
-              **stream_report(model, ids, args.cache, sinks, args.oracle_positions)}
+        raise SystemExit(
+            f"attnlab: error: {source} gives {len(ids)} tokens; expected at least --cache + 2 = "
+            f"{args.cache + 2} (one position past the first eviction)"
+        )
+    report = {
+        "run": str(run_dir),
+        "checkpoint": str(ckpt),
+        "source": source,
+        "model": {
+            "pos_encoding": model.cfg.pos_encoding,
+            "n_layer": model.cfg.n_layer,
+            "n_head": model.cfg.n_head,
+            "n_kv_head": model.cfg.n_kv_head,
+            "escape": model.cfg.attention.escape,
+        },
+        **stream_report(model, ids, args.cache, sinks, args.oracle_positions),
+    }
     print(json.dumps(report, indent=1) if args.json else markdown(report))
 
 

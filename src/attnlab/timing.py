@@ -13,6 +13,7 @@ Inside ``Trainer.fit`` the phases are Lightning's own profiler actions ("[Callba
 "[Strategy]S.backward", "save_checkpoint", ...): ``lightning_profiler()`` is a ``Trainer(profiler=...)``
 that records each action as a phase, through Lightning's public profiler interface.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -84,9 +85,16 @@ class Recorder:
     def data(self) -> dict:
         """What the bench reads: the phases, and the span they cover (first start to now), both ways of dating."""
         now = self.clock()
-        return {"seconds": dict(self.seconds), "inclusive_s": dict(self.inclusive), "calls": dict(self.calls), "background_s": dict(self.background),
-                "last_end": dict(self.last_end), "span_s": now - self.started, "started_at": self._epoch + self.started,
-                "written_at": self._epoch + now}
+        return {
+            "seconds": dict(self.seconds),
+            "inclusive_s": dict(self.inclusive),
+            "calls": dict(self.calls),
+            "background_s": dict(self.background),
+            "last_end": dict(self.last_end),
+            "span_s": now - self.started,
+            "started_at": self._epoch + self.started,
+            "written_at": self._epoch + now,
+        }
 
 
 _recorder: Recorder | None = None

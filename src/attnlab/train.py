@@ -3,6 +3,7 @@
 ``train(cfg) -> metrics`` does the work and is what tests call; ``main`` wraps it in Hydra and
 turns known failures into one line on stderr and a non-zero exit.
 """
+
 from __future__ import annotations
 
 import gc
@@ -29,6 +30,7 @@ from hydra.utils import instantiate  # noqa: E402
 from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
+from . import wandb_runs  # noqa: E402
 from .callbacks.interrupt import GracefulInterrupt, Interrupted  # noqa: E402
 from .checkpointing import AtomicCheckpointIO, newest_intact, read_checkpoint  # noqa: E402
 from .config import CONF_DIR  # noqa: E402
@@ -40,7 +42,6 @@ from .module import GPTModule  # noqa: E402
 from .resources import check_fits, is_out_of_memory, out_of_memory  # noqa: E402
 from .results import DISK_HINTS, RESULTS, RunRecord, is_rank_zero  # noqa: E402
 from .slurm import cluster_plugins, scheduler_restarts, slurm_job  # noqa: E402
-from . import wandb_runs  # noqa: E402
 
 timing.imports_done()
 log = logging.getLogger("attnlab")
@@ -80,8 +81,11 @@ def build_loggers(cfg: DictConfig, run_dir: Path, identity: dict | None = None) 
     if "wandb" in chosen and chosen["wandb"].mode != "disabled" and importlib.util.find_spec("wandb") is None:
         del chosen["wandb"]
         if is_rank_zero():
-            print("attnlab: logger=wandb: the wandb package is not installed; logging to CSV only "
-                  "(pip install wandb, or logger=csv to silence this)", file=sys.stderr)
+            print(
+                "attnlab: logger=wandb: the wandb package is not installed; logging to CSV only "
+                "(pip install wandb, or logger=csv to silence this)",
+                file=sys.stderr,
+            )
         chosen.setdefault("csv", OmegaConf.load(CONF_DIR / "logger" / "csv.yaml")["csv"])
     for name, lg_cfg in chosen.items():
         if name == "wandb":
@@ -133,6 +137,7 @@ def start_experiments(loggers: list) -> Callable[[], None]:
         thread.join()
         if failed:
             raise failed.pop()
+
     return wait
 
 
@@ -168,8 +173,13 @@ def requeued_resume(run_dir: Path, restarts: int) -> tuple[str | None, dict | No
         resumed = None
     else:
         note = f"requeued attempt {restarts + 1}: resuming from {path.name} (step {step}){damaged}"
-        resumed = {"path": str(path), "step": step, "requeued_attempt": restarts + 1, "note": note,
-                   "skipped": [{"path": str(p), "problem": problem} for p, problem in skipped]}
+        resumed = {
+            "path": str(path),
+            "step": step,
+            "requeued_attempt": restarts + 1,
+            "note": note,
+            "skipped": [{"path": str(p), "problem": problem} for p, problem in skipped],
+        }
     if is_rank_zero():
         print(f"attnlab: {note}", file=sys.stderr)
     return (str(path) if path else None), resumed
@@ -211,24 +221,38 @@ def resume_checkpoint(cfg: DictConfig, run_dir: Path) -> tuple[str | None, dict 
         try:
             step = read_checkpoint(cfg.ckpt_path)["global_step"]
         except CheckpointError as err:
-            raise CheckpointError(err.path, f"{err.problem}; expected an intact attnlab checkpoint for ckpt_path") from None
+            raise CheckpointError(
+                err.path, f"{err.problem}; expected an intact attnlab checkpoint for ckpt_path"
+            ) from None
         return str(cfg.ckpt_path), {"path": str(cfg.ckpt_path), "step": step, "skipped": []}
     if not cfg.get("resume"):
         return None, None
     ckpt_dir = run_dir / "checkpoints"
     last = ckpt_dir / "last.ckpt"
     if not last.is_file() and not any(ckpt_dir.glob("*.ckpt")):
-        raise ConfigError("resume", True, f"a run dir holding checkpoints/last.ckpt (resume=true hydra.run.dir=<run dir>); {last} does not exist")
+        raise ConfigError(
+            "resume",
+            True,
+            f"a run dir holding checkpoints/last.ckpt (resume=true hydra.run.dir=<run dir>); {last} does not exist",
+        )
     path, step, skipped = newest_intact(ckpt_dir)
     if not last.is_file():
         skipped.insert(0, (last, "is missing"))
     damaged = "; ".join(f"{p.name} {problem}" for p, problem in skipped)
     if path is None:
-        raise AttnlabError(f"resume=true: no intact checkpoint in {ckpt_dir} ({damaged}); "
-                           "start a new run, or set ckpt_path= to an intact copy")
-    resumed = {"path": str(path), "step": step, "skipped": [{"path": str(p), "problem": problem} for p, problem in skipped]}
+        raise AttnlabError(
+            f"resume=true: no intact checkpoint in {ckpt_dir} ({damaged}); "
+            "start a new run, or set ckpt_path= to an intact copy"
+        )
+    resumed = {
+        "path": str(path),
+        "step": step,
+        "skipped": [{"path": str(p), "problem": problem} for p, problem in skipped],
+    }
     if skipped:
-        resumed["note"] = f"resume=true: {damaged}; resuming from {path.name} (step {step}), the newest intact checkpoint"
+        resumed["note"] = (
+            f"resume=true: {damaged}; resuming from {path.name} (step {step}), the newest intact checkpoint"
+        )
         if is_rank_zero():
             print(f"attnlab: {resumed['note']}", file=sys.stderr)
     return str(path), resumed
@@ -256,7 +280,10 @@ def train(cfg: DictConfig) -> dict:
     """Train one model as configured; write results.json in ``paths.output_dir``; return its metrics."""
     run_dir = Path(cfg.paths.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    notes = [*apply_renamed_keys(cfg), prepare_device(cfg)]  # old key names moved, trainer.precision=auto resolved, before they are recorded
+    notes = [
+        *apply_renamed_keys(cfg),
+        prepare_device(cfg),
+    ]  # old key names moved, trainer.precision=auto resolved, before they are recorded
     for note in notes if is_rank_zero() else ():
         if note:
             print(f"attnlab: {note}", file=sys.stderr)
@@ -272,9 +299,13 @@ def train(cfg: DictConfig) -> dict:
         ckpt_path, record.data["resumed_from"] = resume_checkpoint(cfg, run_dir)
         record.data["interruptions"] = earlier_interruptions(run_dir) if ckpt_path or scheduler_restarts() else []
         continued = (run_dir / "wandb_run_id").exists()  # the same W&B run goes on: keep its group and name
-        identity = wandb_runs.wandb_identity(cfg, record.data["overrides"], earlier_wandb(run_dir) if continued else None)
+        identity = wandb_runs.wandb_identity(
+            cfg, record.data["overrides"], earlier_wandb(run_dir) if continued else None
+        )
         if "wandb" in (cfg.get("logger") or {}):
-            record.data["wandb"] = {k: identity[k] for k in ("group", "name", "sweep")}  # the summary run joins this group
+            record.data["wandb"] = {
+                k: identity[k] for k in ("group", "name", "sweep")
+            }  # the summary run joins this group
         with timing.phase("loggers: build (the wandb import included)"):
             loggers = build_loggers(cfg, run_dir, identity)
         experiments_started = start_experiments(loggers)  # overlaps the corpus read and the model build
@@ -289,8 +320,11 @@ def train(cfg: DictConfig) -> dict:
         with timing.phase("W&B: init, waited for (it runs in a thread)"):
             wait()
         with timing.phase("callbacks: build"):
-            callbacks = [*build_callbacks(cfg), *progress_line(cfg.trainer.enable_progress_bar),
-                         GracefulInterrupt(run_dir / "checkpoints" / "last.ckpt")]
+            callbacks = [
+                *build_callbacks(cfg),
+                *progress_line(cfg.trainer.enable_progress_bar),
+                GracefulInterrupt(run_dir / "checkpoints" / "last.ckpt"),
+            ]
         profiler = timing.lightning_profiler() if cfg.trainer.get("profiler") is None else None
         with timing.phase("trainer: build"):
             trainer = instantiate(
@@ -300,14 +334,20 @@ def train(cfg: DictConfig) -> dict:
                 plugins=[AtomicCheckpointIO(), *cluster_plugins()],
                 default_root_dir=str(run_dir),
                 # Lightning counts val_check_interval in batches; the config, in optimizer steps
-                val_check_interval=min(cfg.trainer.val_check_interval, max_steps) * cfg.trainer.get("accumulate_grad_batches", 1),
+                val_check_interval=min(cfg.trainer.val_check_interval, max_steps)
+                * cfg.trainer.get("accumulate_grad_batches", 1),
                 **({"profiler": profiler} if profiler is not None else {}),  # the phases inside fit (attnlab.timing)
             )
         if cfg.get("memory_check", True):
             with timing.phase("memory check"):
                 processes = trainer.num_devices if trainer.strategy.root_device.type == "cpu" else 1
-                estimate = check_fits(cfg, sum(p.numel() for p in module.parameters()), dm.vocab_size,
-                                      trainer.strategy.root_device, processes)
+                estimate = check_fits(
+                    cfg,
+                    sum(p.numel() for p in module.parameters()),
+                    dm.vocab_size,
+                    trainer.strategy.root_device,
+                    processes,
+                )
         with timing.phase("kernel check forward"):
             check_kernel_runs(module, cfg, trainer)
         with timing.phase("loggers: log config"):
@@ -331,8 +371,12 @@ def train(cfg: DictConfig) -> dict:
         err = caught
         if isinstance(caught, SIGTERMException):  # Lightning's, outside the training steps (the closing validation)
             step = trainer.global_step if trainer else 0
-            err = Interrupted(f"SIGTERM at step {step}, outside the training steps: no checkpoint written after the last "
-                              f"periodic one; resume with resume=true hydra.run.dir={run_dir}", "SIGTERM", step)
+            err = Interrupted(
+                f"SIGTERM at step {step}, outside the training steps: no checkpoint written after the last "
+                f"periodic one; resume with resume=true hydra.run.dir={run_dir}",
+                "SIGTERM",
+                step,
+            )
         if isinstance(err, Interrupted):
             if err.handoff:  # the scheduler requeues now; W&B closed first, while its process still lives
                 finish_wandb(loggers, failed=True)
@@ -390,8 +434,11 @@ def finish_wandb(loggers: list, failed: bool) -> None:
             with timing.phase("W&B: finish"):
                 wandb.finish(exit_code=1 if failed else 0)
         except Exception as err:  # noqa: BLE001 - e.g. its service process killed with the job: say so, keep the run's own error
-            print(f"attnlab: W&B run not closed cleanly ({type(err).__name__}: {err}); its offline files hold what was "
-                  "logged before", file=sys.stderr)
+            print(
+                f"attnlab: W&B run not closed cleanly ({type(err).__name__}: {err}); its offline files hold what was "
+                "logged before",
+                file=sys.stderr,
+            )
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
@@ -437,8 +484,11 @@ def main() -> None:
         print("attnlab: error: " + " ".join(text.split()), file=sys.stderr)
         sys.exit(2)
     except OSError as err:  # e.g. the output dir cannot be created
-        print(f"attnlab: error: cannot write {err.filename}: {err.strerror}; expected a writable "
-              "hydra.run.dir (or paths.log_dir)", file=sys.stderr)
+        print(
+            f"attnlab: error: cannot write {err.filename}: {err.strerror}; expected a writable "
+            "hydra.run.dir (or paths.log_dir)",
+            file=sys.stderr,
+        )
         sys.exit(2)
 
 

@@ -8,6 +8,7 @@
   ``hydra.sweeper.params``), the attention schema's fields and the model's sizes, each under its
   short name, so the UI can group and filter by them.
 """
+
 from __future__ import annotations
 
 from dataclasses import fields
@@ -20,13 +21,40 @@ from .attention import AttentionConfig
 from .config import CONF_DIR
 
 # Axes every run carries whether or not a study sweeps them (the attention's come from its schema).
-COMMON_AXES = ["model.d_k", "model.n_head", "model.n_kv_head", "model.n_layer", "model.d_model", "model.init_std",
-               "model.attn_only", "model.pos_encoding", "optim.lr", "optim.name", "trainer.precision", "seed"]
+COMMON_AXES = [
+    "model.d_k",
+    "model.n_head",
+    "model.n_kv_head",
+    "model.n_layer",
+    "model.d_model",
+    "model.init_std",
+    "model.attn_only",
+    "model.pos_encoding",
+    "optim.lr",
+    "optim.name",
+    "trainer.precision",
+    "seed",
+]
 # Last parts of a key that say nothing alone: such an axis is named by its last two parts (optim.name -> optim_name).
 GENERIC_NAMES = {"name", "source", "type", "path", "mode", "_target_"}
 # Overrides that set what a run records or where, not what it trains: part of a name only if an axis (trainer.precision).
-BOOKKEEPING = ("experiment", "debug", "study", "run_group", "resume", "ckpt_path", "memory_check", "tf32", "hydra",
-               "paths", "logger", "callbacks", "checkpoint", "trainer", "task_name")
+BOOKKEEPING = (
+    "experiment",
+    "debug",
+    "study",
+    "run_group",
+    "resume",
+    "ckpt_path",
+    "memory_check",
+    "tf32",
+    "hydra",
+    "paths",
+    "logger",
+    "callbacks",
+    "checkpoint",
+    "trainer",
+    "task_name",
+)
 NAMED_SECTIONS = ("model.", "optim.", "data.")  # any override under these changes the training: it names the run
 TAG_MAX = 64  # W&B's longest tag
 
@@ -63,8 +91,13 @@ def derive_axes(keys: list[str]) -> dict[str, str]:
     return axes
 
 
-AXES = derive_axes([*(f"model.attention.{f.name}" for f in fields(AttentionConfig)), *COMMON_AXES,
-                    *(key for keys in committed_sweeps().values() for key in keys)])
+AXES = derive_axes(
+    [
+        *(f"model.attention.{f.name}" for f in fields(AttentionConfig)),
+        *COMMON_AXES,
+        *(key for keys in committed_sweeps().values() for key in keys),
+    ]
+)
 GROUP_AXES = {name for name, key in AXES.items() if "." not in key and key in config_groups()}  # e.g. attention=sdpa
 NAME_OF = {key: name for name, key in AXES.items()}
 
@@ -139,7 +172,9 @@ def run_axes(overrides: list[str], swept: list[str] = ()) -> list[tuple[str, str
     pairs = [(k, v) for k, v in parse_overrides(overrides).items() if names_run(k, list(swept))]
     order = {key: i for i, key in enumerate(swept)}
     pairs.sort(key=lambda kv: order.get(kv[0], len(order)))
-    return [(axis_name(k), v.lower() if v in ("True", "False") else v) for k, v in pairs]  # Hydra writes a swept bool True
+    return [
+        (axis_name(k), v.lower() if v in ("True", "False") else v) for k, v in pairs
+    ]  # Hydra writes a swept bool True
 
 
 def run_name(overrides: list[str], seed, swept: list[str] = ()) -> str:
@@ -194,6 +229,14 @@ def wandb_identity(cfg: DictConfig, overrides: list[str], earlier: dict | None =
     stamp = sweep_stamp()
     earlier = earlier or {}
     group = OmegaConf.select(cfg, "logger.wandb.group", default=None) or earlier.get("group") or run_group(cfg)
-    name = OmegaConf.select(cfg, "logger.wandb.name", default=None) or earlier.get("name") or run_name(overrides, cfg.seed, swept)
-    return {"group": str(group), "name": str(name), "tags": run_tags(cfg, overrides, swept, stamp),
-            "sweep": earlier.get("sweep") or stamp}
+    name = (
+        OmegaConf.select(cfg, "logger.wandb.name", default=None)
+        or earlier.get("name")
+        or run_name(overrides, cfg.seed, swept)
+    )
+    return {
+        "group": str(group),
+        "name": str(name),
+        "tags": run_tags(cfg, overrides, swept, stamp),
+        "sweep": earlier.get("sweep") or stamp,
+    }

@@ -43,6 +43,7 @@ Type, the first rule that holds (thresholds in THRESHOLDS, chosen before any run
   content         otherwise: where the head looks depends on what the tokens are (the article's
                   "syntactic" heads would be here; a character model has no syntax to name)
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -52,11 +53,19 @@ from dataclasses import dataclass
 import torch
 
 from ..attention import Knockout, allowed_mask
-from .probe import ProbeRecord, eval_mode, probe_plan, probe_with_logits
 from ..data.text import BOS  # the token the data modules put first with data.bos
+from .probe import ProbeRecord, eval_mode, probe_plan, probe_with_logits
 
-SCORES = ("previous_token", "induction", "induction_control", "induction_knockout", "sink", "escape", "positional",
-          "entropy_norm")
+SCORES = (
+    "previous_token",
+    "induction",
+    "induction_control",
+    "induction_knockout",
+    "sink",
+    "escape",
+    "positional",
+    "entropy_norm",
+)
 THRESHOLDS = {"induction": 0.3, "previous_token": 0.5, "sink": 0.3, "escape": 0.3, "uniform": 0.9, "positional": 0.7}
 TYPES = ("induction", "previous_token", "sink", "escape", "uniform", "positional", "content")
 KNOCKOUT = ("final", "always", "never")  # when the callback measures induction_knockout
@@ -139,7 +148,9 @@ def induction_score(p: torch.Tensor, half, start) -> torch.Tensor:
 def copying_queries(half: torch.Tensor, start: torch.Tensor) -> list[tuple[int, int, torch.Tensor]]:
     """Per row (row, L, queries): the second-half positions whose next token is part of the repeat,
     i.e. where a model copying in context predicts the token after the first occurrence."""
-    return [(row, h, torch.arange(s + h, s + 2 * h - 1)) for row, (h, s) in enumerate(zip(half.tolist(), start.tolist()))]
+    return [
+        (row, h, torch.arange(s + h, s + 2 * h - 1)) for row, (h, s) in enumerate(zip(half.tolist(), start.tolist()))
+    ]
 
 
 def induction_edges(half: torch.Tensor, start: torch.Tensor, t: int) -> torch.Tensor:
@@ -176,8 +187,13 @@ def answer_probability(logits: torch.Tensor, idx: torch.Tensor, half: torch.Tens
 
 
 def induction_knockout(
-    model, idx: torch.Tensor, half: torch.Tensor, start: torch.Tensor, n_head: int,
-    records: list[ProbeRecord] | None = None, logits: torch.Tensor | None = None,
+    model,
+    idx: torch.Tensor,
+    half: torch.Tensor,
+    start: torch.Tensor,
+    n_head: int,
+    records: list[ProbeRecord] | None = None,
+    logits: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(n_layer, n_head + 1): drop in the right token's probability on the repeated rows ``idx``
     when one head's induction edges are cut; the last column cuts them in every head of the layer
@@ -215,7 +231,12 @@ def head_type(scores: dict[str, float], thresholds: dict[str, float] = THRESHOLD
 
 
 def head_scores(
-    plain: torch.Tensor, repeat: torch.Tensor, half, start, control: torch.Tensor | None = None, escape: bool = False,
+    plain: torch.Tensor,
+    repeat: torch.Tensor,
+    half,
+    start,
+    control: torch.Tensor | None = None,
+    escape: bool = False,
     visible: torch.Tensor | None = None,
 ) -> dict:
     """All scores of one layer's heads, from its probabilities on the plain, the repeated and the
@@ -225,7 +246,8 @@ def head_scores(
     plain, repeat = plain.float(), repeat.float()
     ctrl = induction_score(control.float(), half, start) if control is not None else torch.zeros(repeat.shape[1])
     extra = {"escape": escape_score(plain)} if escape else {}
-    return {**extra,
+    return {
+        **extra,
         "previous_token": previous_token_score(plain),
         "induction": induction_score(repeat, half, start),
         "induction_control": ctrl.to(repeat.device),
@@ -293,8 +315,15 @@ def random_probe(vocab_size: int, length: int, n: int = 16, seed: int = 0) -> to
     return torch.randint(vocab_size, (n, length), generator=gen)
 
 
-def build_probes(model, vocab: list[str] | None, datamodule=None, n: int = 16, seed: int = 0,
-                 max_len: int | None = None, max_tokens: int | None = None) -> Probes:
+def build_probes(
+    model,
+    vocab: list[str] | None,
+    datamodule=None,
+    n: int = 16,
+    seed: int = 0,
+    max_len: int | None = None,
+    max_tokens: int | None = None,
+) -> Probes:
     """The plain probe from the data (a task's ``probe_batch``, else its first validation batch,
     else random tokens) and the repeated probe over the model's vocabulary and block size.
 
@@ -366,8 +395,9 @@ def probe_rows(n: int, length: int, max_tokens: int | None) -> torch.Tensor | No
 
 
 @torch.no_grad()
-def analyze_heads(model, probes: Probes, thresholds: dict[str, float] = THRESHOLDS,
-                  knockout: bool = True) -> tuple[list[dict], dict]:
+def analyze_heads(
+    model, probes: Probes, thresholds: dict[str, float] = THRESHOLDS, knockout: bool = True
+) -> tuple[list[dict], dict]:
     """Per-head records [{"layer", "head", "type", "scores"}] and a summary (maxima, type counts).
     ``knockout=False`` skips induction_knockout (n_layer x (n_head + 1) extra passes over the
     blocks)."""
@@ -381,8 +411,9 @@ def analyze_heads(model, probes: Probes, thresholds: dict[str, float] = THRESHOL
     drops = None
     if knockout:
         with eval_mode(model):
-            drops = induction_knockout(model, repeat_ids, probes.half, probes.start, plain_probs[0].shape[1], records,
-                                       logits)
+            drops = induction_knockout(
+                model, repeat_ids, probes.half, probes.start, plain_probs[0].shape[1], records, logits
+            )
     heads = []
     for layer, (plain, repeat, control) in enumerate(zip(plain_probs, repeat_probs, control_probs)):
         visible = model.attention_layers()[layer].visible(plain.shape[-1])

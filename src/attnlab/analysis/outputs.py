@@ -1,4 +1,5 @@
 """Head-analysis outputs in a run dir: heads.json (for results.json), heads.md, heads.png."""
+
 from __future__ import annotations
 
 import json
@@ -32,14 +33,28 @@ def heads_markdown(heads: list[dict], summary: dict, title: str = "Head types", 
     if note:
         lines += [note, ""]
     scores = [[f"{v:.3f}" if isinstance(v, float) else v for v in row] for row in table_rows(heads)]
-    counts = [[layer, *(sum(h["type"] == t for h in heads if h["layer"] == layer) for t in TYPES)] for layer in range(n_layer)]
-    lines += [markdown_table(table_columns(heads), scores), "", "Types per layer:", "", markdown_table(["layer", *TYPES], counts)]
+    counts = [
+        [layer, *(sum(h["type"] == t for h in heads if h["layer"] == layer) for t in TYPES)] for layer in range(n_layer)
+    ]
+    lines += [
+        markdown_table(table_columns(heads), scores),
+        "",
+        "Types per layer:",
+        "",
+        markdown_table(["layer", *TYPES], counts),
+    ]
     if "repeat_acc" in summary:
         lines += ["", f"Accuracy of copying the repeated probe: {summary['repeat_acc']:.3f}"]
-    layer_drops = [f"L{layer} {summary[key]:.3f}" for layer in range(n_layer) if (key := f"L{layer}/induction_knockout_all_heads") in summary]
+    layer_drops = [
+        f"L{layer} {summary[key]:.3f}"
+        for layer in range(n_layer)
+        if (key := f"L{layer}/induction_knockout_all_heads") in summary
+    ]
     if layer_drops:
         lines += ["", "Induction knockout with every head of a layer cut at once: " + ", ".join(layer_drops)]
-    rules = ", ".join(f"{k} >= {v}" for k, v in THRESHOLDS.items()).replace("induction >=", "induction - induction_control >=")
+    rules = ", ".join(f"{k} >= {v}" for k, v in THRESHOLDS.items()).replace(
+        "induction >=", "induction - induction_control >="
+    )
     lines += [
         "",
         f"Type = the first rule that holds, in this order: {rules} (uniform: entropy_norm); else content. "
@@ -70,7 +85,9 @@ def plot_heads(heads: list[dict], path: Path, title: str = "") -> None:
     cell_w, cell_h, left, right, bottom, top = 0.55, 0.5, 0.45, 0.1, 0.45, 0.6  # inches
     width, height = left + right + cell_w * image.shape[1], bottom + top + cell_h * n_layer
     fig = new_figure(width, height)
-    ax = image_axes(fig, image, (left / width, bottom / height, 1 - (left + right) / width, 1 - (bottom + top) / height))
+    ax = image_axes(
+        fig, image, (left / width, bottom / height, 1 - (left + right) / width, 1 - (bottom + top) / height)
+    )
     text = dict(ha="center", va="center", clip_on=False)
     for (x0, _), name in zip(corners, [*names, "type"]):
         ax.text(x0 + (n_head - 1) / 2, -0.5 - 0.1 / cell_h, name, fontsize=9, **{**text, "va": "bottom"})
@@ -96,8 +113,13 @@ def type_label(head_type: str) -> str:
 
 
 def write_outputs(
-    heads: list[dict], summary: dict, out_dir: Path, history: list[dict] | None = None, meta: dict | None = None,
-    title: str = "Head types", plot: bool = True,
+    heads: list[dict],
+    summary: dict,
+    out_dir: Path,
+    history: list[dict] | None = None,
+    meta: dict | None = None,
+    title: str = "Head types",
+    plot: bool = True,
 ) -> dict[str, Path]:
     """Write heads.json ({"heads", "summary", "history", "probe"}), heads.md and heads.png."""
     out_dir = Path(out_dir)

@@ -10,6 +10,7 @@ matplotlib's own truncation to 0-255): float RGBA made Agg resample and clip a f
 size of the PNG (26 MB for a 4-layer head figure), 0.1-0.2 s the first time in a run; the pixels
 are identical.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -54,7 +55,9 @@ def image_axes(fig, image: np.ndarray, box: tuple[float, float, float, float]):
     """One Axes at ``box`` (left, bottom, width, height in figure fractions) showing ``image`` with
     pixel (x, y) at data (x, y), no frame and no ticks."""
     ax = fig.add_axes(box)
-    ax.imshow(image, interpolation="nearest", aspect="auto", extent=(-0.5, image.shape[1] - 0.5, image.shape[0] - 0.5, -0.5))
+    ax.imshow(
+        image, interpolation="nearest", aspect="auto", extent=(-0.5, image.shape[1] - 0.5, image.shape[0] - 0.5, -0.5)
+    )
     ax.set_axis_off()
     return ax
 

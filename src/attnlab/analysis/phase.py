@@ -7,6 +7,7 @@ knockout of layer L's induction edges and the best previous-token score of layer
 
     python -m attnlab.analysis.phase RUN_DIR [--layer 1] [--out phase_change.png]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,10 +52,12 @@ def plot_phase_change(run_dir: Path, out: Path | None = None, layer: int = 1) ->
     history = head_history(run_dir)
     steps = [h["step"] for h in history]
     fig, left = plt.subplots(figsize=(7, 4))
-    series = [(f"L{layer}/induction_max", f"best L{layer} induction score", "C0"),
-              (f"L{layer}/induction_knockout_all_heads", f"L{layer} knockout: drop in p(right token)", "C1"),
-              ("repeat_acc", "copying accuracy on the probe", "C2"),
-              (f"L{layer - 1}/previous_token_max", f"best L{layer - 1} previous-token score", "C3")]
+    series = [
+        (f"L{layer}/induction_max", f"best L{layer} induction score", "C0"),
+        (f"L{layer}/induction_knockout_all_heads", f"L{layer} knockout: drop in p(right token)", "C1"),
+        ("repeat_acc", "copying accuracy on the probe", "C2"),
+        (f"L{layer - 1}/previous_token_max", f"best L{layer - 1} previous-token score", "C3"),
+    ]
     for key, label, colour in series:
         if any(key in h for h in history):
             left.plot(steps, [h.get(key) for h in history], color=colour, label=label)

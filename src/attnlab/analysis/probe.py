@@ -5,6 +5,7 @@ see the dtypes and kernels the training step sees: Lightning autocasts only insi
 training and validation steps, and a forced flash kernel refuses fp32 inputs. The statistics
 themselves are then computed in fp32 from the captured q and k (``full_precision``).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -63,7 +64,9 @@ def full_precision(device: torch.device | str) -> AbstractContextManager:
 
 
 @torch.no_grad()
-def probe_with_logits(model: GPT, x: torch.Tensor, precision: Precision = nullcontext) -> tuple[list[ProbeRecord], torch.Tensor]:
+def probe_with_logits(
+    model: GPT, x: torch.Tensor, precision: Precision = nullcontext
+) -> tuple[list[ProbeRecord], torch.Tensor]:
     """Run ``x`` through the model in eval mode (restored afterwards) and in ``precision``: one
     ProbeRecord per layer, and the logits."""
     with eval_mode(model), capture(model) as records, precision():
@@ -76,7 +79,9 @@ def probe(model: GPT, x: torch.Tensor, precision: Precision = nullcontext) -> li
     return probe_with_logits(model, x, precision)[0]
 
 
-def probe_plan(probe_size: int, t: int, max_tokens: int | None, max_rows: int | None) -> tuple[int, torch.Tensor | None]:
+def probe_plan(
+    probe_size: int, t: int, max_tokens: int | None, max_rows: int | None
+) -> tuple[int, torch.Tensor | None]:
     """How many probe sequences, and which query positions (None: all), keep a measurement's cost
     bounded at any block size: at most ``max_tokens`` probe tokens (never fewer than one sequence)
     and ``max_rows`` evenly spaced query positions per sequence, so its cost grows like T, as a

@@ -15,6 +15,7 @@ which kernel will run and call it: SDPA's own autocast cast happens inside the c
 the kernel query, and flash_attn takes no mixed inputs (qk_norm's LayerNorm may return fp32 q, k
 beside a bf16 v).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -40,12 +41,33 @@ def _fold_scale(q: torch.Tensor, scale: float | torch.Tensor) -> tuple[torch.Ten
     return q, float(scale)
 
 
-def explicit_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fill="-inf", dropout_p=0.0, bias=None,
-                       normalize="softmax", escape=None, window=None, window_sinks=0):
+def explicit_attention(
+    q,
+    k,
+    v,
+    scale,
+    causal=True,
+    key_padding_mask=None,
+    mask_fill="-inf",
+    dropout_p=0.0,
+    bias=None,
+    normalize="softmax",
+    escape=None,
+    window=None,
+    window_sinks=0,
+):
     """weights(q, k) v, with the weights of ``WeightRule`` (every normalisation, escape slot, window
     and key/value groups); ``bias`` a tensor broadcastable to (B, H, Tq, Tk)."""
-    rule = WeightRule(scale, causal, mask_fill, normalize, escape, None if bias is None else (lambda rows, keys: bias),
-                      window, window_sinks)
+    rule = WeightRule(
+        scale,
+        causal,
+        mask_fill,
+        normalize,
+        escape,
+        None if bias is None else (lambda rows, keys: bias),
+        window,
+        window_sinks,
+    )
     probs = rule(q, k, key_padding_mask=key_padding_mask).p
     if dropout_p > 0:
         probs = F.dropout(probs, p=dropout_p)
@@ -94,9 +116,20 @@ def sdpa_kernel_name(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, sc
     if torch.compiler.is_compiling():
         return "compiled:sdpa"  # the compiler lowers SDPA itself; the eager selector does not apply
     key = (
-        q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, q.device, q.requires_grad or k.requires_grad or v.requires_grad,
-        None if attn_mask is None else (attn_mask.shape, attn_mask.dtype), dropout_p > 0, is_causal, scale,
-        enable_gqa, _enabled_sdp_backends(),
+        q.shape,
+        k.shape,
+        v.shape,
+        q.dtype,
+        k.dtype,
+        v.dtype,
+        q.device,
+        q.requires_grad or k.requires_grad or v.requires_grad,
+        None if attn_mask is None else (attn_mask.shape, attn_mask.dtype),
+        dropout_p > 0,
+        is_causal,
+        scale,
+        enable_gqa,
+        _enabled_sdp_backends(),
     )
     name = _KERNEL_CHOICE.get(key)
     if name is None:
@@ -109,15 +142,27 @@ def sdpa_kernel_name(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, sc
     return name
 
 
-def sdpa_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fill="-inf", dropout_p=0.0, bias=None,
-                   window=None, window_sinks=0):
+def sdpa_attention(
+    q,
+    k,
+    v,
+    scale,
+    causal=True,
+    key_padding_mask=None,
+    mask_fill="-inf",
+    dropout_p=0.0,
+    bias=None,
+    window=None,
+    window_sinks=0,
+):
     q, k, v = autocast_inputs(q, k, v)
     q, s = _fold_scale(q, scale)
     attn_mask, is_causal = _sdpa_args(q, k, causal, key_padding_mask, bias, window, window_sinks)
     gqa = k.shape[1] != q.shape[1]  # key/value groups: SDPA broadcasts them itself
     kernel = sdpa_kernel_name(q, k, v, attn_mask, dropout_p, is_causal, s, gqa)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=s,
-                                         enable_gqa=gqa)
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=s, enable_gqa=gqa
+    )
     return out, kernel
 
 
@@ -156,8 +201,19 @@ def flash_attn_package():
     return outcome
 
 
-def flash_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fill="-inf", dropout_p=0.0, bias=None,
-                    window=None, window_sinks=0):
+def flash_attention(
+    q,
+    k,
+    v,
+    scale,
+    causal=True,
+    key_padding_mask=None,
+    mask_fill="-inf",
+    dropout_p=0.0,
+    bias=None,
+    window=None,
+    window_sinks=0,
+):
     if bias is not None:
         raise KernelUnavailable("attention=flash takes no logit bias (model.pos_encoding=alibi); use attention=sdpa")
     q, k, v = autocast_inputs(q, k, v)
@@ -171,19 +227,28 @@ def flash_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fil
         if key_padding_mask is not None:
             raise KernelUnavailable("flash_attn_func takes no padding mask: use attention=sdpa for padded batches")
         if window_sinks:
-            raise KernelUnavailable(f"model.attention.window_sinks={window_sinks}: flash_attn's window_size keeps no "
-                                    "always-visible tokens; expected window_sinks=0 or attention=sdpa")
+            raise KernelUnavailable(
+                f"model.attention.window_sinks={window_sinks}: flash_attn's window_size keeps no "
+                "always-visible tokens; expected window_sinks=0 or attention=sdpa"
+            )
         # flash_attn (>= 2.1) aligns causal bottom-right when t_q < t_k, as allowed_mask does; its
         # window_size=(left, right) counts keys besides the query's own position
         extra = {} if window is None else {"window_size": (window - 1, window - 1 if not causal else 0)}
         out = flash_attn_func(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), dropout_p=dropout_p, softmax_scale=s, causal=causal,
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            dropout_p=dropout_p,
+            softmax_scale=s,
+            causal=causal,
             **extra,
         )
         return out.transpose(1, 2), "flash_attn"
     if window is not None:
-        raise KernelUnavailable(f"model.attention.window={window}: PyTorch's forced flash kernel takes no mask; "
-                                "expected window=null, attention=sdpa, or flash_attn installed (CUDA)")
+        raise KernelUnavailable(
+            f"model.attention.window={window}: PyTorch's forced flash kernel takes no mask; "
+            "expected window=null, attention=sdpa, or flash_attn installed (CUDA)"
+        )
     attn_mask, is_causal = _sdpa_args(q, k, causal, key_padding_mask)
     if key_padding_mask is None and attn_mask is not None:
         # causal with fewer queries than keys: the flash kernel takes no boolean mask, but its own
@@ -194,7 +259,13 @@ def flash_attention(q, k, v, scale, causal=True, key_padding_mask=None, mask_fil
     try:
         with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
             out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=s,
+                q,
+                k,
+                v,
+                attn_mask=attn_mask,
+                dropout_p=dropout_p,
+                is_causal=is_causal,
+                scale=s,
                 enable_gqa=k.shape[1] != q.shape[1],
             )
     except RuntimeError as err:
@@ -213,8 +284,9 @@ DEFAULT_SCALING = {"naive": "none", "scaled": "inv_sqrt_d", "sdpa": "inv_sqrt_d"
 EXPLICIT = ("naive", "scaled")  # the backends that compute the weights themselves (WeightRule)
 
 
-def attend(backend: str, q, k, v, scale, normalize: str = "softmax", escape: torch.Tensor | None = None,
-           **kwargs) -> tuple[torch.Tensor, str]:
+def attend(
+    backend: str, q, k, v, scale, normalize: str = "softmax", escape: torch.Tensor | None = None, **kwargs
+) -> tuple[torch.Tensor, str]:
     """Run ``backend`` and return (output, name of the kernel that ran). q is (B, H, T, d); k and v
     may have fewer heads (H_kv dividing H: grouped-query attention). ``escape``: (H,) escape
     logits, or None; ``normalize``: softmax, or sigmoid on the explicit backends; ``window``,
@@ -224,17 +296,23 @@ def attend(backend: str, q, k, v, scale, normalize: str = "softmax", escape: tor
     except KeyError:
         raise KernelUnavailable(f"model.attention.backend={backend!r}; expected one of {', '.join(BACKENDS)}") from None
     if q.shape[1] % k.shape[1]:
-        raise KernelUnavailable(f"{q.shape[1]} query heads cannot share {k.shape[1]} key/value heads: "
-                                "model.n_head must be a multiple of model.n_kv_head")
+        raise KernelUnavailable(
+            f"{q.shape[1]} query heads cannot share {k.shape[1]} key/value heads: "
+            "model.n_head must be a multiple of model.n_kv_head"
+        )
     if backend in EXPLICIT:
         return kernel(q, k, v, scale, normalize=normalize, escape=escape, **kwargs)
     if normalize != "softmax":
-        raise KernelUnavailable(f"attention={backend} normalises rows with softmax; model.attention.normalize={normalize} "
-                                f"runs on {' and '.join(EXPLICIT)}")
+        raise KernelUnavailable(
+            f"attention={backend} normalises rows with softmax; model.attention.normalize={normalize} "
+            f"runs on {' and '.join(EXPLICIT)}"
+        )
     if escape is not None:
         if backend == "flash" and kwargs.get("window") is not None:
-            raise KernelUnavailable("model.attention.escape with "
-                                    "model.attention.window on attention=flash: the slot is a key every query sees, "
-                                    "which a flash window cannot keep; expected attention=sdpa")
+            raise KernelUnavailable(
+                "model.attention.escape with "
+                "model.attention.window on attention=flash: the slot is a key every query sees, "
+                "which a flash window cannot keep; expected attention=sdpa"
+            )
         return slot_key_attention(kernel, q, k, v, scale, escape, **kwargs)
     return kernel(q, k, v, scale, **kwargs)

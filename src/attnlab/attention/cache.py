@@ -13,6 +13,7 @@ positions are those inside the cache, so its keys are stored before RoPE and rot
 It changes what the model sees (evicted tokens are gone, and deeper layers' keys keep the context
 they were computed in), so its outputs are not the full forward's once it has evicted.
 """
+
 from __future__ import annotations
 
 import torch
@@ -63,7 +64,9 @@ class RollingKVCache:
 
     def __init__(self, capacity: int, sinks: int):
         if not 0 <= sinks < capacity:
-            raise ValueError(f"rolling KV cache: sinks={sinks} with capacity={capacity}; expected 0 <= sinks < capacity")
+            raise ValueError(
+                f"rolling KV cache: sinks={sinks} with capacity={capacity}; expected 0 <= sinks < capacity"
+            )
         self.capacity, self.sinks = capacity, sinks
         self.length = 0
         self.k: torch.Tensor | None = None
@@ -72,8 +75,10 @@ class RollingKVCache:
     def _room_for(self, t: int) -> int:
         """How many stored entries stay when ``t`` new ones arrive."""
         if t > self.capacity - self.sinks:
-            raise ValueError(f"rolling KV cache takes at most capacity - sinks = {self.capacity - self.sinks} "
-                             f"tokens at a time, got {t}")
+            raise ValueError(
+                f"rolling KV cache takes at most capacity - sinks = {self.capacity - self.sinks} "
+                f"tokens at a time, got {t}"
+            )
         return min(self.length, self.capacity - t)
 
     def next_position(self, t: int) -> int:
@@ -87,7 +92,7 @@ class RollingKVCache:
             self.k, self.v = k, v
         else:
             recent = self.sinks + self.length - keep  # entries sinks..recent-1 are evicted (none when not full)
-            self.k = torch.cat([self.k[:, :, :self.sinks], self.k[:, :, recent:], k], dim=2)
-            self.v = torch.cat([self.v[:, :, :self.sinks], self.v[:, :, recent:], v], dim=2)
+            self.k = torch.cat([self.k[:, :, : self.sinks], self.k[:, :, recent:], k], dim=2)
+            self.v = torch.cat([self.v[:, :, : self.sinks], self.v[:, :, recent:], v], dim=2)
         self.length = self.k.shape[-2]
         return self.k, self.v

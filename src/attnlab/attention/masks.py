@@ -1,4 +1,5 @@
 """Masks and fill values. A mask is boolean, True where a query may attend to a key."""
+
 from __future__ import annotations
 
 import torch
@@ -16,8 +17,14 @@ def fill_value(fill: str | float, dtype: torch.dtype) -> float:
 
 
 def allowed_mask(
-    t_q: int, t_k: int, causal: bool, key_padding_mask: torch.Tensor | None, device=None,
-    rows: torch.Tensor | None = None, window: int | None = None, window_sinks: int = 0,
+    t_q: int,
+    t_k: int,
+    causal: bool,
+    key_padding_mask: torch.Tensor | None,
+    device=None,
+    rows: torch.Tensor | None = None,
+    window: int | None = None,
+    window_sinks: int = 0,
 ) -> torch.Tensor | None:
     """(B|1, 1, t_q, t_k) boolean mask combining causality, the sliding window and key padding;
     None if nothing is masked. The one place visibility is decided.

@@ -7,6 +7,7 @@ normalisation, window, ALiBi bias, escape slot, key/value groups, the differenti
 measurement reads is written once, where it is computed, into one ``Intermediates`` record per
 forward when the layer is asked to record (analysis/probe.py asks).
 """
+
 from __future__ import annotations
 
 import math
@@ -48,19 +49,36 @@ class AttentionConfig:
     backend: str = choice("scaled", BACKENDS, "the kernel; the attention= group sets it with its default scaling")
     scaling: str = choice("inv_sqrt_d", SCALINGS, "the factor s in s * q.k")
     qk_norm: bool = choice(False, (False, True), "LayerNorm on q and k per head")
-    mask_fill: str = field(default="-inf", metadata={"doc": "what masked logits hold: " + ", ".join(MASK_FILLS)
-                                                        + " or another negative number"})
-    normalize: str = choice("softmax", NORMALIZATIONS, "how a row of logits becomes weights; sigmoid on naive and scaled only")
+    mask_fill: str = field(
+        default="-inf",
+        metadata={"doc": "what masked logits hold: " + ", ".join(MASK_FILLS) + " or another negative number"},
+    )
+    normalize: str = choice(
+        "softmax", NORMALIZATIONS, "how a row of logits becomes weights; sigmoid on naive and scaled only"
+    )
     escape: str = choice("none", ESCAPES, "an escape slot per head: zero_logit (softmax plus one) or learned")
-    gate: str = choice("none", GATES, "a sigmoid gate on each head's output from the layer input: one per head "
-                                      "(headwise) or per channel (elementwise)")
-    window: int | None = field(default=None, metadata={"doc": "sliding window: each query sees its W most recent "
-                                                               "keys, itself included; null: every earlier key"})
-    window_sinks: int = field(default=0, metadata={"doc": "with a window, the first k tokens stay visible to every query"})
-    differential: bool = choice(False, (False, True), "the difference of two softmax maps per head, "
-                                                      "A1 - lambda A2, then a head-wise RMSNorm")
-    sink: str | None = field(default=None, metadata={"renamed_to": "escape", "doc": "the escape slot's old name, "
-                                                     "read until the next release"})
+    gate: str = choice(
+        "none",
+        GATES,
+        "a sigmoid gate on each head's output from the layer input: one per head "
+        "(headwise) or per channel (elementwise)",
+    )
+    window: int | None = field(
+        default=None,
+        metadata={
+            "doc": "sliding window: each query sees its W most recent keys, itself included; null: every earlier key"
+        },
+    )
+    window_sinks: int = field(
+        default=0, metadata={"doc": "with a window, the first k tokens stay visible to every query"}
+    )
+    differential: bool = choice(
+        False, (False, True), "the difference of two softmax maps per head, A1 - lambda A2, then a head-wise RMSNorm"
+    )
+    sink: str | None = field(
+        default=None,
+        metadata={"renamed_to": "escape", "doc": "the escape slot's old name, read until the next release"},
+    )
 
     def __post_init__(self):
         if self.sink is not None:  # the old key (checkpoints and configs written before the rename)
@@ -71,8 +89,10 @@ class AttentionConfig:
         self.window = optional_int(self.window, "model.attention.window", 1)
         self.window_sinks = optional_int(self.window_sinks, "model.attention.window_sinks", 0) or 0
         if self.window_sinks and self.window is None:
-            raise ValueError(f"model.attention.window_sinks={self.window_sinks} needs model.attention.window; "
-                             "expected window_sinks=0 or a window")
+            raise ValueError(
+                f"model.attention.window_sinks={self.window_sinks} needs model.attention.window; "
+                "expected window_sinks=0 or a window"
+            )
 
 
 class Intermediates:
@@ -121,9 +141,11 @@ def differential_lambda_init(index: int) -> float:
     return 0.8 - 0.6 * math.exp(-0.3 * index)
 
 
-DIFFERENTIAL_REFUSAL = ("model.attention.differential=true: the statistics, maps, head scores and knockout read one "
-                        "map per head whose rows are weights; a differential head's map is the signed difference of two "
-                        "(A1 - lambda A2), which they do not define; expected differential=false, or callbacks=none")
+DIFFERENTIAL_REFUSAL = (
+    "model.attention.differential=true: the statistics, maps, head scores and knockout read one "
+    "map per head whose rows are weights; a differential head's map is the signed difference of two "
+    "(A1 - lambda A2), which they do not define; expected differential=false, or callbacks=none"
+)
 
 
 class Attention(nn.Module):
@@ -139,15 +161,27 @@ class Attention(nn.Module):
     appends its ``Intermediates``.
     """
 
-    def __init__(self, cfg: AttentionConfig, n_head: int, d_k: int, n_kv_head: int | None = None,
-                 sigma_q: float = 1.0, sigma_k: float = 1.0, dropout: float = 0.0, causal: bool = True,
-                 alibi: bool = False, index: int = 0):
+    def __init__(
+        self,
+        cfg: AttentionConfig,
+        n_head: int,
+        d_k: int,
+        n_kv_head: int | None = None,
+        sigma_q: float = 1.0,
+        sigma_k: float = 1.0,
+        dropout: float = 0.0,
+        causal: bool = True,
+        alibi: bool = False,
+        index: int = 0,
+    ):
         super().__init__()
         self.cfg, self.dropout, self.causal, self.index = cfg, dropout, causal, index
         self.n_head, self.n_kv_head = n_head, n_kv_head or n_head
         if cfg.differential and d_k % 2:
-            raise ValueError(f"model.attention.differential=true splits q and k in two halves; model.d_k={d_k} "
-                             "is odd; expected an even d_k")
+            raise ValueError(
+                f"model.attention.differential=true splits q and k in two halves; model.d_k={d_k} "
+                "is odd; expected an even d_k"
+            )
         # a differential map's logits are over d_k / 2 components: its scale is that of d_k / 2
         self.scale = Scale(cfg.scaling, d_k // 2 if cfg.differential else d_k, n_head, sigma_q, sigma_k)
         if alibi:  # not persistent: fixed by n_head, so checkpoints hold only what trains
@@ -180,12 +214,17 @@ class Attention(nn.Module):
         return self.cfg.backend
 
     def softmax_scale(self) -> float | torch.Tensor:
-        return self.scale.forward()  # called as a method: a module call's hook machinery, every layer every step, buys nothing here
+        return (
+            self.scale.forward()
+        )  # called as a method: a module call's hook machinery, every layer every step, buys nothing here
 
     def differential_lambda(self) -> torch.Tensor:
         """The layer's lambda (a 0-dim tensor): exp(lq1.lk1) - exp(lq2.lk2) + lambda_init."""
-        return (torch.exp((self.lambda_q1 * self.lambda_k1).sum()) - torch.exp((self.lambda_q2 * self.lambda_k2).sum())
-                + self.lambda_init)
+        return (
+            torch.exp((self.lambda_q1 * self.lambda_k1).sum())
+            - torch.exp((self.lambda_q2 * self.lambda_k2).sum())
+            + self.lambda_init
+        )
 
     def logit_bias(self, rows: torch.Tensor, keys: torch.Tensor) -> torch.Tensor | None:
         """The additive logit bias (H, len(rows), len(keys)) for these query and key positions
@@ -210,13 +249,27 @@ class Attention(nn.Module):
         if self.cfg.differential:
             raise ValueError(DIFFERENTIAL_REFUSAL)
         cfg = self.cfg
-        rule = WeightRule(self.softmax_scale(), self.causal, cfg.mask_fill, cfg.normalize, self.escape_logit(),
-                          self.logit_bias if self.alibi_slopes is not None else None, cfg.window, cfg.window_sinks)
+        rule = WeightRule(
+            self.softmax_scale(),
+            self.causal,
+            cfg.mask_fill,
+            cfg.normalize,
+            self.escape_logit(),
+            self.logit_bias if self.alibi_slopes is not None else None,
+            cfg.window,
+            cfg.window_sinks,
+        )
         return rule.detached() if fp32 else rule
 
     @torch.no_grad()
-    def weights(self, q: torch.Tensor, k: torch.Tensor, rows: torch.Tensor | None = None,
-                key_padding_mask: torch.Tensor | None = None, cut: torch.Tensor | None = None) -> Weights:
+    def weights(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        rows: torch.Tensor | None = None,
+        key_padding_mask: torch.Tensor | None = None,
+        cut: torch.Tensor | None = None,
+    ) -> Weights:
         """The layer's weights for query rows ``rows`` in fp32 (autocast off: a probe under
         bf16-mixed captures bf16 q, k, but the weights are measured in fp32)."""
         with torch.autocast(q.device.type, enabled=False):
@@ -230,12 +283,30 @@ class Attention(nn.Module):
 
     def _attend(self, q, k, v, key_padding_mask) -> tuple[torch.Tensor, str]:
         cfg = self.cfg
-        bias = None if self.alibi_slopes is None else self.logit_bias(
-            torch.arange(k.shape[-2] - q.shape[-2], k.shape[-2], device=q.device), torch.arange(k.shape[-2], device=q.device))
-        return attend(cfg.backend, q, k, v, self.softmax_scale(), causal=self.causal,
-                      key_padding_mask=key_padding_mask, mask_fill=cfg.mask_fill,
-                      dropout_p=self.dropout if self.training else 0.0, bias=bias,
-                      normalize=cfg.normalize, escape=self.escape_logit(), window=cfg.window, window_sinks=cfg.window_sinks)
+        bias = (
+            None
+            if self.alibi_slopes is None
+            else self.logit_bias(
+                torch.arange(k.shape[-2] - q.shape[-2], k.shape[-2], device=q.device),
+                torch.arange(k.shape[-2], device=q.device),
+            )
+        )
+        return attend(
+            cfg.backend,
+            q,
+            k,
+            v,
+            self.softmax_scale(),
+            causal=self.causal,
+            key_padding_mask=key_padding_mask,
+            mask_fill=cfg.mask_fill,
+            dropout_p=self.dropout if self.training else 0.0,
+            bias=bias,
+            normalize=cfg.normalize,
+            escape=self.escape_logit(),
+            window=cfg.window,
+            window_sinks=cfg.window_sinks,
+        )
 
     def _map_times_v(self, q, k, v, key_padding_mask) -> tuple[torch.Tensor, str]:
         """One differential map times v (d_k wide) from q, k of d_k / 2: flash kernels want one head
@@ -274,7 +345,7 @@ class Attention(nn.Module):
         rule = self.weight_rule(fp32=True)
         if h is not None:  # one query head and the key/value head of its group
             group = h // (self.n_head // self.n_kv_head)
-            q, k, v, rule = q[:, h:h + 1], k[:, group:group + 1], v[:, group:group + 1], rule.head(h)
+            q, k, v, rule = q[:, h : h + 1], k[:, group : group + 1], v[:, group : group + 1], rule.head(h)
         out = out.clone()
         with torch.autocast(q.device.type, enabled=False):
             p = rule(q.float(), k.float(), key_padding_mask=key_padding_mask, cut=cut).p
@@ -284,12 +355,16 @@ class Attention(nn.Module):
 
     def extra_repr(self) -> str:
         cfg = self.cfg
-        extras = "".join([", alibi" if self.alibi_slopes is not None else "",
-                          f", normalize={cfg.normalize}" if cfg.normalize != "softmax" else "",
-                          f", n_kv_head={self.n_kv_head}" if self.n_kv_head != self.n_head else "",
-                          f", window={cfg.window}" if cfg.window is not None else "",
-                          f", window_sinks={cfg.window_sinks}" if cfg.window_sinks else "",
-                          ", differential" if cfg.differential else ""])
+        extras = "".join(
+            [
+                ", alibi" if self.alibi_slopes is not None else "",
+                f", normalize={cfg.normalize}" if cfg.normalize != "softmax" else "",
+                f", n_kv_head={self.n_kv_head}" if self.n_kv_head != self.n_head else "",
+                f", window={cfg.window}" if cfg.window is not None else "",
+                f", window_sinks={cfg.window_sinks}" if cfg.window_sinks else "",
+                ", differential" if cfg.differential else "",
+            ]
+        )
         return f"backend={cfg.backend}, mask_fill={cfg.mask_fill}, causal={self.causal}{extras}"
 
 
@@ -310,8 +385,19 @@ class AttentionLayer(nn.Module):
     branch of ``Attention`` / ``WeightRule``.
     """
 
-    def __init__(self, cfg: AttentionConfig, d_model: int, n_head: int, d_k: int, n_kv_head: int | None = None, *,
-                 dropout: float = 0.0, init_std: float | str = 0.02, pos_encoding: str = "learned", index: int = 0):
+    def __init__(
+        self,
+        cfg: AttentionConfig,
+        d_model: int,
+        n_head: int,
+        d_k: int,
+        n_kv_head: int | None = None,
+        *,
+        dropout: float = 0.0,
+        init_std: float | str = 0.02,
+        pos_encoding: str = "learned",
+        index: int = 0,
+    ):
         super().__init__()
         if pos_encoding not in POS_ENCODINGS:
             raise ValueError(f"model.pos_encoding={pos_encoding!r}; expected one of {', '.join(POS_ENCODINGS)}")
@@ -330,15 +416,25 @@ class AttentionLayer(nn.Module):
         self.q_norm = nn.LayerNorm(d_k) if cfg.qk_norm else None
         self.k_norm = nn.LayerNorm(d_k) if cfg.qk_norm else None
         sigma = qk_component_std(init_std, d_model, cfg.qk_norm)
-        self.attention = Attention(cfg, n_head, d_k, n_kv_head, sigma_q=sigma, sigma_k=sigma, dropout=dropout,
-                                   alibi=pos_encoding == "alibi", index=index)
+        self.attention = Attention(
+            cfg,
+            n_head,
+            d_k,
+            n_kv_head,
+            sigma_q=sigma,
+            sigma_k=sigma,
+            dropout=dropout,
+            alibi=pos_encoding == "alibi",
+            index=index,
+        )
         # RoPE rotates q and k before the kernel: every backend and every statistic recomputed from
         # the q, k recorded sees the rotated vectors
         self.rotary = Rotary(d_k // 2 if cfg.differential else d_k) if pos_encoding == "rope" else None
         # the gate reads the layer input; a plain Linear, so it starts at the model's init std, not at
         # zero: a zero gate would be a constant 0.5 at init, and a test at init could not tell it from no gate
-        self.gate_proj = None if cfg.gate == "none" else nn.Linear(
-            d_model, n_head if cfg.gate == "headwise" else inner, bias=False)
+        self.gate_proj = (
+            None if cfg.gate == "none" else nn.Linear(d_model, n_head if cfg.gate == "headwise" else inner, bias=False)
+        )
         self.resid_dropout = nn.Dropout(dropout) if dropout > 0 else None
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
@@ -346,7 +442,7 @@ class AttentionLayer(nn.Module):
         ``...attn.attention.*``) and separate ``q_proj``, ``k_proj``, ``v_proj`` weights (now the
         rows of ``qkv_proj``): read them as they are now."""
         for key in [k for k in state_dict if k.startswith(prefix + "attn.")]:
-            state_dict[prefix + "attention." + key[len(prefix) + 5:]] = state_dict.pop(key)
+            state_dict[prefix + "attention." + key[len(prefix) + 5 :]] = state_dict.pop(key)
         parts = [prefix + f"{name}_proj.weight" for name in QKV._fields]
         if all(key in state_dict for key in parts):
             state_dict[prefix + "qkv_proj.weight"] = torch.cat([state_dict.pop(key) for key in parts])

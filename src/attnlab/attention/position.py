@@ -10,6 +10,7 @@
   none     no position information at all (NoPE): a causal mask alone lets a model count
 Which one is on decides which routes a copying circuit can take (docs/mechanisms.md).
 """
+
 from __future__ import annotations
 
 import math
@@ -28,7 +29,9 @@ class Rotary(nn.Module):
         super().__init__()
         if d_k % 2:
             raise ValueError(f"rotary position encoding needs an even head dim, got model.d_k={d_k}")
-        self.register_buffer("inv_freq", base ** (-torch.arange(0, d_k, 2, dtype=torch.float64) / d_k), persistent=False)
+        self.register_buffer(
+            "inv_freq", base ** (-torch.arange(0, d_k, 2, dtype=torch.float64) / d_k), persistent=False
+        )
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """(B, H, T, d) -> the same, row t rotated by (offset + t) * inv_freq: ``offset`` is the

@@ -4,6 +4,7 @@ The rule is orthogonal to the backend: explicit kernels multiply the logits by s
 ``scale=s``, flash-attn takes ``softmax_scale=s``. A learned (per-head) scale is a tensor and is
 folded into q instead, since the fused kernels accept only a float.
 """
+
 from __future__ import annotations
 
 import math

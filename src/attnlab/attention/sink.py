@@ -25,6 +25,7 @@ Routes, one per kind of kernel (each tested against a float64 reference, gradien
 The log-sum-exp route (out * sigmoid(lse - b)) is not used: PyTorch's fused kernels return an lse
 that carries no gradient (checked on torch 2.13 CPU), so b and q, k would not train through it.
 """
+
 from __future__ import annotations
 
 import torch
@@ -57,8 +58,21 @@ class EscapeLogit(nn.Module):
         return f"kind={self.kind}"
 
 
-def slot_key_attention(kernel, q, k, v, scale, escape, causal=True, key_padding_mask=None, mask_fill="-inf",
-                       dropout_p=0.0, bias=None, window=None, window_sinks=0) -> tuple[torch.Tensor, str]:
+def slot_key_attention(
+    kernel,
+    q,
+    k,
+    v,
+    scale,
+    escape,
+    causal=True,
+    key_padding_mask=None,
+    mask_fill="-inf",
+    dropout_p=0.0,
+    bias=None,
+    window=None,
+    window_sinks=0,
+) -> tuple[torch.Tensor, str]:
     """A fused ``kernel`` (backends.KERNELS) with an escape slot of logit ``escape`` (H,) in every
     head, as an extra key: (output, kernel that ran). The slot key and the dummy row shift keys and
     queries alike, so a window keeps its offsets; the slot is one more always-visible key."""
@@ -81,7 +95,16 @@ def slot_key_attention(kernel, q, k, v, scale, escape, causal=True, key_padding_
         key_padding_mask = F.pad(key_padding_mask.to(torch.bool), (1, 0), value=True)
     if bias is not None:
         bias = F.pad(bias, (1, 0, lead, 0))  # the slot's logit comes from its key alone
-    out, name = kernel(qp, kp, vp, scale, causal=causal, key_padding_mask=key_padding_mask,
-                       mask_fill=mask_fill, dropout_p=dropout_p, bias=bias,
-                       **({} if window is None else {"window": window, "window_sinks": window_sinks + 1}))
+    out, name = kernel(
+        qp,
+        kp,
+        vp,
+        scale,
+        causal=causal,
+        key_padding_mask=key_padding_mask,
+        mask_fill=mask_fill,
+        dropout_p=dropout_p,
+        bias=bias,
+        **({} if window is None else {"window": window, "window_sinks": window_sinks + 1}),
+    )
     return out[:, :, lead:, : v.shape[-1]], name

@@ -39,6 +39,7 @@ place). With grouped-query attention every statistic is per query head (value_dr
 key/value head each query head shares). An ALiBi ``bias`` is added to the logits before all of this, and max_logit includes
 it; with RoPE the captured q and k are already rotated.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -111,28 +112,83 @@ def first_token_norm_ratio(x: torch.Tensor) -> torch.Tensor:
 
 METRICS = (
     Metric("entropy", "mean over queries of H_i = -sum_j p_ij log p_ij (nats)", rows=entropy),
-    Metric("entropy_norm", "mean of H_i / log k_i over queries seeing k_i keys (1 uniform, 0 one-hot)",
-           rows=lambda r: entropy(r) / r.n_visible.float().log(), table=True, panel="Entropy (normalised) per layer"),
-    Metric("max_prob", "mean over queries of max_j p_ij", rows=lambda r: r.p.amax(-1), table=True,
-           panel="Max probability per layer"),
-    Metric("max_prob_max", "max over queries of max_j p_ij (1 = a collapsed row)",
-           rows=lambda r: r.p.amax(-1), over_rows="max", layer="max"),
-    Metric("max_logit", "max over every query and visible key of the scaled logit s_ij (Wortsman et al. 2023)", rows=lambda r: r.logits.amax(-1), over_rows="max", layer="max", all_rows=True,
-           table=True, panel="Max logit per layer"),
-    Metric("sink_mass", "mean over queries of p_i0, the weight on the first token (StreamingLLM); a task with query "
-           "classes adds `sink_mass_<class>` over its classes' queries (dormant, active), the layer's value its strongest head (max)", rows=lambda r: r.p[..., 0],
-           classes=True, table=True, panel="Sink mass per layer"),
-    Metric("escape_mass", "with an escape slot: mean over queries of the weight it sends nowhere, 1 - sum_j p_ij",
-           rows=lambda r: 1 - r.mass, applies=lambda rule: rule.escape is not None, table=True),
-    Metric("row_mass", "with sigmoid attention: mean over queries of sum_j p_ij (no normalisation makes it 1)",
-           rows=lambda r: r.mass, applies=lambda rule: rule.normalize != "softmax", table=True, panel="Row mass per layer"),
-    Metric("value_drain", "‖v_0‖ / mean_{t>0} ‖v_t‖ of the value vectors (below 1: the first token's value "
-           "shrinks, Guo et al. 2024's value-state drain)",
-           record=lambda rec: first_token_norm_ratio(expand_kv(rec.v, rec.q.shape[1])), layer="min", table=True),
-    Metric("residual_peak", "‖h_0‖ / mean_{t>0} ‖h_t‖ of the block's output, the residual stream after it (above 1: the first "
-           "token's residual state grows)", record=lambda rec: first_token_norm_ratio(rec.residual), table=True),
-    Metric("attn_out_norm", "mean over tokens of ‖o_t‖, a head's output before the output projection (how much it writes)",
-           record=lambda rec: rec.out.float().norm(dim=-1).mean((0, 2)), table=True, panel="Attention output norm per layer"),
+    Metric(
+        "entropy_norm",
+        "mean of H_i / log k_i over queries seeing k_i keys (1 uniform, 0 one-hot)",
+        rows=lambda r: entropy(r) / r.n_visible.float().log(),
+        table=True,
+        panel="Entropy (normalised) per layer",
+    ),
+    Metric(
+        "max_prob",
+        "mean over queries of max_j p_ij",
+        rows=lambda r: r.p.amax(-1),
+        table=True,
+        panel="Max probability per layer",
+    ),
+    Metric(
+        "max_prob_max",
+        "max over queries of max_j p_ij (1 = a collapsed row)",
+        rows=lambda r: r.p.amax(-1),
+        over_rows="max",
+        layer="max",
+    ),
+    Metric(
+        "max_logit",
+        "max over every query and visible key of the scaled logit s_ij (Wortsman et al. 2023)",
+        rows=lambda r: r.logits.amax(-1),
+        over_rows="max",
+        layer="max",
+        all_rows=True,
+        table=True,
+        panel="Max logit per layer",
+    ),
+    Metric(
+        "sink_mass",
+        "mean over queries of p_i0, the weight on the first token (StreamingLLM); a task with query "
+        "classes adds `sink_mass_<class>` over its classes' queries (dormant, active), the layer's value its strongest head (max)",
+        rows=lambda r: r.p[..., 0],
+        classes=True,
+        table=True,
+        panel="Sink mass per layer",
+    ),
+    Metric(
+        "escape_mass",
+        "with an escape slot: mean over queries of the weight it sends nowhere, 1 - sum_j p_ij",
+        rows=lambda r: 1 - r.mass,
+        applies=lambda rule: rule.escape is not None,
+        table=True,
+    ),
+    Metric(
+        "row_mass",
+        "with sigmoid attention: mean over queries of sum_j p_ij (no normalisation makes it 1)",
+        rows=lambda r: r.mass,
+        applies=lambda rule: rule.normalize != "softmax",
+        table=True,
+        panel="Row mass per layer",
+    ),
+    Metric(
+        "value_drain",
+        "‖v_0‖ / mean_{t>0} ‖v_t‖ of the value vectors (below 1: the first token's value "
+        "shrinks, Guo et al. 2024's value-state drain)",
+        record=lambda rec: first_token_norm_ratio(expand_kv(rec.v, rec.q.shape[1])),
+        layer="min",
+        table=True,
+    ),
+    Metric(
+        "residual_peak",
+        "‖h_0‖ / mean_{t>0} ‖h_t‖ of the block's output, the residual stream after it (above 1: the first "
+        "token's residual state grows)",
+        record=lambda rec: first_token_norm_ratio(rec.residual),
+        table=True,
+    ),
+    Metric(
+        "attn_out_norm",
+        "mean over tokens of ‖o_t‖, a head's output before the output projection (how much it writes)",
+        record=lambda rec: rec.out.float().norm(dim=-1).mean((0, 2)),
+        table=True,
+        panel="Attention output norm per layer",
+    ),
 )
 METRIC = {m.name: m for m in METRICS}
 STATS = tuple(m.name for m in METRICS if m.rows is not None and m.applies(WeightRule()))  # what every run reports
@@ -143,9 +199,11 @@ def table_stats(query_classes: tuple[str, ...]) -> list[str]:
     """The per-layer columns of a study table, in order: the row metrics, their class variants,
     then the record metrics (each shown when some run logged it)."""
     shown = [m for m in METRICS if m.table]
-    return ([m.name for m in shown if m.rows is not None]
-            + [f"{m.name}_{c}" for m in shown if m.classes for c in query_classes]
-            + [m.name for m in shown if m.record is not None])
+    return (
+        [m.name for m in shown if m.rows is not None]
+        + [f"{m.name}_{c}" for m in shown if m.classes for c in query_classes]
+        + [m.name for m in shown if m.record is not None]
+    )
 
 
 def metrics_table() -> str:
@@ -167,8 +225,12 @@ def layer_reduction(name: str) -> str:
 
 @torch.no_grad()
 def attention_stats(
-    q: torch.Tensor, k: torch.Tensor, rule: WeightRule | float | torch.Tensor = 1.0, block: int = 128,
-    query_classes: dict[str, torch.Tensor] | None = None, key_padding_mask: torch.Tensor | None = None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    rule: WeightRule | float | torch.Tensor = 1.0,
+    block: int = 128,
+    query_classes: dict[str, torch.Tensor] | None = None,
+    key_padding_mask: torch.Tensor | None = None,
     positions: torch.Tensor | None = None,
 ) -> dict:
     """Per-head (H,) values of every row metric of METRICS that applies to ``rule`` (the layer's
@@ -183,7 +245,9 @@ def attention_stats(
     sums = {m.name: torch.zeros(h, dtype=torch.float64, device=q.device) for m in metrics if m.over_rows == "mean"}
     maxima = {m.name: torch.full((h,), float("-inf"), device=q.device) for m in metrics if m.over_rows == "max"}
     classes = {name: mask.to(q.device).bool() for name, mask in (query_classes or {}).items()}
-    class_sums = {(m.name, c): torch.zeros(h, dtype=torch.float64, device=q.device) for m in metrics if m.classes for c in classes}
+    class_sums = {
+        (m.name, c): torch.zeros(h, dtype=torch.float64, device=q.device) for m in metrics if m.classes for c in classes
+    }
     class_rows = dict.fromkeys(classes, 0)
     n_rows = 0
     positions = torch.arange(t, device=q.device) if positions is None else positions.to(q.device)

@@ -21,6 +21,7 @@ weights besides q and k, as the layer is configured (``Attention.weight_rule()``
 Rows with no visible key get zero weight everywhere (SDPA outputs zeros there). Nothing here
 assumes a row sums to 1: ``Weights.mass`` says what it sums to.
 """
+
 from __future__ import annotations
 
 import math
@@ -80,18 +81,22 @@ class WeightRule:
     window: int | None = None  # masks.allowed_mask: the keys a query sees
     window_sinks: int = 0
 
-    def detached(self) -> "WeightRule":
+    def detached(self) -> WeightRule:
         """The same rule with its scale and escape logits detached in fp32: what measurements use."""
         if not torch.is_tensor(self.scale) and self.escape is None:
             return self
-        return replace(self, scale=self.scale.detach().float() if torch.is_tensor(self.scale) else self.scale,
-                       escape=None if self.escape is None else self.escape.detach().float())
+        return replace(
+            self,
+            scale=self.scale.detach().float() if torch.is_tensor(self.scale) else self.scale,
+            escape=None if self.escape is None else self.escape.detach().float(),
+        )
 
-    def head(self, h: int) -> "WeightRule":
+    def head(self, h: int) -> WeightRule:
         """The rule of head ``h`` alone, for q of one head (B, 1, r, d): its scale, escape logit
         and bias (a knockout of one head computes only that head's weights)."""
+
         def one_head(x):  # a per-head tensor (H, ...) or a bias (H, r, T); a float or None as it is
-            return x[h:h + 1] if torch.is_tensor(x) and x.shape[0] > 1 else x
+            return x[h : h + 1] if torch.is_tensor(x) and x.shape[0] > 1 else x
 
         bias = None if self.bias is None else (lambda rows, keys: one_head(self.bias(rows, keys)))
         return replace(self, scale=one_head(self.scale), escape=one_head(self.escape), bias=bias)
@@ -100,19 +105,27 @@ class WeightRule:
     def rows_sum_to_one(self) -> bool:
         return self.normalize == "softmax" and self.escape is None
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, rows: torch.Tensor | None = None,
-                 key_padding_mask: torch.Tensor | None = None, cut: torch.Tensor | None = None) -> Weights:
+    def __call__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        rows: torch.Tensor | None = None,
+        key_padding_mask: torch.Tensor | None = None,
+        cut: torch.Tensor | None = None,
+    ) -> Weights:
         """q (B, H, r, d) at positions ``rows`` (default: the last r of the T key positions),
         k (B, H_kv, T, d); ``cut`` (B, H|1, r, T) bool: edges to remove, as if masked."""
         t = k.shape[-2]
         keys = torch.arange(t, device=q.device)
         if rows is None:
-            rows = keys[t - q.shape[-2]:]
+            rows = keys[t - q.shape[-2] :]
         logits = (q @ expand_kv(k, q.shape[1]).transpose(-2, -1)) * per_head(self.scale, q)
         extra = self.bias(rows, keys) if self.bias is not None else None
         if extra is not None:
             logits = logits + extra.to(logits.dtype)
-        mask = allowed_mask(q.shape[-2], t, self.causal, key_padding_mask, q.device, rows, self.window, self.window_sinks)
+        mask = allowed_mask(
+            q.shape[-2], t, self.causal, key_padding_mask, q.device, rows, self.window, self.window_sinks
+        )
         visible = mask if mask is not None else torch.ones(1, 1, len(rows), t, dtype=torch.bool, device=q.device)
         if mask is not None:
             logits = logits.masked_fill(~mask, fill_value(self.mask_fill, logits.dtype))

@@ -7,12 +7,17 @@ The names below are imported on first use (PEP 562): ``python -m attnlab.bench.l
 this package before its own first line and only then starts a training run, so an eager ``import
 torch`` here would add torch's import to every module of the package that needs none.
 """
+
 from __future__ import annotations
 
 import importlib
 
-_HOMES = {"attention_flops": "kernels", "matmul_peak_gflops": "kernels", "paired_ratios": "timing",
-          "median_and_range": "timing"}
+_HOMES = {
+    "attention_flops": "kernels",
+    "matmul_peak_gflops": "kernels",
+    "paired_ratios": "timing",
+    "median_and_range": "timing",
+}
 __all__ = list(_HOMES)
 
 

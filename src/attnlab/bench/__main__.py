@@ -21,6 +21,7 @@ alone, the other sections kept from the bench.json already in ``--out``; without
 its ``machine`` record is kept too, and this run's threads, load and matmul yardstick go to
 ``merged.now`` and ``merged.load``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,8 @@ from pathlib import Path
 import torch
 
 from ..attention import BACKENDS
-from ..cli import command_parser
 from ..attention.backends import flash_attn_package
+from ..cli import command_parser
 from ..results import git_sha
 from .kernels import KernelPlan, matmul_peak_gflops, run_kernels
 from .report import memory_summary, write_breakdown, write_json, write_markdown, write_plots
@@ -48,29 +49,37 @@ def kernel_plan(mode: str, device: torch.device) -> KernelPlan:
     if device.type == "cuda":
         shape = dict(batch=2, heads=16, head_dim=64, dtype=torch.bfloat16)
         if mode == "full":
-            return KernelPlan(tuple(2**i for i in range(9, 16)), (), repeats=10, warmup=3, min_sample_s=0.02,
-                              matmul_n=8192, **shape)
+            return KernelPlan(
+                tuple(2**i for i in range(9, 16)), (), repeats=10, warmup=3, min_sample_s=0.02, matmul_n=8192, **shape
+            )
         if mode == "fast":
-            return KernelPlan((512, 1024, 2048, 4096, 8192), (), repeats=5, warmup=2, min_sample_s=0.01,
-                              matmul_n=8192, **shape)
+            return KernelPlan(
+                (512, 1024, 2048, 4096, 8192), (), repeats=5, warmup=2, min_sample_s=0.01, matmul_n=8192, **shape
+            )
         return KernelPlan((128, 256), (), repeats=5, warmup=1, min_sample_s=0.0, matmul_n=1024, **shape)
     shape = dict(batch=1, heads=4, head_dim=64, dtype=torch.float32)
     if mode == "full":
-        return KernelPlan((256, 512, 1024, 2048, 4096, 8192), (), repeats=5, warmup=1, min_sample_s=0.1,
-                          matmul_n=2048, **shape)
+        return KernelPlan(
+            (256, 512, 1024, 2048, 4096, 8192), (), repeats=5, warmup=1, min_sample_s=0.1, matmul_n=2048, **shape
+        )
     if mode == "fast":  # the explicit kernels' memory at 8192 is most of a full run's kernel time: fast stops at 4096
-        return KernelPlan((256, 1024), (4096,), repeats=3, warmup=1, min_sample_s=0.02,
-                          matmul_n=1024, **shape)
+        return KernelPlan((256, 1024), (4096,), repeats=3, warmup=1, min_sample_s=0.02, matmul_n=1024, **shape)
     return KernelPlan((128, 256), (), repeats=5, warmup=1, min_sample_s=0.0, matmul_n=256, **shape)
 
 
 # fast (< 3 min on 2 cores, every section): 3 repeats for the in-process medians, fewer and shorter
 # runs. The two whole-process sections (e2e, longctx) run one alternated pair each: every process pays
 # its start-up and exit (imports, corpus, W&B) whatever its length, so each extra pair costs tens of seconds.
-TRAIN = {"full": dict(steps=60, warmup=10, repeats=5), "fast": dict(steps=10, warmup=3, repeats=3),
-         "tiny": dict(steps=6, warmup=2, repeats=2)}
-CALLBACKS = {"full": dict(steps=None, warmup=10, repeats=5), "fast": dict(steps=15, warmup=3, repeats=3),
-             "tiny": dict(steps=6, warmup=2, repeats=2)}
+TRAIN = {
+    "full": dict(steps=60, warmup=10, repeats=5),
+    "fast": dict(steps=10, warmup=3, repeats=3),
+    "tiny": dict(steps=6, warmup=2, repeats=2),
+}
+CALLBACKS = {
+    "full": dict(steps=None, warmup=10, repeats=5),
+    "fast": dict(steps=15, warmup=3, repeats=3),
+    "tiny": dict(steps=6, warmup=2, repeats=2),
+}
 # end to end: the whole command per arm (defaults, attention=sdpa); full = the default 2000 steps; fast: one arm.
 # full runs 5 pairs per arm: 3 left the verdict against 1.05 open on a machine whose speed moves single pairs
 # by +-0.06 (docs/performance.md, "End to end"); 5 pairs took 47 min on 2 cores.
@@ -78,26 +87,47 @@ CALLBACKS = {"full": dict(steps=None, warmup=10, repeats=5), "fast": dict(steps=
 # callbacks and no checkpoints, against the same nanoGPT-structured script: what no trim of the
 # measurements can remove.
 E2E_ARMS = {"defaults": [], "sdpa": ["attention=sdpa"], "sdpa_no_callbacks": ["attention=sdpa", "callbacks=none"]}
-E2E = {"full": dict(repeats=5, extra=[], arms=("defaults", "sdpa")),
-       "fast": dict(repeats=1, extra=["trainer.max_steps=40", "trainer.val_check_interval=20"], arms=("defaults",)),
-       "tiny": dict(repeats=1, extra=["trainer.max_steps=6", "trainer.val_check_interval=3", "data.val_batches=2",
-                                      "callbacks.heads.every_n_steps=3", "checkpoint.every_n_steps=3"],
-                    arms=("defaults", "sdpa"))}
+E2E = {
+    "full": dict(repeats=5, extra=[], arms=("defaults", "sdpa")),
+    "fast": dict(repeats=1, extra=["trainer.max_steps=40", "trainer.val_check_interval=20"], arms=("defaults",)),
+    "tiny": dict(
+        repeats=1,
+        extra=[
+            "trainer.max_steps=6",
+            "trainer.val_check_interval=3",
+            "data.val_batches=2",
+            "callbacks.heads.every_n_steps=3",
+            "checkpoint.every_n_steps=3",
+        ],
+        arms=("defaults", "sdpa"),
+    ),
+}
 # torch.compile: fast compiles one backend (a cold inductor cache costs tens of seconds per backend on 2 cores)
-COMPILE = {"full": dict(steps=60, warmup=10, backends=BACKENDS), "fast": dict(steps=6, warmup=2, backends=("sdpa",)),
-           "tiny": dict(steps=4, warmup=2, backends=("scaled", "sdpa"))}
+COMPILE = {
+    "full": dict(steps=60, warmup=10, backends=BACKENDS),
+    "fast": dict(steps=6, warmup=2, backends=("sdpa",)),
+    "tiny": dict(steps=4, warmup=2, backends=("scaled", "sdpa")),
+}
 # long context: the budget of `attention=sdpa model.block_size=1024 data.batch_size=4
 # trainer.max_steps=40 trainer.val_check_interval=20` at every T; fast: T = 1024 only, 4 steps
 # full runs 5 pairs per T, like e2e: one command's wall time moves by well over the 10 % target between
 # processes on a shared 2-core machine, so fewer pairs leave every verdict open
-LONGCTX = {"full": dict(seq_lens=(64, 256, 1024, 2048), fused_seq_lens=(4096,), tokens_per_step=4096, steps=40, repeats=5),
-           "fast": dict(seq_lens=(1024,), tokens_per_step=4096, steps=4, val_batches=2, repeats=1),
-           "tiny": dict(seq_lens=(32,), tokens_per_step=64, steps=4, val_batches=2, repeats=1)}
+LONGCTX = {
+    "full": dict(seq_lens=(64, 256, 1024, 2048), fused_seq_lens=(4096,), tokens_per_step=4096, steps=40, repeats=5),
+    "fast": dict(seq_lens=(1024,), tokens_per_step=4096, steps=4, val_batches=2, repeats=1),
+    "tiny": dict(seq_lens=(32,), tokens_per_step=64, steps=4, val_batches=2, repeats=1),
+}
 
 
-SECTION_KEYS = {"kernels": ("machine", "kernel_setup", "kernels", "memory_exponent", "memory_ratio_8192_1024", "memory_fit_T"),
-                "train": ("train",), "callbacks": ("callbacks",), "e2e": ("e2e",), "longctx": ("longctx",),
-                "compile": ("compile",), "decode": ("decode",)}
+SECTION_KEYS = {
+    "kernels": ("machine", "kernel_setup", "kernels", "memory_exponent", "memory_ratio_8192_1024", "memory_fit_T"),
+    "train": ("train",),
+    "callbacks": ("callbacks",),
+    "e2e": ("e2e",),
+    "longctx": ("longctx",),
+    "compile": ("compile",),
+    "decode": ("decode",),
+}
 
 
 def longctx_plan(args: argparse.Namespace, device: torch.device):
@@ -112,7 +142,9 @@ def longctx_plan(args: argparse.Namespace, device: torch.device):
         except ValueError:
             lengths = ()
         if not lengths:
-            raise ValueError(f"--longctx-seq-lens {args.longctx_seq_lens!r}: expected comma-separated integers, e.g. 64,1024")
+            raise ValueError(
+                f"--longctx-seq-lens {args.longctx_seq_lens!r}: expected comma-separated integers, e.g. 64,1024"
+            )
         settings.update(seq_lens=lengths, fused_seq_lens=())
     if args.longctx_repeats is not None:
         settings["repeats"] = args.longctx_repeats
@@ -134,23 +166,41 @@ def merge_previous(bench: dict, out: Path, sections: list[str]) -> dict:
                 if key in prior:
                     bench[key] = prior[key]
     pm = prior.get("machine") or {}
-    kept = [section for section, keys in SECTION_KEYS.items() if section not in sections and any(prior.get(k) for k in keys)]
-    bench["merged"] = {"kept_from": prior.get("created"), "rerun": sections, "kept": kept, "previous_wall_s": prior.get("wall_s"),
-                       "previous_section_s": prior.get("section_s"),
-                       "previous_load": [pm.get("load_before"), pm.get("load_after")]}
+    kept = [
+        section for section, keys in SECTION_KEYS.items() if section not in sections and any(prior.get(k) for k in keys)
+    ]
+    bench["merged"] = {
+        "kept_from": prior.get("created"),
+        "rerun": sections,
+        "kept": kept,
+        "previous_wall_s": prior.get("wall_s"),
+        "previous_section_s": prior.get("section_s"),
+        "previous_load": [pm.get("load_before"), pm.get("load_after")],
+    }
     return bench
 
 
 def yardstick(device: torch.device, plan: KernelPlan) -> dict:
     """What this run's numbers rest on: torch's threads and the matmul yardstick (median and range of 5)."""
     mm = matmul_peak_gflops(device, plan.dtype, plan.matmul_n, repeats=5)
-    return {"threads": torch.get_num_threads(), "matmul_gflops": mm["median"], "matmul_gflops_range": [mm["min"], mm["max"]],
-            "matmul_n": plan.matmul_n, "matmul_dtype": mm["dtype"]}
+    return {
+        "threads": torch.get_num_threads(),
+        "matmul_gflops": mm["median"],
+        "matmul_gflops_range": [mm["min"], mm["max"]],
+        "matmul_n": plan.matmul_n,
+        "matmul_dtype": mm["dtype"],
+    }
 
 
 def machine_info(device: torch.device, plan: KernelPlan) -> dict:
-    info = {"device": device.type, "torch": torch.__version__, "python": platform.python_version(), "cpu": _cpu_name(),
-            "cpu_count": os.cpu_count(), "load_before": list(os.getloadavg())}
+    info = {
+        "device": device.type,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu": _cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "load_before": list(os.getloadavg()),
+    }
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
         info["flash_attn"] = flash_attn_package() is not None
@@ -172,24 +222,45 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mode", choices=("full", "fast", "tiny", "breakdown"), default="full")
     p.add_argument("--overrides", nargs="*", default=[], help="breakdown mode: hydra overrides of the timed run")
     p.add_argument("--e2e-repeats", type=int, default=None, help="end-to-end repeats (default: the mode's)")
-    p.add_argument("--e2e-arms", default=None,
-                   help=f"end-to-end arms, a subset of {','.join(E2E_ARMS)} (default: defaults,sdpa; fast: defaults)")
-    p.add_argument("--longctx-repeats", type=int, default=None, help="long-context alternated pairs per T (default: the mode's)")
-    p.add_argument("--longctx-seq-lens", default=None,
-                   help="long-context block sizes, comma-separated divisors of the tokens per step (4096; tiny 64) "
-                        "(default: the mode's; full: 64,256,1024,2048 and 4096 with a fused backend)")
-    p.add_argument("--longctx-attention", choices=BACKENDS, default="sdpa", help="long-context runs' backend (default sdpa)")
+    p.add_argument(
+        "--e2e-arms",
+        default=None,
+        help=f"end-to-end arms, a subset of {','.join(E2E_ARMS)} (default: defaults,sdpa; fast: defaults)",
+    )
+    p.add_argument(
+        "--longctx-repeats", type=int, default=None, help="long-context alternated pairs per T (default: the mode's)"
+    )
+    p.add_argument(
+        "--longctx-seq-lens",
+        default=None,
+        help="long-context block sizes, comma-separated divisors of the tokens per step (4096; tiny 64) "
+        "(default: the mode's; full: 64,256,1024,2048 and 4096 with a fused backend)",
+    )
+    p.add_argument(
+        "--longctx-attention", choices=BACKENDS, default="sdpa", help="long-context runs' backend (default sdpa)"
+    )
     p.add_argument("--callback-repeats", type=int, default=None, help="callback-cost repeats (default: the mode's)")
-    p.add_argument("--compile-steps", type=int, default=None,
-                   help="steps per eager/compiled arm (the first third not counted; default: the mode's)")
+    p.add_argument(
+        "--compile-steps",
+        type=int,
+        default=None,
+        help="steps per eager/compiled arm (the first third not counted; default: the mode's)",
+    )
     p.add_argument("--no-cprofile", action="store_true", help="breakdown mode: skip the second, cProfile'd run")
     p.add_argument("--out", default="reports/bench", help="output directory (default reports/bench)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own choice)")
-    p.add_argument("--callback-steps", type=int, default=None,
-                   help="measured steps per callback run (default: full mode the callbacks' common period, else the mode's)")
-    p.add_argument("--merge", action="store_true",
-                   help="keep the sections not in --sections from the bench.json already in --out (rerun one section)")
+    p.add_argument(
+        "--callback-steps",
+        type=int,
+        default=None,
+        help="measured steps per callback run (default: full mode the callbacks' common period, else the mode's)",
+    )
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the sections not in --sections from the bench.json already in --out (rerun one section)",
+    )
     p.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
     return p.parse_args(argv)
 
@@ -199,12 +270,17 @@ def main(argv: list[str] | None = None) -> int:
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
-        print(f"attnlab: error: --sections {','.join(unknown)}: expected a subset of {','.join(SECTIONS)}", file=sys.stderr)
+        print(
+            f"attnlab: error: --sections {','.join(unknown)}: expected a subset of {','.join(SECTIONS)}",
+            file=sys.stderr,
+        )
         return 2
     if args.device == "cuda" and not torch.cuda.is_available():
         print("attnlab: error: --device cuda but CUDA is not available", file=sys.stderr)
         return 2
-    device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu")
+    device = torch.device(
+        "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
+    )
     longctx = None
     try:
         for flag in ("e2e_repeats", "callback_repeats", "longctx_repeats"):
@@ -227,20 +303,44 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     plan = kernel_plan(args.mode, device)
     load_before = list(os.getloadavg())
-    print(f"attnlab.bench: mode {args.mode} on {device.type}, {torch.get_num_threads()} thread(s), load {os.getloadavg()[0]:.2f}")
+    print(
+        f"attnlab.bench: mode {args.mode} on {device.type}, {torch.get_num_threads()} thread(s), load {os.getloadavg()[0]:.2f}"
+    )
     reuse_machine = args.merge and "kernels" not in sections and (out / "bench.json").exists()
-    bench = {"mode": args.mode, "git_sha": git_sha(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-             "machine": {} if reuse_machine else machine_info(device, plan),
-             "kernel_setup": {"batch": plan.batch, "heads": plan.heads, "head_dim": plan.head_dim, "causal": plan.causal,
-                              "dtype": str(plan.dtype).removeprefix("torch."), "repeats": plan.repeats, "warmup": plan.warmup,
-                              "timed_T": list(plan.timed_seq_lens), "memory_T": list(plan.seq_lens)},
-             "kernels": [], "memory_exponent": {}, "memory_ratio_8192_1024": {}, "memory_fit_T": {},
-             "train": [], "callbacks": {}, "e2e": {}, "longctx": {}, "compile": [], "decode": {}}
+    bench = {
+        "mode": args.mode,
+        "git_sha": git_sha(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": {} if reuse_machine else machine_info(device, plan),
+        "kernel_setup": {
+            "batch": plan.batch,
+            "heads": plan.heads,
+            "head_dim": plan.head_dim,
+            "causal": plan.causal,
+            "dtype": str(plan.dtype).removeprefix("torch."),
+            "repeats": plan.repeats,
+            "warmup": plan.warmup,
+            "timed_T": list(plan.timed_seq_lens),
+            "memory_T": list(plan.seq_lens),
+        },
+        "kernels": [],
+        "memory_exponent": {},
+        "memory_ratio_8192_1024": {},
+        "memory_fit_T": {},
+        "train": [],
+        "callbacks": {},
+        "e2e": {},
+        "longctx": {},
+        "compile": [],
+        "decode": {},
+    }
     if args.merge:
         bench = merge_previous(bench, out, sections)
     if reuse_machine:  # "machine" is the kept kernels section's: this run's sections get their own yardstick
         bench["merged"]["now"] = yardstick(device, plan)
-    print(f"  matmul {plan.matmul_n}: {bench.get('merged', {}).get('now', bench['machine'])['matmul_gflops']:.1f} GFLOP/s")
+    print(
+        f"  matmul {plan.matmul_n}: {bench.get('merged', {}).get('now', bench['machine'])['matmul_gflops']:.1f} GFLOP/s"
+    )
     section_s = bench["section_s"] = {}
     if "kernels" in sections:
         t = time.perf_counter()
@@ -255,8 +355,11 @@ def main(argv: list[str] | None = None) -> int:
         write_json(bench, out)
     if "callbacks" in sections:
         t = time.perf_counter()
-        settings = CALLBACKS[args.mode] | ({"steps": args.callback_steps} if args.callback_steps else {}) \
+        settings = (
+            CALLBACKS[args.mode]
+            | ({"steps": args.callback_steps} if args.callback_steps else {})
             | ({"repeats": args.callback_repeats} if args.callback_repeats else {})
+        )
         bench["callbacks"] = callback_overhead(device=device, **settings)
         section_s["callbacks"] = time.perf_counter() - t
         write_json(bench, out)
@@ -285,8 +388,9 @@ def main(argv: list[str] | None = None) -> int:
         from .compiled import compile_throughput
 
         t = time.perf_counter()
-        settings = COMPILE[args.mode] | ({"steps": args.compile_steps, "warmup": max(2, args.compile_steps // 3)}
-                                         if args.compile_steps else {})
+        settings = COMPILE[args.mode] | (
+            {"steps": args.compile_steps, "warmup": max(2, args.compile_steps // 3)} if args.compile_steps else {}
+        )
         bench["compile"] = compile_throughput(device=device, **settings)
         section_s["compile"] = time.perf_counter() - t
         write_json(bench, out)
@@ -315,12 +419,24 @@ def run_breakdown(args: argparse.Namespace, out: Path) -> int:
 
     from .breakdown import breakdown
 
-    print(f"attnlab.bench: breakdown of python -m attnlab.train {' '.join(args.overrides)}; load {os.getloadavg()[0]:.2f}")
+    print(
+        f"attnlab.bench: breakdown of python -m attnlab.train {' '.join(args.overrides)}; load {os.getloadavg()[0]:.2f}"
+    )
     with tempfile.TemporaryDirectory(prefix="attnlab-breakdown-") as work:
-        result = breakdown(list(args.overrides), Path(work), cprofile=not args.no_cprofile,
-                           cprofile_overrides=[] if args.overrides else ["trainer.max_steps=500"])
-    result.update(git_sha=git_sha(), created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), threads=torch.get_num_threads(),
-                  cpu=_cpu_name(), cpu_count=os.cpu_count(), torch=torch.__version__)
+        result = breakdown(
+            list(args.overrides),
+            Path(work),
+            cprofile=not args.no_cprofile,
+            cprofile_overrides=[] if args.overrides else ["trainer.max_steps=500"],
+        )
+    result.update(
+        git_sha=git_sha(),
+        created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        threads=torch.get_num_threads(),
+        cpu=_cpu_name(),
+        cpu_count=os.cpu_count(),
+        torch=torch.__version__,
+    )
     md = write_breakdown(result, out)
     print(f"attnlab.bench: wrote {md} and {md.with_suffix('.json')}")
     return 0

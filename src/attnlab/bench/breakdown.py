@@ -9,6 +9,7 @@ the exit handlers) is the wall time minus the recorded span. ``phases.row_of`` t
 into the table's rows. ``--cprofile`` adds the functions with the most self time, from a second run
 under ``python -m cProfile`` (cProfile inflates Python time, so that run's seconds are not the table's).
 """
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,14 @@ def top_functions(path: Path, n: int = 25) -> list[dict]:
     stats = pstats.Stats(str(path))
     rows = []
     for (file, line, func), (_, calls, tottime, cumtime, _) in stats.stats.items():
-        rows.append({"function": f"{Path(file).name}:{line}({func})" if line else func, "calls": calls,
-                     "self_s": tottime, "cum_s": cumtime})
+        rows.append(
+            {
+                "function": f"{Path(file).name}:{line}({func})" if line else func,
+                "calls": calls,
+                "self_s": tottime,
+                "cum_s": cumtime,
+            }
+        )
     return sorted(rows, key=lambda r: -r["self_s"])[:n]
 
 
@@ -77,8 +84,17 @@ def table(data: dict) -> list[dict]:
     rows = []
     for phase, sec in seconds.items():
         n = calls.get(phase, 1)
-        rows.append({"group": group_of(phase), "phase": phase, "seconds": sec, "share": sec / wall, "calls": n,
-                     "ms_per_call": sec * 1e3 / n, "ms_per_step": sec * 1e3 / steps})
+        rows.append(
+            {
+                "group": group_of(phase),
+                "phase": phase,
+                "seconds": sec,
+                "share": sec / wall,
+                "calls": n,
+                "ms_per_call": sec * 1e3 / n,
+                "ms_per_step": sec * 1e3 / steps,
+            }
+        )
     order = [g for g, _ in GROUPS] + ["other"]
     return sorted(rows, key=lambda r: (order.index(r["group"]), -r["seconds"]))
 
@@ -90,20 +106,30 @@ def group_totals(rows: list[dict]) -> dict[str, float]:
     return totals
 
 
-def breakdown(overrides: list[str], work_dir: Path, cprofile: bool = True, log=print,
-              cprofile_overrides: list[str] = ()) -> dict:
+def breakdown(
+    overrides: list[str], work_dir: Path, cprofile: bool = True, log=print, cprofile_overrides: list[str] = ()
+) -> dict:
     """A timed run (table) and, with ``cprofile``, a second, profiled run (top functions only; with
     ``cprofile_overrides`` added, e.g. fewer steps, since cProfile slows every Python call)."""
     load_before = list(os.getloadavg())
     timed = run_child(overrides, work_dir / "timed")
     log(f"  breakdown: {timed['wall_s']:.1f} s wall, {timed['steps']} steps")
-    result = {"overrides": overrides, "wall_s": timed["wall_s"], "steps": timed["steps"],
-              "median_tokens_per_s": timed["median_tokens_per_s"], "rows": table(timed),
-              "load": [load_before, list(os.getloadavg())], "background_s": timed.get("background_s", {})}
+    result = {
+        "overrides": overrides,
+        "wall_s": timed["wall_s"],
+        "steps": timed["steps"],
+        "median_tokens_per_s": timed["median_tokens_per_s"],
+        "rows": table(timed),
+        "load": [load_before, list(os.getloadavg())],
+        "background_s": timed.get("background_s", {}),
+    }
     result["groups"] = group_totals(result["rows"])
     if cprofile:
         profiled = run_child([*overrides, *cprofile_overrides], work_dir / "profiled", cprofile=True)
         result["cprofile_top"] = profiled.get("cprofile_top", [])
-        result["cprofile_run"] = {"overrides": [*overrides, *cprofile_overrides], "wall_s": profiled["wall_s"],
-                                  "steps": profiled["steps"]}
+        result["cprofile_run"] = {
+            "overrides": [*overrides, *cprofile_overrides],
+            "wall_s": profiled["wall_s"],
+            "steps": profiled["steps"],
+        }
     return result

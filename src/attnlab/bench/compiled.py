@@ -6,6 +6,7 @@ wraps the model as ``model.compile=true`` does (``torch.compile(model)``). "Excl
 the median step after ``warmup`` steps; "including" is all steps' tokens over their total time,
 the first (compiling) step included. The losses of the two arms are compared step by step.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -35,19 +36,27 @@ def step_times(setup, compile_model: bool) -> tuple[list[float], list[float]]:
     return seconds, losses
 
 
-def compile_throughput(backends: tuple[str, ...], steps: int, warmup: int, device: torch.device,
-                       log: Callable[[str], None] = print) -> list[dict]:
+def compile_throughput(
+    backends: tuple[str, ...], steps: int, warmup: int, device: torch.device, log: Callable[[str], None] = print
+) -> list[dict]:
     rows, datamodule = [], None
     base = ["logger=none", "callbacks=none", f"trainer.max_steps={steps}", *device_overrides(device)]
     with tempfile.TemporaryDirectory(prefix="attnlab-bench-") as out:
         for backend in backends:
             setup = make_setup([*base, f"attention={backend}"], Path(out), device, datamodule)
             datamodule = setup.datamodule
-            row = {"backend": backend, "steps": steps, "warmup_steps": warmup, "tokens_per_step": setup.tokens_per_step,
-                   "error": None}
+            row = {
+                "backend": backend,
+                "steps": steps,
+                "warmup_steps": warmup,
+                "tokens_per_step": setup.tokens_per_step,
+                "error": None,
+            }
             eager_s, eager_loss = step_times(setup, compile_model=False)
-            row.update(eager_tokens_per_s=setup.tokens_per_step / statistics.median(eager_s[warmup:]),
-                       eager_tokens_per_s_incl=setup.tokens_per_step * len(eager_s) / sum(eager_s))
+            row.update(
+                eager_tokens_per_s=setup.tokens_per_step / statistics.median(eager_s[warmup:]),
+                eager_tokens_per_s_incl=setup.tokens_per_step * len(eager_s) / sum(eager_s),
+            )
             torch._dynamo.reset()
             try:
                 comp_s, comp_loss = step_times(setup, compile_model=True)
@@ -57,14 +66,18 @@ def compile_throughput(backends: tuple[str, ...], steps: int, warmup: int, devic
                 log(f"  compile {backend}: failed ({row['error']})")
                 continue
             steady = statistics.median(comp_s[warmup:])
-            row.update(compiled_tokens_per_s=setup.tokens_per_step / steady,
-                       compiled_tokens_per_s_incl=setup.tokens_per_step * len(comp_s) / sum(comp_s),
-                       compile_s=sum(comp_s[:warmup]) - warmup * steady,
-                       max_loss_diff=max(abs(a - b) for a, b in zip(eager_loss, comp_loss)))
+            row.update(
+                compiled_tokens_per_s=setup.tokens_per_step / steady,
+                compiled_tokens_per_s_incl=setup.tokens_per_step * len(comp_s) / sum(comp_s),
+                compile_s=sum(comp_s[:warmup]) - warmup * steady,
+                max_loss_diff=max(abs(a - b) for a, b in zip(eager_loss, comp_loss)),
+            )
             row["speedup"] = row["compiled_tokens_per_s"] / row["eager_tokens_per_s"]
             row["speedup_incl"] = row["compiled_tokens_per_s_incl"] / row["eager_tokens_per_s_incl"]
             rows.append(row)
-            log(f"  compile {backend}: eager {row['eager_tokens_per_s']:.0f} tok/s, compiled {row['compiled_tokens_per_s']:.0f} "
-                f"tok/s (x{row['speedup']:.2f}), compile {row['compile_s']:.1f} s, max |loss diff| {row['max_loss_diff']:.2e}")
+            log(
+                f"  compile {backend}: eager {row['eager_tokens_per_s']:.0f} tok/s, compiled {row['compiled_tokens_per_s']:.0f} "
+                f"tok/s (x{row['speedup']:.2f}), compile {row['compile_s']:.1f} s, max |loss diff| {row['max_loss_diff']:.2e}"
+            )
             torch._dynamo.reset()
     return rows

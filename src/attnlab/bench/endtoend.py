@@ -6,6 +6,7 @@ default callbacks, progress bar); the plain script (``plain_train``) trains the 
 the same batches with the same schedule and validation cadence and nothing else. Arms alternate
 within a repeat and the order flips every repeat; each ratio is taken within a repeat.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from ..config import compose_config
-from .timing import paired_ratios, median_and_range
+from .timing import median_and_range, paired_ratios
 
 
 def plain_spec(overrides: list[str]) -> dict:
@@ -34,12 +35,21 @@ def plain_spec(overrides: list[str]) -> dict:
     steps = int(cfg.trainer.max_steps)
     model = OmegaConf.to_container(cfg.model, resolve=True)
     model.pop("compile", None)
-    return {"seed": int(cfg.seed), "structure": "nanogpt" if nanogpt_expresses(model) else "attnlab", "source": data.source, "path": data.get("path"), "block_size": int(cfg.model.block_size),
-            "batch_size": int(data.batch_size), "val_fraction": float(data.val_fraction),
-            "val_batches": int(data.val_batches), "steps": steps,
-            "val_every": min(int(cfg.trainer.val_check_interval), steps),
-            "grad_clip": float(cfg.trainer.get("gradient_clip_val") or 0.0), "model": model,
-            "optim": OmegaConf.to_container(cfg.optim, resolve=True)}
+    return {
+        "seed": int(cfg.seed),
+        "structure": "nanogpt" if nanogpt_expresses(model) else "attnlab",
+        "source": data.source,
+        "path": data.get("path"),
+        "block_size": int(cfg.model.block_size),
+        "batch_size": int(data.batch_size),
+        "val_fraction": float(data.val_fraction),
+        "val_batches": int(data.val_batches),
+        "steps": steps,
+        "val_every": min(int(cfg.trainer.val_check_interval), steps),
+        "grad_clip": float(cfg.trainer.get("gradient_clip_val") or 0.0),
+        "model": model,
+        "optim": OmegaConf.to_container(cfg.optim, resolve=True),
+    }
 
 
 def nanogpt_expresses(model: dict) -> bool:
@@ -47,10 +57,20 @@ def nanogpt_expresses(model: dict) -> bool:
     positions) is the same model as this config: then the yardstick is that script, not attnlab's
     GPT in a plain loop."""
     a = model["attention"]
-    return (a["backend"] == "sdpa" and a["scaling"] == "inv_sqrt_d" and not a["qk_norm"] and a.get("normalize", "softmax") == "softmax"
-            and a.get("escape", "none") == "none" and not a.get("sink") and model["pos_encoding"] == "learned"
-            and model.get("n_kv_head") in (None, model["n_head"]) and model.get("d_k") in (None, model["d_model"] // model["n_head"])
-            and not model["attn_only"] and not model["dropout"] and model["init_std"] != "fan_in")
+    return (
+        a["backend"] == "sdpa"
+        and a["scaling"] == "inv_sqrt_d"
+        and not a["qk_norm"]
+        and a.get("normalize", "softmax") == "softmax"
+        and a.get("escape", "none") == "none"
+        and not a.get("sink")
+        and model["pos_encoding"] == "learned"
+        and model.get("n_kv_head") in (None, model["n_head"])
+        and model.get("d_k") in (None, model["d_model"] // model["n_head"])
+        and not model["attn_only"]
+        and not model["dropout"]
+        and model["init_std"] != "fan_in"
+    )
 
 
 def timed(cmd: list[str], env: dict | None = None) -> tuple[float, subprocess.CompletedProcess]:
@@ -83,8 +103,14 @@ def run_attnlab(overrides: list[str], run_dir: Path, command: tuple[str, ...] = 
     results = json.loads((run_dir / "results.json").read_text())
     m = results["metrics"]
     tokens = int(results["config"]["data"]["batch_size"]) * int(results["config"]["model"]["block_size"])
-    return {"wall_s": wall, "median_step_s": tokens / m["perf/tokens_per_s"], "val_loss": m.get("val/loss"),
-            "steps": int(m.get("step", 0)), "kernel": results["attention"].get("kernel"), "finished_at": finished_at}
+    return {
+        "wall_s": wall,
+        "median_step_s": tokens / m["perf/tokens_per_s"],
+        "val_loss": m.get("val/loss"),
+        "steps": int(m.get("step", 0)),
+        "kernel": results["attention"].get("kernel"),
+        "finished_at": finished_at,
+    }
 
 
 def run_plain(spec: dict, work: Path) -> dict:
@@ -93,11 +119,19 @@ def run_plain(spec: dict, work: Path) -> dict:
     spec_path.write_text(json.dumps(spec))
     wall, _ = timed([sys.executable, "-m", "attnlab.bench.plain_train", str(spec_path), str(out)])
     data = json.loads(out.read_text())
-    return {"wall_s": wall, "median_step_s": data["median_step_s"], "val_loss": data["val_loss"], "steps": data["steps"],
-            "setup_s": data["setup_s"], "loop_s": data["loop_s"]}
+    return {
+        "wall_s": wall,
+        "median_step_s": data["median_step_s"],
+        "val_loss": data["val_loss"],
+        "steps": data["steps"],
+        "setup_s": data["setup_s"],
+        "loop_s": data["loop_s"],
+    }
 
 
-def end_to_end(arms: dict[str, list[str]], repeats: int, extra: list[str] = (), log: Callable[[str], None] = print) -> dict:
+def end_to_end(
+    arms: dict[str, list[str]], repeats: int, extra: list[str] = (), log: Callable[[str], None] = print
+) -> dict:
     """Per arm (name -> overrides): the attnlab command and the plain script, alternated; wall and per-step ratios."""
     samples = {name: {"attnlab": [], "plain": []} for name in arms}
     specs = {name: plain_spec([*overrides, *extra]) for name, overrides in arms.items()}
@@ -112,8 +146,10 @@ def end_to_end(arms: dict[str, list[str]], repeats: int, extra: list[str] = (), 
                 else:
                     sample = run_plain(specs[name], work)
                 samples[name][side].append(sample)
-                log(f"  e2e rep {rep + 1}/{repeats} {name} {side}: {sample['wall_s']:.1f} s, "
-                    f"step {sample['median_step_s'] * 1e3:.1f} ms, val/loss {sample['val_loss']:.4f}")
+                log(
+                    f"  e2e rep {rep + 1}/{repeats} {name} {side}: {sample['wall_s']:.1f} s, "
+                    f"step {sample['median_step_s'] * 1e3:.1f} ms, val/loss {sample['val_loss']:.4f}"
+                )
             load.append(list(os.getloadavg()))
     rows = []
     for name, overrides in arms.items():
@@ -121,13 +157,24 @@ def end_to_end(arms: dict[str, list[str]], repeats: int, extra: list[str] = (), 
         wall = paired_ratios([s["wall_s"] for s in a], [s["wall_s"] for s in p])
         step = paired_ratios([s["median_step_s"] for s in a], [s["median_step_s"] for s in p])
         aw, pw = median_and_range([s["wall_s"] for s in a]), median_and_range([s["wall_s"] for s in p])
-        rows.append({"arm": name, "overrides": list(overrides) + list(extra), "steps": specs[name]["steps"],
-                     "attnlab_wall_s": aw["median"], "attnlab_wall_range": [aw["min"], aw["max"]],
-                     "plain_wall_s": pw["median"], "plain_wall_range": [pw["min"], pw["max"]],
-                     "wall_ratio": wall["median"], "wall_ratio_range": [wall["min"], wall["max"]],
-                     "step_ratio": step["median"], "step_ratio_range": [step["min"], step["max"]],
-                     "attnlab_step_ms": median_and_range([s["median_step_s"] * 1e3 for s in a])["median"],
-                     "plain_step_ms": median_and_range([s["median_step_s"] * 1e3 for s in p])["median"],
-                     "val_loss": {"attnlab": [s["val_loss"] for s in a], "plain": [s["val_loss"] for s in p]},
-                     "kernel": a[0]["kernel"] if a else None, "samples": samples[name]})
+        rows.append(
+            {
+                "arm": name,
+                "overrides": list(overrides) + list(extra),
+                "steps": specs[name]["steps"],
+                "attnlab_wall_s": aw["median"],
+                "attnlab_wall_range": [aw["min"], aw["max"]],
+                "plain_wall_s": pw["median"],
+                "plain_wall_range": [pw["min"], pw["max"]],
+                "wall_ratio": wall["median"],
+                "wall_ratio_range": [wall["min"], wall["max"]],
+                "step_ratio": step["median"],
+                "step_ratio_range": [step["min"], step["max"]],
+                "attnlab_step_ms": median_and_range([s["median_step_s"] * 1e3 for s in a])["median"],
+                "plain_step_ms": median_and_range([s["median_step_s"] * 1e3 for s in p])["median"],
+                "val_loss": {"attnlab": [s["val_loss"] for s in a], "plain": [s["val_loss"] for s in p]},
+                "kernel": a[0]["kernel"] if a else None,
+                "samples": samples[name],
+            }
+        )
     return {"repeats": repeats, "rows": rows, "load": load, "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}

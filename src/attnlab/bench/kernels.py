@@ -6,6 +6,7 @@ attention, the same for every backend (FlashAttention's benchmark convention): 4
 QK^T and PV, halved for the causal mask, backward counted as 2.5x forward. An explicit kernel
 computes the masked half as well, so its rate here is what it delivers, not what it executes.
 """
+
 from __future__ import annotations
 
 import functools
@@ -26,7 +27,9 @@ from .timing import measure, median_and_range
 BACKWARD_FACTOR = 2.5  # backward = 2.5 x forward FLOPs (two matmuls for dV/dP, two for dQ/dK, plus recompute)
 
 
-def attention_flops(batch: int, heads: int, seq_len: int, head_dim: int, causal: bool = True, backward: bool = False) -> float:
+def attention_flops(
+    batch: int, heads: int, seq_len: int, head_dim: int, causal: bool = True, backward: bool = False
+) -> float:
     """FLOPs of attention: 4 B T^2 H d (QK^T and PV, 2 per multiply-add), /2 if causal, x3.5 with backward."""
     flops = 4.0 * batch * seq_len**2 * heads * head_dim
     if causal:
@@ -81,8 +84,11 @@ class KernelPlan:
 
 def kernel_variants(device: torch.device) -> dict[str, Callable]:
     """Benchmark rows: the four backends, plus PyTorch's own flash kernel on CUDA when ``flash`` means flash_attn."""
-    variants: dict[str, Callable] = {name: functools.partial(attend, name) for name in ("naive", "scaled", "sdpa", "flash")}
+    variants: dict[str, Callable] = {
+        name: functools.partial(attend, name) for name in ("naive", "scaled", "sdpa", "flash")
+    }
     if device.type == "cuda" and flash_attn_package() is not None:
+
         def torch_flash(q, k, v, scale, causal=True):
             with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale), "sdpa:flash"
@@ -120,11 +126,27 @@ def _is_oom(err: BaseException) -> bool:
 
 
 def empty_row(name: str, seq_len: int, plan: KernelPlan, timed: bool, error: str | None = None) -> dict:
-    return {"backend": name, "T": seq_len, "batch": plan.batch, "heads": plan.heads, "head_dim": plan.head_dim,
-            "dtype": str(plan.dtype).removeprefix("torch."), "kernel": None, "timed": timed,
-            "fwd_ms": None, "fwd_ms_range": None, "fwd_bwd_ms": None, "fwd_bwd_ms_range": None,
-            "fwd_gflops": None, "gflops": None, "matmul_gflops": None, "peak_fraction": None,
-            "peak_bytes": None, "fwd_peak_bytes": None, "error": error}
+    return {
+        "backend": name,
+        "T": seq_len,
+        "batch": plan.batch,
+        "heads": plan.heads,
+        "head_dim": plan.head_dim,
+        "dtype": str(plan.dtype).removeprefix("torch."),
+        "kernel": None,
+        "timed": timed,
+        "fwd_ms": None,
+        "fwd_ms_range": None,
+        "fwd_bwd_ms": None,
+        "fwd_bwd_ms_range": None,
+        "fwd_gflops": None,
+        "gflops": None,
+        "matmul_gflops": None,
+        "peak_fraction": None,
+        "peak_bytes": None,
+        "fwd_peak_bytes": None,
+        "error": error,
+    }
 
 
 def bench_one(name: str, kernel: Callable, seq_len: int, plan: KernelPlan, device: torch.device, timed: bool) -> dict:
@@ -136,7 +158,7 @@ def bench_one(name: str, kernel: Callable, seq_len: int, plan: KernelPlan, devic
         return row
     gen = torch.Generator(device="cpu").manual_seed(seq_len)
     shape = (plan.batch, plan.heads, seq_len, plan.head_dim)
-    q, k, v = (torch.randn(shape, generator=gen).to(device, plan.dtype).requires_grad_() for _ in range(3))
+    q, k, v = [torch.randn(shape, generator=gen).to(device, plan.dtype).requires_grad_() for _ in range(3)]
     grad_out = torch.randn(shape, generator=gen).to(device, plan.dtype)
     scale = _scale_for(name, plan.head_dim)
 
@@ -158,11 +180,16 @@ def bench_one(name: str, kernel: Callable, seq_len: int, plan: KernelPlan, devic
             fwd = median_and_range(measure(forward, device, plan.repeats, plan.warmup, plan.min_sample_s))
             fwd_bwd = median_and_range(measure(forward_backward, device, plan.repeats, plan.warmup, plan.min_sample_s))
             row.update(
-                fwd_ms=fwd["median"] * 1e3, fwd_ms_range=[fwd["min"] * 1e3, fwd["max"] * 1e3],
-                fwd_bwd_ms=fwd_bwd["median"] * 1e3, fwd_bwd_ms_range=[fwd_bwd["min"] * 1e3, fwd_bwd["max"] * 1e3],
-                fwd_gflops=attention_flops(plan.batch, plan.heads, seq_len, plan.head_dim, plan.causal) / fwd["median"] / 1e9,
+                fwd_ms=fwd["median"] * 1e3,
+                fwd_ms_range=[fwd["min"] * 1e3, fwd["max"] * 1e3],
+                fwd_bwd_ms=fwd_bwd["median"] * 1e3,
+                fwd_bwd_ms_range=[fwd_bwd["min"] * 1e3, fwd_bwd["max"] * 1e3],
+                fwd_gflops=attention_flops(plan.batch, plan.heads, seq_len, plan.head_dim, plan.causal)
+                / fwd["median"]
+                / 1e9,
                 gflops=attention_flops(plan.batch, plan.heads, seq_len, plan.head_dim, plan.causal, backward=True)
-                / fwd_bwd["median"] / 1e9,
+                / fwd_bwd["median"]
+                / 1e9,
             )
         elif seq_len <= 2048:
             forward_backward()  # warm-up, so one-time buffers are not counted (negligible at large T, and costly)
@@ -176,14 +203,18 @@ def bench_one(name: str, kernel: Callable, seq_len: int, plan: KernelPlan, devic
             raise
         row["error"] = "out of memory"
     finally:
-        del q, k, v, grad_out
+        q = k = v = grad_out = None  # drop the inputs before the next T (the closures above are done with them)
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return row
 
 
-def run_kernels(plan: KernelPlan, device: torch.device, log: Callable[[str], None] = print,
-                on_row: Callable[[dict], None] | None = None) -> list[dict]:
+def run_kernels(
+    plan: KernelPlan,
+    device: torch.device,
+    log: Callable[[str], None] = print,
+    on_row: Callable[[dict], None] | None = None,
+) -> list[dict]:
     """Every variant at every sequence length.
 
     Backends alternate within each T (shortest T first), so a change in the machine's load hits
@@ -223,5 +254,7 @@ def _row_line(row: dict) -> str:
     mib = "-" if row.get("peak_bytes") is None else f"{row['peak_bytes'] / 2**20:8.1f}"
     frac = "" if row.get("peak_fraction") is None else f"  {row['peak_fraction'] * 100:.0f}% of matmul"
     tail = frac + (f"  ({row['error']})" if row.get("error") else "")
-    return (f"  kernel {row['backend']:<11} T={row['T']:<6} fwd {ms(row['fwd_ms'])} ms  fwd+bwd {ms(row['fwd_bwd_ms'])} ms"
-            f"  peak {mib} MiB  [{row['kernel']}]{tail}")
+    return (
+        f"  kernel {row['backend']:<11} T={row['T']:<6} fwd {ms(row['fwd_ms'])} ms  fwd+bwd {ms(row['fwd_bwd_ms'])} ms"
+        f"  peak {mib} MiB  [{row['kernel']}]{tail}"
+    )

@@ -17,6 +17,7 @@ over the run's wall time), the seconds from the last step to the process's exit,
 Targets: default callbacks at most 1.10x ``callbacks=none`` at every T, the end-of-run
 analysis at most 5 % of the run.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,7 +41,9 @@ class LongctxPlan:
     """Which block sizes, what budget, how many alternated pairs."""
 
     seq_lens: tuple[int, ...]
-    fused_seq_lens: tuple[int, ...] = ()  # only with a fused backend: the explicit kernels' T x T work is too slow there
+    fused_seq_lens: tuple[
+        int, ...
+    ] = ()  # only with a fused backend: the explicit kernels' T x T work is too slow there
     tokens_per_step: int = 4096  # batch x T, while T fits in it
     steps: int = 40
     validations: int = 2  # at every T: val_check_interval = steps / validations
@@ -71,26 +74,42 @@ def run_settings(plan: LongctxPlan, seq_len: int) -> dict:
         raise ValueError(f"longctx: T={seq_len}; expected a block size >= 2")
     if seq_len <= plan.tokens_per_step:
         if plan.tokens_per_step % seq_len:
-            raise ValueError(f"longctx: T={seq_len} does not divide tokens_per_step={plan.tokens_per_step}; "
-                             "expected a divisor (e.g. a power of two) so every T trains on the same tokens")
+            raise ValueError(
+                f"longctx: T={seq_len} does not divide tokens_per_step={plan.tokens_per_step}; "
+                "expected a divisor (e.g. a power of two) so every T trains on the same tokens"
+            )
         batch, steps = plan.tokens_per_step // seq_len, plan.steps
     else:
         if plan.budget % seq_len:
             raise ValueError(f"longctx: T={seq_len} does not divide the token budget {plan.budget}; expected a divisor")
         batch, steps = 1, plan.budget // seq_len
     if steps < plan.validations or steps % plan.validations:
-        raise ValueError(f"longctx: T={seq_len} gives {steps} steps, not a multiple of validations={plan.validations}; "
-                         "expected the same number of validations at every T")
-    return {"batch_size": batch, "steps": steps, "val_every": steps // plan.validations, "tokens": batch * seq_len * steps}
+        raise ValueError(
+            f"longctx: T={seq_len} gives {steps} steps, not a multiple of validations={plan.validations}; "
+            "expected the same number of validations at every T"
+        )
+    return {
+        "batch_size": batch,
+        "steps": steps,
+        "val_every": steps // plan.validations,
+        "tokens": batch * seq_len * steps,
+    }
 
 
 def run_overrides(plan: LongctxPlan, seq_len: int) -> list[str]:
     """The ``attnlab train`` overrides of one run at ``seq_len`` (both arms; the arm adds its own)."""
     s = run_settings(plan, seq_len)
-    return [f"attention={plan.attention}", f"model.block_size={seq_len}", f"data.batch_size={s['batch_size']}",
-            f"trainer.max_steps={s['steps']}", f"trainer.val_check_interval={s['val_every']}", "logger=csv",
-            "trainer.enable_progress_bar=false",
-            *([f"data.val_batches={plan.val_batches}"] if plan.val_batches else []), *plan.extra]
+    return [
+        f"attention={plan.attention}",
+        f"model.block_size={seq_len}",
+        f"data.batch_size={s['batch_size']}",
+        f"trainer.max_steps={s['steps']}",
+        f"trainer.val_check_interval={s['val_every']}",
+        "logger=csv",
+        "trainer.enable_progress_bar=false",
+        *([f"data.val_batches={plan.val_batches}"] if plan.val_batches else []),
+        *plan.extra,
+    ]
 
 
 # ----------------------------------------------------------------------------------------- child
@@ -119,10 +138,20 @@ def child(stamps: Path, argv: list[str]) -> int:
         torch = sys.modules.get("torch")
         if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
             cuda_peak = max(torch.cuda.max_memory_allocated(d) for d in range(torch.cuda.device_count()))
-        stamps.write_text(json.dumps({"rc": rc, "last_step_end": max((data["last_end"][p] for p in step_end), default=None),
-                                      "steps_seen": sum(data["calls"][p] for p in step_end), "seconds": data["seconds"],
-                                      "inclusive_s": data["inclusive_s"],
-                                      "calls": data["calls"], "max_rss_bytes": rss, "cuda_peak_bytes": cuda_peak}))
+        stamps.write_text(
+            json.dumps(
+                {
+                    "rc": rc,
+                    "last_step_end": max((data["last_end"][p] for p in step_end), default=None),
+                    "steps_seen": sum(data["calls"][p] for p in step_end),
+                    "seconds": data["seconds"],
+                    "inclusive_s": data["inclusive_s"],
+                    "calls": data["calls"],
+                    "max_rss_bytes": rss,
+                    "cuda_peak_bytes": cuda_peak,
+                }
+            )
+        )
     return rc
 
 
@@ -146,7 +175,10 @@ def run_arm(overrides: list[str], run_dir: Path) -> dict:
         tail_s=sample["finished_at"] - probe["last_step_end"],
         end_s=sum(sec for row, sec in end.items() if is_end_of_training(row)),
         callbacks_s=sum(seconds.values()),
-        max_rss_bytes=probe["max_rss_bytes"], cuda_peak_bytes=probe["cuda_peak_bytes"], callback_seconds=seconds)
+        max_rss_bytes=probe["max_rss_bytes"],
+        cuda_peak_bytes=probe["cuda_peak_bytes"],
+        callback_seconds=seconds,
+    )
     shutil.rmtree(run_dir, ignore_errors=True)  # checkpoints and maps: only the numbers above are kept
     return sample
 
@@ -168,29 +200,48 @@ def summarize(seq_len: int, settings: dict, overrides: list[str], samples: dict[
         values = [s[key] for s in arm if s.get(key) is not None]
         return max(values) if values else None
 
-    return {"T": seq_len, **settings, "overrides": overrides, "kernel": d[0].get("kernel"), "error": None,
-            "repeats": len(d),
-            "default_wall_s": wall_d["median"], "default_wall_range": [wall_d["min"], wall_d["max"]],
-            "none_wall_s": wall_n["median"], "none_wall_range": [wall_n["min"], wall_n["max"]],
-            "wall_ratio": ratio["median"], "wall_ratio_range": [ratio["min"], ratio["max"]],
-            "ratio_verdict": against_target(ratio["min"], ratio["max"], TARGET_RATIO),
-            "end_s": median(d, "end_s"), "end_share": share["median"], "end_share_range": [share["min"], share["max"]],
-            "end_verdict": against_target(share["min"], share["max"], TARGET_END_SHARE),
-            "tail_s": {"default": median(d, "tail_s"), "none": median(n, "tail_s")},
-            "callbacks_s": median(d, "callbacks_s"),
-            "step_ms": {"default": median(d, "median_step_s") * 1e3, "none": median(n, "median_step_s") * 1e3},
-            "max_rss_bytes": {"default": peak(d, "max_rss_bytes"), "none": peak(n, "max_rss_bytes")},
-            "cuda_peak_bytes": {"default": peak(d, "cuda_peak_bytes"), "none": peak(n, "cuda_peak_bytes")},
-            "val_loss": {"default": [s["val_loss"] for s in d], "none": [s["val_loss"] for s in n]},
-            "samples": samples}
+    return {
+        "T": seq_len,
+        **settings,
+        "overrides": overrides,
+        "kernel": d[0].get("kernel"),
+        "error": None,
+        "repeats": len(d),
+        "default_wall_s": wall_d["median"],
+        "default_wall_range": [wall_d["min"], wall_d["max"]],
+        "none_wall_s": wall_n["median"],
+        "none_wall_range": [wall_n["min"], wall_n["max"]],
+        "wall_ratio": ratio["median"],
+        "wall_ratio_range": [ratio["min"], ratio["max"]],
+        "ratio_verdict": against_target(ratio["min"], ratio["max"], TARGET_RATIO),
+        "end_s": median(d, "end_s"),
+        "end_share": share["median"],
+        "end_share_range": [share["min"], share["max"]],
+        "end_verdict": against_target(share["min"], share["max"], TARGET_END_SHARE),
+        "tail_s": {"default": median(d, "tail_s"), "none": median(n, "tail_s")},
+        "callbacks_s": median(d, "callbacks_s"),
+        "step_ms": {"default": median(d, "median_step_s") * 1e3, "none": median(n, "median_step_s") * 1e3},
+        "max_rss_bytes": {"default": peak(d, "max_rss_bytes"), "none": peak(n, "max_rss_bytes")},
+        "cuda_peak_bytes": {"default": peak(d, "cuda_peak_bytes"), "none": peak(n, "cuda_peak_bytes")},
+        "val_loss": {"default": [s["val_loss"] for s in d], "none": [s["val_loss"] for s in n]},
+        "samples": samples,
+    }
 
 
 def failed_row(seq_len: int, settings: dict, overrides: list[str], error: str) -> dict:
-    return {"T": seq_len, **settings, "overrides": overrides, "error": error, "ratio_verdict": None, "end_verdict": None}
+    return {
+        "T": seq_len,
+        **settings,
+        "overrides": overrides,
+        "error": error,
+        "ratio_verdict": None,
+        "end_verdict": None,
+    }
 
 
-def long_context(plan: LongctxPlan, log: Callable[[str], None] = print,
-                 on_progress: Callable[[dict], None] | None = None) -> dict:
+def long_context(
+    plan: LongctxPlan, log: Callable[[str], None] = print, on_progress: Callable[[dict], None] | None = None
+) -> dict:
     """Every T of the plan, shortest first; ``on_progress`` sees the section after each T (the bench
     saves it then, so a killed bench keeps the rows it measured). A T whose run fails (out of
     memory, say) is recorded with its error and the longer T are skipped."""
@@ -198,10 +249,15 @@ def long_context(plan: LongctxPlan, log: Callable[[str], None] = print,
 
     lengths = plan.lengths()
     settings = {t: run_settings(plan, t) for t in lengths}  # every T checked before the first run
-    section = {"plan": asdict(plan) | {"lengths": list(lengths), "budget": plan.budget},
-               "targets": {"wall_ratio": TARGET_RATIO, "end_share": TARGET_END_SHARE},
-               "arms": ARMS, "rows": [], "load": [list(os.getloadavg())], "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-               "complete": False}
+    section = {
+        "plan": asdict(plan) | {"lengths": list(lengths), "budget": plan.budget},
+        "targets": {"wall_ratio": TARGET_RATIO, "end_share": TARGET_END_SHARE},
+        "arms": ARMS,
+        "rows": [],
+        "load": [list(os.getloadavg())],
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "complete": False,
+    }
     failed = None
     with tempfile.TemporaryDirectory(prefix="attnlab-longctx-") as tmp:
         for seq_len in lengths:
@@ -215,9 +271,11 @@ def long_context(plan: LongctxPlan, log: Callable[[str], None] = print,
                         for arm in alternated(list(ARMS), rep):
                             sample = run_arm([*overrides, *ARMS[arm]], Path(tmp) / f"T{seq_len}-r{rep}-{arm}")
                             samples[arm].append(sample)
-                            log(f"  longctx T={seq_len} rep {rep + 1}/{plan.repeats} {arm}: {sample['wall_s']:.1f} s, "
+                            log(
+                                f"  longctx T={seq_len} rep {rep + 1}/{plan.repeats} {arm}: {sample['wall_s']:.1f} s, "
                                 f"end-of-run analysis {sample['end_s']:.1f} s, after the last step {sample['tail_s']:.1f} s, "
-                                f"peak RSS {sample['max_rss_bytes'] / 2**20:.0f} MiB")
+                                f"peak RSS {sample['max_rss_bytes'] / 2**20:.0f} MiB"
+                            )
                     row = summarize(seq_len, settings[seq_len], overrides, samples)
                 except RuntimeError as err:
                     lines = [line for line in str(err).strip().splitlines() if line.strip()]
@@ -238,14 +296,17 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else list(argv)
     if "--" not in argv:
-        print("attnlab: error: python -m attnlab.bench.longctx --child STAMPS -- train OVERRIDES (internal: the "
-              "longctx bench's probed run)", file=sys.stderr)
+        print(
+            "attnlab: error: python -m attnlab.bench.longctx --child STAMPS -- train OVERRIDES (internal: the "
+            "longctx bench's probed run)",
+            file=sys.stderr,
+        )
         return 2
     cut = argv.index("--")
     p = argparse.ArgumentParser(prog="python -m attnlab.bench.longctx")
     p.add_argument("--child", required=True, help="(internal) write this run's probes to this JSON file")
     args = p.parse_args(argv[:cut])
-    return child(Path(args.child), argv[cut + 1:])
+    return child(Path(args.child), argv[cut + 1 :])
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ What the public seams do not separate is merged into the phase around it: the lo
 (W&B, CSV) made by Lightning's loop count in "Lightning loop", those made by a callback in that
 callback's row; the evaluation loop's own bookkeeping counts in "Lightning loop" too.
 """
+
 from __future__ import annotations
 
 from ..timing import IMPORTS
@@ -34,24 +35,62 @@ LIGHTNING_ROWS = {
     ("_EvaluationLoop", "val_next"): "validation: next batch",
     ("LightningDataModule", "setup"): "data: read and encode the corpus",
 }
-PLAIN_ROWS = {"save_checkpoint": "checkpoint writes", "run_training_batch": LOOP, "run_training_epoch": LOOP,
-              "fit: Lightning loop": LOOP}
+PLAIN_ROWS = {
+    "save_checkpoint": "checkpoint writes",
+    "run_training_batch": LOOP,
+    "run_training_epoch": LOOP,
+    "fit: Lightning loop": LOOP,
+}
 
 # Rows every default run has; the breakdown test fails when one is missing (a phase renamed or no longer recorded).
 EXPECTED = (
-    IMPORTS, "Hydra: parse, compose, run dir, log set-up", "results: run record (git sha)", "loggers: build (the wandb import included)",
-    "data: read and encode the corpus", "model: build", "W&B: init, waited for (it runs in a thread)", "callbacks: build",
-    "trainer: build", "memory check", "kernel check forward", "loggers: log config", LOOP,
-    "step: forward (training_step, self.log)", "step: backward", "step: AdamW update", "step: gradient clipping",
-    "step: lr schedule", "step: next batch", "step: tokens/s timer", "validation: forward", "validation: next batch",
-    "checkpoint writes", "end of run: metrics and summaries", "results.json", "W&B: finish", "train(): not covered by a phase",
+    IMPORTS,
+    "Hydra: parse, compose, run dir, log set-up",
+    "results: run record (git sha)",
+    "loggers: build (the wandb import included)",
+    "data: read and encode the corpus",
+    "model: build",
+    "W&B: init, waited for (it runs in a thread)",
+    "callbacks: build",
+    "trainer: build",
+    "memory check",
+    "kernel check forward",
+    "loggers: log config",
+    LOOP,
+    "step: forward (training_step, self.log)",
+    "step: backward",
+    "step: AdamW update",
+    "step: gradient clipping",
+    "step: lr schedule",
+    "step: next batch",
+    "step: tokens/s timer",
+    "validation: forward",
+    "validation: next batch",
+    "checkpoint writes",
+    "end of run: metrics and summaries",
+    "results.json",
+    "W&B: finish",
+    "train(): not covered by a phase",
 )
 BACKGROUND = ("W&B: import and init",)  # in a thread beside the main thread's phases
 
 GROUPS = (  # (group, row-name prefixes) in the table's order
     ("start-up", ("interpreter", "imports", "Hydra")),
-    ("set-up", ("results: run record", "loggers:", "data:", "model:", "W&B: init", "callbacks: build", "trainer:",
-                "memory check", "kernel check", "Lightning: set-up")),
+    (
+        "set-up",
+        (
+            "results: run record",
+            "loggers:",
+            "data:",
+            "model:",
+            "W&B: init",
+            "callbacks: build",
+            "trainer:",
+            "memory check",
+            "kernel check",
+            "Lightning: set-up",
+        ),
+    ),
     ("training steps", ("step:", "Lightning")),
     ("callbacks during training", ("callback",)),
     ("validation and checkpoints", ("validation", "checkpoint", "fit: closing validation")),
@@ -67,7 +106,7 @@ def callback_row(state_key: str, hook: str) -> str:
 def row_of(phase: str) -> str:
     """The table row of one recorded phase."""
     if phase.startswith("[Callback]"):
-        state_key, hook = phase[len("[Callback]"):].rsplit(".", 1)
+        state_key, hook = phase[len("[Callback]") :].rsplit(".", 1)
         return callback_row(state_key, hook)
     if phase.startswith("[") and "]" in phase:
         owner, rest = phase[1:].split("]", 1)

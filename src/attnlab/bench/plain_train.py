@@ -12,6 +12,7 @@ The model is the spec's ``structure``: ``attnlab`` (attnlab's GPT, for any confi
 causal SDPA, the same sizes, init and weight tying; for the configs it can express). The second
 is the end-to-end yardstick: a researcher's own script, not attnlab's model in a plain loop.
 """
+
 from __future__ import annotations
 
 import time
@@ -68,8 +69,12 @@ class NanoGPT(torch.nn.Module):
         residual = init_std / math.sqrt(2 * n_layer)
         normal(self.wpe.weight, 0.0, 0.02)
         for block in self.blocks:
-            for w, std in ((block.c_attn.weight, init_std), (block.c_proj.weight, residual),
-                           (block.c_fc.weight, init_std), (block.mlp_proj.weight, residual)):
+            for w, std in (
+                (block.c_attn.weight, init_std),
+                (block.c_proj.weight, residual),
+                (block.c_fc.weight, init_std),
+                (block.mlp_proj.weight, residual),
+            ):
                 normal(w, 0.0, std)
         normal(self.lm_head.weight, 0.0, 0.02)
 
@@ -143,11 +148,17 @@ def run(spec: dict) -> dict:
     model = build_model(spec, len(chars))
     o = spec["optim"]
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": o["weight_decay"]},
-                                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-                                  lr=o["lr"], betas=tuple(o["betas"]))
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": o["weight_decay"]},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ],
+        lr=o["lr"],
+        betas=tuple(o["betas"]),
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: lr_multiplier(s, o["warmup_steps"], steps, o["lr"], o["min_lr"]))
+        optimizer, lambda s: lr_multiplier(s, o["warmup_steps"], steps, o["lr"], o["min_lr"])
+    )
     model.train()
     setup_s = time.perf_counter() - T_START
     step_s, val_losses, train_loss = [], {}, math.nan
@@ -167,9 +178,18 @@ def run(spec: dict) -> dict:
         if (step + 1) % spec["val_every"] == 0 or step + 1 == steps:
             val_losses[step + 1] = evaluate(model, val_ids, val_offsets, block, bs)
     loop_s = time.perf_counter() - t_loop
-    return {"steps": steps, "structure": spec.get("structure", "attnlab"), "setup_s": setup_s, "loop_s": loop_s, "median_step_s": statistics.median(step_s),
-            "train_loss": train_loss, "val_loss": val_losses[steps], "val_losses": val_losses,
-            "tokens_per_step": block * bs, "span_s": time.perf_counter() - T_START}
+    return {
+        "steps": steps,
+        "structure": spec.get("structure", "attnlab"),
+        "setup_s": setup_s,
+        "loop_s": loop_s,
+        "median_step_s": statistics.median(step_s),
+        "train_loss": train_loss,
+        "val_loss": val_losses[steps],
+        "val_losses": val_losses,
+        "tokens_per_step": block * bs,
+        "span_s": time.perf_counter() - T_START,
+    }
 
 
 def main(argv: list[str]) -> int:

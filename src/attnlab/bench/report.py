@@ -1,4 +1,5 @@
 """bench.json, bench.md and the log-log plots, from the measurements ``__main__`` collects."""
+
 from __future__ import annotations
 
 import json
@@ -42,18 +43,42 @@ def _range(pair, fmt: str = ".2f") -> str:
 
 def kernels_table(bench: dict) -> list[str]:
     peak = bench["machine"].get("matmul_gflops")
-    header = ["backend", "kernel", "T", "fwd ms (min-max)", "fwd+bwd ms (min-max)", "fwd GFLOP/s", "fwd+bwd GFLOP/s",
-              "% of matmul", "peak MiB (fwd+bwd)", "peak MiB (fwd)"]
+    header = [
+        "backend",
+        "kernel",
+        "T",
+        "fwd ms (min-max)",
+        "fwd+bwd ms (min-max)",
+        "fwd GFLOP/s",
+        "fwd+bwd GFLOP/s",
+        "% of matmul",
+        "peak MiB (fwd+bwd)",
+        "peak MiB (fwd)",
+    ]
     rows = []
     for r in bench["kernels"]:
         if r.get("error") and r.get("peak_bytes") is None:
             rows.append([r["backend"], r.get("kernel") or "-", r["T"], r["error"], *[""] * 6])
             continue
-        frac = r["peak_fraction"] * 100 if r.get("peak_fraction") else (r["gflops"] / peak * 100 if r.get("gflops") and peak else None)
-        rows.append([r["backend"], r.get("kernel") or "-", r["T"], f"{_f(r.get('fwd_ms'))}{_range(r.get('fwd_ms_range'))}",
-                     f"{_f(r.get('fwd_bwd_ms'))}{_range(r.get('fwd_bwd_ms_range'))}", _f(r.get("fwd_gflops"), ".1f"),
-                     _f(r.get("gflops"), ".1f"), _f(frac, ".0f"), _f(_mib(r.get("peak_bytes")), ".1f"),
-                     _f(_mib(r.get("fwd_peak_bytes")), ".1f")])
+        frac = (
+            r["peak_fraction"] * 100
+            if r.get("peak_fraction")
+            else (r["gflops"] / peak * 100 if r.get("gflops") and peak else None)
+        )
+        rows.append(
+            [
+                r["backend"],
+                r.get("kernel") or "-",
+                r["T"],
+                f"{_f(r.get('fwd_ms'))}{_range(r.get('fwd_ms_range'))}",
+                f"{_f(r.get('fwd_bwd_ms'))}{_range(r.get('fwd_bwd_ms_range'))}",
+                _f(r.get("fwd_gflops"), ".1f"),
+                _f(r.get("gflops"), ".1f"),
+                _f(frac, ".0f"),
+                _f(_mib(r.get("peak_bytes")), ".1f"),
+                _f(_mib(r.get("fwd_peak_bytes")), ".1f"),
+            ]
+        )
     return markdown_table(header, rows, align="llrrrrrrrr").splitlines()
 
 
@@ -65,33 +90,65 @@ def memory_table(bench: dict) -> list[str]:
     rows = []
     for backend, p in bench["memory_exponent"].items():
         fit = bench.get("memory_fit_T", {}).get(backend)
-        rows.append([backend, _f(p), "-" if not fit else f"{fit[0]}-{fit[1]}", _f(bench["memory_ratio_8192_1024"].get(backend), ".1f")])
+        rows.append(
+            [
+                backend,
+                _f(p),
+                "-" if not fit else f"{fit[0]}-{fit[1]}",
+                _f(bench["memory_ratio_8192_1024"].get(backend), ".1f"),
+            ]
+        )
     header = ["backend", "exponent p (peak ~ T^p)", "fit over T", "peak(8192) / peak(1024)"]
     return markdown_table(header, rows, align="lrlr").splitlines()
 
 
 def train_table(bench: dict) -> list[str]:
-    header = ["backend", "Lightning tok/s (min-max)", "plain tok/s (min-max)", "Lightning / plain (min-max)", "tok/s / scaled's (min-max)"]
-    rows = [[r["backend"], f"{_f(r['lightning_tokens_per_s'], '.0f')}{_range(r.get('lightning_range'), '.0f')}",
-             f"{_f(r['plain_tokens_per_s'], '.0f')}{_range(r.get('plain_range'), '.0f')}",
-             f"{_f(r['ratio'], '.3f')}{_range(r.get('ratio_range'), '.3f')}",
-             f"{_f(r.get('ratio_to_scaled'), '.3f')}{_range(r.get('ratio_to_scaled_range'), '.3f')}"] for r in bench["train"]]
+    header = [
+        "backend",
+        "Lightning tok/s (min-max)",
+        "plain tok/s (min-max)",
+        "Lightning / plain (min-max)",
+        "tok/s / scaled's (min-max)",
+    ]
+    rows = [
+        [
+            r["backend"],
+            f"{_f(r['lightning_tokens_per_s'], '.0f')}{_range(r.get('lightning_range'), '.0f')}",
+            f"{_f(r['plain_tokens_per_s'], '.0f')}{_range(r.get('plain_range'), '.0f')}",
+            f"{_f(r['ratio'], '.3f')}{_range(r.get('ratio_range'), '.3f')}",
+            f"{_f(r.get('ratio_to_scaled'), '.3f')}{_range(r.get('ratio_to_scaled_range'), '.3f')}",
+        ]
+        for r in bench["train"]
+    ]
     return markdown_table(header, rows, align="lrrrr").splitlines()
 
 
 def e2e_table(e2e: dict) -> list[str]:
-    header = ["arm", "steps", "make train wall s (min-max)", "plain wall s (min-max)", "wall ratio (min-max)",
-              "step ms: make train / plain", "step ratio (min-max)", "val/loss make train / plain"]
+    header = [
+        "arm",
+        "steps",
+        "make train wall s (min-max)",
+        "plain wall s (min-max)",
+        "wall ratio (min-max)",
+        "step ms: make train / plain",
+        "step ratio (min-max)",
+        "val/loss make train / plain",
+    ]
     rows = []
     for r in e2e.get("rows", []):
         vl = r.get("val_loss") or {}
-        rows.append([f"{r['arm']} (`{' '.join(r['overrides']) or 'defaults'}`)", r["steps"],
-                     f"{_f(r['attnlab_wall_s'], '.1f')}{_range(r['attnlab_wall_range'], '.1f')}",
-                     f"{_f(r['plain_wall_s'], '.1f')}{_range(r['plain_wall_range'], '.1f')}",
-                     f"**{_f(r['wall_ratio'], '.3f')}**{_range(r['wall_ratio_range'], '.3f')}",
-                     f"{_f(r['attnlab_step_ms'], '.1f')} / {_f(r['plain_step_ms'], '.1f')}",
-                     f"{_f(r['step_ratio'], '.3f')}{_range(r['step_ratio_range'], '.3f')}",
-                     f"{_f((vl.get('attnlab') or [None])[0], '.4f')} / {_f((vl.get('plain') or [None])[0], '.4f')}"])
+        rows.append(
+            [
+                f"{r['arm']} (`{' '.join(r['overrides']) or 'defaults'}`)",
+                r["steps"],
+                f"{_f(r['attnlab_wall_s'], '.1f')}{_range(r['attnlab_wall_range'], '.1f')}",
+                f"{_f(r['plain_wall_s'], '.1f')}{_range(r['plain_wall_range'], '.1f')}",
+                f"**{_f(r['wall_ratio'], '.3f')}**{_range(r['wall_ratio_range'], '.3f')}",
+                f"{_f(r['attnlab_step_ms'], '.1f')} / {_f(r['plain_step_ms'], '.1f')}",
+                f"{_f(r['step_ratio'], '.3f')}{_range(r['step_ratio_range'], '.3f')}",
+                f"{_f((vl.get('attnlab') or [None])[0], '.4f')} / {_f((vl.get('plain') or [None])[0], '.4f')}",
+            ]
+        )
     return markdown_table(header, rows, align="lrrrrrrr").splitlines()
 
 
@@ -111,10 +168,19 @@ def longctx_table(section: dict) -> list[str]:
     """One row per T: both arms' wall time, their ratio and the end-of-run share, each beside its target's verdict."""
     targets = section.get("targets") or {}
     ratio_target, share_target = targets.get("wall_ratio"), targets.get("end_share")
-    header = ["T", "batch x steps", "default wall s (min-max)", "`callbacks=none` wall s (min-max)", "wall ratio (min-max)",
-              f"<= {_f(ratio_target)}x", "end-of-run analysis s", "share of the run (min-max)",
-              f"<= {_f(share_target * 100 if share_target is not None else None, '.0f')} %",
-              "after the last step s: default / none", "peak RSS MiB: default / none"]
+    header = [
+        "T",
+        "batch x steps",
+        "default wall s (min-max)",
+        "`callbacks=none` wall s (min-max)",
+        "wall ratio (min-max)",
+        f"<= {_f(ratio_target)}x",
+        "end-of-run analysis s",
+        "share of the run (min-max)",
+        f"<= {_f(share_target * 100 if share_target is not None else None, '.0f')} %",
+        "after the last step s: default / none",
+        "peak RSS MiB: default / none",
+    ]
     rows = []
     for r in section.get("rows", []):
         shape = f"{r.get('batch_size')} x {r.get('steps')}"
@@ -123,13 +189,24 @@ def longctx_table(section: dict) -> list[str]:
             continue
         tail = r.get("tail_s") or {}
         cuda = r.get("cuda_peak_bytes") or {}
-        memory = _mib_pair(r.get("max_rss_bytes")) + (f" (CUDA {_mib_pair(cuda)})" if cuda.get("default") is not None else "")
-        rows.append([r["T"], shape, f"{_f(r['default_wall_s'], '.1f')}{_range(r['default_wall_range'], '.1f')}",
-                     f"{_f(r['none_wall_s'], '.1f')}{_range(r['none_wall_range'], '.1f')}",
-                     f"**{_f(r['wall_ratio'], '.3f')}**{_range(r['wall_ratio_range'], '.3f')}", _verdict(r.get("ratio_verdict")),
-                     _f(r["end_s"], ".2f"),
-                     f"{_f(r['end_share'] * 100, '.1f')} %{_range([v * 100 for v in r['end_share_range']], '.1f')}",
-                     _verdict(r.get("end_verdict")), f"{_f(tail.get('default'), '.1f')} / {_f(tail.get('none'), '.1f')}", memory])
+        memory = _mib_pair(r.get("max_rss_bytes")) + (
+            f" (CUDA {_mib_pair(cuda)})" if cuda.get("default") is not None else ""
+        )
+        rows.append(
+            [
+                r["T"],
+                shape,
+                f"{_f(r['default_wall_s'], '.1f')}{_range(r['default_wall_range'], '.1f')}",
+                f"{_f(r['none_wall_s'], '.1f')}{_range(r['none_wall_range'], '.1f')}",
+                f"**{_f(r['wall_ratio'], '.3f')}**{_range(r['wall_ratio_range'], '.3f')}",
+                _verdict(r.get("ratio_verdict")),
+                _f(r["end_s"], ".2f"),
+                f"{_f(r['end_share'] * 100, '.1f')} %{_range([v * 100 for v in r['end_share_range']], '.1f')}",
+                _verdict(r.get("end_verdict")),
+                f"{_f(tail.get('default'), '.1f')} / {_f(tail.get('none'), '.1f')}",
+                memory,
+            ]
+        )
     return markdown_table(header, rows, align="llrrrlrrlrr").splitlines()
 
 
@@ -139,8 +216,10 @@ LONGCTX_TARGETS = ("ratio_verdict", "end_verdict")
 def longctx_outcome(section: dict) -> dict[str, dict[str, list[int]]]:
     """For each verdict (met, open, missed) and each target, the measured T that got it."""
     rows = [r for r in section.get("rows", []) if not r.get("error")]
-    return {verdict: {key: [r["T"] for r in rows if r.get(key) == verdict] for key in LONGCTX_TARGETS}
-            for verdict in ("met", "open", "missed")}
+    return {
+        verdict: {key: [r["T"] for r in rows if r.get(key) == verdict] for key in LONGCTX_TARGETS}
+        for verdict in ("met", "open", "missed")
+    }
 
 
 def longctx_verdict(section: dict) -> str:
@@ -150,20 +229,34 @@ def longctx_verdict(section: dict) -> str:
     if not rows:
         return "No T was measured" + (f" (T = {', '.join(str(r['T']) for r in failed)} failed)." if failed else ".")
     t = section["targets"]
-    targets = {"ratio_verdict": f"the wall ratio <= {_f(t['wall_ratio'])}x",
-               "end_verdict": f"the end-of-run analysis <= {_f(t['end_share'] * 100, '.0f')} % of the run"}
+    targets = {
+        "ratio_verdict": f"the wall ratio <= {_f(t['wall_ratio'])}x",
+        "end_verdict": f"the end-of-run analysis <= {_f(t['end_share'] * 100, '.0f')} % of the run",
+    }
     outcome = longctx_outcome(section)
 
     def listed(verdict: str) -> str:
         """Each target with the T where its verdict is ``verdict``, joined; empty if there are none."""
-        return "; ".join(f"{name} at T = {', '.join(map(str, outcome[verdict][key]))}"
-                         for key, name in targets.items() if outcome[verdict][key])
+        return "; ".join(
+            f"{name} at T = {', '.join(map(str, outcome[verdict][key]))}"
+            for key, name in targets.items()
+            if outcome[verdict][key]
+        )
 
     measured = ", ".join(str(r["T"]) for r in rows)
-    sentences = [f"{lead}: {found}." for lead, found in (("Missed in every pair", listed("missed")),
-                 ("Not resolved (pairs on both sides of the target)", listed("open"))) if found]
-    text = (" ".join(sentences) + f" Measured: T = {measured}." if sentences
-            else f"Both targets are met in every pair at every measured T ({measured}).")
+    sentences = [
+        f"{lead}: {found}."
+        for lead, found in (
+            ("Missed in every pair", listed("missed")),
+            ("Not resolved (pairs on both sides of the target)", listed("open")),
+        )
+        if found
+    ]
+    text = (
+        " ".join(sentences) + f" Measured: T = {measured}."
+        if sentences
+        else f"Both targets are met in every pair at every measured T ({measured})."
+    )
     if failed:
         text += f" T = {', '.join(str(r['T']) for r in failed)}: {failed[0]['error']}."
     if not section.get("complete", True):
@@ -175,16 +268,35 @@ def longctx_verdict(section: dict) -> str:
 
 
 def compile_table(rows: list[dict]) -> list[str]:
-    header = ["backend", "eager tok/s", "compiled tok/s", "speed-up", "compile s", "eager tok/s incl. warm-up",
-              "compiled tok/s incl. compile", "speed-up incl.", "max abs loss diff"]
+    header = [
+        "backend",
+        "eager tok/s",
+        "compiled tok/s",
+        "speed-up",
+        "compile s",
+        "eager tok/s incl. warm-up",
+        "compiled tok/s incl. compile",
+        "speed-up incl.",
+        "max abs loss diff",
+    ]
     body = []
     for r in rows:
         if r.get("error"):
             body.append([r["backend"], _f(r.get("eager_tokens_per_s"), ".0f"), r["error"], *[""] * 6])
             continue
-        body.append([r["backend"], _f(r["eager_tokens_per_s"], ".0f"), _f(r["compiled_tokens_per_s"], ".0f"), _f(r["speedup"], ".2f"),
-                     _f(r["compile_s"], ".1f"), _f(r["eager_tokens_per_s_incl"], ".0f"), _f(r["compiled_tokens_per_s_incl"], ".0f"),
-                     _f(r["speedup_incl"], ".3f"), _f(r["max_loss_diff"], ".1e")])
+        body.append(
+            [
+                r["backend"],
+                _f(r["eager_tokens_per_s"], ".0f"),
+                _f(r["compiled_tokens_per_s"], ".0f"),
+                _f(r["speedup"], ".2f"),
+                _f(r["compile_s"], ".1f"),
+                _f(r["eager_tokens_per_s_incl"], ".0f"),
+                _f(r["compiled_tokens_per_s_incl"], ".0f"),
+                _f(r["speedup_incl"], ".3f"),
+                _f(r["max_loss_diff"], ".1e"),
+            ]
+        )
     return markdown_table(header, body, align="lrrrrrrrr").splitlines()
 
 
@@ -208,11 +320,21 @@ def write_markdown(bench: dict, out: Path) -> Path:
         f"torch {m['torch']}; load average {_f(load[0][0])} before, {_f(load[1][0])} after "
         f"(the machine is shared: rerun when idle for clean numbers). Wall time {_f(bench.get('wall_s'), '.0f')} s.",
         "",
-        *([f"Sections {', '.join(_kept_sections(bench['merged']))} are kept "
-           f"from the run of {bench['merged']['kept_from']} (`--merge`), load average "
-           f"{_f(((bench['merged'].get('previous_load') or [None])[0] or [None])[0])} at its start"
-           + (f", {m['threads']} thread(s), matmul yardstick {_f(m['matmul_gflops'], '.1f')} GFLOP/s there." if now else "."), ""]
-          if bench.get("merged") and _kept_sections(bench["merged"]) else []),
+        *(
+            [
+                f"Sections {', '.join(_kept_sections(bench['merged']))} are kept "
+                f"from the run of {bench['merged']['kept_from']} (`--merge`), load average "
+                f"{_f(((bench['merged'].get('previous_load') or [None])[0] or [None])[0])} at its start"
+                + (
+                    f", {m['threads']} thread(s), matmul yardstick {_f(m['matmul_gflops'], '.1f')} GFLOP/s there."
+                    if now
+                    else "."
+                ),
+                "",
+            ]
+            if bench.get("merged") and _kept_sections(bench["merged"])
+            else []
+        ),
         f"Matmul yardstick{' (this run)' if now else ''}: {matmul['matmul_n']}x{matmul['matmul_n']} {matmul['matmul_dtype']} matmul, "
         f"median {_f(matmul['matmul_gflops'], '.1f')} GFLOP/s "
         f"(range {_f(matmul['matmul_gflops_range'][0], '.1f')}-{_f(matmul['matmul_gflops_range'][1], '.1f')}).",
@@ -260,14 +382,26 @@ def write_markdown(bench: dict, out: Path) -> Path:
             f"`callbacks=none`, {cb.get('measured_steps')} measured steps after {cb.get('warmup_steps')}, {cb.get('repeats')} "
             f"repeats, backend {cb.get('backend')}: step time ratio **{_f(cb.get('overhead_ratio'), '.3f')}**"
             f"{_range(cb.get('overhead_ratio_range'), '.3f')} ({_f(cb.get('step_ms_with'))} ms vs {_f(cb.get('step_ms_without'))} ms)."
-            + (f" Against the plain loop (same model and batches, no Lightning) in the same repeats: with the default "
-               f"callbacks **{_f(cb.get('ratio_to_plain'), '.3f')}**{_range(cb.get('ratio_to_plain_range'), '.3f')}, "
-               f"without {_f(cb.get('none_ratio_to_plain'), '.3f')}{_range(cb.get('none_ratio_to_plain_range'), '.3f')} "
-               f"(plain {_f(cb.get('step_ms_plain'))} ms)." if cb.get("ratio_to_plain") else "")
-            + (" Time inside each callback's own hooks, ms per step: "
-               + ", ".join(f"{k} {v:.2f}" for k, v in cb["hook_ms_per_step"].items()) + "." if cb.get("hook_ms_per_step") else "")
-            + ("" if cb.get("representative") else
-               " Not representative: the window is shorter than the callbacks' common period, so rare callbacks are over- or under-counted."),
+            + (
+                f" Against the plain loop (same model and batches, no Lightning) in the same repeats: with the default "
+                f"callbacks **{_f(cb.get('ratio_to_plain'), '.3f')}**{_range(cb.get('ratio_to_plain_range'), '.3f')}, "
+                f"without {_f(cb.get('none_ratio_to_plain'), '.3f')}{_range(cb.get('none_ratio_to_plain_range'), '.3f')} "
+                f"(plain {_f(cb.get('step_ms_plain'))} ms)."
+                if cb.get("ratio_to_plain")
+                else ""
+            )
+            + (
+                " Time inside each callback's own hooks, ms per step: "
+                + ", ".join(f"{k} {v:.2f}" for k, v in cb["hook_ms_per_step"].items())
+                + "."
+                if cb.get("hook_ms_per_step")
+                else ""
+            )
+            + (
+                ""
+                if cb.get("representative")
+                else " Not representative: the window is shorter than the callbacks' common period, so rare callbacks are over- or under-counted."
+            ),
             "",
         ]
     e2e = bench.get("e2e")
@@ -319,7 +453,7 @@ def write_markdown(bench: dict, out: Path) -> Path:
             "",
             f"The training step (forward, backward, clipping, AdamW) of the tiny preset, eager then `torch.compile(model)` on "
             f"the same batches from the same weights, {c['steps']} steps; tok/s = median step after {c['warmup_steps']} "
-            "steps; \"incl.\" = all steps' tokens over their total time (the compiling first steps included); compile s = the "
+            'steps; "incl." = all steps\' tokens over their total time (the compiling first steps included); compile s = the '
             "warm-up steps' time beyond the steady step.",
             "",
             *compile_table(bench["compile"]),
@@ -336,7 +470,9 @@ def write_markdown(bench: dict, out: Path) -> Path:
 
 def write_breakdown(result: dict, out: Path) -> Path:
     """breakdown.json (everything) and breakdown.md (the table, group totals, cProfile's top functions)."""
-    atomic_write_text(Path(out) / "breakdown.json", json.dumps(json_safe(result, non_finite_as_null=True), indent=1) + "\n")
+    atomic_write_text(
+        Path(out) / "breakdown.json", json.dumps(json_safe(result, non_finite_as_null=True), indent=1) + "\n"
+    )
     wall, steps = result["wall_s"], result["steps"]
     lines = [
         "# Where the time of one `make train` goes",
@@ -348,26 +484,54 @@ def write_breakdown(result: dict, out: Path) -> Path:
         "another (a checkpoint written by a callback, a W&B call inside validation) counts only for the inner one, so "
         "the rows add up to the wall time.",
         "",
-        markdown_table(["group", "seconds", "share"],
-                       [[g, f"{sec:.2f}", f"{sec / wall * 100:.1f} %"] for g, sec in result["groups"].items()], align="lrr"),
+        markdown_table(
+            ["group", "seconds", "share"],
+            [[g, f"{sec:.2f}", f"{sec / wall * 100:.1f} %"] for g, sec in result["groups"].items()],
+            align="lrr",
+        ),
         "",
-        markdown_table(["group", "phase", "seconds", "share", "calls", "ms per call", "ms per step"],
-                       [[r["group"], r["phase"], f"{r['seconds']:.3f}", f"{r['share'] * 100:.1f} %", r["calls"],
-                         f"{r['ms_per_call']:.2f}", f"{r['ms_per_step']:.3f}"] for r in result["rows"]], align="llrrrrr"),
+        markdown_table(
+            ["group", "phase", "seconds", "share", "calls", "ms per call", "ms per step"],
+            [
+                [
+                    r["group"],
+                    r["phase"],
+                    f"{r['seconds']:.3f}",
+                    f"{r['share'] * 100:.1f} %",
+                    r["calls"],
+                    f"{r['ms_per_call']:.2f}",
+                    f"{r['ms_per_step']:.3f}",
+                ]
+                for r in result["rows"]
+            ],
+            align="llrrrrr",
+        ),
         "",
     ]
     if result.get("background_s"):
-        lines += ["In a thread beside these rows, overlapping them (not in the sum): " + "; ".join(
-            f"{name} {sec:.2f} s" for name, sec in result["background_s"].items()) + ".", ""]
+        lines += [
+            "In a thread beside these rows, overlapping them (not in the sum): "
+            + "; ".join(f"{name} {sec:.2f} s" for name, sec in result["background_s"].items())
+            + ".",
+            "",
+        ]
     if result.get("cprofile_top"):
         run = result.get("cprofile_run") or {}
-        lines += [f"Functions with the most self time in a second, cProfile'd run (`{' '.join(run.get('overrides', []))}`, "
-                  f"{run.get('steps')} steps, {_f(run.get('wall_s'), '.0f')} s; cProfile slows every Python call, so these "
-                  "seconds are not the table's):", "",
-                  markdown_table(["function", "calls", "self s", "cumulative s"],
-                                 [[f"`{r['function']}`", r["calls"], f"{r['self_s']:.2f}", f"{r['cum_s']:.2f}"]
-                                  for r in result["cprofile_top"]], align="lrrr"),
-                  ""]
+        lines += [
+            f"Functions with the most self time in a second, cProfile'd run (`{' '.join(run.get('overrides', []))}`, "
+            f"{run.get('steps')} steps, {_f(run.get('wall_s'), '.0f')} s; cProfile slows every Python call, so these "
+            "seconds are not the table's):",
+            "",
+            markdown_table(
+                ["function", "calls", "self s", "cumulative s"],
+                [
+                    [f"`{r['function']}`", r["calls"], f"{r['self_s']:.2f}", f"{r['cum_s']:.2f}"]
+                    for r in result["cprofile_top"]
+                ],
+                align="lrrr",
+            ),
+            "",
+        ]
     path = Path(out) / "breakdown.md"
     atomic_write_text(path, "\n".join(lines))
     return path

@@ -6,6 +6,7 @@ A step's time is the span between the ends of consecutive training batches: it c
 cycle (data loading, forward, backward, clipping, optimizer, every hook and log call) and leaves
 out start-up, validation and teardown. The first ``warmup`` steps are not counted.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,7 +26,7 @@ from ..config import compose_config
 from ..console import quiet_lightning
 from ..module import GPTModule
 from ..train import build_callbacks
-from .timing import paired_ratios, median_and_range
+from .timing import median_and_range, paired_ratios
 
 INTERVAL_KEYS = ("every_n_steps", "every_n_train_steps", "check_every_n_steps")
 
@@ -118,8 +119,12 @@ def lightning_step_seconds(setup: TrainSetup, warmup: int, callbacks: list | Non
     clock = StepClock(setup.device)
     with tempfile.TemporaryDirectory(prefix="attnlab-bench-") as root, quiet_lightning(silence_output=True):
         trainer = instantiate(
-            setup.cfg.trainer, logger=False, callbacks=[*(callbacks or []), clock], default_root_dir=root,
-            limit_val_batches=0, num_sanity_val_steps=0,
+            setup.cfg.trainer,
+            logger=False,
+            callbacks=[*(callbacks or []), clock],
+            default_root_dir=root,
+            limit_val_batches=0,
+            num_sanity_val_steps=0,
         )
         trainer.fit(module, datamodule=setup.datamodule)
     return seconds_per_step(clock.stamps, warmup)
@@ -178,8 +183,13 @@ def device_overrides(device: torch.device) -> list[str]:
 
 
 def train_throughput(
-    backends: tuple[str, ...], steps: int, warmup: int, repeats: int, device: torch.device,
-    extra_overrides: list[str] = (), log: Callable[[str], None] = print,
+    backends: tuple[str, ...],
+    steps: int,
+    warmup: int,
+    repeats: int,
+    device: torch.device,
+    extra_overrides: list[str] = (),
+    log: Callable[[str], None] = print,
 ) -> list[dict]:
     """Per backend: tokens/s of the Lightning and the plain loop, their ratio, and each loop's ratio to ``scaled``.
 
@@ -198,31 +208,50 @@ def train_throughput(
             for backend in backends:
                 s = setups[backend]
                 runs = [("lightning", lightning_step_seconds), ("plain", plain_step_seconds)]
-                for loop, fn in (runs if rep % 2 == 0 else runs[::-1]):
+                for loop, fn in runs if rep % 2 == 0 else runs[::-1]:
                     tps = s.tokens_per_step / fn(s, warmup)
                     (light if loop == "lightning" else plain)[backend].append(tps)
-            log(f"  train rep {rep + 1}/{repeats}: " + "  ".join(
-                f"{b} L {light[b][-1]:.0f} / plain {plain[b][-1]:.0f} tok/s" for b in backends))
+            log(
+                f"  train rep {rep + 1}/{repeats}: "
+                + "  ".join(f"{b} L {light[b][-1]:.0f} / plain {plain[b][-1]:.0f} tok/s" for b in backends)
+            )
     rows = []
     first = setups[backends[0]]
     for backend in backends:
         lt, pt = median_and_range(light[backend]), median_and_range(plain[backend])
         ratio = paired_ratios(light[backend], plain[backend])
         row = {
-            "backend": backend, "lightning_tokens_per_s": lt["median"], "lightning_range": [lt["min"], lt["max"]],
-            "plain_tokens_per_s": pt["median"], "plain_range": [pt["min"], pt["max"]],
-            "ratio": ratio["median"], "ratio_range": [ratio["min"], ratio["max"]],
-            "ratio_to_scaled": None, "ratio_to_scaled_range": None, "plain_ratio_to_scaled": None,
-            "lightning_samples": light[backend], "plain_samples": plain[backend],
+            "backend": backend,
+            "lightning_tokens_per_s": lt["median"],
+            "lightning_range": [lt["min"], lt["max"]],
+            "plain_tokens_per_s": pt["median"],
+            "plain_range": [pt["min"], pt["max"]],
+            "ratio": ratio["median"],
+            "ratio_range": [ratio["min"], ratio["max"]],
+            "ratio_to_scaled": None,
+            "ratio_to_scaled_range": None,
+            "plain_ratio_to_scaled": None,
+            "lightning_samples": light[backend],
+            "plain_samples": plain[backend],
         }
         if "scaled" in light:
             rs = paired_ratios(light[backend], light["scaled"])
-            row.update(ratio_to_scaled=rs["median"], ratio_to_scaled_range=[rs["min"], rs["max"]],
-                       plain_ratio_to_scaled=paired_ratios(plain[backend], plain["scaled"])["median"])
+            row.update(
+                ratio_to_scaled=rs["median"],
+                ratio_to_scaled_range=[rs["min"], rs["max"]],
+                plain_ratio_to_scaled=paired_ratios(plain[backend], plain["scaled"])["median"],
+            )
         rows.append(row)
-    meta = {"preset": "tiny", "batch_size": int(first.cfg.data.batch_size), "block_size": int(first.cfg.model.block_size),
-            "steps": steps, "warmup_steps": warmup, "repeats": repeats, "precision": str(first.cfg.trainer.precision),
-            "tokens_per_step": first.tokens_per_step}
+    meta = {
+        "preset": "tiny",
+        "batch_size": int(first.cfg.data.batch_size),
+        "block_size": int(first.cfg.model.block_size),
+        "steps": steps,
+        "warmup_steps": warmup,
+        "repeats": repeats,
+        "precision": str(first.cfg.trainer.precision),
+        "tokens_per_step": first.tokens_per_step,
+    }
     return [dict(r, **{"setup": meta}) for r in rows]
 
 
@@ -251,8 +280,13 @@ def representative_window(intervals: dict[str, int], cap: int) -> int:
 
 
 def callback_overhead(
-    steps: int | None, warmup: int, repeats: int, device: torch.device, backend: str = "scaled",
-    cap: int = 2000, log: Callable[[str], None] = print,
+    steps: int | None,
+    warmup: int,
+    repeats: int,
+    device: torch.device,
+    backend: str = "scaled",
+    cap: int = 2000,
+    log: Callable[[str], None] = print,
 ) -> dict:
     """Step time with ``callbacks=default`` over step time with ``callbacks=none``, pair by pair, and
     both over the plain loop's (same model and batches, no Lightning) in the same repeat.
@@ -271,7 +305,7 @@ def callback_overhead(
         off = make_setup([*base, "callbacks=none"], Path(out) / "off", device, on.datamodule)
         for rep in range(repeats):
             arms = [(on, on_s), (off, off_s)]
-            for setup, sink in (arms if rep % 2 == 0 else arms[::-1]):
+            for setup, sink in arms if rep % 2 == 0 else arms[::-1]:
                 with quiet_lightning(silence_output=True):
                     callbacks = build_callbacks(setup.cfg)
                 hooks = HookTimer(device)
@@ -280,21 +314,31 @@ def callback_overhead(
                     for name, sec in hooks.seconds.items():
                         hook_ms.setdefault(name, []).append(sec * 1e3 / setup.steps)
             plain_s.append(plain_step_seconds(off, warmup))
-            log(f"  callbacks rep {rep + 1}/{repeats}: on {on_s[-1] * 1e3:.2f} ms/step, off {off_s[-1] * 1e3:.2f} ms/step, "
-                f"plain {plain_s[-1] * 1e3:.2f} ms/step")
+            log(
+                f"  callbacks rep {rep + 1}/{repeats}: on {on_s[-1] * 1e3:.2f} ms/step, off {off_s[-1] * 1e3:.2f} ms/step, "
+                f"plain {plain_s[-1] * 1e3:.2f} ms/step"
+            )
         names = [type(c).__name__ for c in build_callbacks(on.cfg)]
     ratio = paired_ratios(on_s, off_s)
     to_plain, off_to_plain = paired_ratios(on_s, plain_s), paired_ratios(off_s, plain_s)
     on_sum, off_sum = median_and_range(on_s), median_and_range(off_s)
     return {
-        "overhead_ratio": ratio["median"], "overhead_ratio_range": [ratio["min"], ratio["max"]],
-        "ratio_to_plain": to_plain["median"], "ratio_to_plain_range": [to_plain["min"], to_plain["max"]],
-        "none_ratio_to_plain": off_to_plain["median"], "none_ratio_to_plain_range": [off_to_plain["min"], off_to_plain["max"]],
-        "step_ms_with": on_sum["median"] * 1e3, "step_ms_without": off_sum["median"] * 1e3,
+        "overhead_ratio": ratio["median"],
+        "overhead_ratio_range": [ratio["min"], ratio["max"]],
+        "ratio_to_plain": to_plain["median"],
+        "ratio_to_plain_range": [to_plain["min"], to_plain["max"]],
+        "none_ratio_to_plain": off_to_plain["median"],
+        "none_ratio_to_plain_range": [off_to_plain["min"], off_to_plain["max"]],
+        "step_ms_with": on_sum["median"] * 1e3,
+        "step_ms_without": off_sum["median"] * 1e3,
         "step_ms_plain": median_and_range(plain_s)["median"] * 1e3,
         "step_s_samples": {"with": on_s, "without": off_s, "plain": plain_s},
-        "callbacks": names, "intervals": intervals, "measured_steps": window, "warmup_steps": warmup,
-        "repeats": repeats, "backend": backend,
+        "callbacks": names,
+        "intervals": intervals,
+        "measured_steps": window,
+        "warmup_steps": warmup,
+        "repeats": repeats,
+        "backend": backend,
         "hook_ms_per_step": {name: median_and_range(v)["median"] for name, v in hook_ms.items()},
         "representative": steps is None and window == representative_window(intervals, 10**9),
     }

@@ -4,6 +4,7 @@ CUDA kernels run asynchronously, so there each sample is bracketed by CUDA event
 synchronize; on CPU ``time.perf_counter`` around the call is exact. A sample of a very short call
 averages several back-to-back calls, so timer resolution and Python overhead do not dominate it.
 """
+
 from __future__ import annotations
 
 import math

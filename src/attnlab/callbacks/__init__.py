@@ -1,4 +1,5 @@
 """Callbacks that measure what attention does inside the model and what it costs."""
+
 from .attention_maps import AttentionMaps
 from .attention_stats import AttentionStats
 from .gradients import QKGradNorms

@@ -2,6 +2,7 @@
 
 Saved as ``attention_maps/step{N}.png`` in the run dir and logged as an image to W&B.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,8 +10,8 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from .cadence import should_run
 from ..analysis.probe import probe, probe_batch, training_precision
+from .cadence import should_run
 
 
 def plot_attention_maps(probs: list[torch.Tensor], path: Path, title: str) -> Path:
@@ -25,10 +26,19 @@ def plot_attention_maps(probs: list[torch.Tensor], path: Path, title: str) -> Pa
     left, right, bottom, top = 0.1, 0.1, 0.1, 0.65  # inches: the title and the first row's labels on top
     width, height = left + right + scale * image.shape[1], bottom + top + scale * image.shape[0]
     fig = new_figure(width, height)
-    ax = image_axes(fig, image, (left / width, bottom / height, 1 - (left + right) / width, 1 - (bottom + top) / height))
+    ax = image_axes(
+        fig, image, (left / width, bottom / height, 1 - (left + right) / width, 1 - (bottom + top) / height)
+    )
     for k, (x0, y0) in enumerate(corners):
-        ax.text(x0 + (t - 1) / 2, y0 - 0.5 - 0.04 / scale, f"L{k // n_head} H{k % n_head}", fontsize=8, ha="center",
-                va="bottom", clip_on=False)
+        ax.text(
+            x0 + (t - 1) / 2,
+            y0 - 0.5 - 0.04 / scale,
+            f"L{k // n_head} H{k % n_head}",
+            fontsize=8,
+            ha="center",
+            va="bottom",
+            clip_on=False,
+        )
     fig.suptitle(title, fontsize=9)
     return save(fig, path, dpi=80)
 
@@ -42,9 +52,13 @@ class AttentionMaps(L.Callback):
         if not trainer.is_global_zero or not trainer.default_root_dir:
             return None
         x = probe_batch(trainer, 1)[:, : self.max_tokens].to(pl_module.device)
-        probs = [rec.layer.probabilities(rec.q, rec.k)[0] for rec in probe(pl_module.model, x, training_precision(trainer))]
+        probs = [
+            rec.layer.probabilities(rec.q, rec.k)[0] for rec in probe(pl_module.model, x, training_precision(trainer))
+        ]
         step = trainer.global_step
-        path = plot_attention_maps(probs, Path(trainer.default_root_dir) / "attention_maps" / f"step{step}.png", f"step {step}")
+        path = plot_attention_maps(
+            probs, Path(trainer.default_root_dir) / "attention_maps" / f"step{step}.png", f"step {step}"
+        )
         self.saved_step = step
         for logger in trainer.loggers:
             if hasattr(logger, "log_image"):

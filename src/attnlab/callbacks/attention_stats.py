@@ -7,6 +7,7 @@ same way as explicit ones. At long block sizes the probe is bounded (``probe_pla
 logger, appended to ``attention_stats.jsonl`` in the run dir, and the final per-layer values go
 into results.json (``summary()``).
 """
+
 from __future__ import annotations
 
 import json
@@ -15,9 +16,9 @@ from pathlib import Path
 import lightning as L
 import torch
 
+from ..analysis.probe import probe, probe_batch, probe_plan, training_precision
 from ..attention.stats import attention_stats, layer_values, record_stats
 from .cadence import log_metrics, should_run
-from ..analysis.probe import probe, probe_batch, probe_plan, training_precision
 
 HISTORY_FILE = "attention_stats.jsonl"  # one JSON line of per-layer statistics per probe step
 
@@ -31,8 +32,15 @@ def read_history(run_dir: Path) -> list[dict]:
 
 
 class AttentionStats(L.Callback):
-    def __init__(self, every_n_steps: int = 100, probe_size: int = 8, block: int = 128, per_head: bool = True,
-                 max_tokens: int | None = 2048, max_rows: int | None = 1024):
+    def __init__(
+        self,
+        every_n_steps: int = 100,
+        probe_size: int = 8,
+        block: int = 128,
+        per_head: bool = True,
+        max_tokens: int | None = 2048,
+        max_rows: int | None = 1024,
+    ):
         self.every_n_steps, self.probe_size, self.block, self.per_head = every_n_steps, probe_size, block, per_head
         self.max_tokens, self.max_rows = max_tokens, max_rows
         self.history: list[dict] = []
@@ -50,8 +58,14 @@ class AttentionStats(L.Callback):
         classes = classes(self._x) if classes is not None else None
         for rec in probe(pl_module.model, self._x.to(pl_module.device), training_precision(trainer)):
             i = rec.index
-            per_head = attention_stats(rec.q, rec.k, rec.layer.weight_rule(fp32=True), block=self.block, query_classes=classes,
-                                       positions=self._positions)
+            per_head = attention_stats(
+                rec.q,
+                rec.k,
+                rec.layer.weight_rule(fp32=True),
+                block=self.block,
+                query_classes=classes,
+                positions=self._positions,
+            )
             per_layer = record_stats(rec)
             per_head |= {name: v for name, v in per_layer.items() if v.dim()}
             metrics.update({f"attn/L{i}/{name}": v for name, v in layer_values(per_head).items()})

@@ -1,4 +1,5 @@
 """When callbacks run and how they log, shared so every callback counts steps the same way."""
+
 from __future__ import annotations
 
 import lightning as L
@@ -14,8 +15,9 @@ def optimizer_stepped(trainer: L.Trainer, batch_idx: int) -> bool:
 def should_run(trainer: L.Trainer, every_n_steps: int, batch_idx: int) -> bool:
     """In on_train_batch_end: true after steps 1, 1 + n, 1 + 2n, ... (global_step counts finished
     steps), once per step whatever the accumulation."""
-    return (every_n_steps > 0 and (trainer.global_step - 1) % every_n_steps == 0
-            and optimizer_stepped(trainer, batch_idx))
+    return (
+        every_n_steps > 0 and (trainer.global_step - 1) % every_n_steps == 0 and optimizer_stepped(trainer, batch_idx)
+    )
 
 
 def log_metrics(trainer: L.Trainer, metrics: dict[str, float]) -> None:

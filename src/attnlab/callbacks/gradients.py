@@ -3,6 +3,7 @@
 A saturated softmax has a Jacobian diag(p) - pp^T close to zero, which starves exactly these
 gradients (source claim 8): ``grad/L{i}/q_norm`` and ``grad/L{i}/k_norm`` show it during training.
 """
+
 from __future__ import annotations
 
 import lightning as L

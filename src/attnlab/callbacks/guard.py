@@ -14,6 +14,7 @@ guard fails on a non-finite loss, or after ``max_skipped_steps`` skipped steps i
 Under DDP every rank takes the same decision at the same step (one all-reduce of a flag), so no
 rank is left waiting in a collective while another stops.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,8 +22,8 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from ..errors import AttnlabError
 from ..analysis.probe import training_precision
+from ..errors import AttnlabError
 
 
 class NonFiniteError(AttnlabError):
@@ -86,6 +87,7 @@ class NonFiniteGuard(L.Callback):
             def hook(module, args, output):
                 if not found and not torch.isfinite(output).all():
                     found.append((name, output))
+
             return hook
 
         names = [(layer, f"layer {i} attention output (attn/L{i})") for i, layer in enumerate(model.attention_layers())]
@@ -117,11 +119,14 @@ class NonFiniteGuard(L.Callback):
             if self.skipped_in_a_row < self.max_skipped_steps:
                 return
             self._kind = "NaN/Inf"
-            self._fire(trainer, f"the gradients of {self.skipped_in_a_row} steps in a row (the 16-mixed scaler "
-                       f"skipped them all; callbacks.nonfinite_guard.max_skipped_steps={self.max_skipped_steps})", grads[0])
+            self._fire(
+                trainer,
+                f"the gradients of {self.skipped_in_a_row} steps in a row (the 16-mixed scaler "
+                f"skipped them all; callbacks.nonfinite_guard.max_skipped_steps={self.max_skipped_steps})",
+                grads[0],
+            )
         for name, p in pl_module.named_parameters():
             if p.grad is not None and not torch.isfinite(p.grad).all():
                 self._fire(trainer, f"gradient of {name}", p.grad)
         self._kind = "NaN/Inf"
         self._fire(trainer, "the gradients on another rank", grads[0] if grads else torch.zeros(()))
-

@@ -13,6 +13,7 @@ probes' length and ``probe_tokens`` each probe's tokens (``analysis.heads.probe_
 rows up to T = 64, evenly spaced fewer beyond), so a measurement costs about what it costs at
 T = 64 at any block size.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,8 +23,8 @@ from lightning.pytorch.callbacks import Callback
 
 from ..analysis.heads import KNOCKOUT, THRESHOLDS, Probes, analyze_heads, build_probes
 from ..analysis.outputs import table_columns, table_rows, write_outputs
-from .cadence import log_metrics
 from ..analysis.probe import training_precision
+from .cadence import log_metrics
 
 
 class HeadAnalysis(Callback):
@@ -44,10 +45,17 @@ class HeadAnalysis(Callback):
         if max_len is not None and (not isinstance(max_len, int) or max_len < 2):
             raise ValueError(f"callbacks.heads.max_len={max_len!r}; expected an integer >= 2 or null (the whole block)")
         if probe_tokens is not None and (not isinstance(probe_tokens, int) or probe_tokens < 1):
-            raise ValueError(f"callbacks.heads.probe_tokens={probe_tokens!r}; expected a positive integer or null "
-                             "(every probe row)")
+            raise ValueError(
+                f"callbacks.heads.probe_tokens={probe_tokens!r}; expected a positive integer or null (every probe row)"
+            )
         self.probe_tokens = probe_tokens
-        self.every_n_steps, self.n_probe, self.seed, self.knockout, self.max_len = every_n_steps, n_probe, seed, knockout, max_len
+        self.every_n_steps, self.n_probe, self.seed, self.knockout, self.max_len = (
+            every_n_steps,
+            n_probe,
+            seed,
+            knockout,
+            max_len,
+        )
         self.output_dir, self.plot = output_dir, plot
         self.thresholds = {**THRESHOLDS, **(thresholds or {})}
         self.probes: Probes | None = None
@@ -58,8 +66,15 @@ class HeadAnalysis(Callback):
     def _measure(self, trainer: L.Trainer, pl_module: L.LightningModule, final: bool = False) -> dict:
         if self.probes is None:
             vocab = pl_module.hparams.get("vocab") if hasattr(pl_module, "hparams") else None
-            self.probes = build_probes(pl_module.model, vocab, getattr(trainer, "datamodule", None), self.n_probe, self.seed,
-                                       self.max_len, self.probe_tokens)
+            self.probes = build_probes(
+                pl_module.model,
+                vocab,
+                getattr(trainer, "datamodule", None),
+                self.n_probe,
+                self.seed,
+                self.max_len,
+                self.probe_tokens,
+            )
         knockout = self.knockout == "always" or (final and self.knockout == "final")
         with training_precision(trainer)():  # the forwards see the training dtype and kernel
             self.heads, self.final = analyze_heads(pl_module.model, self.probes, self.thresholds, knockout=knockout)
@@ -97,7 +112,12 @@ class HeadAnalysis(Callback):
         if not measured or self.knockout == "final":
             log_metrics(trainer, self._measure(trainer, pl_module, final=True))
         out_dir = Path(self.output_dir or trainer.default_root_dir)
-        meta = {"plain": self.probes.plain_source, "n": len(self.probes.repeat), "half": f"{int(self.probes.half.min())}..{int(self.probes.half.max())}", "step": trainer.global_step}
+        meta = {
+            "plain": self.probes.plain_source,
+            "n": len(self.probes.repeat),
+            "half": f"{int(self.probes.half.min())}..{int(self.probes.half.max())}",
+            "step": trainer.global_step,
+        }
         paths = write_outputs(self.heads, self.final, out_dir, self.history, meta, plot=self.plot)
         self._log_wandb(trainer, paths.get("png"))
 

@@ -19,6 +19,7 @@ outside the training steps (the closing validation) as an interruption. A second
 reduced over the ranks after every step (a signal may reach one process only), so all of them
 save and stop at the same step and none waits in a collective for the others.
 """
+
 from __future__ import annotations
 
 import signal
@@ -42,8 +43,15 @@ class Interrupted(AttnlabError):
     its loggers: requeueing makes SLURM send SIGTERM to every process of the job, W&B's included.
     """
 
-    def __init__(self, message: str, signal_name: str | None = None, step: int | None = None,
-                 requeued: bool = False, handoff=None, resume_hint: str = ""):
+    def __init__(
+        self,
+        message: str,
+        signal_name: str | None = None,
+        step: int | None = None,
+        requeued: bool = False,
+        handoff=None,
+        resume_hint: str = "",
+    ):
         super().__init__(message)
         self.signal_name, self.step, self.requeued = signal_name, step, requeued
         self.handoff, self.resume_hint = handoff, resume_hint
@@ -131,9 +139,15 @@ class GracefulInterrupt(L.Callback):
         if self.received in REQUEUE_SIGNALS and is_submitit_handler(scheduler):
             raise Interrupted(message, name, trainer.global_step, handoff=(scheduler, self.received), resume_hint=hint)
         if self.received == signal.SIGTERM and being_requeued():  # SLURM requeues it (a preemption), not a cancel
-            raise Interrupted(f"{message}; requeued by SLURM; the next attempt resumes from it", name,
-                              trainer.global_step, requeued=True)
-        raise Interrupted(f"{message}; resume with {hint}", name if self.received is not None else None, trainer.global_step)
+            raise Interrupted(
+                f"{message}; requeued by SLURM; the next attempt resumes from it",
+                name,
+                trainer.global_step,
+                requeued=True,
+            )
+        raise Interrupted(
+            f"{message}; resume with {hint}", name if self.received is not None else None, trainer.global_step
+        )
 
     def teardown(self, trainer, pl_module, stage):
         for sig, handler in self._previous.items():

@@ -8,10 +8,10 @@ B x H x T^2 x bytes: the quadratic term that explicit backends materialise and f
 cache, 2 x n_layer x n_kv_head x d_k x bytes: what grouped-query attention saves.
 On CUDA ``mem/cuda_max_allocated_bytes`` adds the absolute peak (weights and optimizer state included).
 """
+
 from __future__ import annotations
 
 import lightning as L
-import torch
 
 from ..profiling import PeakMemory
 from .cadence import log_metrics

@@ -9,6 +9,7 @@ too. Nothing is downloaded: ``--encoding gpt2`` uses tiktoken's GPT-2 encoding w
 files are already on the machine. Everything is written into a temporary directory beside ``--out``
 and renamed into place at the end: a failed or interrupted prepare leaves no partial directory.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,12 +49,18 @@ def train_bpe(text: str, vocab_size: int):
     try:
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     except ImportError:
-        raise DataError("--encoding bpe needs the 'tokenizers' package (make install, or pip install tokenizers)") from None
+        raise DataError(
+            "--encoding bpe needs the 'tokenizers' package (make install, or pip install tokenizers)"
+        ) from None
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[END_OF_TEXT], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[END_OF_TEXT],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(pieces(text), trainer=trainer, length=None)
     return tok
 
@@ -71,8 +78,15 @@ def write_ids(path: Path, chunks: Iterator[list[int]], dtype: np.dtype) -> dict:
     return {"tokens": tokens, "max_id": top}
 
 
-def prepare(out: Path, text: str, source: str, encoding: str = "bpe", vocab_size: int = 4096,
-            val_fraction: float = 0.1, force: bool = False) -> dict:
+def prepare(
+    out: Path,
+    text: str,
+    source: str,
+    encoding: str = "bpe",
+    vocab_size: int = 4096,
+    val_fraction: float = 0.1,
+    force: bool = False,
+) -> dict:
     """Tokenize ``text`` into ``out``; return the meta.json written."""
     out = Path(out)
     if encoding not in ENCODINGS:
@@ -80,8 +94,10 @@ def prepare(out: Path, text: str, source: str, encoding: str = "bpe", vocab_size
     if not 0 < val_fraction < 1:
         raise DataError(f"--val-fraction={val_fraction} is not accepted; expected a number in (0, 1)")
     if encoding == "bpe" and not 257 <= vocab_size <= 1 << 32:
-        raise DataError(f"--vocab-size={vocab_size} is not accepted; expected an integer from 257 (the 256 bytes and "
-                        f"{END_OF_TEXT}) up")
+        raise DataError(
+            f"--vocab-size={vocab_size} is not accepted; expected an integer from 257 (the 256 bytes and "
+            f"{END_OF_TEXT}) up"
+        )
     if out.exists() and not out.is_dir():
         raise DataError(f"--out={out} is a file; expected a directory to create")
     if out.is_dir() and any(out.iterdir()) and not force:
@@ -94,8 +110,10 @@ def prepare(out: Path, text: str, source: str, encoding: str = "bpe", vocab_size
     split = text.find("\n", split) + 1 or split  # at a line end, where there is one
     train_text, val_text = text[:split], text[split:]
     if not train_text.strip() or not val_text.strip():
-        raise DataError(f"--val-fraction={val_fraction} leaves an empty split of {len(text)} characters; expected a "
-                        "longer text or another fraction")
+        raise DataError(
+            f"--val-fraction={val_fraction} leaves an empty split of {len(text)} characters; expected a "
+            "longer text or another fraction"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     umask = os.umask(0)
@@ -112,7 +130,7 @@ def prepare(out: Path, text: str, source: str, encoding: str = "bpe", vocab_size
             def encode(s: str) -> Iterator[list[int]]:
                 batch = list(pieces(s))
                 for i in range(0, len(batch), 16):
-                    for enc in tok.encode_batch(batch[i:i + 16], add_special_tokens=False):
+                    for enc in tok.encode_batch(batch[i : i + 16], add_special_tokens=False):
                         yield enc.ids
         else:
             enc = TiktokenTokenizer("gpt2")
@@ -122,11 +140,22 @@ def prepare(out: Path, text: str, source: str, encoding: str = "bpe", vocab_size
             def encode(s: str) -> Iterator[list[int]]:
                 for piece in pieces(s):
                     yield enc.encode(piece)
+
         dtype = np.dtype(np.uint16 if n_vocab <= 1 << 16 else np.uint32)
-        splits = {name: write_ids(tmp / f"{name}.bin", encode(s), dtype) for name, s in (("train", train_text), ("val", val_text))}
-        meta = {"vocab_size": n_vocab, "dtype": dtype.name, "tokenizer": spec, "source": source,
-                "val_fraction": val_fraction, "characters": {"train": len(train_text), "val": len(val_text)},
-                "splits": splits, "seconds": round(time.perf_counter() - t0, 2)}
+        splits = {
+            name: write_ids(tmp / f"{name}.bin", encode(s), dtype)
+            for name, s in (("train", train_text), ("val", val_text))
+        }
+        meta = {
+            "vocab_size": n_vocab,
+            "dtype": dtype.name,
+            "tokenizer": spec,
+            "source": source,
+            "val_fraction": val_fraction,
+            "characters": {"train": len(train_text), "val": len(val_text)},
+            "splits": splits,
+            "seconds": round(time.perf_counter() - t0, 2),
+        }
         (tmp / META).write_text(json.dumps(meta, indent=2) + "\n")
         old = None
         if out.exists():
@@ -145,23 +174,42 @@ def main(argv: list[str] | None = None) -> int:
     parser = command_parser("prepare", "tokenize a text corpus into train.bin / val.bin / meta.json for data=tokens")
     parser.add_argument("--input", help="a UTF-8 text file (default: the Shakespeare corpus of data=shakespeare)")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"the directory to create (default: {DEFAULT_OUT})")
-    parser.add_argument("--encoding", default="bpe", help="bpe: a byte-level BPE trained on the corpus (default); "
-                        "gpt2: GPT-2's encoding through tiktoken (its files must be in tiktoken's cache)")
-    parser.add_argument("--vocab-size", type=int, default=4096, help="--encoding bpe: ids in all, bytes and merges (default 4096)")
-    parser.add_argument("--val-fraction", type=float, default=0.1, help="the last part of the text held out (default 0.1)")
+    parser.add_argument(
+        "--encoding",
+        default="bpe",
+        help="bpe: a byte-level BPE trained on the corpus (default); "
+        "gpt2: GPT-2's encoding through tiktoken (its files must be in tiktoken's cache)",
+    )
+    parser.add_argument(
+        "--vocab-size", type=int, default=4096, help="--encoding bpe: ids in all, bytes and merges (default 4096)"
+    )
+    parser.add_argument(
+        "--val-fraction", type=float, default=0.1, help="the last part of the text held out (default 0.1)"
+    )
     parser.add_argument("--force", action="store_true", help="replace --out if it exists")
     args = parser.parse_args(argv)
     try:
         text = read_text_file(args.input) if args.input else shakespeare_text()
-        meta = prepare(Path(args.out), text, args.input or "shakespeare", args.encoding, args.vocab_size,
-                       args.val_fraction, args.force)
+        meta = prepare(
+            Path(args.out),
+            text,
+            args.input or "shakespeare",
+            args.encoding,
+            args.vocab_size,
+            args.val_fraction,
+            args.force,
+        )
     except DataError as err:
-        message = str(err).replace("data.path=", "--input=", 1) if args.input else str(err)  # read_text_file names the config key
+        message = (
+            str(err).replace("data.path=", "--input=", 1) if args.input else str(err)
+        )  # read_text_file names the config key
         print(f"{ERROR_PREFIX}{message}", file=sys.stderr)
         return 2
     s = meta["splits"]
-    print(f"attnlab: {args.out}: train.bin {s['train']['tokens']} and val.bin {s['val']['tokens']} {meta['dtype']} ids "
-          f"(vocabulary {meta['vocab_size']}, {meta['seconds']} s); train with data=tokens data.dir={args.out}")
+    print(
+        f"attnlab: {args.out}: train.bin {s['train']['tokens']} and val.bin {s['val']['tokens']} {meta['dtype']} ids "
+        f"(vocabulary {meta['vocab_size']}, {meta['seconds']} s); train with data=tokens data.dir={args.out}"
+    )
     return 0
 
 

@@ -9,6 +9,7 @@ two are disjoint by construction (not just with high probability).
 Batches are (x, y) LongTensors of shape (B, T); y is -100 wherever the next token is not
 scored, so the loss and ``val/acc`` cover the answer positions only.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,8 +17,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import DataError
-from .text import BOS, CharTokenizer, ResumableDataModule
-from .text import VAL_SEED
+from .text import BOS, VAL_SEED, CharTokenizer, ResumableDataModule
 
 IGNORE = -100
 QUERY_CLASSES = ("dormant", "active")  # bigram_backcopy's queries that need no attention, and those that do
@@ -47,14 +47,16 @@ class GeneratedBatches(Dataset):
     Rows whose full token sequence is in ``exclude`` (a set of row bytes) are redrawn.
     """
 
-    def __init__(self, task: "TaskDataModule", n_batches: int, stream: int, exclude: set[bytes] | None = None):
+    def __init__(self, task: TaskDataModule, n_batches: int, stream: int, exclude: set[bytes] | None = None):
         self.task, self.n_batches, self.stream, self.exclude = task, n_batches, stream, exclude or set()
 
     def __len__(self) -> int:
         return self.n_batches
 
     def sequences(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        rng = rng_for(VAL_SEED if self.stream == VAL_STREAM else self.task.seed, self.stream, i)  # val: one set for every seed
+        rng = rng_for(
+            VAL_SEED if self.stream == VAL_STREAM else self.task.seed, self.stream, i
+        )  # val: one set for every seed
         seq, scored = self.task.generate(rng, self.task.batch_size)
         for _ in range(100):
             clash = np.array([row.tobytes() in self.exclude for row in seq])
@@ -235,8 +237,14 @@ class InductionDataModule(TaskDataModule):
     name = "induction"
 
     def __init__(
-        self, vocab_size: int = 64, min_half: int | None = None, max_half: int | None = None, distinct: bool = True,
-        bos: bool = True, max_gap: int = 0, **kwargs
+        self,
+        vocab_size: int = 64,
+        min_half: int | None = None,
+        max_half: int | None = None,
+        distinct: bool = True,
+        bos: bool = True,
+        max_gap: int = 0,
+        **kwargs,
     ):
         self.min_half_arg, self.max_half_arg, self.distinct, self.max_gap = min_half, max_half, distinct, max_gap
         super().__init__(vocab_size, bos=bos, **kwargs)
@@ -251,7 +259,9 @@ class InductionDataModule(TaskDataModule):
 
     def check(self) -> None:
         if not self.bos:
-            raise DataError("data.bos=false is not supported by data=induction (its sequences start with <bos>); expected true")
+            raise DataError(
+                "data.bos=false is not supported by data=induction (its sequences start with <bos>); expected true"
+            )
         if self.n_tokens < 3:
             raise DataError(f"data.vocab_size={self.n_tokens} is too small; expected at least 3")
         if not (isinstance(self.max_gap, int) and self.max_gap >= 0):
@@ -286,7 +296,7 @@ class InductionDataModule(TaskDataModule):
         for row, (half, a, g) in enumerate(zip(halves, prefixes, gaps)):
             unique = fresh[row, : t - half]  # prefix, r, gap, suffix
             second = 1 + a + half + g  # where the second r starts in seq
-            seq[row, 1 : second] = unique[: a + half + g]
+            seq[row, 1:second] = unique[: a + half + g]
             seq[row, second : second + half] = unique[a : a + half]
             seq[row, second + half :] = unique[a + half + g :]
             # y[j] = seq[j+1]; the second r's first token is unpredictable, the rest are scored
@@ -325,8 +335,16 @@ class BigramBackcopyDataModule(TaskDataModule):
 
     name = "bigram_backcopy"
 
-    def __init__(self, vocab_size: int = 32, n_triggers: int = 3, chain: str = "random", chain_support: int = 4,
-                 chain_seed: int = 0, bos: bool = True, **kwargs):
+    def __init__(
+        self,
+        vocab_size: int = 32,
+        n_triggers: int = 3,
+        chain: str = "random",
+        chain_support: int = 4,
+        chain_seed: int = 0,
+        bos: bool = True,
+        **kwargs,
+    ):
         self.n_triggers, self.chain, self.chain_support, self.chain_seed = n_triggers, chain, chain_support, chain_seed
         if chain == "shakespeare":
             from .text import shakespeare_text
@@ -350,7 +368,9 @@ class BigramBackcopyDataModule(TaskDataModule):
         if self.chain not in ("random", "shakespeare"):
             raise DataError(f"data.chain={self.chain!r} is not accepted; expected random or shakespeare")
         if not self.bos:
-            raise DataError("data.bos=false is not supported by data=bigram_backcopy (its sequences start with <bos>); expected true")
+            raise DataError(
+                "data.bos=false is not supported by data=bigram_backcopy (its sequences start with <bos>); expected true"
+            )
         if not 1 <= self.n_triggers < self.n_tokens:
             raise DataError(f"data.n_triggers={self.n_triggers}; expected 1..{self.n_tokens - 1} (data.vocab_size - 1)")
         if self.chain == "random" and not 1 <= self.chain_support <= self.n_tokens:

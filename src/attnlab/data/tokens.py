@@ -7,6 +7,7 @@ directory with neither (nanoGPT's OpenWebText) takes ``data.vocab_size`` and ``d
 config. The files are read window by window, never whole, so memory does not grow with their size;
 the windows are text.py's ``RandomWindows``: the same seeding, the same resume and DDP split.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,10 @@ class TokenFile:
         self.path, self.dtype, self.vocab_size = Path(path), np.dtype(dtype), vocab_size
         size = self.path.stat().st_size
         if size % self.dtype.itemsize:
-            raise DataError(f"data.dtype={dtype}: {self.path} has {size} bytes, not a whole number of {dtype} ids; "
-                            f"expected one of {', '.join(DTYPES)} (the dtype the file was written with)")
+            raise DataError(
+                f"data.dtype={dtype}: {self.path} has {size} bytes, not a whole number of {dtype} ids; "
+                f"expected one of {', '.join(DTYPES)} (the dtype the file was written with)"
+            )
         self.length = size // self.dtype.itemsize
 
     def __len__(self) -> int:
@@ -57,7 +60,9 @@ class TokenFile:
             raise IndexError("TokenFile takes contiguous slices only")
         if stop <= start:
             return torch.zeros(0, dtype=torch.long)
-        window = np.memmap(self.path, dtype=self.dtype, mode="r", offset=start * self.dtype.itemsize, shape=(stop - start,))
+        window = np.memmap(
+            self.path, dtype=self.dtype, mode="r", offset=start * self.dtype.itemsize, shape=(stop - start,)
+        )
         ids = torch.from_numpy(window.astype(np.int64))
         del window
         if self.vocab_size is not None and int(ids.max()) >= self.vocab_size:
@@ -86,8 +91,10 @@ def out_of_vocabulary(path: Path, top: int, vocab_size: int, dtype: str) -> str:
     hint = ""
     if dtype == "uint32" and top >= 1 << 16:
         hint = " (ids above 65535: a uint16 file read as data.dtype=uint32?)"
-    return (f"data.vocab_size={vocab_size}: {path} holds id {top}, beyond the vocabulary{hint}; expected ids below "
-            f"data.vocab_size (set data.vocab_size to at least {top + 1}, or the data.dtype the file was written with)")
+    return (
+        f"data.vocab_size={vocab_size}: {path} holds id {top}, beyond the vocabulary{hint}; expected ids below "
+        f"data.vocab_size (set data.vocab_size to at least {top + 1}, or the data.dtype the file was written with)"
+    )
 
 
 class PlainUnpickler(pickle.Unpickler):
@@ -105,10 +112,14 @@ def read_meta(directory: Path) -> dict:
         try:
             meta = json.loads(path.read_text())
         except ValueError as err:
-            raise DataError(f"data.dir={str(directory)!r}: {META} is not valid JSON ({err}); expected the file "
-                            "attnlab prepare writes") from None
+            raise DataError(
+                f"data.dir={str(directory)!r}: {META} is not valid JSON ({err}); expected the file "
+                "attnlab prepare writes"
+            ) from None
         if not isinstance(meta, dict):
-            raise DataError(f"data.dir={str(directory)!r}: {META} is not a JSON object; expected the file attnlab prepare writes")
+            raise DataError(
+                f"data.dir={str(directory)!r}: {META} is not a JSON object; expected the file attnlab prepare writes"
+            )
         return meta
     path = directory / NANOGPT_META
     if path.is_file():
@@ -116,10 +127,14 @@ def read_meta(directory: Path) -> dict:
             with open(path, "rb") as f:
                 meta = PlainUnpickler(f).load()
         except (pickle.UnpicklingError, EOFError, ValueError) as err:
-            raise DataError(f"data.dir={str(directory)!r}: {NANOGPT_META} is not a pickle of plain values ({err}); "
-                            "expected nanoGPT's {vocab_size, itos, stoi}, or set data.vocab_size and remove it") from None
+            raise DataError(
+                f"data.dir={str(directory)!r}: {NANOGPT_META} is not a pickle of plain values ({err}); "
+                "expected nanoGPT's {vocab_size, itos, stoi}, or set data.vocab_size and remove it"
+            ) from None
         if not isinstance(meta, dict):
-            raise DataError(f"data.dir={str(directory)!r}: {NANOGPT_META} holds no dict; expected nanoGPT's {{vocab_size, itos, stoi}}")
+            raise DataError(
+                f"data.dir={str(directory)!r}: {NANOGPT_META} holds no dict; expected nanoGPT's {{vocab_size, itos, stoi}}"
+            )
         itos = meta.get("itos")
         out = {"vocab_size": meta.get("vocab_size")}
         if isinstance(itos, dict) and all(isinstance(v, str) for v in itos.values()):
@@ -129,6 +144,7 @@ def read_meta(directory: Path) -> dict:
 
 
 # ---- tokenizers: what a run saves as vocab.json, and what sampling decodes with ----------------------
+
 
 class IdTokenizer:
     """No tokenizer known (a nanoGPT directory without meta): ids are written and read as numbers."""
@@ -215,8 +231,10 @@ def hf_tokenizer(spec: dict):
     try:
         from tokenizers import Tokenizer
     except ImportError:
-        raise DataError("the run's tokenizer is a BPE tokenizer: it needs the 'tokenizers' package "
-                        "(pip install tokenizers, or make install)") from None
+        raise DataError(
+            "the run's tokenizer is a BPE tokenizer: it needs the 'tokenizers' package "
+            "(pip install tokenizers, or make install)"
+        ) from None
     return Tokenizer.from_str(json.dumps(spec))
 
 
@@ -232,15 +250,23 @@ def tiktoken_missing(encoding: str) -> str | None:
     import os
     import tempfile
 
-    cache = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR") \
+    cache = (
+        os.environ.get("TIKTOKEN_CACHE_DIR")
+        or os.environ.get("DATA_GYM_CACHE_DIR")
         or os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    )
     base = "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/"
-    missing = [name for name in ("vocab.bpe", "encoder.json")
-               if not os.path.isfile(os.path.join(cache, hashlib.sha1((base + name).encode()).hexdigest()))]
+    missing = [
+        name
+        for name in ("vocab.bpe", "encoder.json")
+        if not os.path.isfile(os.path.join(cache, hashlib.sha1((base + name).encode()).hexdigest()))
+    ]
     if missing:
-        return (f"tiktoken's GPT-2 files ({', '.join(missing)}) are not in its cache {cache}; fetch them once where "
-                "there is network (python -c \"import tiktoken; tiktoken.get_encoding('gpt2')\") and copy that "
-                "directory here, or set TIKTOKEN_CACHE_DIR to a copy")
+        return (
+            f"tiktoken's GPT-2 files ({', '.join(missing)}) are not in its cache {cache}; fetch them once where "
+            "there is network (python -c \"import tiktoken; tiktoken.get_encoding('gpt2')\") and copy that "
+            "directory here, or set TIKTOKEN_CACHE_DIR to a copy"
+        )
     return None
 
 
@@ -262,8 +288,10 @@ def tokenizer_from(spec: dict | None, directory: Path | None, vocab_size: int):
         if inline is None:
             path = (directory or Path(".")) / spec.get("file", TOKENIZER)
             if not path.is_file():
-                raise DataError(f"data.dir={str(directory)!r}: {META} names {path.name}, which is missing; expected the "
-                                "tokenizer file attnlab prepare writes beside the .bin files")
+                raise DataError(
+                    f"data.dir={str(directory)!r}: {META} names {path.name}, which is missing; expected the "
+                    "tokenizer file attnlab prepare writes beside the .bin files"
+                )
             inline = json.loads(path.read_text())
         return BPETokenizer(inline)
     if kind == "tiktoken":
@@ -279,8 +307,11 @@ def load_tokenizer(run: str | Path, vocab: list[str] | None = None):
     (a checkpoint copied out of its run), the checkpoint's own ``vocab`` list. Each has
     ``encode``, ``decode`` and ``unknown(text)`` (what it cannot encode)."""
     path = Path(run)
-    run_dir = path.parent.parent if path.suffix == ".ckpt" and path.parent.name == "checkpoints" else \
-        (path.parent if path.suffix == ".ckpt" else path)
+    run_dir = (
+        path.parent.parent
+        if path.suffix == ".ckpt" and path.parent.name == "checkpoints"
+        else (path.parent if path.suffix == ".ckpt" else path)
+    )
     saved = run_dir / "vocab.json"
     if saved.is_file():
         spec = json.loads(saved.read_text())
@@ -289,10 +320,13 @@ def load_tokenizer(run: str | Path, vocab: list[str] | None = None):
         return tokenizer_from(spec, run_dir, int(spec.get("vocab_size") or 0))
     if vocab:
         return CharTokenizer(vocab)
-    raise DataError(f"{run_dir}: no vocab.json and no vocabulary in the checkpoint; expected a run dir written by attnlab train")
+    raise DataError(
+        f"{run_dir}: no vocab.json and no vocabulary in the checkpoint; expected a run dir written by attnlab train"
+    )
 
 
 # ---- the data module -----------------------------------------------------------------------------
+
 
 class TokenDataModule(TextDataModule):
     """``steps`` x the global batch of training windows of ``dir``/train.bin drawn from ``seed``, and
@@ -302,11 +336,29 @@ class TokenDataModule(TextDataModule):
     to a multiple of ``vocab_multiple``. ``dtype`` (null: meta.json's, else uint16 as nanoGPT writes).
     """
 
-    def __init__(self, dir: str | None = None, dtype: str | None = None, vocab_size: int | None = None,
-                 vocab_multiple: int = 64, block_size: int = 64, batch_size: int = 12, steps: int = 2000,
-                 val_batches: int = 20, seed: int = 1337, num_workers: int = 0):
-        super().__init__(source="tokens", path=dir, block_size=block_size, batch_size=batch_size, steps=steps,
-                         val_batches=val_batches, seed=seed, num_workers=num_workers)
+    def __init__(
+        self,
+        dir: str | None = None,
+        dtype: str | None = None,
+        vocab_size: int | None = None,
+        vocab_multiple: int = 64,
+        block_size: int = 64,
+        batch_size: int = 12,
+        steps: int = 2000,
+        val_batches: int = 20,
+        seed: int = 1337,
+        num_workers: int = 0,
+    ):
+        super().__init__(
+            source="tokens",
+            path=dir,
+            block_size=block_size,
+            batch_size=batch_size,
+            steps=steps,
+            val_batches=val_batches,
+            seed=seed,
+            num_workers=num_workers,
+        )
         self.dir, self.dtype, self.data_vocab, self.vocab_multiple = dir, dtype, vocab_size, vocab_multiple
         self.model_vocab: int | None = None
 
@@ -314,16 +366,22 @@ class TokenDataModule(TextDataModule):
         if self.tokenizer is not None:
             return
         if not self.dir:
-            raise DataError("data.dir is not set; expected a directory holding train.bin and val.bin "
-                            "(attnlab prepare --out DIR writes one)")
+            raise DataError(
+                "data.dir is not set; expected a directory holding train.bin and val.bin "
+                "(attnlab prepare --out DIR writes one)"
+            )
         directory = Path(self.dir).expanduser()
         if not directory.is_dir():
-            raise DataError(f"data.dir={self.dir!r}: no such directory; expected a directory holding train.bin and val.bin "
-                            "(attnlab prepare --out DIR writes one)")
+            raise DataError(
+                f"data.dir={self.dir!r}: no such directory; expected a directory holding train.bin and val.bin "
+                "(attnlab prepare --out DIR writes one)"
+            )
         for split in SPLITS:
             if not (directory / f"{split}.bin").is_file():
-                raise DataError(f"data.dir={self.dir!r}: {split}.bin is missing; expected train.bin and val.bin "
-                                "(attnlab prepare --out DIR writes them)")
+                raise DataError(
+                    f"data.dir={self.dir!r}: {split}.bin is missing; expected train.bin and val.bin "
+                    "(attnlab prepare --out DIR writes them)"
+                )
         meta = read_meta(directory)
         dtype = self.resolve_dtype(meta)
         vocab = self.resolve_vocab(meta, directory)
@@ -343,32 +401,43 @@ class TokenDataModule(TextDataModule):
         if dtype not in DTYPES:
             raise DataError(f"data.dtype={dtype} is not accepted; expected one of {', '.join(DTYPES)}")
         if written and self.dtype and written != self.dtype:
-            raise DataError(f"data.dtype={self.dtype}: {META} says the ids are {written}; expected data.dtype={written} "
-                            "or null (the dtype meta.json gives)")
+            raise DataError(
+                f"data.dtype={self.dtype}: {META} says the ids are {written}; expected data.dtype={written} "
+                "or null (the dtype meta.json gives)"
+            )
         return dtype
 
     def resolve_vocab(self, meta: dict, directory: Path) -> int:
         known = meta.get("vocab_size")
-        if self.data_vocab is not None and (not isinstance(self.data_vocab, int) or isinstance(self.data_vocab, bool)
-                                            or self.data_vocab < 1):
+        if self.data_vocab is not None and (
+            not isinstance(self.data_vocab, int) or isinstance(self.data_vocab, bool) or self.data_vocab < 1
+        ):
             raise DataError(f"data.vocab_size={self.data_vocab} is not accepted; expected a positive integer or null")
         if self.data_vocab is None and known is None:
-            raise DataError(f"data.vocab_size is not set and data.dir={self.dir!r} has no {META} or {NANOGPT_META}; "
-                            "expected data.vocab_size=N (50304 for nanoGPT's GPT-2 OpenWebText files)")
+            raise DataError(
+                f"data.vocab_size is not set and data.dir={self.dir!r} has no {META} or {NANOGPT_META}; "
+                "expected data.vocab_size=N (50304 for nanoGPT's GPT-2 OpenWebText files)"
+            )
         if self.data_vocab is not None and known is not None and self.data_vocab < known:
-            raise DataError(f"data.vocab_size={self.data_vocab} is below the {known} ids the directory's meta gives; "
-                            f"expected at least {known}, or null")
+            raise DataError(
+                f"data.vocab_size={self.data_vocab} is below the {known} ids the directory's meta gives; "
+                f"expected at least {known}, or null"
+            )
         return int(self.data_vocab if self.data_vocab is not None else known)
 
     def check_file(self, f: TokenFile, split: str, vocab: int, recorded: dict) -> None:
         """Too short for one window, the wrong dtype, or ids beyond the vocabulary: one line each, at setup.
         The largest id is read from the file in chunks, unless meta.json recorded it for a file of this length."""
         if len(f) <= self.block_size + 1:
-            raise DataError(f"model.block_size={self.block_size}: {f.path} holds {len(f)} tokens, fewer than one window "
-                            f"of {self.block_size + 1}; expected a block size below {max(len(f) - 1, 1)} or a longer file")
+            raise DataError(
+                f"model.block_size={self.block_size}: {f.path} holds {len(f)} tokens, fewer than one window "
+                f"of {self.block_size + 1}; expected a block size below {max(len(f) - 1, 1)} or a longer file"
+            )
         if f.looks_wider():
-            raise DataError(f"data.dtype=uint16: every second id of {f.path} is 0, as in a uint32 file read as uint16; "
-                            "expected data.dtype=uint32 for this file")
+            raise DataError(
+                f"data.dtype=uint16: every second id of {f.path} is 0, as in a uint32 file read as uint16; "
+                "expected data.dtype=uint32 for this file"
+            )
         top = recorded.get("max_id") if recorded.get("tokens") == len(f) else None
         top = f.max_id() if top is None else int(top)
         if top >= vocab:

@@ -7,6 +7,7 @@ encoding is a choice (``pos_encoding``: learned, rope, alibi or none; attnlab.at
 each head's softmax may have an escape slot (``attention.escape``; attnlab.attention.sink). The attention
 layer itself, and every variant of it, is attnlab.attention.AttentionLayer.
 """
+
 from __future__ import annotations
 
 import math
@@ -55,8 +56,17 @@ class CausalSelfAttention(AttentionLayer):
     is the block's depth (a differential layer's lambda_init depends on it)."""
 
     def __init__(self, cfg: GPTConfig, index: int = 0):
-        super().__init__(cfg.attention, cfg.d_model, cfg.n_head, cfg.d_k, cfg.n_kv_head, dropout=cfg.dropout,
-                         init_std=cfg.init_std, pos_encoding=cfg.pos_encoding, index=index)
+        super().__init__(
+            cfg.attention,
+            cfg.d_model,
+            cfg.n_head,
+            cfg.d_k,
+            cfg.n_kv_head,
+            dropout=cfg.dropout,
+            init_std=cfg.init_std,
+            pos_encoding=cfg.pos_encoding,
+            index=index,
+        )
 
 
 class MLP(nn.Module):
@@ -152,8 +162,10 @@ class GPT(nn.Module):
             # sigmoid's -log n counts every key of the forward, so a full forward's outputs at earlier
             # positions (and the keys later layers build from them) change as the sequence grows:
             # keys cached when their position was the newest are not what the uncached path computes
-            return ("model.attention.normalize=sigmoid takes no KV cache (its -log n counts every key of a forward, "
-                    "so earlier positions change as the sequence grows); expected normalize=softmax, or no cache")
+            return (
+                "model.attention.normalize=sigmoid takes no KV cache (its -log n counts every key of a forward, "
+                "so earlier positions change as the sequence grows); expected normalize=softmax, or no cache"
+            )
         return None
 
     def kv_caches(self) -> list[KVCache]:
@@ -168,14 +180,20 @@ class GPT(nn.Module):
         recent ones, ``capacity`` entries in all, positions counted inside the cache."""
         refusal = self.kv_cache_refusal()
         if refusal is None and self.cfg.attention.window is not None:
-            refusal = (f"model.attention.window={self.cfg.attention.window} takes no rolling KV cache (the window counts "
-                       "positions in the text, the cache its own entries); expected window=null, or the plain cache")
+            refusal = (
+                f"model.attention.window={self.cfg.attention.window} takes no rolling KV cache (the window counts "
+                "positions in the text, the cache its own entries); expected window=null, or the plain cache"
+            )
         if refusal is None and self.wpe is not None:
-            refusal = ("model.pos_encoding=learned takes no rolling KV cache (a token's position is added to its "
-                       "embedding and cannot move inside the cache); expected rope, alibi or none")
+            refusal = (
+                "model.pos_encoding=learned takes no rolling KV cache (a token's position is added to its "
+                "embedding and cannot move inside the cache); expected rope, alibi or none"
+            )
         if refusal is None and not 0 < capacity <= self.cfg.block_size:
-            refusal = (f"rolling KV cache capacity={capacity}; expected 1..model.block_size={self.cfg.block_size} "
-                       "(the positions the model was trained on)")
+            refusal = (
+                f"rolling KV cache capacity={capacity}; expected 1..model.block_size={self.cfg.block_size} "
+                "(the positions the model was trained on)"
+            )
         if refusal is not None:
             raise ValueError(refusal)
         return [RollingKVCache(capacity, sinks) for _ in self.blocks]
@@ -189,8 +207,16 @@ class GPT(nn.Module):
         return self.lm_head(self.ln_f(x[:, -1]))
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None, generator=None,
-                 cache: bool = True, stream: tuple[int, int] | None = None):
+    def generate(
+        self,
+        idx,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator=None,
+        cache: bool = True,
+        stream: tuple[int, int] | None = None,
+    ):
         """Sample ``max_new_tokens`` after ``idx`` (B, T). Each step sees the last block_size tokens.
 
         ``cache``: the prompt is prefilled once, then each new token runs alone against the layers'
@@ -213,7 +239,7 @@ class GPT(nn.Module):
             elif stream is not None and step == 0:  # the prompt, in pieces the rolling cache takes at once
                 piece = stream[0] - stream[1]
                 for start in range(0, idx.shape[1], piece):
-                    logits = self.next_logits(idx[:, start:start + piece], caches)
+                    logits = self.next_logits(idx[:, start : start + piece], caches)
             elif stream is not None:
                 logits = self.next_logits(idx[:, -1:], caches)
             elif step == 0 or caches[0].length == self.cfg.block_size:

@@ -7,6 +7,7 @@ mass over training of a few runs side by side, into reports/compare/stats_over_t
 ``python -m attnlab.report --restat REPORT_DIR ...``: re-lay a committed report (tables, intervals, tests,
 headline, plots of final values) from its ablation.csv and summary.json, without its runs (attnlab.report.restat).
 """
+
 import sys
 from pathlib import Path
 
@@ -21,19 +22,36 @@ def compare(pairs: list[str], out: Path = Path("reports/compare")) -> int:
         print("attnlab: error: --compare takes LABEL=RUN_DIR pairs, e.g. naive=logs/train/runs/<run>", file=sys.stderr)
         return 2
     out.mkdir(parents=True, exist_ok=True)
-    path = stats_over_training({k: Path(v) for k, v in runs.items()}, ("entropy_norm", "max_logit", "sink_mass"), out / "stats_over_training.png")
+    path = stats_over_training(
+        {k: Path(v) for k, v in runs.items()},
+        ("entropy_norm", "max_logit", "sink_mass"),
+        out / "stats_over_training.png",
+    )
     print(f"attnlab: {path}")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = command_parser("table", "Aggregate a sweep dir into reports/<study>/, or compare runs over training.")
-    parser.add_argument("sweep_dirs", nargs="*", metavar="SWEEP_DIR",
-                        help="sweep dirs under logs/, merged into one report (default: the latest)")
-    parser.add_argument("--reports", type=Path, default=Path("reports"), help="write into REPORTS/<study>/ (default reports)")
-    parser.add_argument("--compare", nargs="+", metavar="LABEL=RUN_DIR", help="plot these runs' statistics side by side")
-    parser.add_argument("--restat", nargs="+", type=Path, metavar="REPORT_DIR",
-                        help="re-lay these committed reports from their ablation.csv and summary.json")
+    parser.add_argument(
+        "sweep_dirs",
+        nargs="*",
+        metavar="SWEEP_DIR",
+        help="sweep dirs under logs/, merged into one report (default: the latest)",
+    )
+    parser.add_argument(
+        "--reports", type=Path, default=Path("reports"), help="write into REPORTS/<study>/ (default reports)"
+    )
+    parser.add_argument(
+        "--compare", nargs="+", metavar="LABEL=RUN_DIR", help="plot these runs' statistics side by side"
+    )
+    parser.add_argument(
+        "--restat",
+        nargs="+",
+        type=Path,
+        metavar="REPORT_DIR",
+        help="re-lay these committed reports from their ablation.csv and summary.json",
+    )
     args = parser.parse_args(argv)
     if args.compare:
         return compare(args.compare)
@@ -42,7 +60,10 @@ def main(argv: list[str] | None = None) -> int:
 
         for report in args.restat:
             if not (report / "ablation.csv").is_file():
-                print(f"attnlab: error: {report}/ablation.csv not found; expected a report dir written by make table", file=sys.stderr)
+                print(
+                    f"attnlab: error: {report}/ablation.csv not found; expected a report dir written by make table",
+                    file=sys.stderr,
+                )
                 return 2
             restat(report)
             print(f"attnlab: re-laid {report}/ablation.md, index.html, ablation.csv and summary.json from its files")
@@ -53,7 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for target in targets:
         if not target.is_dir():
-            print(f"attnlab: error: DIR={str(target)!r} is not a directory; expected sweep dirs under logs/", file=sys.stderr)
+            print(
+                f"attnlab: error: DIR={str(target)!r} is not a directory; expected sweep dirs under logs/",
+                file=sys.stderr,
+            )
             return 2
     build_report(targets, args.reports)
     return 0

@@ -1,4 +1,5 @@
 """Read the results.json files of a sweep and reduce them to one row per cell (mean +- std over seeds)."""
+
 from __future__ import annotations
 
 import json
@@ -8,20 +9,29 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from ..analysis.heads import types_by_layer
-from ..attention import AttentionConfig
 from ..analysis.phase import head_history
+from ..attention import AttentionConfig
 
 # run-level metrics shown in the table (the per-layer ones come from attention.stats.METRICS)
 RUN_METRICS = ("val/loss", "val/acc", "perf/tokens_per_s", "mem/peak_bytes")
 # config keys that were renamed: runs recorded under the old name aggregate under the new one
-RENAMED_KEYS = {f"model.attention.{f.name}": f"model.attention.{f.metadata['renamed_to']}"
-                for f in fields(AttentionConfig) if "renamed_to" in f.metadata}
+RENAMED_KEYS = {
+    f"model.attention.{f.name}": f"model.attention.{f.metadata['renamed_to']}"
+    for f in fields(AttentionConfig)
+    if "renamed_to" in f.metadata
+}
 # Overrides that are not axes: the seed (replicates of a cell), and settings that change what a run
 # records, not what it trains (loggers, the progress bar, checkpoints, the attention-map callback,
 # which only reads the model in eval mode, and the q/k gradient norms, read after backward). A study
 # run in parts may differ in these.
-IGNORED_AXES = {"seed", "logger", "trainer.enable_progress_bar", "callbacks.checkpoint", "callbacks.attention_maps",
-                "callbacks.qk_grad_norms"}
+IGNORED_AXES = {
+    "seed",
+    "logger",
+    "trainer.enable_progress_bar",
+    "callbacks.checkpoint",
+    "callbacks.attention_maps",
+    "callbacks.qk_grad_norms",
+}
 
 
 @dataclass
@@ -125,14 +135,16 @@ def load_sweeps(sweep_dirs: list[Path]) -> list[RunResult]:
         for run in load_runs(sweep_dir):
             key = run_identity(run)
             if key in seen:
-                raise SystemExit(f"attnlab: error: DIR holds the same cell and seed twice: {seen[key]} and {run.dir}; "
-                                 "pass sweep dirs whose seeds or cells do not overlap")
+                raise SystemExit(
+                    f"attnlab: error: DIR holds the same cell and seed twice: {seen[key]} and {run.dir}; "
+                    "pass sweep dirs whose seeds or cells do not overlap"
+                )
             seen[key] = run.dir
             runs.append(run)
     return runs
 
 
-def seeds_per_cell(cells: list["Cell"]) -> str:
+def seeds_per_cell(cells: list[Cell]) -> str:
     """'3' when every cell has 3 finished seeds, '1-3' when they differ, '0' when none finished."""
     counts = sorted({len(c.ok_runs) for c in cells}) or [0]
     return f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"

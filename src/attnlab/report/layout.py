@@ -10,6 +10,7 @@
 - Per-layer statistics as per-layer tables with intervals.
 - A headline computed from the tested differences (``headline``), its wording chosen by their values.
 """
+
 from __future__ import annotations
 
 import base64
@@ -27,8 +28,18 @@ from ..markdown import markdown_table
 from ..results import atomic_write_text
 from .aggregate import short
 from .numbers import mean_ci, mean_interval, plain, signed_ci
-from .significance import (ALPHA, SCALING_AXIS, TEST_NAME, Contrast, Effect, _p, contrasts, factor_effects, k_of_n_text,
-                           scaling_pairs)
+from .significance import (
+    ALPHA,
+    SCALING_AXIS,
+    TEST_NAME,
+    Contrast,
+    Effect,
+    _p,
+    contrasts,
+    factor_effects,
+    k_of_n_text,
+    scaling_pairs,
+)
 from .tables import HEAD_LAYER_STATS, HEAD_METRICS, LABELS
 
 # Throughput and peak memory measure the machine the runs shared (other jobs, threads), not the model.
@@ -41,11 +52,16 @@ MODEL_COST_METRICS = ("mem/kv_cache_bytes_per_token",)
 # layer 0's first-token weight from dormant queries (the Bigram-Backcopy sink testbed).
 FOCUS_METRICS = ("attn/L0/sink_mass_dormant",)
 LOSS_METRICS = ("val/loss",)
-EXTRA_LABELS = {"heads/induction_max": "induction (best head)", "attn/L0/sink_mass_dormant": "first-token weight, dormant queries (L0)"}
+EXTRA_LABELS = {
+    "heads/induction_max": "induction (best head)",
+    "attn/L0/sink_mass_dormant": "first-token weight, dormant queries (L0)",
+}
 DERIVED = re.compile(r"(_ci95_lo|_ci95_hi|_per_seed)$")
 LAYER = re.compile(r"/L(\d+)/")
-HEAD_TYPES_NOTE = ("Each head's type from the final head analysis (`attnlab.analysis.heads.head_type`, docs/metrics.md): the "
-                   "number of heads of each type per seed, with the seeds that have one when not all do.")
+HEAD_TYPES_NOTE = (
+    "Each head's type from the final head analysis (`attnlab.analysis.heads.head_type`, docs/metrics.md): the "
+    "number of heads of each type per seed, with the seeds that have one when not all do."
+)
 
 
 def label(key: str) -> str:
@@ -175,8 +191,12 @@ def study_from_runs(name: str, cells, axes: list[str], keys: list[str], layers: 
             vals = [v for v in per_run if v is not None]
             if not vals:
                 continue
-            metrics[k] = Metric(statistics.fmean(vals), statistics.stdev(vals) if len(vals) > 1 else 0.0, len(vals),
-                                vals if len(vals) == len(ok) else None)
+            metrics[k] = Metric(
+                statistics.fmean(vals),
+                statistics.stdev(vals) if len(vals) > 1 else 0.0,
+                len(vals),
+                vals if len(vals) == len(ok) else None,
+            )
         errors = " | ".join(sorted({r.results.get("error") or "?" for r in c.failed}))
         out.append(TableCell(dict(c.axes), len(ok), len(c.failed), errors, metrics, seeds, [r.dir.name for r in ok]))
     return Study(name, list(axes), out, list(keys), layers, per_seed_known=True)
@@ -230,22 +250,54 @@ def study_from_committed(report: Path) -> Study:
             vals = [run["metrics"].get(k) for run in runs] if runs and len(runs) == n else None
             vals = vals if vals and all(v is not None for v in vals) else None
             metrics[k] = Metric(mean, std if std is not None else 0.0, n, vals)
-        cells.append(TableCell(cell_axes, n, int(float(r.get("n_failed") or 0)), r.get("errors") or "", metrics,
-                               [run["seed"] for run in runs] if runs else None, [run["dir"] for run in runs] if runs else None))
+        cells.append(
+            TableCell(
+                cell_axes,
+                n,
+                int(float(r.get("n_failed") or 0)),
+                r.get("errors") or "",
+                metrics,
+                [run["seed"] for run in runs] if runs else None,
+                [run["dir"] for run in runs] if runs else None,
+            )
+        )
     layers = 1 + max((int(m.group(1)) for k in keys if (m := LAYER.search(k))), default=-1)
     md = (report / "ablation.md").read_text() if (report / "ablation.md").is_file() else ""
-    plots = [report / m.group(1) for m in re.finditer(r"^!\[[^\]]*\]\(([^)]+\.png)\)", md, re.M) if (report / m.group(1)).is_file()]
+    plots = [
+        report / m.group(1)
+        for m in re.finditer(r"^!\[[^\]]*\]\(([^)]+\.png)\)", md, re.M)
+        if (report / m.group(1)).is_file()
+    ]
     recording = data.get("recording_differences")
     if recording is None:  # written before summary.json kept them: the old header's sentence
         found = re.search(r"grouped regardless: (.*?)\.(?:\s|$)", md)
         recording = [p.strip() for p in re.split(r";\s*", found.group(1))] if found else []
     sources = data.get("sweep_dirs") or ([data["sweep_dir"]] if data.get("sweep_dir") else [])
-    study = Study(report.name, axes, cells, keys, layers, sources, int(data.get("runs") or sum(c.n_ok + c.n_failed for c in cells)),
-                  int(data.get("failed") or sum(c.n_failed for c in cells)),
-                  bool(cells) and all(c.seeds is not None or c.n_ok <= 1 for c in cells),  # one seed: its value is the mean
-                  None, recording, data.get("head_types", []), data.get("phase_change_steps", []), [], {}, plots, True)
+    study = Study(
+        report.name,
+        axes,
+        cells,
+        keys,
+        layers,
+        sources,
+        int(data.get("runs") or sum(c.n_ok + c.n_failed for c in cells)),
+        int(data.get("failed") or sum(c.n_failed for c in cells)),
+        bool(cells) and all(c.seeds is not None or c.n_ok <= 1 for c in cells),  # one seed: its value is the mean
+        None,
+        recording,
+        data.get("head_types", []),
+        data.get("phase_change_steps", []),
+        [],
+        {},
+        plots,
+        True,
+    )
     # null: the study's data has none; absent: a report written before the baseline was kept
-    study.baseline = data["attention_free_level"] if "attention_free_level" in data else committed_baseline(data.get("study") or report.name)
+    study.baseline = (
+        data["attention_free_level"]
+        if "attention_free_level" in data
+        else committed_baseline(data.get("study") or report.name)
+    )
     return study
 
 
@@ -254,8 +306,11 @@ def text_corpus(data_cfg: dict | None) -> bool:
     """Whether a run's data config is the default text corpus, the one ``attnlab.report.baseline`` fits the bigram on."""
     if not data_cfg:
         return False
-    return str(data_cfg.get("_target_", "")).endswith("TextDataModule") and data_cfg.get("source", "shakespeare") == "shakespeare" \
+    return (
+        str(data_cfg.get("_target_", "")).endswith("TextDataModule")
+        and data_cfg.get("source", "shakespeare") == "shakespeare"
         and not data_cfg.get("path")
+    )
 
 
 def attention_free_level() -> dict:
@@ -263,15 +318,23 @@ def attention_free_level() -> dict:
     from .baseline import attention_free_levels
 
     level = attention_free_levels()
-    return {"bigram": level["bigram"], "unigram": level["unigram"], "chance": level["chance"], "vocab": level["vocab"],
-            "split": "val", "source": "attnlab.report.baseline.attention_free_levels"}
+    return {
+        "bigram": level["bigram"],
+        "unigram": level["unigram"],
+        "chance": level["chance"],
+        "vocab": level["vocab"],
+        "split": "val",
+        "source": "attnlab.report.baseline.attention_free_levels",
+    }
 
 
 def committed_baseline(study: str) -> dict | None:
     """The baseline of a committed report that predates it: the study's experiment config says its data."""
     from ..config import CONF_DIR
 
-    if not (CONF_DIR / "experiment" / f"{study}.yaml").is_file():  # run under another study's config: its data unknown here
+    if not (
+        CONF_DIR / "experiment" / f"{study}.yaml"
+    ).is_file():  # run under another study's config: its data unknown here
         return None
     try:
         from omegaconf import OmegaConf
@@ -363,8 +426,17 @@ def findings(family: list[Contrast], metric: str) -> list[Finding]:
             for c in cs:
                 settings.setdefault(() if everywhere else tuple(list(c.rest.items())[1:]), []).append(c)
             for sub in settings.values():
-                out.append(Finding(subject(axis, level, ref), metric, direction, [c.rest for c in sub], [c.diff for c in sub],
-                                   [c.p_holm for c in sub if c.p_holm is not None], everywhere))
+                out.append(
+                    Finding(
+                        subject(axis, level, ref),
+                        metric,
+                        direction,
+                        [c.rest for c in sub],
+                        [c.diff for c in sub],
+                        [c.p_holm for c in sub if c.p_holm is not None],
+                        everywhere,
+                    )
+                )
     return out
 
 
@@ -393,21 +465,33 @@ def _compact_sentence(found: list[Finding]) -> str:
     for d, verb in (("higher", "raises"), ("lower", "lowers")):
         fs = [f for f in found if f.direction == d]
         if fs:
-            parts.append(" and ".join(f"{f.subject} {verb if i == 0 else ''} {'it ' if i == 0 else ''}by {_magnitude(f.diffs)}{unit} "
-                                      f"({_holm_clause(f.p_holm)})".replace("  ", " ") for i, f in enumerate(fs)))
+            parts.append(
+                " and ".join(
+                    f"{f.subject} {verb if i == 0 else ''} {'it ' if i == 0 else ''}by {_magnitude(f.diffs)}{unit} "
+                    f"({_holm_clause(f.p_holm)})".replace("  ", " ")
+                    for i, f in enumerate(fs)
+                )
+            )
     none = [f for f in found if f.direction == "none"]
     if none:
         diffs = [f.diffs[0] for f in none]
         names = [f.subject for f in none]
         joined = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-        parts.append(f"{joined} make{'s' if len(names) == 1 else ''} no difference beyond seed noise ({_range(min(diffs), max(diffs), unit)})")
+        parts.append(
+            f"{joined} make{'s' if len(names) == 1 else ''} no difference beyond seed noise ({_range(min(diffs), max(diffs), unit)})"
+        )
     return f"{what[0].upper() + what[1:]}: " + "; ".join(parts) + "." if parts else ""
 
 
 def _finding_sentences(found: list[Finding]) -> list[str]:
     tested = [f for f in found if f.direction != "untested"]
-    if tested and len(tested) == len(found) and all(len(f.diffs) == 1 for f in found) and \
-            len({f.subject for f in found}) == len(found) and len(found) > 1:
+    if (
+        tested
+        and len(tested) == len(found)
+        and all(len(f.diffs) == 1 for f in found)
+        and len({f.subject for f in found}) == len(found)
+        and len(found) > 1
+    ):
         return [_compact_sentence(found)]
     by_subject: dict[tuple, list[Finding]] = {}
     for f in found:
@@ -418,7 +502,10 @@ def _finding_sentences(found: list[Finding]) -> list[str]:
         by_direction: dict[str, list[Finding]] = {}
         for f in fs:
             by_direction.setdefault(f.direction, []).append(f)
-        order = sorted((d for d in by_direction if d in ("higher", "lower")), key=lambda d: -sum(len(f.diffs) for f in by_direction[d]))
+        order = sorted(
+            (d for d in by_direction if d in ("higher", "lower")),
+            key=lambda d: -sum(len(f.diffs) for f in by_direction[d]),
+        )
         parts, named = [], False
         for d in order:
             verb = "raises" if d == "higher" else "lowers"
@@ -428,19 +515,31 @@ def _finding_sentences(found: list[Finding]) -> list[str]:
         if "none" in by_direction:
             nf = by_direction["none"]
             diffs = [x for f in nf for x in f.diffs]
-            where = "in every cell" if len(nf) == 1 and nf[0].everywhere and len(diffs) > 1 else \
-                ("at " + "; ".join(_where_text(f.rests) for f in nf) if nf[0].rests and nf[0].rests[0] else "")
+            where = (
+                "in every cell"
+                if len(nf) == 1 and nf[0].everywhere and len(diffs) > 1
+                else ("at " + "; ".join(_where_text(f.rests) for f in nf) if nf[0].rests and nf[0].rests[0] else "")
+            )
             spread = f"difference{'s' if len(diffs) > 1 else ''} {_range(min(diffs), max(diffs), unit)}"
             parts.append(f"makes no difference to {what} beyond seed noise {where} ({spread})".replace("  ", " "))
         if parts:
-            sentences.append(f"{subj} " + (parts[0] if len(parts) == 1 else "; ".join(parts[:-1]) + "; and " + parts[-1]) + ".")
+            sentences.append(
+                f"{subj} " + (parts[0] if len(parts) == 1 else "; ".join(parts[:-1]) + "; and " + parts[-1]) + "."
+            )
         if "untested" in by_direction:
             diffs = [d for f in by_direction["untested"] for d in f.diffs]
             lower = sum(d < 0 for d in diffs)
-            trend = ("lower in every pair" if lower == len(diffs) else "higher in every pair" if lower == 0
-                     else f"lower in {lower} of {len(diffs)} pairs")
-            sentences.append(f"With one seed per cell there is no seed noise to test against: with {subj[0].lower() + subj[1:]} "
-                             f"{what} is {trend} ({_range(min(diffs), max(diffs), unit)}), untested.")
+            trend = (
+                "lower in every pair"
+                if lower == len(diffs)
+                else "higher in every pair"
+                if lower == 0
+                else f"lower in {lower} of {len(diffs)} pairs"
+            )
+            sentences.append(
+                f"With one seed per cell there is no seed noise to test against: with {subj[0].lower() + subj[1:]} "
+                f"{what} is {trend} ({_range(min(diffs), max(diffs), unit)}), untested."
+            )
     return sentences
 
 
@@ -453,13 +552,19 @@ def pooled_sentence(effects: list[Effect], metric: str = "val/loss") -> str:
         name = f"{short(e.axis)}={_value(e.level)}"
         if e.significant:
             lo, hi = e.interval
-            sig.append(f"{name} {'raises' if e.diff > 0 else 'lowers'} {what} by {abs(e.diff):.2g}{unit} against {_value(e.reference)} "
-                       f"(95 % CI {lo:+.3f} to {hi:+.3f}, {_holm_clause([e.p_holm])})")
+            sig.append(
+                f"{name} {'raises' if e.diff > 0 else 'lowers'} {what} by {abs(e.diff):.2g}{unit} against {_value(e.reference)} "
+                f"(95 % CI {lo:+.3f} to {hi:+.3f}, {_holm_clause([e.p_holm])})"
+            )
         else:
             within.append(f"{name} against {_value(e.reference)} ({e.diff:+.3f})")
     parts = list(sig)
     if within:
-        parts.append(("no other level" if sig else "no level") + f" differs from its reference beyond seed noise: " + ", ".join(within))
+        parts.append(
+            ("no other level" if sig else "no level")
+            + " differs from its reference beyond seed noise: "
+            + ", ".join(within)
+        )
     return ("Pooled over the other axes, " + "; ".join(parts) + ".") if parts else ""
 
 
@@ -480,11 +585,16 @@ def baseline_sentence(study: Study) -> str:
         return f"Every cell ends below {level}, by {_magnitude(gaps)} nats: every model uses its attention."
     parts = []
     if above:
-        parts.append(f"{'Every cell' if len(above) == len(means) else f'{len(above)} of {len(means)} cells'} end"
-                     f"{'s' if len(above) == len(means) else ''} at or above {level}" + ("" if len(above) == len(means) else f" ({'; '.join(above)})"))
+        parts.append(
+            f"{'Every cell' if len(above) == len(means) else f'{len(above)} of {len(means)} cells'} end"
+            f"{'s' if len(above) == len(means) else ''} at or above {level}"
+            + ("" if len(above) == len(means) else f" ({'; '.join(above)})")
+        )
     if near:
-        parts.append(f"{len(near)} of {len(means)} end{'s' if len(near) == 1 else ''} less than {CLEARLY_BELOW} nats below "
-                     f"{'it' if above else level} ({'; '.join(near)})")
+        parts.append(
+            f"{len(near)} of {len(means)} end{'s' if len(near) == 1 else ''} less than {CLEARLY_BELOW} nats below "
+            f"{'it' if above else level} ({'; '.join(near)})"
+        )
     return " and ".join(parts) + "."
 
 
@@ -502,8 +612,10 @@ def headline(study: Study, families: dict[str, list[Contrast]], effects: list[Ef
     if not any(sentences) and "val/loss" in study.keys:
         ranked = sorted((c for c in study.cells if c.mean("val/loss") is not None), key=lambda c: c.mean("val/loss"))
         if ranked:
-            sentences.append(f"Val loss ranges from {ranked[0].mean('val/loss'):.3f} ({ranked[0].label}) to "
-                             f"{ranked[-1].mean('val/loss'):.3f} ({ranked[-1].label}); no comparison is tested here.")
+            sentences.append(
+                f"Val loss ranges from {ranked[0].mean('val/loss'):.3f} ({ranked[0].label}) to "
+                f"{ranked[-1].mean('val/loss'):.3f} ({ranked[-1].label}); no comparison is tested here."
+            )
     sentences.append(baseline_sentence(study))
     return " ".join(s for s in sentences if s)
 
@@ -520,14 +632,34 @@ def direction_words(c: Contrast) -> str:
 
 def contrast_table(family: list[Contrast], metric: str) -> tuple[list[str], list[list[str]]]:
     what = label(metric)
-    header = ["comparison", "where", "seeds", f"{what}: reference", f"{what}: level", "difference [95 % CI]", "p", "p (Holm)", "direction"]
+    header = [
+        "comparison",
+        "where",
+        "seeds",
+        f"{what}: reference",
+        f"{what}: level",
+        "difference [95 % CI]",
+        "p",
+        "p (Holm)",
+        "direction",
+    ]
     body = []
     for c in family:
         ref_i = mean_interval(statistics.fmean(c.ref_values), _sd(c.ref_values), len(c.ref_values))
         lvl_i = mean_interval(statistics.fmean(c.values), _sd(c.values), len(c.values))
-        body.append([f"{short(c.axis)}: {_value(c.level)} vs {_value(c.reference)}", c.where, f"{len(c.ref_values)}, {len(c.values)}",
-                     mean_ci(statistics.fmean(c.ref_values), ref_i), mean_ci(statistics.fmean(c.values), lvl_i),
-                     signed_ci(c.diff, c.interval), _p(c.test.p) if c.test else "-", _p(c.p_holm) if c.test else "-", direction_words(c)])
+        body.append(
+            [
+                f"{short(c.axis)}: {_value(c.level)} vs {_value(c.reference)}",
+                c.where,
+                f"{len(c.ref_values)}, {len(c.values)}",
+                mean_ci(statistics.fmean(c.ref_values), ref_i),
+                mean_ci(statistics.fmean(c.values), lvl_i),
+                signed_ci(c.diff, c.interval),
+                _p(c.test.p) if c.test else "-",
+                _p(c.p_holm) if c.test else "-",
+                direction_words(c),
+            ]
+        )
     return header, body
 
 
@@ -537,10 +669,24 @@ def _sd(values: list[float]) -> float | None:
 
 def effects_rows(effects: list[Effect]) -> tuple[list[str], list[list[str]]]:
     header = ["axis", "level vs reference", "strata", "pooled difference [95 % CI]", "p", "p (Holm)", "direction"]
-    body = [[short(e.axis), f"{_value(e.level)} vs {_value(e.reference)}", str(e.strata), signed_ci(e.diff, e.interval),
-             _p(e.test.p) if e.test else "-", _p(e.p_holm) if e.test else "-",
-             ("untested" if e.test is None else f"{_value(e.level)} {'higher' if e.diff > 0 else 'lower'}" if e.significant
-              else "no difference beyond seed noise")] for e in effects]
+    body = [
+        [
+            short(e.axis),
+            f"{_value(e.level)} vs {_value(e.reference)}",
+            str(e.strata),
+            signed_ci(e.diff, e.interval),
+            _p(e.test.p) if e.test else "-",
+            _p(e.p_holm) if e.test else "-",
+            (
+                "untested"
+                if e.test is None
+                else f"{_value(e.level)} {'higher' if e.diff > 0 else 'lower'}"
+                if e.significant
+                else "no difference beyond seed noise"
+            ),
+        ]
+        for e in effects
+    ]
     return header, body
 
 
@@ -551,7 +697,10 @@ def _seeds_cell(c: TableCell) -> str:
 def main_table(study: Study) -> tuple[list[str], list[list[str]]]:
     keys = study.main_keys
     header = [short(a) for a in study.axes] + ["seeds"] + [label(k) for k in keys]
-    body = [[c.axes[a] for a in study.axes] + [_seeds_cell(c)] + [mean_ci(c.mean(k), c.interval(k)) for k in keys] for c in study.cells]
+    body = [
+        [c.axes[a] for a in study.axes] + [_seeds_cell(c)] + [mean_ci(c.mean(k), c.interval(k)) for k in keys]
+        for c in study.cells
+    ]
     if study.baseline and "val/loss" in keys:
         row = ["attention-free (bigram)"] + [""] * (len(study.axes) - 1) + ["-"]
         row += [f"{study.baseline['bigram']:.3f}" if k == "val/loss" else "-" for k in keys]
@@ -562,7 +711,11 @@ def main_table(study: Study) -> tuple[list[str], list[list[str]]]:
 def layer_tables(study: Study) -> list[tuple[str | None, list[str], list[list[str]]]]:
     """Per-layer statistics with intervals: one table per statistic (a column per layer), or with one layer a
     single table (a column per statistic)."""
-    templates = [t for t in study.layer_templates if any(c.mean(t.format(i=i)) is not None for c in study.cells for i in range(study.layers))]
+    templates = [
+        t
+        for t in study.layer_templates
+        if any(c.mean(t.format(i=i)) is not None for c in study.cells for i in range(study.layers))
+    ]
     names = {v: k for k, v in HEAD_LAYER_STATS.items()}
     title = lambda t: names.get(t, t.rsplit("/", 1)[-1])  # noqa: E731
     axes = [short(a) for a in study.axes]
@@ -570,21 +723,43 @@ def layer_tables(study: Study) -> list[tuple[str | None, list[str], list[list[st
         return []
     if study.layers == 1:
         header = axes + [title(t) for t in templates]
-        return [(None, header, [[c.axes[a] for a in study.axes] + [mean_ci(c.mean(t.format(i=0)), c.interval(t.format(i=0)))
-                                                                  for t in templates] for c in study.cells])]
+        return [
+            (
+                None,
+                header,
+                [
+                    [c.axes[a] for a in study.axes]
+                    + [mean_ci(c.mean(t.format(i=0)), c.interval(t.format(i=0))) for t in templates]
+                    for c in study.cells
+                ],
+            )
+        ]
     out = []
     for t in templates:
         header = axes + [f"L{i}" for i in range(study.layers)]
-        out.append((title(t), header, [[c.axes[a] for a in study.axes] + [mean_ci(c.mean(t.format(i=i)), c.interval(t.format(i=i)))
-                                                                         for i in range(study.layers)] for c in study.cells]))
+        out.append(
+            (
+                title(t),
+                header,
+                [
+                    [c.axes[a] for a in study.axes]
+                    + [mean_ci(c.mean(t.format(i=i)), c.interval(t.format(i=i))) for i in range(study.layers)]
+                    for c in study.cells
+                ],
+            )
+        )
     return out
 
 
 def machine_table(study: Study) -> tuple[list[str], list[list[str]]]:
     keys = study.machine_keys
     header = [short(a) for a in study.axes] + ["seeds"] + [label(k) for k in keys]
-    return header, [[c.axes[a] for a in study.axes] + [str(c.n_ok)]  # the failed runs are flagged once, in the main table
-                    + [mean_ci(c.mean(k), c.interval(k), MACHINE_SCALE.get(k, 1.0)) for k in keys] for c in study.cells]
+    return header, [
+        [c.axes[a] for a in study.axes]
+        + [str(c.n_ok)]  # the failed runs are flagged once, in the main table
+        + [mean_ci(c.mean(k), c.interval(k), MACHINE_SCALE.get(k, 1.0)) for k in keys]
+        for c in study.cells
+    ]
 
 
 def per_seed_table(study: Study) -> tuple[list[str], list[list[str]]]:
@@ -594,8 +769,11 @@ def per_seed_table(study: Study) -> tuple[list[str], list[list[str]]]:
     for c in study.cells:
         for j, seed in enumerate(c.seeds or []):
             vals = [c.metrics[k].values[j] if k in c.metrics and c.metrics[k].values else None for k in keys]
-            body.append([c.axes[a] for a in study.axes] + [str(seed), (c.dirs or ["-"] * (j + 1))[j]]
-                        + [plain(v, 4) for v in vals])
+            body.append(
+                [c.axes[a] for a in study.axes]
+                + [str(seed), (c.dirs or ["-"] * (j + 1))[j]]
+                + [plain(v, 4) for v in vals]
+            )
     return header, body
 
 
@@ -604,14 +782,20 @@ def head_type_text(counts: dict[str, list[int]]) -> str:
     parts = []
     for kind, per_seed in sorted(counts.items(), key=lambda kv: -sum(kv[1])):
         having = sum(n > 0 for n in per_seed)
-        parts.append(f"{kind} {sum(per_seed) / len(per_seed):.3g}" + (f" ({having}/{len(per_seed)} seeds)" if having < len(per_seed) else ""))
+        parts.append(
+            f"{kind} {sum(per_seed) / len(per_seed):.3g}"
+            + (f" ({having}/{len(per_seed)} seeds)" if having < len(per_seed) else "")
+        )
     return ", ".join(parts) or "-"
 
 
 def head_type_seeds(counts: dict[str, list[int]]) -> str:
     """The types that some seeds have and others not, as k of n seeds with a Wilson interval."""
-    parts = [f"{kind}: {k_of_n_text(having, len(per_seed))}" for kind, per_seed in sorted(counts.items())
-             if 0 < (having := sum(n > 0 for n in per_seed)) < len(per_seed)]
+    parts = [
+        f"{kind}: {k_of_n_text(having, len(per_seed))}"
+        for kind, per_seed in sorted(counts.items())
+        if 0 < (having := sum(n > 0 for n in per_seed)) < len(per_seed)
+    ]
     return "; ".join(parts)
 
 
@@ -644,22 +828,30 @@ def analyse(study: Study) -> Analysis:
 
 def intro(study: Study) -> str:
     seeds = study.seeds_text
-    text = (f"Sweep{'s' if len(study.sources) > 1 else ''}: {', '.join(f'`{d}`' for d in study.sources) or '-'} ({study.runs} runs, "
-            f"{len(study.cells)} cells, {seeds} finished seed(s) per cell, {study.failed} failed). ")
+    text = (
+        f"Sweep{'s' if len(study.sources) > 1 else ''}: {', '.join(f'`{d}`' for d in study.sources) or '-'} ({study.runs} runs, "
+        f"{len(study.cells)} cells, {seeds} finished seed(s) per cell, {study.failed} failed). "
+    )
     if seeds == "1":
         text += "One seed per cell: each value is a single run, with no estimate of seed noise. "
     else:
-        text += ("Each value is the mean over a cell's finished seeds of the final metric with its 95 % t interval [lo, hi] "
-                 "(mean ± t_{0.975, n-1} · s / √n, s the sample std); the interval's half-width is shown to two significant "
-                 "digits. ")
+        text += (
+            "Each value is the mean over a cell's finished seeds of the final metric with its 95 % t interval [lo, hi] "
+            "(mean ± t_{0.975, n-1} · s / √n, s the sample std); the interval's half-width is shown to two significant "
+            "digits. "
+        )
     if study.restated:
-        text += ("Re-laid by `python -m attnlab.report --restat` from ablation.csv's per-cell mean, sample std and seed count"
-                 + (" and summary.json's per-seed values." if all(c.seeds for c in study.cells) else "."))
+        text += (
+            "Re-laid by `python -m attnlab.report --restat` from ablation.csv's per-cell mean, sample std and seed count"
+            + (" and summary.json's per-seed values." if all(c.seeds for c in study.cells) else ".")
+        )
         if not study.per_seed_known:
             text += " Per-seed values are not in the committed data, so the intervals and tests use each cell's mean, std and count."
     if study.recording:
-        text += (" Runs differ in settings that change what they record, not what they train, and are grouped regardless: "
-                 f"{'; '.join(study.recording)}.")
+        text += (
+            " Runs differ in settings that change what they record, not what they train, and are grouped regardless: "
+            f"{'; '.join(study.recording)}."
+        )
     return text.strip()
 
 
@@ -668,64 +860,132 @@ def blocks(study: Study, analysis: Analysis) -> list[tuple]:
     title = f"{study.name} study: {' × '.join(short(a) for a in study.axes) or 'one cell'}"
     out: list[tuple] = [("h1", title), ("p", analysis.headline), ("p", intro(study)), ("table", *main_table(study))]
     if study.baseline and "val/loss" in study.main_keys:
-        out.append(("p", f"The attention-free (bigram) row: cross-entropy of p(next | current) fitted on the train split and scored "
-                         f"on the whole {study.baseline.get('split', 'val')} split (`{study.baseline.get('source')}`), the level of a "
-                         "model whose attention does nothing."))
+        out.append(
+            (
+                "p",
+                f"The attention-free (bigram) row: cross-entropy of p(next | current) fitted on the train split and scored "
+                f"on the whole {study.baseline.get('split', 'val')} split (`{study.baseline.get('source')}`), the level of a "
+                "model whose attention does nothing.",
+            )
+        )
     for metric, family in analysis.families.items():
         scaling = family[0].axis == SCALING_AXIS
         name = "Scaled vs unscaled" if scaling else "Each level against its reference"
         out.append(("h2", name + ("" if metric == "val/loss" else f": {label(metric)}")))
         tested = [c for c in family if c.test]
         if tested:
-            text = (f"{TEST_NAME} on the final {label(metric)} of each pair of cells that differ on one axis only; the difference is "
-                    "level minus reference with Welch's 95 % interval (t_{0.975, df} with Welch-Satterthwaite df). A difference "
-                    f"counts as beyond seed noise when its Holm-corrected p over the {len(tested)} test{'s' if len(tested) != 1 else ''} "
-                    f"of this table is below {ALPHA}; a smaller one is reported as no difference."
-                    + (" Untested: one seed on a side leaves no seed noise to compare against." if len(tested) < len(family) else ""))
+            text = (
+                f"{TEST_NAME} on the final {label(metric)} of each pair of cells that differ on one axis only; the difference is "
+                "level minus reference with Welch's 95 % interval (t_{0.975, df} with Welch-Satterthwaite df). A difference "
+                f"counts as beyond seed noise when its Holm-corrected p over the {len(tested)} test{'s' if len(tested) != 1 else ''} "
+                f"of this table is below {ALPHA}; a smaller one is reported as no difference."
+                + (
+                    " Untested: one seed on a side leaves no seed noise to compare against."
+                    if len(tested) < len(family)
+                    else ""
+                )
+            )
         else:
-            text = (f"Each pair of cells that differ on one axis only, level minus reference in final {label(metric)}. With one seed "
-                    "per cell there is no seed noise to compare against: no difference is tested, and none is called significant.")
+            text = (
+                f"Each pair of cells that differ on one axis only, level minus reference in final {label(metric)}. With one seed "
+                "per cell there is no seed noise to compare against: no difference is tested, and none is called significant."
+            )
         out.append(("p", text))
         out.append(("table", *contrast_table(family, metric)))
     if analysis.effects:
-        out += [("h2", "Each axis pooled over the others"),
-                ("p", "The difference of cell means averaged over every combination of the other axes, a stratified Welch test "
-                      f"with its 95 % interval, Holm-corrected over the {sum(e.test is not None for e in analysis.effects)} effects."),
-                ("table", *effects_rows(analysis.effects))]
+        out += [
+            ("h2", "Each axis pooled over the others"),
+            (
+                "p",
+                "The difference of cell means averaged over every combination of the other axes, a stratified Welch test "
+                f"with its 95 % interval, Holm-corrected over the {sum(e.test is not None for e in analysis.effects)} effects.",
+            ),
+            ("table", *effects_rows(analysis.effects)),
+        ]
     tables = layer_tables(study)
     if tables:
-        out += [("h2", "Per layer"), ("p", "Each layer's final statistic, " + ("a single run per cell." if study.seeds_text == "1" else
-                                                                           "mean over seeds [95 % t interval], as in the main table."))]
+        out += [
+            ("h2", "Per layer"),
+            (
+                "p",
+                "Each layer's final statistic, "
+                + (
+                    "a single run per cell."
+                    if study.seeds_text == "1"
+                    else "mean over seeds [95 % t interval], as in the main table."
+                ),
+            ),
+        ]
         for name, header, body in tables:
             if name:
                 out.append(("h3", name))
             out.append(("table", header, body))
     if study.sensitivity:
-        out += [("h2", "LR sensitivity (Wortsman et al. 2023)"),
-                ("p", "mean over the LR grid of min(loss, initial loss) - best loss; initial loss = ln(vocab). Lower is more robust."),
-                ("table", ["variant", "LR sensitivity"], [[k, f"{v:.3f}"] for k, v in sorted(study.sensitivity.items(), key=lambda kv: kv[1])])]
+        out += [
+            ("h2", "LR sensitivity (Wortsman et al. 2023)"),
+            (
+                "p",
+                "mean over the LR grid of min(loss, initial loss) - best loss; initial loss = ln(vocab). Lower is more robust.",
+            ),
+            (
+                "table",
+                ["variant", "LR sensitivity"],
+                [[k, f"{v:.3f}"] for k, v in sorted(study.sensitivity.items(), key=lambda kv: kv[1])],
+            ),
+        ]
     types = [c for c in study.head_types if any(c["layers"])]
     if types:
         layers = max(len(c["layers"]) for c in types)
-        out += [("h2", "Head types per layer"), ("p", HEAD_TYPES_NOTE),
-                ("table", ["cell", *(f"L{i}" for i in range(layers)), "types in some seeds only"],
-                 [[_label(c["axes"]), *map(head_type_text, c["layers"]),
-                   "; ".join(f"L{i} {t}" for i, layer in enumerate(c["layers"]) if (t := head_type_seeds(layer))) or "-"] for c in types])]
+        out += [
+            ("h2", "Head types per layer"),
+            ("p", HEAD_TYPES_NOTE),
+            (
+                "table",
+                ["cell", *(f"L{i}" for i in range(layers)), "types in some seeds only"],
+                [
+                    [
+                        _label(c["axes"]),
+                        *map(head_type_text, c["layers"]),
+                        "; ".join(f"L{i} {t}" for i, layer in enumerate(c["layers"]) if (t := head_type_seeds(layer)))
+                        or "-",
+                    ]
+                    for c in types
+                ],
+            ),
+        ]
     phases = [c for c in study.phases if c["steps"]]
     if any(s is not None for c in phases for s in c["steps"]):
         from ..analysis.phase import PHASE_LEVEL
 
-        out += [("h2", "Phase change"),
-                ("p", f"The first measured step at which copying on the repeated probe reaches {PHASE_LEVEL} "
-                      "(`attnlab.analysis.phase.phase_change_step`), per seed that ran the head analysis over training."),
-                ("table", ["cell", "seeds that reach it", "step: median", "step: range"], [[_label(c["axes"]), *phase_text(c["steps"])] for c in phases])]
+        out += [
+            ("h2", "Phase change"),
+            (
+                "p",
+                f"The first measured step at which copying on the repeated probe reaches {PHASE_LEVEL} "
+                "(`attnlab.analysis.phase.phase_change_step`), per seed that ran the head analysis over training.",
+            ),
+            (
+                "table",
+                ["cell", "seeds that reach it", "step: median", "step: range"],
+                [[_label(c["axes"]), *phase_text(c["steps"])] for c in phases],
+            ),
+        ]
     if study.per_seed_known and any(c.seeds for c in study.cells):
-        out += [("h2", "Per seed"), ("p", "Every finished seed's final values (also in ablation.csv and summary.json)."), ("table", *per_seed_table(study))]
+        out += [
+            ("h2", "Per seed"),
+            ("p", "Every finished seed's final values (also in ablation.csv and summary.json)."),
+            ("table", *per_seed_table(study)),
+        ]
     if study.machine_keys:
-        out += [("h2", "Cost (machine-dependent)"),
-                ("p", "Throughput and the peak tensor memory of a training step above its start level measure the machine the runs "
-                      "shared (other jobs, thread counts) as much as the model: they are not compared between cells here."),
-                ("table", *machine_table(study))]
+        out += [
+            ("h2", "Cost (machine-dependent)"),
+            (
+                "p",
+                "Throughput and the peak tensor memory of a training step above its start level measure the machine the runs "
+                "shared (other jobs, thread counts) as much as the model: they are not compared between cells here.",
+            ),
+            ("table", *machine_table(study)),
+        ]
     if study.failures:
         out += [("h2", "Failed runs"), ("p", "\n".join(study.failures))]
     out += [("img", p) for p in study.plots]
@@ -761,12 +1021,18 @@ def to_html(name: str, bl: list[tuple]) -> str:
         elif kind == "table":
             parts.append(html_table(b[1], b[2]))
         elif kind == "img":
-            parts.append(f'<figure><img src="data:image/png;base64,{base64.b64encode(b[1].read_bytes()).decode()}">'
-                         f"<figcaption>{html.escape(b[1].stem)}</figcaption></figure>")
-    style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px}"
-             "td,th{border:1px solid #ccc;padding:3px 6px}tr.failed{background:#fdd}figure{display:inline-block;margin:1em}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>attnlab: {html.escape(name)}</title>"
-            f"<style>{style}</style></head><body>{''.join(parts)}</body></html>")
+            parts.append(
+                f'<figure><img src="data:image/png;base64,{base64.b64encode(b[1].read_bytes()).decode()}">'
+                f"<figcaption>{html.escape(b[1].stem)}</figcaption></figure>"
+            )
+    style = (
+        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px}"
+        "td,th{border:1px solid #ccc;padding:3px 6px}tr.failed{background:#fdd}figure{display:inline-block;margin:1em}"
+    )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>attnlab: {html.escape(name)}</title>"
+        f"<style>{style}</style></head><body>{''.join(parts)}</body></html>"
+    )
 
 
 # ---------------------------------------------------------------- machine-readable outputs
@@ -797,10 +1063,21 @@ def derived_csv(header: list[str], body: list[list], study: Study) -> str:
 
 
 def _contrast_json(c: Contrast) -> dict:
-    return {"axis": c.axis, "level": c.level, "reference": c.reference, "where": c.where, "diff": c.diff,
-            "ci95": list(c.interval) if c.interval else None, "n": [len(c.ref_values), len(c.values)],
-            "welch_t": c.test.t if c.test else None, "df": c.test.df if c.test else None, "p": c.test.p if c.test else None,
-            "p_holm": c.p_holm, "beyond_noise": c.significant, "direction": direction_words(c)}
+    return {
+        "axis": c.axis,
+        "level": c.level,
+        "reference": c.reference,
+        "where": c.where,
+        "diff": c.diff,
+        "ci95": list(c.interval) if c.interval else None,
+        "n": [len(c.ref_values), len(c.values)],
+        "welch_t": c.test.t if c.test else None,
+        "df": c.test.df if c.test else None,
+        "p": c.test.p if c.test else None,
+        "p_holm": c.p_holm,
+        "beyond_noise": c.significant,
+        "direction": direction_words(c),
+    }
 
 
 def statistics_json(study: Study, analysis: Analysis) -> dict:
@@ -810,23 +1087,56 @@ def statistics_json(study: Study, analysis: Analysis) -> dict:
     for p in analysis.pairs:
         c = loss.get((p.where, p.variant))
         out["scaled_vs_unscaled"].append(
-            {"where": p.where, "scaling": p.variant, "diff": p.diff, "n": [len(p.unscaled), len(p.scaled)],
-             "welch_t": p.test.t if p.test else None, "df": p.test.df if p.test else None, "p": p.test.p if p.test else None,
-             "p_holm": p.p_holm, "beyond_noise": p.significant,
-             "ci95": list(c.interval) if c is not None and c.interval else None, "direction": direction_words(c) if c else None})
+            {
+                "where": p.where,
+                "scaling": p.variant,
+                "diff": p.diff,
+                "n": [len(p.unscaled), len(p.scaled)],
+                "welch_t": p.test.t if p.test else None,
+                "df": p.test.df if p.test else None,
+                "p": p.test.p if p.test else None,
+                "p_holm": p.p_holm,
+                "beyond_noise": p.significant,
+                "ci95": list(c.interval) if c is not None and c.interval else None,
+                "direction": direction_words(c) if c else None,
+            }
+        )
     for e in analysis.effects:
-        out["pooled_effects"].append({"axis": e.axis, "level": e.level, "reference": e.reference, "diff": e.diff, "strata": e.strata,
-                                      "welch_t": e.test.t if e.test else None, "df": e.test.df if e.test else None,
-                                      "p": e.test.p if e.test else None, "p_holm": e.p_holm, "beyond_noise": e.significant,
-                                      "ci95": list(e.interval) if e.interval else None})
+        out["pooled_effects"].append(
+            {
+                "axis": e.axis,
+                "level": e.level,
+                "reference": e.reference,
+                "diff": e.diff,
+                "strata": e.strata,
+                "welch_t": e.test.t if e.test else None,
+                "df": e.test.df if e.test else None,
+                "p": e.test.p if e.test else None,
+                "p_holm": e.p_holm,
+                "beyond_noise": e.significant,
+                "ci95": list(e.interval) if e.interval else None,
+            }
+        )
     out["contrasts"] = {m: [_contrast_json(c) for c in fam] for m, fam in analysis.families.items()}
-    out["cells_ci95"] = [{"axes": c.axes, "n": c.n_ok, "metrics": {k: {"mean": c.mean(k), "std": c.std(k), "ci95": list(i) if (i := c.interval(k)) else None}
-                                                                   for k in study.main_keys if c.mean(k) is not None}} for c in study.cells]
+    out["cells_ci95"] = [
+        {
+            "axes": c.axes,
+            "n": c.n_ok,
+            "metrics": {
+                k: {"mean": c.mean(k), "std": c.std(k), "ci95": list(i) if (i := c.interval(k)) else None}
+                for k in study.main_keys
+                if c.mean(k) is not None
+            },
+        }
+        for c in study.cells
+    ]
     out["headline"] = analysis.headline
     out["attention_free_level"] = study.baseline
     out["recording_differences"] = study.recording
     if not study.per_seed_known:
-        out["per_seed_note"] = "Per-seed values are not in the committed data: ablation.csv holds each cell's mean, sample std and seed count."
+        out["per_seed_note"] = (
+            "Per-seed values are not in the committed data: ablation.csv holds each cell's mean, sample std and seed count."
+        )
     return out
 
 

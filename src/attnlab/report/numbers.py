@@ -3,6 +3,7 @@
 The std is shown to two significant digits and the mean rounded to the same decimal place, so a
 reader never sees digits that seed noise makes meaningless ("9597 ± 357.879" reads "9600 ± 360").
 """
+
 from __future__ import annotations
 
 import math
@@ -12,7 +13,9 @@ def plain(value: float | None, digits: int = 3) -> str:
     """A single value (no spread known): fixed digits, scientific-style for tiny ones, none for big ones."""
     if value is None or not math.isfinite(value):
         return "-"
-    return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.{digits}g}" if abs(value) < 0.01 else f"{value:.{digits}f}"
+    return (
+        f"{value:.0f}" if abs(value) >= 1000 else f"{value:.{digits}g}" if abs(value) < 0.01 else f"{value:.{digits}f}"
+    )
 
 
 def std_decimals(std: float) -> int:
@@ -28,7 +31,7 @@ def _fixed(value: float, places: int) -> str:
 
 
 def mean_pm_std(mean: float | None, std: float | None, n: int) -> str:
-    """"mean ± std" over ``n`` seeds; with one seed (or no spread measured) the mean alone."""
+    """ "mean ± std" over ``n`` seeds; with one seed (or no spread measured) the mean alone."""
     if mean is None or not math.isfinite(mean):
         return "-"
     if n < 2 or std is None or not math.isfinite(std):
@@ -64,7 +67,7 @@ def interval_decimals(lo: float, hi: float) -> int | None:
 
 
 def mean_ci(mean: float | None, interval: tuple[float, float] | None, scale: float = 1.0) -> str:
-    """"mean [lo, hi]": the interval's half-width to two significant digits and the mean and bounds to the same
+    """ "mean [lo, hi]": the interval's half-width to two significant digits and the mean and bounds to the same
     place; the mean alone without an interval (one seed), "-" without a value."""
     if mean is None or not math.isfinite(mean):
         return "-"

@@ -1,6 +1,7 @@
 """Plots of a sweep: a metric against a numeric axis (one line per other-axes combination),
 per-layer entropy against d_k, max logit over training from each run's attention_stats.jsonl,
 and the head analysis over training from each run's heads.json."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -54,8 +55,16 @@ def _legend_outside(fig, ax_or_handles=None, title: str | None = None):
                 handles.append(h)
                 labels.append(lab)
     if handles:
-        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7, title=title, title_fontsize=7,
-                   frameon=False)
+        fig.legend(
+            handles,
+            labels,
+            loc="center left",
+            bbox_to_anchor=(1.0, 0.5),
+            fontsize=7,
+            title=title,
+            title_fontsize=7,
+            frameon=False,
+        )
 
 
 def _error(cell, key: str):
@@ -65,8 +74,15 @@ def _error(cell, key: str):
     return (0.0, 0.0) if interval is None or mean is None else (mean - interval[0], interval[1] - mean)
 
 
-def metric_vs_axis(cells, x_axis: str, metric: str, path: Path, logx: bool = False, ylabel: str | None = None,
-                   baseline: float | None = None) -> Path | None:
+def metric_vs_axis(
+    cells,
+    x_axis: str,
+    metric: str,
+    path: Path,
+    logx: bool = False,
+    ylabel: str | None = None,
+    baseline: float | None = None,
+) -> Path | None:
     """``metric`` (mean over seeds, 95 % t interval as error bar) against a numeric axis, one line per other-axes
     combination in distinct colours, the legend outside the axes; ``baseline``: a level drawn across (the
     attention-free loss)."""
@@ -76,10 +92,14 @@ def metric_vs_axis(cells, x_axis: str, metric: str, path: Path, logx: bool = Fal
     drawn = False
     series = _series(cells, x_axis)
     for k, ((name, group), colour) in enumerate(zip(series.items(), colours(len(series)))):
-        pts = sorted((_numeric(c.axes[x_axis]), c.mean(metric), *_error(c, metric)) for c in group if c.mean(metric) is not None)
+        pts = sorted(
+            (_numeric(c.axes[x_axis]), c.mean(metric), *_error(c, metric)) for c in group if c.mean(metric) is not None
+        )
         if pts:
             xs, ys, lo, hi = zip(*pts)
-            dodge = 2 ** (0.04 * (k - (len(series) - 1) / 2))  # side by side on the log axis, so error bars do not hide each other
+            dodge = 2 ** (
+                0.04 * (k - (len(series) - 1) / 2)
+            )  # side by side on the log axis, so error bars do not hide each other
             ax.errorbar([x * dodge for x in xs], ys, yerr=[lo, hi], marker="o", capsize=3, label=name, color=colour)
             drawn = True
     if not drawn:
@@ -113,7 +133,9 @@ def layer_stat_vs_axis(cells, x_axis: str, stat: str, layers: int, path: Path) -
     for ax, (name, group) in zip(axes.flat, series.items()):
         for i in range(layers):
             key = f"attn/L{i}/{stat}"
-            pts = sorted((_numeric(c.axes[x_axis]), c.mean(key), *_error(c, key)) for c in group if c.mean(key) is not None)
+            pts = sorted(
+                (_numeric(c.axes[x_axis]), c.mean(key), *_error(c, key)) for c in group if c.mean(key) is not None
+            )
             if pts:
                 xs, ys, lo, hi = zip(*pts)
                 ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=f"layer {i}", color=palette[i])
@@ -125,7 +147,7 @@ def layer_stat_vs_axis(cells, x_axis: str, stat: str, layers: int, path: Path) -
         ax.set_title(name, fontsize=8)
         ax.set_xlabel(short(x_axis))
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(series):]:
+    for ax in list(axes.flat)[len(series) :]:
         ax.set_visible(False)
     if not drawn:
         plt.close(fig)
@@ -170,16 +192,22 @@ def max_logit_over_training(cells: list[Cell], path: Path) -> Path | None:
     for ax, (name, group) in zip(axes.flat, panels.items()):
         for cell, runs in group:
             level = cell.axes[colour_axis] if colour_axis else None
-            for seed, (run, points) in enumerate(runs):
+            for seed, (_run, points) in enumerate(runs):
                 steps = [p["step"] for p in points]
                 values = [max(v for k, v in p.items() if k.endswith("/max_logit")) for p in points]
-                ax.plot(steps, values, color=palette[level], lw=0.9, alpha=0.85,
-                        label=(f"{short(colour_axis)}={level}" if colour_axis else cell.label) if seed == 0 else None)
+                ax.plot(
+                    steps,
+                    values,
+                    color=palette[level],
+                    lw=0.9,
+                    alpha=0.85,
+                    label=(f"{short(colour_axis)}={level}" if colour_axis else cell.label) if seed == 0 else None,
+                )
         ax.set_title(name, fontsize=8)
         ax.set_yscale("symlog", linthresh=1.0)  # linear below 1, logarithmic over the hundreds an unscaled run reaches
         ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     for ax in axes[-1]:
         ax.set_xlabel("step")
@@ -191,8 +219,11 @@ def max_logit_over_training(cells: list[Cell], path: Path) -> Path | None:
     return _save(fig, path)
 
 
-EXTREME_PANELS = {"sink_mass_dormant": "first-token weight, dormant queries", "value_drain": "value drain ||v_0|| / ||v_t||",
-                  "residual_peak": "residual peak ||h_0|| / ||h_t||"}
+EXTREME_PANELS = {
+    "sink_mass_dormant": "first-token weight, dormant queries",
+    "value_drain": "value drain ||v_0|| / ||v_t||",
+    "residual_peak": "residual peak ||h_0|| / ||h_t||",
+}
 
 
 def extreme_tokens_over_training(cells: list[Cell], path: Path, layer: int = 0) -> Path | None:
@@ -209,12 +240,18 @@ def extreme_tokens_over_training(cells: list[Cell], path: Path, layer: int = 0) 
                 continue
             drawn = True
             for ax, stat in zip(axes[0], EXTREME_PANELS):
-                ax.plot([p["step"] for p in points], [p[f"attn/L{layer}/{stat}"] for p in points], color=palette[colour],
-                        lw=0.9, alpha=0.8, label=cell.label if seed == 0 else None)
+                ax.plot(
+                    [p["step"] for p in points],
+                    [p[f"attn/L{layer}/{stat}"] for p in points],
+                    color=palette[colour],
+                    lw=0.9,
+                    alpha=0.8,
+                    label=cell.label if seed == 0 else None,
+                )
     if not drawn:
         plt.close(fig)
         return None
-    for ax, (stat, title) in zip(axes[0], EXTREME_PANELS.items()):
+    for ax, title in zip(axes[0], EXTREME_PANELS.values()):
         ax.set_xlabel("step")
         ax.set_title(f"L{layer}: {title}", fontsize=9)
         ax.grid(alpha=0.3)
@@ -235,8 +272,13 @@ def stats_over_training(runs: dict[str, Path], stats: tuple[str, ...], path: Pat
         layers = sorted({k.split("/")[1] for k in points[0] if k.startswith("attn/L")})
         for ax, stat in zip(axes[0], stats):
             for i, layer in enumerate(layers):
-                ax.plot([p["step"] for p in points], [p[f"attn/{layer}/{stat}"] for p in points], style,
-                        color=f"C{i}", label=f"{label} {layer}")
+                ax.plot(
+                    [p["step"] for p in points],
+                    [p[f"attn/{layer}/{stat}"] for p in points],
+                    style,
+                    color=f"C{i}",
+                    label=f"{label} {layer}",
+                )
     for ax, stat in zip(axes[0], stats):
         ax.set_xlabel("step")
         ax.set_title(stat, fontsize=9)
@@ -246,8 +288,11 @@ def stats_over_training(runs: dict[str, Path], stats: tuple[str, ...], path: Pat
     return _save(fig, path)
 
 
-HEAD_PANELS = {"repeat_acc": "copying accuracy on the probe", "induction_max": "induction score (best head of L{i})",
-               "induction_knockout_all_heads": "knockout, all heads of L{i}"}
+HEAD_PANELS = {
+    "repeat_acc": "copying accuracy on the probe",
+    "induction_max": "induction score (best head of L{i})",
+    "induction_knockout_all_heads": "knockout, all heads of L{i}",
+}
 
 
 def heads_over_training(histories: dict[str, list[list[dict]]], path: Path) -> Path | None:
@@ -263,16 +308,31 @@ def heads_over_training(histories: dict[str, list[list[dict]]], path: Path) -> P
     for colour, (label, runs) in enumerate(histories.items()):
         for seed, history in enumerate(runs):
             steps = [p["step"] for p in history]
-            axes[0][0].plot(steps, [p["repeat_acc"] for p in history], color=palette[colour], lw=1 if len(runs) == 1 else 0.8,
-                            label=label if seed == 0 else None)
+            axes[0][0].plot(
+                steps,
+                [p["repeat_acc"] for p in history],
+                color=palette[colour],
+                lw=1 if len(runs) == 1 else 0.8,
+                label=label if seed == 0 else None,
+            )
             for ax, stat in zip(axes[0][1:], list(HEAD_PANELS)[1:]):
                 layers = sorted({k.split("/")[0] for k in history[-1] if k.startswith("L") and k.endswith(f"/{stat}")})
                 for style, layer in zip(["-", "--", ":", "-."], layers):
                     # with a marker: a statistic measured once (the knockout at the end) still shows
-                    ax.plot(steps, [p.get(f"{layer}/{stat}") for p in history], style, color=palette[colour], lw=0.8, marker=".", ms=4)
+                    ax.plot(
+                        steps,
+                        [p.get(f"{layer}/{stat}") for p in history],
+                        style,
+                        color=palette[colour],
+                        lw=0.8,
+                        marker=".",
+                        ms=4,
+                    )
     for ax, title in zip(axes[0], HEAD_PANELS.values()):
         ax.set_xlabel("step")
-        ax.set_title(title.replace("L{i}", "each layer") + (" (solid L0, dashed L1, ...)" if "{i}" in title else ""), fontsize=8)
+        ax.set_title(
+            title.replace("L{i}", "each layer") + (" (solid L0, dashed L1, ...)" if "{i}" in title else ""), fontsize=8
+        )
         ax.grid(alpha=0.3)
     fig.tight_layout()
     _legend_outside(fig)

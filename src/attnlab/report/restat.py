@@ -10,6 +10,7 @@ values, where a report has them, are used as they are. The stand-in values are n
 ablation.csv's derived columns (intervals, per-seed values), the plots of final values, and summary.json's
 statistics; the plots over training need the runs and are left as committed.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,10 @@ import math
 from pathlib import Path
 
 METRIC = "val/loss"
-NOTE = ("Statistics recomputed by `python -m attnlab.report --restat` from ablation.csv's per-cell mean, sample std and seed "
-        "count, and summary.json's per-seed values where it has them (the runs themselves are not in this checkout).")
+NOTE = (
+    "Statistics recomputed by `python -m attnlab.report --restat` from ablation.csv's per-cell mean, sample std and seed "
+    "count, and summary.json's per-seed values where it has them (the runs themselves are not in this checkout)."
+)
 
 
 def standins(mean: float, std: float, n: int) -> list[float]:
@@ -44,5 +47,9 @@ def restat(report: Path) -> dict:
     data = json.loads(path.read_text()) if path.is_file() else {}
     data["statistics_note"] = NOTE
     data = write(study, report, header, body, data)
-    return {"pairs": data["scaled_vs_unscaled"], "pooled_effects": data["pooled_effects"], "contrasts": data["contrasts"],
-            "headline": data["headline"]}
+    return {
+        "pairs": data["scaled_vs_unscaled"],
+        "pooled_effects": data["pooled_effects"],
+        "contrasts": data["contrasts"],
+        "headline": data["headline"],
+    }

@@ -13,6 +13,7 @@ gets each axis's effect pooled over the others (``factor_effects``: a stratified
 difference averaged over the strata), which the pairs alone would hide. A mechanism that forms in some
 seeds only is reported as k of n with a Wilson interval (``k_of_n_text``), not as a mean.
 """
+
 from __future__ import annotations
 
 import math
@@ -72,7 +73,10 @@ def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     if n == 0:
         return 0.0, 1.0
     p = k / n
-    centre, half = (p + z * z / (2 * n)) / (1 + z * z / n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    centre, half = (
+        (p + z * z / (2 * n)) / (1 + z * z / n),
+        z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n),
+    )
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
@@ -121,7 +125,15 @@ def scaling_pairs(cells: list[Cell], axes: list[str], metric: str = "val/loss") 
             continue
         unscaled, scaled = twin.values(metric), cell.values(metric)
         if unscaled and scaled:
-            pairs.append(Pair({a: cell.axes[a] for a in others}, cell.axes[SCALING_AXIS], unscaled, scaled, welch(unscaled, scaled)))
+            pairs.append(
+                Pair(
+                    {a: cell.axes[a] for a in others},
+                    cell.axes[SCALING_AXIS],
+                    unscaled,
+                    scaled,
+                    welch(unscaled, scaled),
+                )
+            )
     for pair, adjusted in zip(pairs, holm([p.test.p if p.test else None for p in pairs])):
         pair.p_holm = adjusted
     return pairs
@@ -204,7 +216,9 @@ def factor_effects(cells: list[Cell], axes: list[str], metric: str = "val/loss")
                     df = sum(v for v, _ in var_terms) ** 2 / sum(v**2 / (n - 1) for v, n in var_terms)
                     t = diff / math.sqrt(se2)
                     test = Welch(t, df, float(2 * student_t.sf(abs(t), df)))
-                effects.append(Effect(axis, level, ref, statistics.fmean(diffs), k, test, se=math.sqrt(se2) if se2 > 0 else None))
+                effects.append(
+                    Effect(axis, level, ref, statistics.fmean(diffs), k, test, se=math.sqrt(se2) if se2 > 0 else None)
+                )
     for effect, adjusted in zip(effects, holm([e.test.p if e.test else None for e in effects])):
         effect.p_holm = adjusted
     return effects
@@ -233,7 +247,10 @@ class Contrast:
     def se(self) -> float | None:
         if self.test is None:
             return None
-        return math.sqrt(statistics.variance(self.ref_values) / len(self.ref_values) + statistics.variance(self.values) / len(self.values))
+        return math.sqrt(
+            statistics.variance(self.ref_values) / len(self.ref_values)
+            + statistics.variance(self.values) / len(self.values)
+        )
 
     @property
     def interval(self) -> tuple[float, float] | None:
@@ -260,10 +277,14 @@ class Contrast:
 
     @property
     def why_untested(self) -> str:
-        return "1 seed" if min(len(self.ref_values), len(self.values)) < 2 else "no spread: every seed gave the same value"
+        return (
+            "1 seed" if min(len(self.ref_values), len(self.values)) < 2 else "no spread: every seed gave the same value"
+        )
 
 
-def contrasts(cells, axes: list[str], metric: str = "val/loss", contrast_axes: list[str] | None = None) -> list[Contrast]:
+def contrasts(
+    cells, axes: list[str], metric: str = "val/loss", contrast_axes: list[str] | None = None
+) -> list[Contrast]:
     """The comparisons a study is run for: with a scaling axis, every scaled cell against its unscaled twin
     (``scaling_pairs``); else, per axis, every cell off the axis's reference level against the cell that
     differs from it on that axis only. Welch's test each, Holm-corrected over the family."""
@@ -281,12 +302,16 @@ def contrasts(cells, axes: list[str], metric: str = "val/loss", contrast_axes: l
             if cell.axes[axis] == ref:
                 continue
             key = tuple(cell.axes[a] for a in axes)
-            twin = by_key.get(key[:i] + (ref,) + key[i + 1:])
+            twin = by_key.get(key[:i] + (ref,) + key[i + 1 :])
             if twin is None:
                 continue
             a, b = twin.values(metric), cell.values(metric)
             if a and b:
-                out.append(Contrast(axis, cell.axes[axis], ref, {x: cell.axes[x] for x in axes if x != axis}, a, b, welch(a, b)))
+                out.append(
+                    Contrast(
+                        axis, cell.axes[axis], ref, {x: cell.axes[x] for x in axes if x != axis}, a, b, welch(a, b)
+                    )
+                )
     for c, adjusted in zip(out, holm([c.test.p if c.test else None for c in out])):
         c.p_holm = adjusted
     return out

@@ -1,4 +1,5 @@
 """The ablation table as Markdown, CSV and HTML."""
+
 from __future__ import annotations
 
 import csv
@@ -9,21 +10,34 @@ from ..attention.stats import table_stats
 from ..data.tasks import QUERY_CLASSES
 from .aggregate import RUN_METRICS, Cell
 
-LABELS = {"val/loss": "val loss", "val/acc": "val acc", "perf/tokens_per_s": "tokens/s", "mem/peak_bytes": "peak MiB",
-          "val/copy/acc": "copy acc", "val/bigram/loss": "bigram loss", "mem/kv_cache_bytes_per_token": "KV cache B/token",
-          "heads/induction_max": "induction (best head)"}
+LABELS = {
+    "val/loss": "val loss",
+    "val/acc": "val acc",
+    "perf/tokens_per_s": "tokens/s",
+    "mem/peak_bytes": "peak MiB",
+    "val/copy/acc": "copy acc",
+    "val/bigram/loss": "bigram loss",
+    "mem/kv_cache_bytes_per_token": "KV cache B/token",
+    "heads/induction_max": "induction (best head)",
+}
 # a task's metric-mask columns (data=bigram_backcopy), shown when the runs logged them
 TASK_METRICS = ("val/copy/acc", "val/bigram/loss")
 # shown when their value differs between cells (a study of n_kv_head, say)
 COST_METRICS = ("mem/kv_cache_bytes_per_token",)
 # Head-analysis columns, shown when the runs logged them (the task studies)
-HEAD_METRICS = {"heads/repeat_acc": "repeat acc (probe)", "heads/in_context_score": "in-context score",
-                "heads/induction_control_max": "induction control (best head)"}
+HEAD_METRICS = {
+    "heads/repeat_acc": "repeat acc (probe)",
+    "heads/in_context_score": "in-context score",
+    "heads/induction_control_max": "induction control (best head)",
+}
 # per layer, the best head's score for each mechanism (the induction circuit's previous-token head in
 # layer 0, a sink head) and the knockout of all of a layer's induction edges
-HEAD_LAYER_STATS = {"previous_token (best head)": "heads/L{i}/previous_token_max", "sink (best head)": "heads/L{i}/sink_max",
-                    "induction (best head)": "heads/L{i}/induction_max",
-                    "induction_knockout_all_heads": "heads/L{i}/induction_knockout_all_heads"}
+HEAD_LAYER_STATS = {
+    "previous_token (best head)": "heads/L{i}/previous_token_max",
+    "sink (best head)": "heads/L{i}/sink_max",
+    "induction (best head)": "heads/L{i}/induction_max",
+    "induction_knockout_all_heads": "heads/L{i}/induction_knockout_all_heads",
+}
 # shown when some run logged them: the escape slot's mass, and the extreme-token metrics of a task
 # with query classes (the sinks testbed)
 ATTN_LAYER_STATS = {s: f"attn/L{{i}}/{s}" for s in table_stats(QUERY_CLASSES)}  # from the metric registry
@@ -41,7 +55,12 @@ def _varying(cells: list[Cell], keys) -> list[str]:
 
 def run_metrics(cells: list[Cell]) -> list[str]:
     """The run-level columns: the standard ones, then those some run logged or that vary."""
-    return [*RUN_METRICS, *_present(cells, TASK_METRICS), *_present(cells, HEAD_METRICS), *_varying(cells, COST_METRICS)]
+    return [
+        *RUN_METRICS,
+        *_present(cells, TASK_METRICS),
+        *_present(cells, HEAD_METRICS),
+        *_varying(cells, COST_METRICS),
+    ]
 
 
 def _layer_columns(cells: list[Cell]) -> dict[str, str]:
@@ -83,6 +102,7 @@ def read_csv(text: str) -> tuple[list[str], list[list]]:
     """csv_text's output back as (header, rows): a column whose cells all read as numbers holds
     floats, any other column strings (an axis such as init_std mixes 0.02 and fan_in; W&B wants one
     type per column); empty cells are None."""
+
     def number(cell: str) -> float | None:
         try:
             return float(cell)
@@ -91,7 +111,9 @@ def read_csv(text: str) -> tuple[list[str], list[list]]:
 
     header, *body = list(csv.reader(io.StringIO(text)))
     numeric = [all(c == "" or number(c) is not None for c in column) for column in zip(*body)] if body else []
-    return header, [[None if c == "" else number(c) if is_num else c for c, is_num in zip(row, numeric)] for row in body]
+    return header, [
+        [None if c == "" else number(c) if is_num else c for c, is_num in zip(row, numeric)] for row in body
+    ]
 
 
 def read_raw(text: str) -> tuple[list[str], list[list[str]]]:

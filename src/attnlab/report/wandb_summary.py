@@ -4,6 +4,7 @@
 the training runs went: the same project and group, offline unless they were online, its files
 under the sweep dir (``<sweep dir>/wandb/offline-run-*``) so that ``make sync`` uploads it with them.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,11 +20,19 @@ def wandb_target(runs) -> dict | None:
         wandb_cfg = (config.get("logger") or {}).get("wandb")
         if wandb_cfg and wandb_cfg.get("mode", "offline") != "disabled":
             # the group the run recorded (its study); runs recorded before it was: run_group, else the sweep dir's name
-            group = ((run.results.get("wandb") or {}).get("group") or wandb_cfg.get("group") or config.get("run_group")
-                     or run.dir.parent.name)
+            group = (
+                (run.results.get("wandb") or {}).get("group")
+                or wandb_cfg.get("group")
+                or config.get("run_group")
+                or run.dir.parent.name
+            )
             sweeps = sorted({s for r in runs if (s := (r.results.get("wandb") or {}).get("sweep"))})
-            return {"project": wandb_cfg.get("project") or "attnlab", "mode": wandb_cfg.get("mode") or "offline",
-                    "group": group, "sweeps": sweeps}
+            return {
+                "project": wandb_cfg.get("project") or "attnlab",
+                "mode": wandb_cfg.get("mode") or "offline",
+                "group": group,
+                "sweeps": sweeps,
+            }
     return None
 
 
@@ -38,19 +47,35 @@ def log_summary_run(study: str, out: Path, plots: list[Path], runs, sweep_dir: P
 
     columns, data = read_csv((out / "ablation.csv").read_text())
     try:
-        run = wandb.init(project=target["project"], group=target["group"], mode=target["mode"], name=f"{study}-table",
-                         job_type="summary", dir=str(sweep_dir), tags=[f"sweep={s}"[:64] for s in target["sweeps"]],
-                         config={"study": study, "sweep_dir": str(sweep_dir), "sweeps": target["sweeps"], "runs": len(runs)},
-                         settings=wandb.Settings(quiet=True, silent=True), reinit="create_new")
+        run = wandb.init(
+            project=target["project"],
+            group=target["group"],
+            mode=target["mode"],
+            name=f"{study}-table",
+            job_type="summary",
+            dir=str(sweep_dir),
+            tags=[f"sweep={s}"[:64] for s in target["sweeps"]],
+            config={"study": study, "sweep_dir": str(sweep_dir), "sweeps": target["sweeps"], "runs": len(runs)},
+            settings=wandb.Settings(quiet=True, silent=True),
+            reinit="create_new",
+        )
         try:
-            run.log({"ablation": wandb.Table(columns=columns, data=data),
-                     **{f"plots/{plot.stem}": wandb.Image(str(plot)) for plot in plots}})
+            run.log(
+                {
+                    "ablation": wandb.Table(columns=columns, data=data),
+                    **{f"plots/{plot.stem}": wandb.Image(str(plot)) for plot in plots},
+                }
+            )
             run_dir = Path(run.dir).parent
         finally:
             run.finish()
     except Exception as err:  # the report files are written; W&B holds a copy of them
-        print(f"attnlab: the W&B summary run was not written ({type(err).__name__}: {str(err)[:300]}); {out}/ is complete")
+        print(
+            f"attnlab: the W&B summary run was not written ({type(err).__name__}: {str(err)[:300]}); {out}/ is complete"
+        )
         return None
     where = "make sync uploads it" if target["mode"] == "offline" else "online"
-    print(f"attnlab: W&B run {study}-table (group {target['group']}) with the table and {len(plots)} plots; {where}: {run_dir}")
+    print(
+        f"attnlab: W&B run {study}-table (group {target['group']}) with the table and {len(plots)} plots; {where}: {run_dir}"
+    )
     return run_dir

@@ -4,6 +4,7 @@
 One module per theme: numerics (1-3, 9, 10), equivalence (4, 5), masks (7, 11), memory (6, 14, 15),
 jacobian and training (8, 10, 12, 13); verdict holds the shared result shape, report renders it.
 """
+
 from .memory import cpu_peak_bytes
 from .report import readme_section
 from .verdict import Claim, Finding, Table

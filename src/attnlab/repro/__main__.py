@@ -1,4 +1,5 @@
 """``python -m attnlab.repro --mode fast|full [--out DIR] [--reports DIR]``: reproduce and check the source claims."""
+
 from __future__ import annotations
 
 import sys
@@ -10,13 +11,27 @@ from .runner import MODES, main
 
 def cli(argv: list[str] | None = None) -> int:
     parser = command_parser("repro", __doc__)
-    parser.add_argument("--mode", choices=sorted(MODES), default="full",
-                        help="fast: no training, under a minute; full: all 15 claims, training runs included")
-    parser.add_argument("--out", type=Path, default=Path("reports/repro"), help="output directory (default reports/repro)")
-    parser.add_argument("--reports", type=Path, default=Path("reports"),
-                        help="where the studies that claims 12 and 13 cite live (reports/induction_heads, reports/sinks)")
-    parser.add_argument("--wandb", choices=("offline", "online"), default=None,
-                        help="also log the verdicts as a W&B run (group repro) under logs/repro/; default: no W&B")
+    parser.add_argument(
+        "--mode",
+        choices=sorted(MODES),
+        default="full",
+        help="fast: no training, under a minute; full: all 15 claims, training runs included",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("reports/repro"), help="output directory (default reports/repro)"
+    )
+    parser.add_argument(
+        "--reports",
+        type=Path,
+        default=Path("reports"),
+        help="where the studies that claims 12 and 13 cite live (reports/induction_heads, reports/sinks)",
+    )
+    parser.add_argument(
+        "--wandb",
+        choices=("offline", "online"),
+        default=None,
+        help="also log the verdicts as a W&B run (group repro) under logs/repro/; default: no W&B",
+    )
     args = parser.parse_args(argv)
     claims = main(args.mode, args.out, log=lambda msg: print(msg, flush=True), reports=args.reports)
     if args.wandb:

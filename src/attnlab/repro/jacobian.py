@@ -1,4 +1,5 @@
 """Claim 8, quantified: how the softmax Jacobian diag(p) - pp^T and the logit gradient shrink with logit std."""
+
 from __future__ import annotations
 
 import torch
@@ -22,13 +23,17 @@ def jacobian_vs_logit_std(stds, n: int = 64, rows: int = 2000, seed: int = 0) ->
         p = (z * s).softmax(-1)
         jac = softmax_jacobian(p)
         grad = (jac @ up.unsqueeze(-1)).squeeze(-1)  # J is symmetric, so J^T g = J g
-        out.append({
-            "logit_std": float(s),
-            "max_p": float(p.max(-1).values.mean()),
-            "jac_fro": float(torch.linalg.matrix_norm(jac, "fro").mean()),
-            "jac_spec": float(torch.linalg.eigvalsh(jac).amax(-1).mean()),  # J is symmetric PSD: ||J||_2 = its top eigenvalue
-            "grad_norm": float(grad.norm(dim=-1).mean()),
-        })
+        out.append(
+            {
+                "logit_std": float(s),
+                "max_p": float(p.max(-1).values.mean()),
+                "jac_fro": float(torch.linalg.matrix_norm(jac, "fro").mean()),
+                "jac_spec": float(
+                    torch.linalg.eigvalsh(jac).amax(-1).mean()
+                ),  # J is symmetric PSD: ||J||_2 = its top eigenvalue
+                "grad_norm": float(grad.norm(dim=-1).mean()),
+            }
+        )
     return out
 
 
@@ -36,6 +41,9 @@ def jacobian_table(rows: list[dict], n: int) -> Table:
     return Table(
         f"Softmax Jacobian diag(p) - pp^T over n = {n} keys vs logit std (means over random logit rows, float64)",
         ["logit std", "mean max p", "||J||_F", "||J||_2", "||J g|| (g ~ N(0, I))"],
-        [[fmt(r["logit_std"], 2), fmt(r["max_p"]), fmt(r["jac_fro"]), fmt(r["jac_spec"]), fmt(r["grad_norm"])] for r in rows],
+        [
+            [fmt(r["logit_std"], 2), fmt(r["max_p"]), fmt(r["jac_fro"]), fmt(r["jac_spec"]), fmt(r["grad_norm"])]
+            for r in rows
+        ],
         note="std 1 is what 1/sqrt(d) scaling gives for unit-variance q, k; std sqrt(d_k) (4, 8, 11.3, 16, 32) is the unscaled case.",
     )

@@ -9,6 +9,7 @@ Outcomes: ok (masked keys get 0, visible keys match a float64 reference), zeros 
 row returns 0: the clean result), uniform (equal weight on every key, masked ones included),
 unmasked (weights as if there were no mask), leak / wrong, NaN, error (with its message).
 """
+
 from __future__ import annotations
 
 import math
@@ -61,7 +62,11 @@ def attention_rows(path: str, fill: str, dtype: torch.dtype, seed: int = 0) -> t
         scores = (q @ k.transpose(-2, -1)) * scale
         out = (scores + cast_mask(allowed, dtype) if fill == CAST else scores.masked_fill(~allowed, value)).softmax(-1)
     else:
-        mask = cast_mask(allowed, dtype) if fill == CAST else torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, value)
+        mask = (
+            cast_mask(allowed, dtype)
+            if fill == CAST
+            else torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, value)
+        )
         backend = SDPBackend.MATH if path == "SDPA math" else SDPBackend.FLASH_ATTENTION
         with sdpa_kernel([backend]):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
@@ -73,7 +78,9 @@ def bool_mask_rows(path: str, dtype: torch.dtype, seed: int = 0) -> torch.Tensor
     q, k, v, allowed = probe_inputs(seed=seed)
     backend = SDPBackend.MATH if path == "SDPA math" else SDPBackend.FLASH_ATTENTION
     with sdpa_kernel([backend]):
-        out = F.scaled_dot_product_attention(q.to(dtype), k.to(dtype), v.to(dtype), attn_mask=allowed, scale=q.shape[-1] ** -0.5)
+        out = F.scaled_dot_product_attention(
+            q.to(dtype), k.to(dtype), v.to(dtype), attn_mask=allowed, scale=q.shape[-1] ** -0.5
+        )
     return out[0, 0].float()
 
 
@@ -85,7 +92,9 @@ def reference_rows(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     return masked, torch.softmax(scores, -1), allowed
 
 
-def row_outcome(row: torch.Tensor, visible: torch.Tensor, ref_masked: torch.Tensor, ref_unmasked: torch.Tensor, tol: float) -> str:
+def row_outcome(
+    row: torch.Tensor, visible: torch.Tensor, ref_masked: torch.Tensor, ref_unmasked: torch.Tensor, tol: float
+) -> str:
     """Name what one attention row is (see the module docstring)."""
     row = row.double()
     if torch.isnan(row).any():
@@ -113,11 +122,24 @@ def mask_grid(seed: int = 0) -> list[dict]:
                 if fill == "bool mask" and path == "explicit softmax":
                     continue
                 try:
-                    rows = bool_mask_rows(path, dtype, seed) if fill == "bool mask" else attention_rows(path, fill, dtype, seed)
+                    rows = (
+                        bool_mask_rows(path, dtype, seed)
+                        if fill == "bool mask"
+                        else attention_rows(path, fill, dtype, seed)
+                    )
                 except Exception as err:  # a refusal is a measured outcome, not a failure of the repro
                     msg = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
                     for r in ROWS:
-                        out.append({"path": path, "dtype": dname, "fill": fill, "row": r, "outcome": "error", "message": f"{type(err).__name__}: {msg}"})
+                        out.append(
+                            {
+                                "path": path,
+                                "dtype": dname,
+                                "fill": fill,
+                                "row": r,
+                                "outcome": "error",
+                                "message": f"{type(err).__name__}: {msg}",
+                            }
+                        )
                     continue
                 for r, i in (("partial", 0), ("full", 1)):
                     outcome = row_outcome(rows[i], allowed[i], ref_masked[i], ref_unmasked[i], TOL[dtype])
@@ -130,13 +152,17 @@ def lookup(grid: list[dict], **key) -> str:
 
 
 def safe_combinations(grid: list[dict], full_ok=SAFE) -> list[str]:
-    """"path / fill: dtypes" where the partial row is ok and the fully masked row's outcome is in ``full_ok``."""
+    """ "path / fill: dtypes" where the partial row is ok and the fully masked row's outcome is in ``full_ok``."""
     out = []
     for path in PATHS:
         for fill in FILLS + ("bool mask",):
-            dtypes = [d for d in DTYPES if any(g["path"] == path and g["fill"] == fill and g["dtype"] == d for g in grid)
-                      and lookup(grid, path=path, dtype=d, fill=fill, row="partial") == "ok"
-                      and lookup(grid, path=path, dtype=d, fill=fill, row="full") in full_ok]
+            dtypes = [
+                d
+                for d in DTYPES
+                if any(g["path"] == path and g["fill"] == fill and g["dtype"] == d for g in grid)
+                and lookup(grid, path=path, dtype=d, fill=fill, row="partial") == "ok"
+                and lookup(grid, path=path, dtype=d, fill=fill, row="full") in full_ok
+            ]
             if dtypes:
                 out.append(f"{path} / {fill}: {', '.join(dtypes)}")
     return out
@@ -150,7 +176,9 @@ def grid_tables(grid: list[dict]) -> list[Table]:
         for dname in DTYPES:
             for r in ROWS:
                 rows.append([dname, r] + [lookup(grid, path=path, dtype=dname, fill=f, row=r) for f in fills])
-        tables.append(Table(f"Mask outcomes, {path} (torch {torch.__version__}, CPU)", ["dtype", "row"] + list(fills), rows))
+        tables.append(
+            Table(f"Mask outcomes, {path} (torch {torch.__version__}, CPU)", ["dtype", "row"] + list(fills), rows)
+        )
     errors = sorted({(g["fill"], g["dtype"], g["message"]) for g in grid if g["outcome"] == "error"})
     if errors:
         tables[-1].note = "Errors: " + "; ".join(f"{f} in {d}: {m}" for f, d, m in errors)
@@ -165,53 +193,93 @@ def claim_7(grid: list[dict]) -> Claim:
     inf_partial_ok = all(g["outcome"] == "ok" for g in grid if g["fill"] == "-inf" and g["row"] == "partial")
     inf_full_safe = all(g["outcome"] in SAFE for g in grid if g["fill"] == "-inf" and g["row"] == "full")
     # "-1e9 goes beyond fp16's range and becomes -inf or NaN", per way of building the mask
-    silent = {"masked_fill with a Python scalar": any(o == "NaN" for o in fp16_1e9.values()),
-              "an fp32 mask cast to fp16": math.isinf(cast_value) or "NaN" in fp16_cast["full"].values()}
+    silent = {
+        "masked_fill with a Python scalar": any(o == "NaN" for o in fp16_1e9.values()),
+        "an fp32 mask cast to fp16": math.isinf(cast_value) or "NaN" in fp16_cast["full"].values(),
+    }
     parts = {"-inf is right for partly masked rows": inf_partial_ok}
     details = {"-inf is safe for fully masked rows": inf_full_safe}
     if all(silent.values()) or not any(silent.values()):
         v, reason = grade({"-1e9 becomes -inf or NaN in fp16": all(silent.values()), **parts}, details)
     else:
-        v, reason = depends("-1e9 becomes -inf or NaN in fp16", "with " + ", ".join(k for k, ok in silent.items() if ok),
-                            "with " + ", ".join(k for k, ok in silent.items() if not ok))
-        reason += (" -inf is " + ("right" if inf_partial_ok else "wrong") + " for partly masked rows and "
-                   + ("safe" if inf_full_safe else "not safe") + " for fully masked rows.")
+        v, reason = depends(
+            "-1e9 becomes -inf or NaN in fp16",
+            "with " + ", ".join(k for k, ok in silent.items() if ok),
+            "with " + ", ".join(k for k, ok in silent.items() if not ok),
+        )
+        reason += (
+            " -inf is "
+            + ("right" if inf_partial_ok else "wrong")
+            + " for partly masked rows and "
+            + ("safe" if inf_full_safe else "not safe")
+            + " for fully masked rows."
+        )
     finding = _claim_7_finding(silent, fp16_1e9, cast_value, inf_partial_ok, inf_full_safe, inf_full)
     safe = safe_combinations(grid)
     nan_free = safe_combinations(grid, full_ok=SAFE | {"uniform", "unmasked", "other"})
     inf_full_explicit = {d: lookup(grid, path="explicit softmax", dtype=d, fill="-inf", row="full") for d in DTYPES}
-    inf_full_explicit = inf_full_explicit if len(set(inf_full_explicit.values())) > 1 else {"all": inf_full["explicit softmax"]}
-    safe_keys = {(g["path"], g["fill"], g["dtype"]) for g in grid if g["row"] == "full" and g["outcome"] in SAFE
-                 and lookup(grid, path=g["path"], dtype=g["dtype"], fill=g["fill"], row="partial") == "ok"}
+    inf_full_explicit = (
+        inf_full_explicit if len(set(inf_full_explicit.values())) > 1 else {"all": inf_full["explicit softmax"]}
+    )
+    safe_keys = {
+        (g["path"], g["fill"], g["dtype"])
+        for g in grid
+        if g["row"] == "full"
+        and g["outcome"] in SAFE
+        and lookup(grid, path=g["path"], dtype=g["dtype"], fill=g["fill"], row="partial") == "ok"
+    }
     others = {}
     for g in grid:
         if g["row"] == "full" and (g["path"], g["fill"], g["dtype"]) not in safe_keys:
             others[g["outcome"]] = others.get(g["outcome"], 0) + 1
     tables = grid_tables(grid)
-    tables[0].note = ("Partial row: keys 0-2 visible. Full row: every key masked. Explicit softmax replaces masked logits by the fill "
-                      f"(masked_fill with a Python scalar); '{CAST}' adds -1e9 from a mask built in fp32 and cast to the dtype "
-                      f"(in fp16 it becomes {cast_value}); SDPA gets the fill as an additive float mask in the same dtype, or a boolean "
-                      "mask. NaN-free (full row finite, possibly attending to masked keys): " + "; ".join(nan_free) + ".")
+    tables[0].note = (
+        "Partial row: keys 0-2 visible. Full row: every key masked. Explicit softmax replaces masked logits by the fill "
+        f"(masked_fill with a Python scalar); '{CAST}' adds -1e9 from a mask built in fp32 and cast to the dtype "
+        f"(in fp16 it becomes {cast_value}); SDPA gets the fill as an additive float mask in the same dtype, or a boolean "
+        "mask. NaN-free (full row finite, possibly attending to masked keys): " + "; ".join(nan_free) + "."
+    )
     return Claim(
-        7, "-inf vs -1e9 masks: -1e9 overflows fp16; -inf is 'safe' in PyTorch (softmax handles -inf specially)",
+        7,
+        "-inf vs -1e9 masks: -1e9 overflows fp16; -inf is 'safe' in PyTorch (softmax handles -inf specially)",
         {"-1e9 in fp16": "overflows to -inf or NaN", "-inf": "safe"},
-        {"fp16_-1e9": fp16_1e9, "fp16_-1e9_cast": fp16_cast, "cast_value_fp16": cast_value, "silent_overflow": silent,
-         "-inf_fully_masked_row_fp32": inf_full, "safe": safe, "nan_free": nan_free, "grid": grid},
-        v, reason,
-        _claim_7_fp16(fp16_1e9, grid) + " " + _claim_7_cast(cast_value, fp16_cast)
+        {
+            "fp16_-1e9": fp16_1e9,
+            "fp16_-1e9_cast": fp16_cast,
+            "cast_value_fp16": cast_value,
+            "silent_overflow": silent,
+            "-inf_fully_masked_row_fp32": inf_full,
+            "safe": safe,
+            "nan_free": nan_free,
+            "grid": grid,
+        },
+        v,
+        reason,
+        _claim_7_fp16(fp16_1e9, grid)
+        + " "
+        + _claim_7_cast(cast_value, fp16_cast)
         + (" -inf is right for partly masked rows" if inf_partial_ok else " -inf is wrong for some partly masked rows")
         + f"; a fully masked row (e.g. a padding query) gives {inf_full['explicit softmax']} through an explicit softmax "
-        + ("in every dtype" if len(inf_full_explicit) == 1 else "(" + ", ".join(f"{d}: {o}" for d, o in inf_full_explicit.items()) + ")")
+        + (
+            "in every dtype"
+            if len(inf_full_explicit) == 1
+            else "(" + ", ".join(f"{d}: {o}" for d, o in inf_full_explicit.items()) + ")"
+        )
         + f"; SDPA math/flash return {inf_full['SDPA math']}/{inf_full['SDPA flash']} for it. Safe (partly masked row right, "
-        "fully masked row zeros): " + ("; ".join(safe) or "none") + ". The other combinations' fully masked rows: "
-        + ", ".join(f"{o} {n}" for o, n in sorted(others.items())) + " (uniform or unmasked: finite, but wrong unless that row's output "
+        "fully masked row zeros): "
+        + ("; ".join(safe) or "none")
+        + ". The other combinations' fully masked rows: "
+        + ", ".join(f"{o} {n}" for o, n in sorted(others.items()))
+        + " (uniform or unmasked: finite, but wrong unless that row's output "
         "is discarded).",
-        tables, finding=finding,
+        tables,
+        finding=finding,
     )
 
 
-def _claim_7_finding(silent: dict, fp16_1e9: dict, cast_value: float, inf_partial_ok: bool, inf_full_safe: bool,
-                     inf_full: dict) -> Finding:
+def _claim_7_finding(
+    silent: dict, fp16_1e9: dict, cast_value: float, inf_partial_ok: bool, inf_full_safe: bool, inf_full: dict
+) -> Finding:
     """The summary: in which way of building the mask -1e9 turns into -inf or NaN in fp16, then what -inf does."""
     fill, cast = silent["masked_fill with a Python scalar"], silent["an fp32 mask cast to fp16"]
     outcomes = set(fp16_1e9.values())
@@ -224,20 +292,33 @@ def _claim_7_finding(silent: dict, fp16_1e9: dict, cast_value: float, inf_partia
         first = f"-1e9 turns into NaN in fp16 through masked_fill, while an fp32 mask cast to fp16 holds {cast_value:g}"
     else:
         first = f"-1e9 does not silently become -inf or NaN in fp16: masked_fill {filled} and an fp32 mask cast to fp16 holds {cast_value:g}"
-    second = (either(inf_partial_ok, "-inf is right for partly masked rows", "-inf is wrong for some partly masked rows")
-              + either(inf_full_safe, " and for fully masked rows too.",
-                       f", but a fully masked row gives {inf_full['explicit softmax']} through an explicit softmax "
-                       f"(SDPA math/flash: {inf_full['SDPA math']}/{inf_full['SDPA flash']})."))
-    return Finding(f"{first}. {second}", {"masked_fill_overflows": bool(fill), "cast_mask_overflows": bool(cast),
-                                           "inf_partial_ok": bool(inf_partial_ok), "inf_full_safe": bool(inf_full_safe)},
-                   {"fp16_masked_fill": sorted(outcomes), "cast_value_fp16": cast_value, "inf_full_row": inf_full})
+    second = either(
+        inf_partial_ok, "-inf is right for partly masked rows", "-inf is wrong for some partly masked rows"
+    ) + either(
+        inf_full_safe,
+        " and for fully masked rows too.",
+        f", but a fully masked row gives {inf_full['explicit softmax']} through an explicit softmax "
+        f"(SDPA math/flash: {inf_full['SDPA math']}/{inf_full['SDPA flash']}).",
+    )
+    return Finding(
+        f"{first}. {second}",
+        {
+            "masked_fill_overflows": bool(fill),
+            "cast_mask_overflows": bool(cast),
+            "inf_partial_ok": bool(inf_partial_ok),
+            "inf_full_safe": bool(inf_full_safe),
+        },
+        {"fp16_masked_fill": sorted(outcomes), "cast_value_fp16": cast_value, "inf_full_row": inf_full},
+    )
 
 
 def _claim_7_fp16(fp16_1e9: dict, grid: list[dict]) -> str:
     """What masked_fill(-1e9) does in fp16, as measured: refused, NaN, or something else."""
     outcomes = set(fp16_1e9.values())
     if outcomes == {"error"}:
-        message = next(g["message"] for g in grid if g["fill"] == "-1e9" and g["dtype"] == "fp16" and g["outcome"] == "error")
+        message = next(
+            g["message"] for g in grid if g["fill"] == "-1e9" and g["dtype"] == "fp16" and g["outcome"] == "error"
+        )
         return f"masked_fill with -1e9 on fp16 logits does not silently become -inf or NaN: PyTorch refuses it ({message})."
     return "masked_fill with -1e9 on fp16 logits gives " + ", ".join(f"{o} ({p})" for p, o in fp16_1e9.items()) + "."
 
@@ -245,8 +326,11 @@ def _claim_7_fp16(fp16_1e9: dict, grid: list[dict]) -> str:
 def _claim_7_cast(value: float, outcomes: dict) -> str:
     """What the fp32-built, fp16-cast -1e9 mask does, as measured."""
     rows = "; ".join(f"{r} row " + ", ".join(f"{o} ({p})" for p, o in outcomes[r].items()) for r in ROWS)
-    return (f"A -1e9 mask built in fp32 and cast to fp16 holds {value}" + (", as the source says" if math.isinf(value) else "")
-            + f": {rows}.")
+    return (
+        f"A -1e9 mask built in fp32 and cast to fp16 holds {value}"
+        + (", as the source says" if math.isinf(value) else "")
+        + f": {rows}."
+    )
 
 
 def claim_11(grid: list[dict]) -> Claim:
@@ -256,33 +340,61 @@ def claim_11(grid: list[dict]) -> Claim:
     nan_cases = sorted({f"{g['path']} / {g['dtype']} / {g['fill']}" for g in grid if g["outcome"] == "NaN"})
     nan_fills = {g["fill"] for g in grid if g["outcome"] == "NaN"}
     # a fill that is -inf by the time the softmax sees it: written so, or -1e9 cast to a dtype without it
-    inf_masked = all(g["fill"] == "-inf" or (g["fill"] == CAST and math.isinf(float(cast_mask(torch.tensor([False]), DTYPES[g["dtype"]])[0])))
-                     for g in grid if g["outcome"] == "NaN")
+    inf_masked = all(
+        g["fill"] == "-inf"
+        or (g["fill"] == CAST and math.isinf(float(cast_mask(torch.tensor([False]), DTYPES[g["dtype"]])[0])))
+        for g in grid
+        if g["outcome"] == "NaN"
+    )
     if not nan_fills:
         nan_text = "No combination gives NaN."
     elif inf_masked:
-        nan_text = (f"The NaN comes from a fill that is -inf when the softmax sees it (-inf, the fill both articles recommend"
-                    + (", or -1e9 cast to fp16" if CAST in nan_fills else "") + f"); NaN cases: {', '.join(nan_cases)}.")
+        nan_text = (
+            "The NaN comes from a fill that is -inf when the softmax sees it (-inf, the fill both articles recommend"
+            + (", or -1e9 cast to fp16" if CAST in nan_fills else "")
+            + f"); NaN cases: {', '.join(nan_cases)}."
+        )
     else:
         nan_text = f"NaN cases: {', '.join(nan_cases)}."
     kernels = f"SDPA math/flash: {bf16['SDPA math']}/{bf16['SDPA flash']}"
     finding = Finding(
-        either(nan, f"A fully masked bf16 row with -1e9 does give NaN through an explicit softmax ({kernels}).",
-               f"A fully masked bf16 row with -1e9 is {bf16['explicit softmax']}, not NaN, through an explicit softmax ({kernels})"
-               + either(bf16["explicit softmax"] == "uniform", ": every logit is the same -1e9, so each key gets weight 1/n.", "."))
-        + either(nan_fills and inf_masked, " The NaNs measured come from fills that are -inf when the softmax sees them.",
-                 "" if not nan_fills else " Other fills give NaN too."),
-        {"bf16_full_row_nan": nan, "nan_from_inf_fills": bool(nan_fills and inf_masked)}, {"bf16_full_row": bf16, "nan_cases": nan_cases})
+        either(
+            nan,
+            f"A fully masked bf16 row with -1e9 does give NaN through an explicit softmax ({kernels}).",
+            f"A fully masked bf16 row with -1e9 is {bf16['explicit softmax']}, not NaN, through an explicit softmax ({kernels})"
+            + either(
+                bf16["explicit softmax"] == "uniform",
+                ": every logit is the same -1e9, so each key gets weight 1/n.",
+                ".",
+            ),
+        )
+        + either(
+            nan_fills and inf_masked,
+            " The NaNs measured come from fills that are -inf when the softmax sees them.",
+            "" if not nan_fills else " Other fills give NaN too.",
+        ),
+        {"bf16_full_row_nan": nan, "nan_from_inf_fills": bool(nan_fills and inf_masked)},
+        {"bf16_full_row": bf16, "nan_cases": nan_cases},
+    )
     return Claim(
-        11, "-1e9 in BF16 with a fully masked row gives NaN, not 0",
+        11,
+        "-1e9 in BF16 with a fully masked row gives NaN, not 0",
         {"bf16 -1e9 fully masked row": "NaN"},
         {"bf16_-1e9_full_row": bf16, "nan_cases": nan_cases},
-        v, reason,
+        v,
+        reason,
         f"Measured on torch {torch.__version__}: a fully masked row with -1e9 in bf16 is {bf16['explicit softmax']} through an explicit softmax"
-        + (" (every entry is the same -1e9, so after the max is subtracted each is exp(0) = 1: equal weights, finite)"
-           if bf16["explicit softmax"] == "uniform" else "")
+        + (
+            " (every entry is the same -1e9, so after the max is subtracted each is exp(0) = 1: equal weights, finite)"
+            if bf16["explicit softmax"] == "uniform"
+            else ""
+        )
         + f" and {bf16['SDPA math']}/{bf16['SDPA flash']} in SDPA math/flash"
-        + (" (bf16 cannot hold -1e9 + a logit more finely than -1e9 itself)" if "uniform" in (bf16["SDPA math"], bf16["SDPA flash"]) else "")
+        + (
+            " (bf16 cannot hold -1e9 + a logit more finely than -1e9 itself)"
+            if "uniform" in (bf16["SDPA math"], bf16["SDPA flash"])
+            else ""
+        )
         + f". {nan_text}",
         finding=finding,
     )

@@ -2,6 +2,7 @@
 
 Small PNGs (dpi 90) so they can be committed. matplotlib runs headless (Agg).
 """
+
 from __future__ import annotations
 
 import math
@@ -58,7 +59,11 @@ def dot_std(rows: list[dict], big: dict, path: Path) -> str:
 def memory(rows: list[dict], path: Path) -> str:
     fig, ax = plt.subplots(figsize=(4.5, 3.2))
     ts = [r["T"] for r in rows]
-    styles = (("naive", "naive (explicit T x T)", "-", "o"), ("sdpa", "SDPA", "-", "s"), ("flash", "flash (forced)", "--", "x"))
+    styles = (
+        ("naive", "naive (explicit T x T)", "-", "o"),
+        ("sdpa", "SDPA", "-", "s"),
+        ("flash", "flash (forced)", "--", "x"),
+    )
     for kind, label, ls, marker in styles:  # on CPU SDPA picks its flash kernel: the dashed line lies on SDPA's
         ax.plot(ts, [r[kind] / 2**20 for r in rows], ls=ls, marker=marker, label=label)
     ax.set_xscale("log", base=2)

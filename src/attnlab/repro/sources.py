@@ -3,6 +3,7 @@
 Both are Chinese blog articles. The report names them by title and translation once, then by the
 short label, so each claim can be traced to a section without another document.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,8 +19,11 @@ class Article:
 
 ARTICLES = {
     "A": Article("A", "《Attention 的数学推导》", "The mathematics of attention", "chapter 10 of a series"),
-    "B": Article("B", "《从零推导 Self-Attention：为什么是 QKV，为什么要除以 √d》",
-                 "Deriving self-attention from scratch: why Q, K and V, and why divide by √d"),
+    "B": Article(
+        "B",
+        "《从零推导 Self-Attention：为什么是 QKV，为什么要除以 √d》",
+        "Deriving self-attention from scratch: why Q, K and V, and why divide by √d",
+    ),
 }
 
 # claim id -> where it is made: (article label, section) pairs. Section names follow the article's own
@@ -50,6 +54,8 @@ def where(claim_id: int) -> str:
 
 def sources_paragraph() -> str:
     """The report's opening citation: each article's title, translation and short label."""
-    parts = [f"**{a.label}**: {a.title} (\"{a.english}\"{', ' + a.note if a.note else ''})" for a in ARTICLES.values()]
-    return ("Sources: two Chinese articles on attention, " + "; ".join(parts) + ". Each claim below is stated in this "
-            "repository's words, with the article and section it comes from (A, B: the labels above).")
+    parts = [f'**{a.label}**: {a.title} ("{a.english}"{", " + a.note if a.note else ""})' for a in ARTICLES.values()]
+    return (
+        "Sources: two Chinese articles on attention, " + "; ".join(parts) + ". Each claim below is stated in this "
+        "repository's words, with the article and section it comes from (A, B: the labels above)."
+    )

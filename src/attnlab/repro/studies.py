@@ -9,6 +9,7 @@ retrain them: it reads ``reports/<study>/ablation.csv`` (mean and std over seeds
 ``summary.json`` (head types per layer and seed), both written by ``make table``, and cites them.
 A missing report leaves that part of the claim untested, and says which command produces it.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,9 +23,13 @@ INDUCTION, SINKS, DK_SCALING, SINKS_BB = "induction_heads", "sinks", "dk_scaling
 BB_BASE, BB_SGD = "AdamW, softmax", "SGD, softmax"
 BB_SLOTS = ("AdamW, softmax + 1 (zero_logit slot)", "AdamW, a learned escape logit")
 BB_SIGMOID = "AdamW, sigmoid attention (no row normalisation)"
-BB_ARMS = {("sinks_bb", "none", "softmax"): BB_BASE, ("sinks_bb", "zero_logit", "softmax"): BB_SLOTS[0],
-           ("sinks_bb", "learned", "softmax"): BB_SLOTS[1], ("sinks_bb_sgd", "none", "softmax"): BB_SGD,
-           ("sinks_bb", "none", "sigmoid"): BB_SIGMOID}
+BB_ARMS = {
+    ("sinks_bb", "none", "softmax"): BB_BASE,
+    ("sinks_bb", "zero_logit", "softmax"): BB_SLOTS[0],
+    ("sinks_bb", "learned", "softmax"): BB_SLOTS[1],
+    ("sinks_bb_sgd", "none", "softmax"): BB_SGD,
+    ("sinks_bb", "none", "sigmoid"): BB_SIGMOID,
+}
 
 
 def study_cells(reports: Path, study: str) -> list[dict] | None:
@@ -42,8 +47,14 @@ def study_head_types(reports: Path, study: str, axes: dict) -> list[dict[str, li
     path = Path(reports) / study / "summary.json"
     if not path.is_file():
         return None
-    cell = next((c for c in json.loads(path.read_text()).get("head_types", [])
-                 if all(c["axes"].get(k, str(v)) == str(v) for k, v in axes.items())), None)
+    cell = next(
+        (
+            c
+            for c in json.loads(path.read_text()).get("head_types", [])
+            if all(c["axes"].get(k, str(v)) == str(v) for k, v in axes.items())
+        ),
+        None,
+    )
     return cell["layers"] if cell and any(cell["layers"]) else None
 
 
@@ -76,16 +87,24 @@ def induction_measurements(reports: Path) -> dict | None:
     two = _cell(cells or [], TWO_LAYER)
     if two is None or _stat(two, "heads/L1/induction_max") is None:
         return None
-    out = {"source": f"reports/{INDUCTION}", "seeds": int(two["n_ok"]),
-           "two_layer": {"types": study_head_types(reports, INDUCTION, TWO_LAYER),
-                         "previous_token_L0": _stat(two, "heads/L0/previous_token_max"),
-                         "induction_L1": _stat(two, "heads/L1/induction_max"),
-                         "control": _stat(two, "heads/induction_control_max"),
-                         "knockout_L1": _stat(two, "heads/L1/induction_knockout_all_heads"),
-                         "repeat_acc": _stat(two, "heads/repeat_acc")}}
+    out = {
+        "source": f"reports/{INDUCTION}",
+        "seeds": int(two["n_ok"]),
+        "two_layer": {
+            "types": study_head_types(reports, INDUCTION, TWO_LAYER),
+            "previous_token_L0": _stat(two, "heads/L0/previous_token_max"),
+            "induction_L1": _stat(two, "heads/L1/induction_max"),
+            "control": _stat(two, "heads/induction_control_max"),
+            "knockout_L1": _stat(two, "heads/L1/induction_knockout_all_heads"),
+            "repeat_acc": _stat(two, "heads/repeat_acc"),
+        },
+    }
     one = _cell(cells, ONE_LAYER)
     if one is not None:
-        out["one_layer"] = {"induction_L0": _stat(one, "heads/L0/induction_max"), "repeat_acc": _stat(one, "heads/repeat_acc")}
+        out["one_layer"] = {
+            "induction_L0": _stat(one, "heads/L0/induction_max"),
+            "repeat_acc": _stat(one, "heads/repeat_acc"),
+        }
     return out
 
 
@@ -106,9 +125,14 @@ def sinks_measurements(reports: Path, uniform: float) -> dict | None:
     out = {"source": f"reports/{SINKS}", "uniform": uniform, "cells": {}}
     for cell in cells:
         axes = {k: cell[k] for k in ("data.bos", escape_axis(cell))}
-        per_layer = {name: [cell.get(f"{template.format(i=i)}_mean") for i in range(layers)]
-                     for name, template in (("sink_max", "heads/L{i}/sink_max"), ("sink_mass", "attn/L{i}/sink_mass"),
-                                            ("escape_mass", "attn/L{i}/escape_mass"))}
+        per_layer = {
+            name: [cell.get(f"{template.format(i=i)}_mean") for i in range(layers)]
+            for name, template in (
+                ("sink_max", "heads/L{i}/sink_max"),
+                ("sink_mass", "attn/L{i}/sink_mass"),
+                ("escape_mass", "attn/L{i}/escape_mass"),
+            )
+        }
         key = f"bos={str(cell['data.bos']).lower()}, sink={cell[escape_axis(cell)]}"
         out["cells"][key] = {"seeds": int(cell["n_ok"]), "types": study_head_types(reports, SINKS, axes), **per_layer}
     return out
@@ -125,14 +149,23 @@ def sinks_bb_measurements(reports: Path, uniform: float) -> dict | None:
     arms = {}
     for cell in json.loads(path.read_text()).get("per_seed", []):
         axes = cell["axes"]
-        normalize = "sigmoid" if axes.get("model.attention.normalize") == "sigmoid" else "softmax"  # absent: the default
+        normalize = (
+            "sigmoid" if axes.get("model.attention.normalize") == "sigmoid" else "softmax"
+        )  # absent: the default
         name = BB_ARMS.get((axes.get("experiment", SINKS_BB), axes.get(escape_axis(axes), "none"), normalize))
         if name is None or not cell["runs"]:
             continue
-        values = {key: [r["metrics"].get(metric) for r in cell["runs"]] for key, metric in (
-            ("dormant", "attn/L0/sink_mass_dormant"), ("active", "attn/L0/sink_mass_active"), ("escape", "attn/L0/escape_mass"),
-            ("row_mass", "attn/L0/row_mass"),
-            ("value_drain", "attn/L0/value_drain"), ("copy_acc", "val/copy/acc"))}
+        values = {
+            key: [r["metrics"].get(metric) for r in cell["runs"]]
+            for key, metric in (
+                ("dormant", "attn/L0/sink_mass_dormant"),
+                ("active", "attn/L0/sink_mass_active"),
+                ("escape", "attn/L0/escape_mass"),
+                ("row_mass", "attn/L0/row_mass"),
+                ("value_drain", "attn/L0/value_drain"),
+                ("copy_acc", "val/copy/acc"),
+            )
+        }
         arms[name] = {"seeds": [r["seed"] for r in cell["runs"]], **values}
     return {"source": f"reports/{SINKS_BB}", "uniform": uniform, "arms": arms} if arms else None
 
@@ -150,12 +183,25 @@ def dk_scaling_measurements(reports: Path) -> dict | None:
     summary = json.loads(path.read_text())
     pairs = summary.get("scaled_vs_unscaled", [])
     adjusted = holm([p.get("p") for p in pairs])
-    pairs = [{**p, "p_holm": p.get("p_holm", adj),
-              "at": dict(kv.split("=", 1) for kv in p["where"].split(", ") if "=" in kv)} for p, adj in zip(pairs, adjusted)]
+    pairs = [
+        {
+            **p,
+            "p_holm": p.get("p_holm", adj),
+            "at": dict(kv.split("=", 1) for kv in p["where"].split(", ") if "=" in kv),
+        }
+        for p, adj in zip(pairs, adjusted)
+    ]
     seeds = sorted({r["seed"] for c in summary.get("per_seed", []) for r in c["runs"]}, key=str)
-    out = {"source": f"reports/{DK_SCALING}", "seeds": summary.get("seeds_per_cell"), "seed_ids": seeds or None, "cells": []}
+    out = {
+        "source": f"reports/{DK_SCALING}",
+        "seeds": summary.get("seeds_per_cell"),
+        "seed_ids": seeds or None,
+        "cells": [],
+    }
     # an axis the sweep held fixed has no column: one value, named by the run config it does not record here
-    inits = list(dict.fromkeys(_axis_text(c["model.init_std"]) for c in cells)) if "model.init_std" in cells[0] else ["-"]
+    inits = (
+        list(dict.fromkeys(_axis_text(c["model.init_std"]) for c in cells)) if "model.init_std" in cells[0] else ["-"]
+    )
     d_ks = sorted({int(c["model.d_k"]) for c in cells}) if "model.d_k" in cells[0] else ["-"]
     for init in inits:
         for d_k in d_ks:
@@ -164,6 +210,16 @@ def dk_scaling_measurements(reports: Path) -> dict | None:
             if unscaled is None or scaled is None:
                 continue
             pair = next((p for p in pairs if all(p["at"].get(short(k), str(v)) == str(v) for k, v in axes.items())), {})
-            out["cells"].append({"init_std": init, "d_k": d_k, "p": pair.get("p"), "p_holm": pair.get("p_holm"),
-                                 **{k: {**_stat(c, "val/loss"), "n": int(c["n_ok"])} for k, c in (("unscaled", unscaled), ("scaled", scaled))}})
+            out["cells"].append(
+                {
+                    "init_std": init,
+                    "d_k": d_k,
+                    "p": pair.get("p"),
+                    "p_holm": pair.get("p_holm"),
+                    **{
+                        k: {**_stat(c, "val/loss"), "n": int(c["n_ok"])}
+                        for k, c in (("unscaled", unscaled), ("scaled", scaled))
+                    },
+                }
+            )
     return out

@@ -5,6 +5,7 @@ with a callback that keeps the initial and final weights, so the same model can 
 and after training: loss on fixed validation batches, gradient norms reaching the q/k projections,
 attention statistics (``attention_stats`` on the hooked q, k) and head scores.
 """
+
 from __future__ import annotations
 
 import functools
@@ -15,19 +16,19 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from ..attention.stats import attention_stats, layer_values, uniform_sink_mass
 from ..analysis import THRESHOLDS, analyze_heads, build_probes
 from ..analysis.heads import types_by_layer
 from ..analysis.outputs import table_columns, table_rows
 from ..analysis.probe import probe  # one ProbeRecord per layer, eval mode
+from ..attention.stats import attention_stats, layer_values, uniform_sink_mass
 from ..config import compose_config
+from ..console import quiet_lightning
 from ..data import TextDataModule
 from ..model import GPT, GPTConfig
-from ..console import quiet_lightning
+from ..report.numbers import mean_pm_std
 from ..train import train
 from . import studies
 from .judge import SINK_THRESHOLD, finding_8, finding_10, finding_12, finding_13, judge_8, judge_10, judge_12, judge_13
-from ..report.numbers import mean_pm_std
 from .verdict import Claim, Table, fmt
 
 SEED = 1337
@@ -71,9 +72,16 @@ def train_run(label: str, overrides: list[str], steps: int, work_dir: Path) -> T
     out = Path(work_dir) / label
     keep = out / "weights"
     base = [
-        "logger=none", "callbacks=none", f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps}",
-        "trainer.enable_progress_bar=false", "data.val_batches=4", f"optim.warmup_steps={max(steps // 10, 1)}", f"seed={SEED}",
-        "+callbacks.keep_weights._target_=attnlab.repro.training.KeepWeights", f"+callbacks.keep_weights.path={keep}",
+        "logger=none",
+        "callbacks=none",
+        f"trainer.max_steps={steps}",
+        f"trainer.val_check_interval={steps}",
+        "trainer.enable_progress_bar=false",
+        "data.val_batches=4",
+        f"optim.warmup_steps={max(steps // 10, 1)}",
+        f"seed={SEED}",
+        "+callbacks.keep_weights._target_=attnlab.repro.training.KeepWeights",
+        f"+callbacks.keep_weights.path={keep}",
     ]
     cfg = compose_config(base + list(overrides), out)
     t0 = time.perf_counter()
@@ -84,8 +92,15 @@ def train_run(label: str, overrides: list[str], steps: int, work_dir: Path) -> T
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
     state = torch.load(keep / "final.pt", weights_only=True)
     model_cfg["vocab_size"] = state["wte.weight"].shape[0]
-    return TrainedRun(label, list(overrides), metrics, model_cfg, _load(model_cfg, keep / "init.pt"), _load(model_cfg, keep / "final.pt"),
-               time.perf_counter() - t0)
+    return TrainedRun(
+        label,
+        list(overrides),
+        metrics,
+        model_cfg,
+        _load(model_cfg, keep / "init.pt"),
+        _load(model_cfg, keep / "final.pt"),
+        time.perf_counter() - t0,
+    )
 
 
 def probe_batches(block_size: int = 64, n: int = 4) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -134,8 +149,13 @@ def head_analysis(model: GPT, block_size: int) -> tuple[list[dict], dict]:
 def init_and_final_stats(run: TrainedRun, batches) -> dict:
     """Loss, q/k gradient norms and attention statistics of a run's model before and after training."""
     probe = batches[0][0]
-    out = {"label": run.label, "overrides": run.overrides, "val_loss_train": run.metrics.get("val/loss"), "wall_s": run.wall_s,
-           "steps": run.metrics.get("step")}
+    out = {
+        "label": run.label,
+        "overrides": run.overrides,
+        "val_loss_train": run.metrics.get("val/loss"),
+        "wall_s": run.wall_s,
+        "steps": run.metrics.get("step"),
+    }
     for tag, model in (("init", run.init), ("final", run.final)):
         stats = layer_stats(model, probe)
         out[tag] = {
@@ -171,10 +191,14 @@ def run_all(work: Path, ablation_steps: int, heads_steps: int, ablation_layers: 
     for label, ov in ABLATION_RUNS:
         run = train_run(label, ov + [f"model.n_layer={ablation_layers}"], ablation_steps, work)
         ablation.append(init_and_final_stats(run, batches))
-        log(f"  trained {label}: {ablation_steps} steps, {run.wall_s:.0f} s, val/loss {run.metrics.get('val/loss', float('nan')):.3f}")
+        log(
+            f"  trained {label}: {ablation_steps} steps, {run.wall_s:.0f} s, val/loss {run.metrics.get('val/loss', float('nan')):.3f}"
+        )
     label, ov = HEADS_RUN
     run = train_run(label, ov, heads_steps, work)
-    log(f"  trained {label}: {heads_steps} steps, {run.wall_s:.0f} s, val/loss {run.metrics.get('val/loss', float('nan')):.3f}")
+    log(
+        f"  trained {label}: {heads_steps} steps, {run.wall_s:.0f} s, val/loss {run.metrics.get('val/loss', float('nan')):.3f}"
+    )
     probe = batches[0][0]
     analysed, analysis_summary = head_analysis(run.final, run.model_cfg["block_size"])
     heads = {
@@ -185,8 +209,14 @@ def run_all(work: Path, ablation_steps: int, heads_steps: int, ablation_layers: 
         "sink_init": [s["per_head"]["sink_mass"] for s in layer_stats(run.init, probe)],
         "block_size": run.model_cfg["block_size"],
     }
-    settings = {"seed": SEED, "ablation_steps": ablation_steps, "ablation_layers": ablation_layers, "heads_steps": heads_steps,
-                "batch": "12 x 64 characters of Shakespeare", "probe": "4 fixed validation batches"}
+    settings = {
+        "seed": SEED,
+        "ablation_steps": ablation_steps,
+        "ablation_layers": ablation_layers,
+        "heads_steps": heads_steps,
+        "batch": "12 x 64 characters of Shakespeare",
+        "probe": "4 fixed validation batches",
+    }
     return {"ablation": ablation, "heads": heads, "settings": settings}
 
 
@@ -200,9 +230,31 @@ def training_table(res: dict, level: dict) -> Table:
     return Table(
         f"Training runs: tiny GPT with {s['ablation_layers']} layers, {s['ablation_steps']} steps, seed {s['seed']}, {s['batch']}; "
         f"measured on {s['probe']}",
-        ["run", "logit std init", "max p init", "|dL/dW_qk| init", "|dL/dW_qk| final", "logit std final", "max p final", "loss init", "loss final"],
-        [[a["label"], fmt(a["init"]["logit_std"], 3), fmt(a["init"]["max_prob"], 3), fmt(a["init"]["grad"]["qk_mean"]), fmt(a["final"]["grad"]["qk_mean"]),
-          fmt(a["final"]["logit_std"], 2), fmt(a["final"]["max_prob"], 3), fmt(a["init"]["loss"], 3), fmt(a["final"]["loss"], 3)] for a in res["ablation"]],
+        [
+            "run",
+            "logit std init",
+            "max p init",
+            "|dL/dW_qk| init",
+            "|dL/dW_qk| final",
+            "logit std final",
+            "max p final",
+            "loss init",
+            "loss final",
+        ],
+        [
+            [
+                a["label"],
+                fmt(a["init"]["logit_std"], 3),
+                fmt(a["init"]["max_prob"], 3),
+                fmt(a["init"]["grad"]["qk_mean"]),
+                fmt(a["final"]["grad"]["qk_mean"]),
+                fmt(a["final"]["logit_std"], 2),
+                fmt(a["final"]["max_prob"], 3),
+                fmt(a["init"]["loss"], 3),
+                fmt(a["final"]["loss"], 3),
+            ]
+            for a in res["ablation"]
+        ],
         note="naive = no scaling, scaled = 1/sqrt(d_k), sigma = 1/(sigma_q sigma_k sqrt d_k) with sigma the q/k component std at init; "
         "fanin = weights N(0, 1/fan_in), which gives unit-variance q, k (logit std sqrt(d_k) unscaled). |dL/dW_qk|: Frobenius norm of "
         "the loss gradient on W_q and W_k, mean over layers, one probe batch. Loss: mean cross-entropy (nats); chance is "
@@ -220,73 +272,139 @@ def claim_8_measurements(res: dict, jac_rows: list[dict], jac_n: int, level: dic
     j11 = min(jac_rows, key=lambda r: abs(r["logit_std"] - 11.3))
     sat, sat_scaled = runs["naive-dk128-fanin"], runs["scaled-dk128-fanin"]
     return {
-        "jacobian": {"n": jac_n, "at_1": j1["jac_fro"], "peak": jpeak["jac_fro"], "peak_std": jpeak["logit_std"],
-                     "at_11": j11["jac_fro"], "at_max": jbig["jac_fro"], "max_std": jbig["logit_std"]},
-        "level": {k: level[k] for k in ("bigram", "unigram", "chance", "vocab")} | {"windows": list(level.get("windows", {}).values())},
-        "runs": {"steps": res["settings"]["ablation_steps"], "probe_level": level["probe"],
-                 "pairs": {f"{u} vs {s}": {"unscaled": runs[u]["final"]["loss"], "scaled": runs[s]["final"]["loss"]} for u, s in PAIRS}},
+        "jacobian": {
+            "n": jac_n,
+            "at_1": j1["jac_fro"],
+            "peak": jpeak["jac_fro"],
+            "peak_std": jpeak["logit_std"],
+            "at_11": j11["jac_fro"],
+            "at_max": jbig["jac_fro"],
+            "max_std": jbig["logit_std"],
+        },
+        "level": {k: level[k] for k in ("bigram", "unigram", "chance", "vocab")}
+        | {"windows": list(level.get("windows", {}).values())},
+        "runs": {
+            "steps": res["settings"]["ablation_steps"],
+            "probe_level": level["probe"],
+            "pairs": {
+                f"{u} vs {s}": {"unscaled": runs[u]["final"]["loss"], "scaled": runs[s]["final"]["loss"]}
+                for u, s in PAIRS
+            },
+        },
         "study": study,
-        "init_002": {"logit_std": runs["naive-dk128"]["init"]["logit_std"], "max_prob": runs["naive-dk128"]["init"]["max_prob"]},
-        "fanin": {"logit_std": sat["init"]["logit_std"], "max_prob": sat["init"]["max_prob"],
-                  "grad_ratio": sat["init"]["grad"]["qk_mean"] / sat_scaled["init"]["grad"]["qk_mean"]},
+        "init_002": {
+            "logit_std": runs["naive-dk128"]["init"]["logit_std"],
+            "max_prob": runs["naive-dk128"]["init"]["max_prob"],
+        },
+        "fanin": {
+            "logit_std": sat["init"]["logit_std"],
+            "max_prob": sat["init"]["max_prob"],
+            "grad_ratio": sat["init"]["grad"]["qk_mean"] / sat_scaled["init"]["grad"]["qk_mean"],
+        },
     }
 
 
 def claim_8(res: dict, jac_rows: list[dict], jac_n: int, level: dict, reports: Path) -> Claim:
-    from .jacobian import jacobian_table
     from ..report.baseline import CLEARLY_BELOW
+    from .jacobian import jacobian_table
     from .judge import gain_share
 
     m = claim_8_measurements(res, jac_rows, jac_n, level, studies.dk_scaling_measurements(reports))
     probe = m["runs"]["probe_level"]
     tables = [jacobian_table(jac_rows, jac_n), training_table(res, level)]
-    tables.append(Table(f"The repro's own unscaled/scaled pairs ({m['runs']['steps']} steps, one seed) against the attention-free level",
-                        ["pair", "unscaled loss", "scaled loss", "bigram level", "share of the scaled gain"],
-                        [[k, fmt(p["unscaled"], 3), fmt(p["scaled"], 3), fmt(probe, 3),
-                          fmt(share, 3) if (share := gain_share(p["unscaled"], p["scaled"], probe)) is not None
-                          else f"- (scaled not {CLEARLY_BELOW} below the level)"] for k, p in m["runs"]["pairs"].items()]))
+    tables.append(
+        Table(
+            f"The repro's own unscaled/scaled pairs ({m['runs']['steps']} steps, one seed) against the attention-free level",
+            ["pair", "unscaled loss", "scaled loss", "bigram level", "share of the scaled gain"],
+            [
+                [
+                    k,
+                    fmt(p["unscaled"], 3),
+                    fmt(p["scaled"], 3),
+                    fmt(probe, 3),
+                    fmt(share, 3)
+                    if (share := gain_share(p["unscaled"], p["scaled"], probe)) is not None
+                    else f"- (scaled not {CLEARLY_BELOW} below the level)",
+                ]
+                for k, p in m["runs"]["pairs"].items()
+            ],
+        )
+    )
     if m["study"]:
         st, b = m["study"], m["level"]["bigram"]
-        tables.append(Table(
-            f"The dk_scaling study ({st['source']}, {st['seeds']} seeds per cell): final val loss against the attention-free level {b:.3f}",
-            ["init_std", "d_k", "unscaled", "scaled", "share of the scaled gain", "p", "p (Holm)"],
-            [[c["init_std"], c["d_k"], mean_pm_std(c["unscaled"]["mean"], c["unscaled"]["std"], c["unscaled"]["n"]),
-              mean_pm_std(c["scaled"]["mean"], c["scaled"]["std"], c["scaled"]["n"]),
-              fmt(share, 3) if (share := gain_share(c["unscaled"]["mean"], c["scaled"]["mean"], b)) is not None else "-",
-              f"{c['p']:.2g}" if c["p"] is not None else "-", f"{c['p_holm']:.2g}" if c["p_holm"] is not None else "-"]
-             for c in st["cells"]],
-            note="Share of the scaled gain: (bigram level - unscaled loss) / (bigram level - scaled loss); 1 = as good as scaled, "
-            "0 = no better than a model without attention. The level is the bigram cross-entropy of the whole val split, fitted "
-            "on the train split (attnlab.report.baseline)."))
+        tables.append(
+            Table(
+                f"The dk_scaling study ({st['source']}, {st['seeds']} seeds per cell): final val loss against the attention-free level {b:.3f}",
+                ["init_std", "d_k", "unscaled", "scaled", "share of the scaled gain", "p", "p (Holm)"],
+                [
+                    [
+                        c["init_std"],
+                        c["d_k"],
+                        mean_pm_std(c["unscaled"]["mean"], c["unscaled"]["std"], c["unscaled"]["n"]),
+                        mean_pm_std(c["scaled"]["mean"], c["scaled"]["std"], c["scaled"]["n"]),
+                        fmt(share, 3)
+                        if (share := gain_share(c["unscaled"]["mean"], c["scaled"]["mean"], b)) is not None
+                        else "-",
+                        f"{c['p']:.2g}" if c["p"] is not None else "-",
+                        f"{c['p_holm']:.2g}" if c["p_holm"] is not None else "-",
+                    ]
+                    for c in st["cells"]
+                ],
+                note="Share of the scaled gain: (bigram level - unscaled loss) / (bigram level - scaled loss); 1 = as good as scaled, "
+                "0 = no better than a model without attention. The level is the bigram cross-entropy of the whole val split, fitted "
+                "on the train split (attnlab.report.baseline).",
+            )
+        )
     return Claim(
-        8, "Without scaling, training fails through softmax saturation and vanishing gradients (Jacobian diag(p) - pp^T -> 0)",
+        8,
+        "Without scaling, training fails through softmax saturation and vanishing gradients (Jacobian diag(p) - pp^T -> 0)",
         {"unscaled_training": "fails", "mechanism": "saturated softmax, vanishing gradient"},
         {"judged": m, "runs": res["ablation"], "jacobian": jac_rows, "settings": res["settings"]},
-        *judge_8(m), tables, ["jacobian.png"], finding=finding_8(m),
+        *judge_8(m),
+        tables,
+        ["jacobian.png"],
+        finding=finding_8(m),
     )
 
 
 def claim_10_full(res: dict, samples: int) -> Claim:
-    from .numerics import CLAIM_10, SOURCE_10, claim_10_math
-
     from ..attention import qk_component_std
+    from .numerics import CLAIM_10, SOURCE_10, claim_10_math
 
     measured, tables, facts = claim_10_math(samples)
     runs = _by_label(res)
     sig, sc = runs["sigma-dk128"], runs["scaled-dk128"]
     sigma = qk_component_std(facts["init_std"], facts["d_model"], qk_norm=False)
     measured["training"] = {"sigma-dk128": sig, "scaled-dk128": sc}
-    tables.append(Table(
-        f"Training with the sigma rule vs 1/sqrt(d_k) (init std 0.02, d_k 128, {res['settings']['ablation_steps']} steps, seed {res['settings']['seed']})",
-        ["run", "scale", "logit std init", "max p init", "loss final", "logit std final", "max p final"],
-        [[a["label"], "1/(sigma^2 sqrt d)" if a is sig else "1/sqrt d", fmt(a["init"]["logit_std"], 3), fmt(a["init"]["max_prob"], 3),
-          fmt(a["final"]["loss"], 3), fmt(a["final"]["logit_std"], 2), fmt(a["final"]["max_prob"], 3)] for a in (sig, sc)],
-        note=f"sigma = q/k component std at init = {facts['init_std']:g} sqrt({facts['d_model']}) = {sigma:.3f}, so the sigma rule "
-        f"multiplies 1/sqrt(d) by 1/sigma^2 = {sigma ** -2:.1f}.",
-    ))
-    training = {"sigma_init_logit_std": sig["init"]["logit_std"], "scaled_init_logit_std": sc["init"]["logit_std"],
-                "sigma_final_loss": sig["final"]["loss"], "scaled_final_loss": sc["final"]["loss"],
-                "sigma_final_logit_std": sig["final"]["logit_std"], "steps": res["settings"]["ablation_steps"], "seeds": 1}
+    tables.append(
+        Table(
+            f"Training with the sigma rule vs 1/sqrt(d_k) (init std 0.02, d_k 128, {res['settings']['ablation_steps']} steps, seed {res['settings']['seed']})",
+            ["run", "scale", "logit std init", "max p init", "loss final", "logit std final", "max p final"],
+            [
+                [
+                    a["label"],
+                    "1/(sigma^2 sqrt d)" if a is sig else "1/sqrt d",
+                    fmt(a["init"]["logit_std"], 3),
+                    fmt(a["init"]["max_prob"], 3),
+                    fmt(a["final"]["loss"], 3),
+                    fmt(a["final"]["logit_std"], 2),
+                    fmt(a["final"]["max_prob"], 3),
+                ]
+                for a in (sig, sc)
+            ],
+            note=f"sigma = q/k component std at init = {facts['init_std']:g} sqrt({facts['d_model']}) = {sigma:.3f}, so the sigma rule "
+            f"multiplies 1/sqrt(d) by 1/sigma^2 = {sigma**-2:.1f}.",
+        )
+    )
+    training = {
+        "sigma_init_logit_std": sig["init"]["logit_std"],
+        "scaled_init_logit_std": sc["init"]["logit_std"],
+        "sigma_final_loss": sig["final"]["loss"],
+        "scaled_final_loss": sc["final"]["loss"],
+        "sigma_final_logit_std": sig["final"]["logit_std"],
+        "steps": res["settings"]["ablation_steps"],
+        "seeds": 1,
+    }
     judged = {**facts, "training": training}
     return Claim(10, CLAIM_10, SOURCE_10, measured, *judge_10(judged), tables, finding=finding_10(judged))
 
@@ -295,23 +413,44 @@ def claim_12(res: dict, reports: Path) -> Claim:
     h, settings = res["heads"], res["settings"]
     heads = h["heads"]
     n_layer = max(x["layer"] for x in heads) + 1
-    m = {"text": {"n_layer": n_layer, "steps": settings["heads_steps"], "val_loss": h["summary"]["final"]["loss"], "seed": settings["seed"],
-                  "types": types_by_layer([heads], n_layer)},
-         "induction": studies.induction_measurements(reports),
-         "sinks": studies.sinks_measurements(reports, sinks_uniform()), "sinks_bb": studies.sinks_bb_measurements(reports, testbed_uniform())}
+    m = {
+        "text": {
+            "n_layer": n_layer,
+            "steps": settings["heads_steps"],
+            "val_loss": h["summary"]["final"]["loss"],
+            "seed": settings["seed"],
+            "types": types_by_layer([heads], n_layer),
+        },
+        "induction": studies.induction_measurements(reports),
+        "sinks": studies.sinks_measurements(reports, sinks_uniform()),
+        "sinks_bb": studies.sinks_bb_measurements(reports, testbed_uniform()),
+    }
     t = Table(
         f"Head scores and types after {settings['heads_steps']} steps (tiny GPT: {n_layer} layers x {len(heads) // n_layer} heads, "
         f"seed {settings['seed']}, Shakespeare)",
-        table_columns(heads), [[fmt(v, 3) if isinstance(v, float) else v for v in row] for row in table_rows(heads)],
+        table_columns(heads),
+        [[fmt(v, 3) if isinstance(v, float) else v for v in row] for row in table_rows(heads)],
         note="Scores and types as `attnlab.analysis.heads` defines them (docs/metrics.md): type = the first rule that holds, in "
-        "the order " + ", ".join(f"{k} >= {v}" for k, v in THRESHOLDS.items()) + "; otherwise content. The article's positional "
+        "the order "
+        + ", ".join(f"{k} >= {v}" for k, v in THRESHOLDS.items())
+        + "; otherwise content. The article's positional "
         "heads are our previous_token and positional types; its syntactic heads cannot be scored on characters. Uniform causal "
         f"attention gives a sink score of {uniform_sink_mass(h['block_size']):.3f}.",
     )
     return Claim(
-        12, "Head types in trained models: positional (layers 1-4), syntactic (5-16), induction (middle-late), sink (every layer)",
-        {"positional": "layers 1-4", "syntactic": "layers 5-16", "induction": "middle-late layers", "sink": "every layer"},
-        m, *judge_12(m), [t], ["heads.png"], finding=finding_12(m),
+        12,
+        "Head types in trained models: positional (layers 1-4), syntactic (5-16), induction (middle-late), sink (every layer)",
+        {
+            "positional": "layers 1-4",
+            "syntactic": "layers 5-16",
+            "induction": "middle-late layers",
+            "sink": "every layer",
+        },
+        m,
+        *judge_12(m),
+        [t],
+        ["heads.png"],
+        finding=finding_12(m),
     )
 
 
@@ -334,24 +473,53 @@ def claim_13(res: dict, reports: Path) -> Claim:
     final = [float(x.mean()) for x in h["sink_final"]]
     init = [float(x.mean()) for x in h["sink_init"]]
     top = max(float(x.max()) for x in h["sink_final"])
-    m = {"text": {"init": init, "final": final, "top": top, "uniform": base, "steps": res["settings"]["heads_steps"],
-                  "n_sink_heads": sum(int((x > SINK_THRESHOLD).sum()) for x in h["sink_final"])},
-         "sinks": studies.sinks_measurements(reports, sinks_uniform()), "sinks_bb": studies.sinks_bb_measurements(reports, testbed_uniform())}
-    tables = [Table(f"Sink mass (mean weight on position 0) per layer, tiny GPT, {res['settings']['heads_steps']} steps",
-                    ["layer", "at init", "after training", "max over heads after", "uniform attention"],
-                    [[i, fmt(a, 3), fmt(b, 3), fmt(float(x.max()), 3), fmt(base, 3)] for i, (a, b, x) in enumerate(zip(init, final, h["sink_final"]))],
-                    note="Training windows start at random offsets, so position 0 is an arbitrary character, not a BOS token.")]
+    m = {
+        "text": {
+            "init": init,
+            "final": final,
+            "top": top,
+            "uniform": base,
+            "steps": res["settings"]["heads_steps"],
+            "n_sink_heads": sum(int((x > SINK_THRESHOLD).sum()) for x in h["sink_final"]),
+        },
+        "sinks": studies.sinks_measurements(reports, sinks_uniform()),
+        "sinks_bb": studies.sinks_bb_measurements(reports, testbed_uniform()),
+    }
+    tables = [
+        Table(
+            f"Sink mass (mean weight on position 0) per layer, tiny GPT, {res['settings']['heads_steps']} steps",
+            ["layer", "at init", "after training", "max over heads after", "uniform attention"],
+            [
+                [i, fmt(a, 3), fmt(b, 3), fmt(float(x.max()), 3), fmt(base, 3)]
+                for i, (a, b, x) in enumerate(zip(init, final, h["sink_final"]))
+            ],
+            note="Training windows start at random offsets, so position 0 is an arbitrary character, not a BOS token.",
+        )
+    ]
     if m["sinks"]:
         s = m["sinks"]
-        tables.append(Table(
-            f"The sinks study ({s['source']}): per cell, each layer's largest head first-token weight, sink mass and escape mass",
-            ["cell", "seeds", "best sink head per layer", "sink mass per layer", "escape mass per layer"],
-            [[name, c["seeds"], *(" / ".join(fmt(x, 3) for x in c[k]) for k in ("sink_max", "sink_mass", "escape_mass"))]
-             for name, c in s["cells"].items()],
-            note=f"Uniform attention's sink mass at the study's block size: {s['uniform']:.3f}; a sink head: > {SINK_THRESHOLD} "
-            "(Gu et al. 2024). Escape mass: the weight an escape slot (model.attention.sink) sends nowhere."))
+        tables.append(
+            Table(
+                f"The sinks study ({s['source']}): per cell, each layer's largest head first-token weight, sink mass and escape mass",
+                ["cell", "seeds", "best sink head per layer", "sink mass per layer", "escape mass per layer"],
+                [
+                    [
+                        name,
+                        c["seeds"],
+                        *(" / ".join(fmt(x, 3) for x in c[k]) for k in ("sink_max", "sink_mass", "escape_mass")),
+                    ]
+                    for name, c in s["cells"].items()
+                ],
+                note=f"Uniform attention's sink mass at the study's block size: {s['uniform']:.3f}; a sink head: > {SINK_THRESHOLD} "
+                "(Gu et al. 2024). Escape mass: the weight an escape slot (model.attention.sink) sends nowhere.",
+            )
+        )
     return Claim(
-        13, "Attention sink: the first token absorbs weight because softmax must sum to 1",
+        13,
+        "Attention sink: the first token absorbs weight because softmax must sum to 1",
         {"sink": "first token absorbs a large share of attention", "cause": "softmax sums to 1"},
-        m, *judge_13(m), tables, finding=finding_13(m),
+        m,
+        *judge_13(m),
+        tables,
+        finding=finding_13(m),
     )

@@ -13,11 +13,13 @@ A ``Finding`` is what the summary table prints: one or two sentences a reader ca
 was found with its key numbers. Its wording is selected by the measurements, and ``choices`` records
 which way each selection went, so a test can flip a measurement and see the sentence's verdict flip.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from ..results import json_safe
 
@@ -63,7 +65,9 @@ class Claim:
     source: Any
     measured: Any
     verdict: str
-    reason: str  # the source's statements as graded: which hold, which do not, what would test the rest (or the condition)
+    reason: (
+        str  # the source's statements as graded: which hold, which do not, what would test the rest (or the condition)
+    )
     detail: str
     tables: list[Table] = field(default_factory=list)
     figures: list[str] = field(default_factory=list)  # PNG file names, relative to the output dir
@@ -83,10 +87,16 @@ class Claim:
         """``reason``: the summary sentence (what readers and the W&B table quote); ``checked``: the source's
         statements as graded; ``finding``: which way each measured choice went."""
         return {
-            "id": self.id, "claim": self.claim, "source": json_safe(self.source, digits=6),
-            "measured": json_safe(self.measured, digits=6), "verdict": self.verdict, "reason": self.summary,
+            "id": self.id,
+            "claim": self.claim,
+            "source": json_safe(self.source, digits=6),
+            "measured": json_safe(self.measured, digits=6),
+            "verdict": self.verdict,
+            "reason": self.summary,
             "checked": self.reason,
-            "finding": json_safe({"choices": self.finding.choices, "numbers": self.finding.numbers} if self.finding else {}, digits=6),
+            "finding": json_safe(
+                {"choices": self.finding.choices, "numbers": self.finding.numbers} if self.finding else {}, digits=6
+            ),
             "detail": self.detail,
         }
 
@@ -122,16 +132,26 @@ def sort_parts(main: dict[str, bool | str], details: dict[str, bool | str] | Non
     """The parts by outcome: held and failed main statements, failed details, and the untested ones (main and
     detail) with what would test them."""
     details = details or {}
-    return {"held": [k for k, v in main.items() if not isinstance(v, str) and v],
-            "failed": [k for k, v in main.items() if not isinstance(v, str) and not v],
-            "failed_details": [k for k, v in details.items() if not isinstance(v, str) and not v],
-            "untested_main": {k: v for k, v in main.items() if isinstance(v, str)},
-            "untested": {k: v for k, v in {**main, **details}.items() if isinstance(v, str)}}
+    return {
+        "held": [k for k, v in main.items() if not isinstance(v, str) and v],
+        "failed": [k for k, v in main.items() if not isinstance(v, str) and not v],
+        "failed_details": [k for k, v in details.items() if not isinstance(v, str) and not v],
+        "untested_main": {k: v for k, v in main.items() if isinstance(v, str)},
+        "untested": {k: v for k, v in {**main, **details}.items() if isinstance(v, str)},
+    }
 
 
 def verdict_of(parts: dict) -> str:
     """A failing main part -> differs; else an untested main part -> untested; else a failing detail -> partly; else agrees."""
-    return DIFFERS if parts["failed"] else UNTESTED if parts["untested_main"] else PARTLY if parts["failed_details"] else AGREES
+    return (
+        DIFFERS
+        if parts["failed"]
+        else UNTESTED
+        if parts["untested_main"]
+        else PARTLY
+        if parts["failed_details"]
+        else AGREES
+    )
 
 
 def grade(main: dict[str, bool | str], details: dict[str, bool | str] | None = None) -> tuple[str, str]:
@@ -147,12 +167,15 @@ def grade(main: dict[str, bool | str], details: dict[str, bool | str] | None = N
     verdict = verdict_of(parts)
     also = (f" Holds: {_join(held)}." if held else "") + (f" Does not hold: {_join(bad_detail)}." if bad_detail else "")
     if verdict == DIFFERS:
-        return DIFFERS, f"Does not hold: {_join(fail + bad_detail)}." + (f" Holds: {_join(held)}." if held else "") \
-            + (f" Not tested: {untested}." if untested else "")
+        return DIFFERS, f"Does not hold: {_join(fail + bad_detail)}." + (f" Holds: {_join(held)}." if held else "") + (
+            f" Not tested: {untested}." if untested else ""
+        )
     if verdict == UNTESTED:
         return UNTESTED, f"Not tested here: {untested}.{also}"
     if verdict == PARTLY:
-        return PARTLY, f"Holds: {_join(held)}. Does not hold: {_join(bad_detail)}." + (f" Not tested: {untested}." if untested else "")
+        return PARTLY, f"Holds: {_join(held)}. Does not hold: {_join(bad_detail)}." + (
+            f" Not tested: {untested}." if untested else ""
+        )
     return AGREES, f"Holds: {_join(held)}." + (f" Not tested: {untested}." if untested else "")
 
 

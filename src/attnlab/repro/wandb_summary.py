@@ -1,4 +1,5 @@
 """The repro's verdicts as one W&B run, beside the report files (which are complete without it)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,11 +15,22 @@ def log_repro_summary(results: list[dict], logs: Path, mode: str = "offline", pr
     import wandb
 
     try:
-        run = wandb.init(project=project, group="repro", mode=mode, name="repro", job_type="summary", dir=str(logs),
-                         config={"claims": len(results)}, settings=wandb.Settings(quiet=True, silent=True), reinit="create_new")
+        run = wandb.init(
+            project=project,
+            group="repro",
+            mode=mode,
+            name="repro",
+            job_type="summary",
+            dir=str(logs),
+            config={"claims": len(results)},
+            settings=wandb.Settings(quiet=True, silent=True),
+            reinit="create_new",
+        )
         try:
-            table = wandb.Table(columns=["id", "claim", "verdict", "reason"],
-                                data=[[r["id"], r["claim"], r["verdict"], r["reason"]] for r in results])
+            table = wandb.Table(
+                columns=["id", "claim", "verdict", "reason"],
+                data=[[r["id"], r["claim"], r["verdict"], r["reason"]] for r in results],
+            )
             run.log({"verdicts": table})
             for v in VERDICTS:
                 run.summary[f"verdicts/{v}"] = sum(r["verdict"] == v for r in results)
