@@ -54,6 +54,7 @@ HEADLINE = {
     "sinks_bb": ["val/loss", "attn/L{i}/sink_mass_dormant", "val/copy/acc"],
     "sinks_bb_sgd": ["val/loss", "attn/L{i}/sink_mass_dormant", "val/copy/acc"],
     "smoke": ["val/loss", "attn/L{i}/entropy_norm"],
+    "variants": ["val/loss", "attn/L{i}/sink_mass", "attn/L{i}/max_logit", "perf/tokens_per_s"],
 }
 DEFAULT_HEADLINE = ["val/loss", "attn/L{i}/entropy_norm"]
 
