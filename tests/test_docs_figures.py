@@ -516,6 +516,8 @@ def studies_fragments() -> list[str]:
         "induction_heads",
         "induction_backends",
         "sinks_bb",
+        "sinks_bb_gate",
+        "sinks_bb_window",
     ):
         s = summary(study)
         seeds = s.get("seeds_per_cell") or (

@@ -336,3 +336,23 @@ def test_metric_plot_draws_the_baseline_and_interval_bars(tmp_path, monkeypatch)
     lo, hi = mean_interval(statistics.fmean(LOSSES[("16", "none")]), statistics.stdev(LOSSES[("16", "none")]), 3)
     segs = [seg for b in bars for seg in b.lines[2][0].get_segments()]
     assert any(seg[0][1] == pytest.approx(lo) and seg[1][1] == pytest.approx(hi) for seg in segs)  # the 95 % t interval
+
+
+def test_a_one_cell_headline_gives_its_value_interval_and_seeds():
+    """A study with one cell compares nothing: its headline gives the cell's val loss with its 95 % interval and seed count."""
+    losses = [0.6834, 0.6817, 0.6828, 0.6857, 0.6975]
+    one = Study(
+        "fake",
+        [],
+        [TableCell({}, 5, metrics={"val/loss": Metric(statistics.fmean(losses), statistics.stdev(losses), 5, losses)})],
+        ["val/loss"],
+        0,
+        per_seed_known=True,
+    )
+    text = layout.analyse(one).headline
+    lo, hi = mean_interval(statistics.fmean(losses), statistics.stdev(losses), 5)
+    assert re.search(r"\b5 seeds\b", text) and f"{statistics.fmean(losses):.3f}" in text
+    assert f"[{lo:.3f}, {hi:.3f}]" in text
+    # one seed: no interval to give
+    single = Study("fake", [], [TableCell({}, 1, metrics={"val/loss": Metric(0.7, 0.0, 1, [0.7])})], ["val/loss"], 0)
+    assert "[" not in layout.analyse(single).headline and "0.700" in layout.analyse(single).headline

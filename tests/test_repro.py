@@ -1472,3 +1472,134 @@ def test_claim_12_mentions_the_testbed_without_judging_deep_models_by_it():
     m["sinks_bb"] = _testbed([0.1] * 3, [0.1] * 3)
     f = judge.finding_12(m)
     assert f.choices["sink"] == "untested" and not f.numbers["sink_only_in_testbed"]
+
+
+def _own_arm(dormant: list, max_prob: float = 0.912, entropy: float = 0.071, loss: float = 0.68) -> dict:
+    """A gate or window arm as studies.sinks_bb_measurements reads it from its own report."""
+    n = len(dormant)
+    return {
+        "seeds": list(range(n)),
+        "dormant": dormant,
+        "active": [0.001] * n,
+        "escape": [None] * n,
+        "value_drain": [0.2] * n,
+        "copy_acc": [0.99] * n,
+        "max_prob": [max_prob] * n,
+        "entropy_norm": [entropy] * n,
+        "val_loss": [loss + 0.001 * i for i in range(n)],
+    }
+
+
+def test_claim_13_the_gate_and_window_arms_turn_the_verdict_and_the_sentence():
+    from attnlab.repro.studies import BB_BASE, BB_GATE, BB_SLOTS, BB_WINDOW
+
+    no_text_sink = _m13(False)
+    removes = _testbed([0.99] * 5, [0.05] * 5)  # both escape slots remove the sink: the cause as stated holds
+    assert judge.judge_13({**no_text_sink, "sinks_bb": removes})[0] == AGREES
+    # the gate removes the sink while rows still sum to one: the constraint alone does not make it (a detail fails)
+    gate_removes = _testbed([0.99] * 5, [0.05] * 5)
+    gate_removes["arms"][BB_BASE].update(max_prob=[0.98] * 5, entropy_norm=[0.02] * 5)
+    gate_removes["arms"][BB_GATE] = _own_arm([0.05, 0.15, 0.03, 0.13, 0.14])
+    v, reason, text = judge.judge_13({**no_text_sink, "sinks_bb": gate_removes})
+    f = judge.finding_13({**no_text_sink, "sinks_bb": gate_removes})
+    assert v == PARTLY and judge.testbed_details(gate_removes) == {judge.GATE_PART: False}
+    assert f.choices["gate"] == "removes" and f.choices["cause"] is True and "0 of 5 seeds" in f.text
+    # the opposite measurement: a gate arm that keeps the sink flips the clause and the verdict back
+    gate_keeps = _testbed([0.99] * 5, [0.05] * 5)
+    gate_keeps["arms"][BB_GATE] = _own_arm([0.9] * 5)
+    v2, _, text2 = judge.judge_13({**no_text_sink, "sinks_bb": gate_keeps})
+    f2 = judge.finding_13({**no_text_sink, "sinks_bb": gate_keeps})
+    assert (
+        v2 == AGREES and f2.choices["gate"] == "keeps" and judge.testbed_details(gate_keeps) == {judge.GATE_PART: True}
+    )
+    assert f2.text != f.text and "5 of 5 seeds" in f2.text and text2 != text
+    # where the weight goes: quoted from max_prob and entropy_norm when measured, and said to be unmeasured otherwise
+    assert "0.912" in text and "0.071" in text and "0.980" in text
+    unmeasured = _testbed([0.99] * 5, [0.05] * 5)  # the base arm without max_prob: nothing to compare the gate's with
+    unmeasured["arms"][BB_GATE] = _own_arm([0.05] * 5)
+    assert "0.912" not in judge.judge_13({**no_text_sink, "sinks_bb": unmeasured})[2]
+    # with the escape slots keeping the sink and sigmoid removing it the verdict stays depends, the gate in its reason
+    mixed = _testbed([0.99] * 5, [0.05] * 5)
+    mixed["arms"][BB_SLOTS[0]]["dormant"] = [0.9] * 5
+    mixed["arms"][BB_GATE] = _own_arm([0.05] * 5)
+    v, reason, _ = judge.judge_13({**no_text_sink, "sinks_bb": mixed})
+    assert v == DEPENDS and judge.GATE_PART in reason.split("Does not hold:")[1]
+    # the window arms: a sink where the first token stays in view, as with full attention, or not
+    window = _testbed([0.99] * 5, [0.05] * 5)
+    shown = {**_own_arm([0.99] * 5, 0.99, 0.01), "window": 16, "uniform": 0.083, "ceiling": 1.0}
+    hidden = {
+        **_own_arm([0.07, 0.1, 0.16, 0.13, 0.12], 0.75, 0.3),
+        "window": 16,
+        "uniform": 0.038,
+        "ceiling": 0.238,
+        "queries_seeing": 15,
+        "queries": 63,
+    }
+    window["arms"].update({BB_WINDOW[0]: hidden, BB_WINDOW[1]: shown})
+    window["window_loss"] = {"diff": -4.6e-05, "ci95": [-0.004, 0.004], "p_holm": 0.98, "beyond_noise": False}
+    v, _, text = judge.judge_13({**no_text_sink, "sinks_bb": window})
+    f = judge.finding_13({**no_text_sink, "sinks_bb": window})
+    assert v == AGREES and f.choices["window_visible_sink"] is True and "gate" not in f.choices
+    assert "0.238" in text and "0.038" in text and "15 of the 63" in text  # the level and ceiling in the window
+    no_sink_in_view = {**window, "arms": {**window["arms"], BB_WINDOW[1]: {**shown, "dormant": [0.1] * 5}}}
+    v, _, _ = judge.judge_13({**no_text_sink, "sinks_bb": no_sink_in_view})
+    f3 = judge.finding_13({**no_text_sink, "sinks_bb": no_sink_in_view})
+    assert v == PARTLY and f3.choices["window_visible_sink"] is False and f3.text != f.text
+    assert judge.testbed_details(no_sink_in_view) == {judge.WINDOW_PART: False}
+    # the window report's val-loss contrast picks the clause: beyond noise, its difference is quoted
+    differs = {**window, "window_loss": {**window["window_loss"], "diff": 0.021, "p_holm": 0.001, "beyond_noise": True}}
+    assert "+0.021" in judge.judge_13({**no_text_sink, "sinks_bb": differs})[2] and "+0.021" not in text
+    # without the base arm's sink the gate and window arms judge nothing
+    no_base_sink = _testbed([0.1] * 5, [0.05] * 5)
+    no_base_sink["arms"].update({BB_GATE: _own_arm([0.05] * 5), BB_WINDOW[1]: shown})
+    assert judge.testbed_details(no_base_sink) == {}
+
+
+def test_claim_13_without_the_gate_and_window_reports_is_as_before():
+    no_text_sink = _m13(False)
+    for bb in (_testbed([0.99] * 5, [0.05] * 5), _testbed([0.99] * 5, [0.9] * 5)):
+        m = {**no_text_sink, "sinks_bb": bb}
+        f = judge.finding_13(m)
+        assert judge.testbed_details(bb) == {} and set(f.choices) == {"forms", "removed_by", "kept_by", "cause"}
+        assert judge.judge_13(m)[0] == (AGREES if f.choices["cause"] is True else DIFFERS)
+
+
+def _testbed_report(path, cells: list[tuple[dict, list[float]]], contrasts: dict | None = None):
+    path.mkdir(parents=True)
+    per_seed = [
+        {
+            "axes": axes,
+            "runs": [
+                {"seed": i, "metrics": {"attn/L0/sink_mass_dormant": x, "val/loss": 0.68, "val/copy/acc": 0.99}}
+                for i, x in enumerate(dormant)
+            ],
+        }
+        for axes, dormant in cells
+    ]
+    (path / "summary.json").write_text(json.dumps({"per_seed": per_seed, "contrasts": contrasts or {}}))
+
+
+def test_the_testbed_reads_the_gate_and_window_reports_by_their_axes(tmp_path):
+    from attnlab.repro import studies
+
+    base = {"model.attention.escape": "none", "experiment": "sinks_bb", "model.attention.normalize": "-"}
+    _testbed_report(tmp_path / "sinks_bb", [(base, [0.99, 0.98])])
+    before = studies.sinks_bb_measurements(tmp_path, 0.059, 64)
+    assert list(before["arms"]) == [studies.BB_BASE] and "window_loss" not in before
+    _testbed_report(tmp_path / "sinks_bb_gate", [({}, [0.05, 0.15])])
+    contrast = {"val/loss": [{"diff": -4.6e-05, "ci95": [-0.004, 0.004], "p_holm": 0.98, "beyond_noise": False}]}
+    _testbed_report(
+        tmp_path / "sinks_bb_window",
+        [({"model.attention.window_sinks": "0"}, [0.07, 0.16]), ({"model.attention.window_sinks": "1"}, [0.99, 1.0])],
+        contrast,
+    )
+    m = studies.sinks_bb_measurements(tmp_path, 0.059, 64)
+    assert m["arms"][studies.BB_GATE]["dormant"] == [0.05, 0.15]
+    hidden, shown = (m["arms"][name] for name in studies.BB_WINDOW)
+    assert hidden["dormant"] == [0.07, 0.16] and shown["dormant"] == [0.99, 1.0]
+    # uniform attention's level in the window, and the statistic's ceiling there: 15 of the 63 counted queries see
+    # the first token with a 16-token window at T = 64; kept in view, every query does
+    assert (hidden["queries_seeing"], hidden["queries"]) == (15, 63) and hidden["ceiling"] == pytest.approx(15 / 63)
+    assert hidden["uniform"] == pytest.approx(sum(1 / (i + 1) for i in range(1, 16)) / 63)
+    assert shown["ceiling"] == 1.0 and shown["uniform"] > hidden["uniform"]
+    assert m["window_loss"]["beyond_noise"] is False and m["window_loss"]["p_holm"] == 0.98

@@ -611,7 +611,15 @@ def headline(study: Study, families: dict[str, list[Contrast]], effects: list[Ef
             sentences += _finding_sentences(findings(family, metric))
     if not any(sentences) and "val/loss" in study.keys:
         ranked = sorted((c for c in study.cells if c.mean("val/loss") is not None), key=lambda c: c.mean("val/loss"))
-        if ranked:
+        if len(ranked) == 1:  # one cell: its value, with its interval when it has one
+            loss = ranked[0].metrics["val/loss"]
+            interval = loss.interval
+            sentences.append(
+                f"One cell, {loss.n} seed{'s' if loss.n != 1 else ''}: val loss {loss.mean:.3f}"
+                + (f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "")
+                + "; nothing is compared here."
+            )
+        elif ranked:
             sentences.append(
                 f"Val loss ranges from {ranked[0].mean('val/loss'):.3f} ({ranked[0].label}) to "
                 f"{ranked[-1].mean('val/loss'):.3f} ({ranked[-1].label}); no comparison is tested here."

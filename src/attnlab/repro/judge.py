@@ -642,8 +642,13 @@ def judge_13(m: dict) -> tuple[str, str, str]:
     forms_bb, cause_bb, bb_text = _testbed(m.get("sinks_bb"))
     forms |= forms_bb
     text += bb_text
+    details = testbed_details(m.get("sinks_bb"))  # the gate and window arms, where they exist
     if isinstance(cause_bb, tuple):  # one slot removes the sink, another does not
         v, reason = depends(f"{SINK_PARTS['cause'][0].upper()}{SINK_PARTS['cause'][1:]}", *cause_bb)
+        held, failed = [k for k, x in details.items() if x], [k for k, x in details.items() if not x]
+        reason += (f" Holds: {'; '.join(held)}." if held else "") + (
+            f" Does not hold: {'; '.join(failed)}." if failed else ""
+        )
         return v, reason, " ".join(text)
     if cause_bb is not None:  # the testbed is the direct test: a sink that forms, and the slot offered to it
         cause = cause_bb
@@ -651,7 +656,8 @@ def judge_13(m: dict) -> tuple[str, str, str]:
         {
             SINK_PARTS["forms"]: forms if forms else f"no head formed one here; needs {SINK_NEEDS}",
             SINK_PARTS["cause"]: cause,
-        }
+        },
+        details,
     )
     return v, reason, " ".join(text)
 
@@ -723,6 +729,9 @@ def finding_13(m: dict) -> Finding:
         )
     else:
         cause = "untested"
+    extra = {}
+    if tb_forms:
+        sentences += _finding_13_arms(arms, extra)
     study_said = not tb_forms and text_forms and bool(sentences)  # the sinks study's sentence already reports the sink
     if text_forms and not study_said:
         sentences.append(
@@ -738,9 +747,42 @@ def finding_13(m: dict) -> Finding:
         )
     return Finding(
         " ".join(sentences),
-        {"forms": bool(tb_forms or text_forms), "removed_by": removed, "kept_by": kept, "cause": cause},
+        {"forms": bool(tb_forms or text_forms), "removed_by": removed, "kept_by": kept, "cause": cause, **extra},
         {"text_peak": text_peak, "testbed_base_sinks": sum(_bb_sinks(tb_base)) if tb_base else None},
     )
+
+
+def _finding_13_arms(arms: dict, choices: dict) -> list[str]:
+    """The summary's sentences on the testbed's gate and window arms, where they exist; ``choices`` gets ``gate``
+    ('removes' or 'keeps') and ``window_visible_sink`` (a sink with the first token kept in the window's view)."""
+    from .studies import BB_GATE, BB_WINDOW
+
+    out = []
+    if BB_GATE in arms:
+        gate = _bb_sinks(arms[BB_GATE])
+        choices["gate"] = "keeps" if most(gate) else "removes"
+        out.append(
+            either(
+                most(gate),
+                f"A per-head output gate keeps it (a sink in {_count(gate)}), unlike Qiu et al. 2025's finding.",
+                f"A per-head output gate removes it while rows still sum to one (a sink in {_count(gate)}): the sink "
+                "is the head's way to do nothing, as Qiu et al. 2025 report.",
+            )
+        )
+    if BB_WINDOW[1] in arms:
+        shown = _bb_sinks(arms[BB_WINDOW[1]])
+        choices["window_visible_sink"] = most(shown)
+        size = arms[BB_WINDOW[1]].get("window")
+        window = f"a {size}-token window" if size else "a sliding window"
+        out.append(
+            either(
+                most(shown),
+                f"In {window} that keeps the first token visible it forms as with full attention ({_count(shown)}).",
+                f"In {window} that keeps the first token visible it does not form ({_count(shown)}), unlike full "
+                "attention.",
+            )
+        )
+    return out
 
 
 def _count(flags: list[bool]) -> str:
@@ -810,6 +852,7 @@ def _testbed(bb: dict | None) -> tuple[bool, bool | str | None, list[str]]:
             f"{_spread(arm['dormant'])}, a row's total weight {_spread(arm.get('row_mass', []))}, copy accuracy "
             f"{_spread(arm['copy_acc'])}."
         )
+    text += _gate_text(base, arms) + _window_text(base, arms, bb.get("window_loss"))
     if not forms:
         text.append("With no sink in most seeds, the testbed cannot test the cause either.")
         return False, None, text
@@ -834,3 +877,144 @@ def _testbed(bb: dict | None) -> tuple[bool, bool | str | None, list[str]]:
         return True, False, text
     text.append(f"The sink goes with {' and '.join(removed)} and stays with {' and '.join(kept)}.")
     return True, (f"with {' and '.join(removed)}", f"with {' and '.join(kept)}"), text
+
+
+GATE_PART = (
+    "with rows still summing to one the sink stays (a per-head output gate, which Qiu et al. 2025 find removes it)"
+)
+WINDOW_PART = "a sink forms on the first token wherever it is visible (a sliding window that keeps it in view)"
+
+
+def testbed_details(bb: dict | None) -> dict[str, bool]:
+    """Claim 13's detail parts from the testbed's gate and window arms, where they exist and softmax + AdamW forms a
+    sink: the gate keeps it (True) or removes it (False), the window that keeps the first token visible forms it."""
+    from .studies import BB_BASE, BB_GATE, BB_WINDOW
+
+    arms = (bb or {}).get("arms", {})
+    if BB_BASE not in arms or not most(_bb_sinks(arms[BB_BASE])):
+        return {}
+    parts = {}
+    if BB_GATE in arms:
+        parts[GATE_PART] = most(_bb_sinks(arms[BB_GATE]))
+    if BB_WINDOW[1] in arms:
+        parts[WINDOW_PART] = most(_bb_sinks(arms[BB_WINDOW[1]]))
+    return parts
+
+
+def _above(a: list, b: list) -> bool:
+    """Every value of ``a`` above every value of ``b`` (two arms' seed ranges that do not overlap)."""
+    a, b = [x for x in a if x is not None], [x for x in b if x is not None]
+    return bool(a and b) and min(a) > max(b)
+
+
+def _rows_text(arm: dict, other: dict, other_name: str) -> str:
+    """Where a row's weight goes, as far as max_prob and entropy_norm (over all queries) say, against another arm."""
+    if not any(x is not None for x in arm.get("max_prob", [])) or not any(
+        x is not None for x in other.get("max_prob", [])
+    ):
+        return "Where the dormant queries' weight goes instead is not measured here."
+    spread = (
+        "spreads its rows more"
+        if _above(arm["entropy_norm"], other["entropy_norm"])
+        else "concentrates its rows more"
+        if _above(other["entropy_norm"], arm["entropy_norm"])
+        else "spreads its rows about as much"
+    )
+    concentrated = all(x is not None and x > NEAR_ONE_HOT for x in arm["max_prob"])
+    return (
+        f"Over all queries (max_prob and entropy_norm do not separate dormant from active ones) a row's largest weight "
+        f"averages {_spread(arm['max_prob'])} and entropy_norm {_spread(arm['entropy_norm'])}, against "
+        f"{_spread(other['max_prob'])} and {_spread(other['entropy_norm'])} {other_name}: the head {spread}"
+        + (
+            f", its rows still peaked on one key on average (max_prob above {NEAR_ONE_HOT} in every seed)"
+            if concentrated
+            else f", not peaked on one key on average (max_prob at or below {NEAR_ONE_HOT} in some seed)"
+        )
+        + "; which keys take the dormant queries' weight is not measured."
+    )
+
+
+def _gate_text(base: dict, arms: dict) -> list[str]:
+    """The gate arm: a sink or not with rows that still sum to one, and what that says of the cause."""
+    from .studies import BB_GATE
+
+    if BB_GATE not in arms:
+        return []
+    arm = arms[BB_GATE]
+    kept = most(_bb_sinks(arm))
+    return [
+        f"With {BB_GATE} ({arm.get('source', 'the testbed')}; Qiu et al. 2025: a sigmoid of the layer input scales the "
+        f"head's output, and the softmax's rows still sum to one): a sink in {_k_of_n(_bb_sinks(arm))}, dormant first-token weight {_spread(arm['dormant'])}, "
+        f"copy accuracy {_spread(arm['copy_acc'])}.",
+        either(
+            kept,
+            "The sink stays with the gate: a head that can shut its output still parks its dormant queries on the first "
+            "token, unlike Qiu et al.'s finding, so here the sum-to-one constraint makes the sink whatever else the head "
+            "can do.",
+            "The gate keeps the softmax's sum to one, yet the sink goes: a head that can shut its output needs no place "
+            "to park weight, so the sink is the head's way to do nothing, as Qiu et al. report, and the sum-to-one "
+            "constraint alone does not make it.",
+        ),
+        _rows_text(arm, base, "with softmax alone"),
+    ]
+
+
+def _window_text(base: dict, arms: dict, loss: dict | None) -> list[str]:
+    """The window arms: the first token out of view (no sink can form where it is not visible; the level and ceiling
+    of the statistic there) and kept visible (a sink as with full attention, or not), and their val loss."""
+    from .studies import BB_WINDOW
+
+    out, hidden, shown = [], arms.get(BB_WINDOW[0]), arms.get(BB_WINDOW[1])
+    if shown is not None:
+        formed = most(_bb_sinks(shown))
+        out.append(
+            f"With {BB_WINDOW[1]} ({shown.get('source', 'the testbed')}): a sink in {_k_of_n(_bb_sinks(shown))}, dormant "
+            f"first-token weight {_spread(shown['dormant'])}"
+            + (f" (uniform attention in that window: {shown['uniform']:.3f})" if "uniform" in shown else "")
+            + either(
+                formed,
+                ", as with full attention: the sink forms on the first token whenever the head can see it.",
+                ", unlike full attention: with the first token in view the window's head does not park its dormant "
+                "queries there.",
+            )
+        )
+    if hidden is not None:
+        level = ""
+        if "uniform" in hidden:
+            above = all(x is not None and x > hidden["uniform"] for x in hidden["dormant"])
+            level = (
+                f"; the first token is visible to {hidden['queries_seeing']} of the {hidden['queries']} queries the "
+                f"statistic counts, so it can read at most {hidden['ceiling']:.3f} there, and uniform attention in that "
+                f"window reads {hidden['uniform']:.3f}"
+                + either(
+                    above,
+                    " (every seed above it: the queries that see the first token lean on it more than uniform)",
+                    " (not every seed above it)",
+                )
+            )
+        out.append(
+            f"With {BB_WINDOW[0]} ({hidden.get('source', 'the testbed')}): dormant first-token weight {_spread(hidden['dormant'])}, a sink in "
+            f"{_k_of_n(_bb_sinks(hidden))}{level}. No first-token sink can form for the queries that do not see the "
+            "first token."
+        )
+        other, name = (
+            (shown, "with the first token kept visible") if shown is not None else (base, "with full attention")
+        )
+        out.append(_rows_text(hidden, other, name))
+    if hidden is not None and shown is not None:
+        same = loss is None or not loss.get("beyond_noise")
+        out.append(
+            f"Val loss is {_spread(hidden['val_loss'])} without the first token in view and {_spread(shown['val_loss'])} "
+            "with it: "
+            + (
+                "not compared in the window report."
+                if loss is None
+                else either(
+                    same,
+                    f"no difference beyond seed noise (Holm p {loss['p_holm']:.2f}): the model does as well without a first-token sink.",
+                    f"they differ beyond seed noise (by {loss['diff']:+.3g} nats with the first token, Holm p "
+                    f"{loss['p_holm']:.2g}).",
+                )
+            )
+        )
+    return out

@@ -23,6 +23,30 @@ INDUCTION, SINKS, DK_SCALING, SINKS_BB = "induction_heads", "sinks", "dk_scaling
 BB_BASE, BB_SGD = "AdamW, softmax", "SGD, softmax"
 BB_SLOTS = ("AdamW, softmax + 1 (zero_logit slot)", "AdamW, a learned escape logit")
 BB_SIGMOID = "AdamW, sigmoid attention (no row normalisation)"
+BB_GATE = "AdamW, softmax with a per-head output gate"
+# the window arms' window, as their sweep set it (model.attention.window=16; the report keeps only the swept axis)
+BB_WINDOW_SIZE = 16
+BB_WINDOW = (
+    f"AdamW, softmax in a {BB_WINDOW_SIZE}-token window, the first token not kept in view",
+    f"AdamW, softmax in a {BB_WINDOW_SIZE}-token window, the first token kept in view",
+)
+# the arms trained after the merged report, each a report of its own: (report, axes of its cell) -> arm
+BB_OWN_REPORTS = {
+    ("sinks_bb_gate", ()): BB_GATE,
+    ("sinks_bb_window", (("model.attention.window_sinks", "0"),)): BB_WINDOW[0],
+    ("sinks_bb_window", (("model.attention.window_sinks", "1"),)): BB_WINDOW[1],
+}
+BB_METRICS = (
+    ("dormant", "attn/L0/sink_mass_dormant"),
+    ("active", "attn/L0/sink_mass_active"),
+    ("escape", "attn/L0/escape_mass"),
+    ("row_mass", "attn/L0/row_mass"),
+    ("value_drain", "attn/L0/value_drain"),
+    ("copy_acc", "val/copy/acc"),
+    ("max_prob", "attn/L0/max_prob"),
+    ("entropy_norm", "attn/L0/entropy_norm"),
+    ("val_loss", "val/loss"),
+)
 BB_ARMS = {
     ("sinks_bb", "none", "softmax"): BB_BASE,
     ("sinks_bb", "zero_logit", "softmax"): BB_SLOTS[0],
@@ -138,11 +162,39 @@ def sinks_measurements(reports: Path, uniform: float) -> dict | None:
     return out
 
 
-def sinks_bb_measurements(reports: Path, uniform: float) -> dict | None:
+def _bb_arm(cell: dict) -> dict:
+    """One testbed arm from a summary.json per_seed cell: its seeds and every seed's final values."""
+    return {
+        "seeds": [r["seed"] for r in cell["runs"]],
+        **{key: [r["metrics"].get(metric) for r in cell["runs"]] for key, metric in BB_METRICS},
+    }
+
+
+def _window_levels(block_size: int, sinks: int) -> dict:
+    """Uniform attention's first-token weight in the window arms' window, and the most the statistic can read there
+    (every query that sees the first token putting all its weight on it): the share of the counted queries that see it."""
+    from ..attention.masks import allowed_mask
+    from ..attention.stats import uniform_sink_mass
+
+    seen = allowed_mask(block_size, block_size, True, None, window=BB_WINDOW_SIZE, window_sinks=sinks)[0, 0]
+    counted = seen.sum(-1) > 1
+    return {
+        "window": BB_WINDOW_SIZE,
+        "window_sinks": sinks,
+        "uniform": uniform_sink_mass(block_size, BB_WINDOW_SIZE, sinks),
+        "ceiling": float(seen[counted, 0].double().mean()),
+        "queries_seeing": int(seen[counted, 0].sum()),
+        "queries": int(counted.sum()),
+    }
+
+
+def sinks_bb_measurements(reports: Path, uniform: float, block_size: int | None = None) -> dict | None:
     """The Bigram-Backcopy testbed (experiment=sinks_bb, + sinks_bb_sgd): per arm, every seed's final
-    first-token weight from dormant and from active queries, escape mass, value drain and copy
-    accuracy, from ``reports/sinks_bb/summary.json``'s per-seed values. ``uniform``: uniform attention's
-    first-token weight at the testbed's block size. None without the report."""
+    first-token weight from dormant and from active queries, escape mass, value drain, copy accuracy, max_prob,
+    entropy_norm and val loss, from ``reports/sinks_bb/summary.json``'s per-seed values; with the arms of
+    ``reports/sinks_bb_gate`` and ``reports/sinks_bb_window`` (BB_OWN_REPORTS) where those exist. ``uniform``:
+    uniform attention's first-token weight at the testbed's block size; ``block_size`` gives each window arm its
+    own level and ceiling (``window_loss``: the window report's val-loss contrast). None without the report."""
     path = Path(reports) / SINKS_BB / "summary.json"
     if not path.is_file():
         return None
@@ -155,19 +207,25 @@ def sinks_bb_measurements(reports: Path, uniform: float) -> dict | None:
         name = BB_ARMS.get((axes.get("experiment", SINKS_BB), axes.get(escape_axis(axes), "none"), normalize))
         if name is None or not cell["runs"]:
             continue
-        values = {
-            key: [r["metrics"].get(metric) for r in cell["runs"]]
-            for key, metric in (
-                ("dormant", "attn/L0/sink_mass_dormant"),
-                ("active", "attn/L0/sink_mass_active"),
-                ("escape", "attn/L0/escape_mass"),
-                ("row_mass", "attn/L0/row_mass"),
-                ("value_drain", "attn/L0/value_drain"),
-                ("copy_acc", "val/copy/acc"),
-            )
-        }
-        arms[name] = {"seeds": [r["seed"] for r in cell["runs"]], **values}
-    return {"source": f"reports/{SINKS_BB}", "uniform": uniform, "arms": arms} if arms else None
+        arms[name] = _bb_arm(cell)
+    out = {"source": f"reports/{SINKS_BB}", "uniform": uniform, "arms": arms}
+    for study in dict.fromkeys(study for study, _ in BB_OWN_REPORTS):
+        own = Path(reports) / study / "summary.json"
+        if not own.is_file():
+            continue
+        summary = json.loads(own.read_text())
+        for cell in summary.get("per_seed", []):
+            name = BB_OWN_REPORTS.get((study, tuple(sorted((k, str(v)) for k, v in cell["axes"].items()))))
+            if name is None or not cell["runs"]:
+                continue
+            arms[name] = {**_bb_arm(cell), "source": f"reports/{study}"}
+            if name in BB_WINDOW and block_size is not None:
+                arms[name].update(_window_levels(block_size, BB_WINDOW.index(name)))
+        if study == "sinks_bb_window":
+            contrast = next(iter(summary.get("contrasts", {}).get("val/loss", [])), None)
+            if contrast is not None:
+                out["window_loss"] = {k: contrast.get(k) for k in ("diff", "ci95", "p_holm", "beyond_noise")}
+    return out if arms else None
 
 
 def dk_scaling_measurements(reports: Path) -> dict | None:

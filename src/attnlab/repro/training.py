@@ -423,7 +423,7 @@ def claim_12(res: dict, reports: Path) -> Claim:
         },
         "induction": studies.induction_measurements(reports),
         "sinks": studies.sinks_measurements(reports, sinks_uniform()),
-        "sinks_bb": studies.sinks_bb_measurements(reports, testbed_uniform()),
+        "sinks_bb": studies.sinks_bb_measurements(reports, testbed_uniform(), testbed_block_size()),
     }
     t = Table(
         f"Head scores and types after {settings['heads_steps']} steps (tiny GPT: {n_layer} layers x {len(heads) // n_layer} heads, "
@@ -462,9 +462,15 @@ def sinks_uniform() -> float:
 
 
 @functools.cache
+def testbed_block_size() -> int:
+    """The sinks testbed's block size (its config, as `make sweep` composes it)."""
+    return int(compose_config([f"experiment={studies.SINKS_BB}"]).model.block_size)
+
+
+@functools.cache
 def testbed_uniform() -> float:
     """Uniform attention's first-token weight at the sinks testbed's block size."""
-    return uniform_sink_mass(int(compose_config([f"experiment={studies.SINKS_BB}"]).model.block_size))
+    return uniform_sink_mass(testbed_block_size())
 
 
 def claim_13(res: dict, reports: Path) -> Claim:
@@ -483,7 +489,7 @@ def claim_13(res: dict, reports: Path) -> Claim:
             "n_sink_heads": sum(int((x > SINK_THRESHOLD).sum()) for x in h["sink_final"]),
         },
         "sinks": studies.sinks_measurements(reports, sinks_uniform()),
-        "sinks_bb": studies.sinks_bb_measurements(reports, testbed_uniform()),
+        "sinks_bb": studies.sinks_bb_measurements(reports, testbed_uniform(), testbed_block_size()),
     }
     tables = [
         Table(
