@@ -437,12 +437,17 @@ def readme_claims() -> dict[str, str]:
         if bb["zero_logit"] == bb["learned"]
         else f"in {bb['zero_logit']} and {bb['learned']} of {n} seeds with the two escape slots"
     )
+    gate = [r["metrics"]["attn/L0/sink_mass_dormant"] for c in summary("sinks_bb_gate")["per_seed"] for r in c["runs"]]
+    gated = sum(x > judge.SINK_THRESHOLD for x in gate)
     out["sinks_bb"] = (
         f"the first token takes over {judge.SINK_THRESHOLD} of the weight of those queries (a sink) in "
-        f"{bb['softmax']} of {n} seeds with softmax, {escape}, and in {bb['sigmoid']} of {n} seeds with sigmoid attention"
+        f"{bb['softmax']} of {n} seeds with softmax, {escape}, in {gated} of {len(gate)} seeds with a "
+        f"per-head output gate and in {bb['sigmoid']} of {n} seeds with sigmoid attention"
     )
-    if bb["softmax"] == n and bb["sigmoid"] == 0:
-        out["sinks_bb_title"] = "A sink forms where most queries need no attention, and sigmoid attention prevents it"
+    if bb["softmax"] == n and bb["sigmoid"] == 0 and gated == 0:
+        out["sinks_bb_title"] = (
+            "A sink forms where most queries need no attention; sigmoid attention or an output gate prevents it"
+        )
     best = max(c[f"heads/L{i}/sink_max_mean"] for c in cells("sinks") for i in range(4))
     out["sinks_text"] = "in Shakespeare at this budget " + (
         "no head becomes a sink" if best < judge.SINK_THRESHOLD else "a head becomes a sink"
