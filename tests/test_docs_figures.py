@@ -523,6 +523,7 @@ def studies_fragments() -> list[str]:
         "sinks_bb",
         "sinks_bb_gate",
         "sinks_bb_window",
+        "variants",
     ):
         s = summary(study)
         seeds = s.get("seeds_per_cell") or (
@@ -781,9 +782,24 @@ def mechanisms_claims() -> dict[str, str]:
     }
 
 
+def variants_claim() -> str:
+    """docs/mechanisms.md's sentence on the variants study: which variants move the val loss beyond
+    seed noise, in which direction, and which do not, from the study's contrasts."""
+    contrasts = summary("variants")["contrasts"]["val/loss"]
+    up = sorted(c["level"] for c in contrasts if c["beyond_noise"] and c["diff"] > 0)
+    down = sorted(c["level"] for c in contrasts if c["beyond_noise"] and c["diff"] < 0)
+    same = sorted(c["level"] for c in contrasts if not c["beyond_noise"])
+    parts = [
+        f"{', '.join(up)} raise{'s' if len(up) == 1 else ''} the val loss" if up else "",
+        f"{', '.join(down)} lower{'s' if len(down) == 1 else ''} it" if down else "",
+        f"{', '.join(same)} make no difference beyond seed noise" if same else "",
+    ]
+    return "Against the baseline, " + "; ".join(p for p in parts if p) + "."
+
+
 def test_mechanisms_states_the_comparisons_its_reports_make():
     text = re.sub(r"\s+", " ", doc("mechanisms.md"))
-    missing = [claim for claim in mechanisms_claims().values() if claim not in text]
+    missing = [claim for claim in [*mechanisms_claims().values(), variants_claim()] if claim not in text]
     assert not missing, missing
 
 
