@@ -275,6 +275,8 @@ def e2e_rows() -> dict[str, dict]:
             for r in json.loads((REPORTS / "bench" / "e2e_stack_only" / "bench.json").read_text())["e2e"]["rows"]
         }
     )
+    current = json.loads((REPORTS / "bench" / "e2e_sdpa" / "bench.json").read_text())["e2e"]
+    rows["sdpa_current"] = {**current["rows"][0], "repeats": current["repeats"]}
     return rows
 
 
@@ -316,7 +318,7 @@ def performance_figures() -> dict[str, str]:
     out["cb_hooks"] = f"{sum(hooks.values()):.1f} ms a step in all"
     out["cb_step"] = f"{cb['step_ms_with']:.0f} ms step"
     rows = e2e_rows()
-    for arm in ("defaults", "sdpa", "sdpa_no_callbacks"):
+    for arm in ("defaults", "sdpa", "sdpa_no_callbacks", "sdpa_current"):
         r = rows[arm]
         out[f"e2e_{arm}"] = (
             f"| {r['attnlab_wall_s']:.1f} | {r['plain_wall_s']:.1f} | **{r['wall_ratio']:.3f}** ({span(r['wall_ratio_range'], 3)}) | "
@@ -327,6 +329,10 @@ def performance_figures() -> dict[str, str]:
     out["e2e_verdict"] = e2e_verdict(
         {arm: rows[arm]["wall_ratio_range"] for arm in ("defaults", "sdpa", "sdpa_no_callbacks")},
         bench()["e2e"]["repeats"],
+    )
+    out["e2e_current_pairs"] = f"{rows['sdpa_current']['repeats']} alternated pairs"
+    out["e2e_current_verdict"] = e2e_verdict(
+        {"sdpa_current": rows["sdpa_current"]["wall_ratio_range"]}, rows["sdpa_current"]["repeats"]
     )
     out["e2e_loss"] = f"val loss {f(rows['defaults']['val_loss']['attnlab'][0], 4)}"
     gap = json.loads((REPORTS / "bench" / "breakdown_e2e_gap.json").read_text())
