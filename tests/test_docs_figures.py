@@ -207,18 +207,24 @@ def sinks_figures() -> dict[str, str]:
     }
 
 
-def sinks_testbed_figures() -> dict[str, str]:
-    """The sinks testbed's figures, from the per-seed values in reports/sinks_bb/summary.json."""
+def bb_arm_runs(escape: str, experiment: str = "sinks_bb", normalize: str = "-") -> list[dict]:
+    """Every seed's run of one sinks_bb arm, from reports/sinks_bb/summary.json's per-seed values."""
     from attnlab.repro.studies import escape_axis
 
+    return next(
+        c["runs"]
+        for c in summary("sinks_bb")["per_seed"]
+        if c["axes"][escape_axis(c["axes"])] == escape
+        and c["axes"]["experiment"] == experiment
+        and c["axes"].get("model.attention.normalize", "-") == normalize
+    )
+
+
+def sinks_testbed_figures() -> dict[str, str]:
+    """The sinks testbed's figures, from the per-seed values in reports/sinks_bb/summary.json."""
+
     def arm(escape: str, experiment: str = "sinks_bb", normalize: str = "-") -> dict[str, list[float]]:
-        runs = next(
-            c["runs"]
-            for c in summary("sinks_bb")["per_seed"]
-            if c["axes"][escape_axis(c["axes"])] == escape
-            and c["axes"]["experiment"] == experiment
-            and c["axes"].get("model.attention.normalize", "-") == normalize
-        )
+        runs = bb_arm_runs(escape, experiment, normalize)
         return {
             k: [r["metrics"][f"attn/L0/{k}"] for r in runs if f"attn/L0/{k}" in r["metrics"]]
             for k in ("sink_mass_dormant", "value_drain", "escape_mass", "row_mass")
@@ -491,16 +497,9 @@ def readme_fragments() -> list[str]:
 
 def sinks_testbed_counts() -> dict[str, int]:
     """Seeds of each sinks_bb arm whose dormant queries put more than the sink threshold on `<bos>`."""
-    from attnlab.repro.studies import escape_axis
 
     def formed(escape: str, normalize: str = "-") -> tuple[int, int]:
-        runs = next(
-            c["runs"]
-            for c in summary("sinks_bb")["per_seed"]
-            if c["axes"][escape_axis(c["axes"])] == escape
-            and c["axes"]["experiment"] == "sinks_bb"
-            and c["axes"].get("model.attention.normalize", "-") == normalize
-        )
+        runs = bb_arm_runs(escape, normalize=normalize)
         mass = [r["metrics"]["attn/L0/sink_mass_dormant"] for r in runs]
         return sum(x > judge.SINK_THRESHOLD for x in mass), len(mass)
 
@@ -768,11 +767,7 @@ def mechanisms_claims() -> dict[str, str]:
     )
     diffs = sorted(f"{e['diff']:+.3f}" for e in slots)
     holm = sorted({f"{e['p_holm']:.2g}" for e in slots})
-    runs = next(
-        c["runs"]
-        for c in summary("sinks_bb")["per_seed"]
-        if c["axes"].get("model.attention.escape", c["axes"].get("model.attention.sink")) == "zero_logit"
-    )
+    runs = bb_arm_runs("zero_logit")
     heads = [r["metrics"]["heads/L0/sink_max"] >= THRESHOLDS["sink"] for r in runs]
     dormant = [r["metrics"]["attn/L0/sink_mass_dormant"] > judge.SINK_THRESHOLD for r in runs]
     odd = [r for r, h, d in zip(runs, heads, dormant) if d and not h]
