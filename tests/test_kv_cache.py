@@ -28,8 +28,11 @@ VARIANTS = {
     "learned_escape_gqa_rope": {"attention": {"escape": "learned"}, "n_kv_head": 2, "pos_encoding": "rope"},
     "alibi_escape_mqa": {"pos_encoding": "alibi", "attention": {"escape": "zero_logit"}, "n_kv_head": 1},
     "qk_norm_rope": {"pos_encoding": "rope", "attention": {"qk_norm": True}},
+    "sigmoid": {"attention": {"normalize": "sigmoid"}},
+    "sigmoid_gqa_rope": {"attention": {"normalize": "sigmoid"}, "n_kv_head": 2, "pos_encoding": "rope"},
 }
 REFUSED = {("flash", "alibi"), ("flash", "alibi_escape_mqa")}  # forced flash takes no logit bias
+REFUSED |= {(b, v) for b in ("sdpa", "flash") for v in VARIANTS if v.startswith("sigmoid")}  # softmax kernels
 CASES = [(b, v) for b in backends.BACKENDS for v in VARIANTS if (b, v) not in REFUSED]
 
 
@@ -195,24 +198,37 @@ def test_cache_and_positions_stop_at_block_size():
             model.next_logits(tokens(t=2), caches)
 
 
-def test_sigmoid_attention_refuses_a_cache_in_one_line():
-    """sigmoid's -log n counts every key of a forward, so no cache reproduces the uncached outputs
-    of a model of two layers or more: refused, and generation without it still works."""
-    torch.manual_seed(0)
+def test_sigmoid_weights_do_not_depend_on_the_forward_length():
+    """sigmoid's -log n uses the keys a query sees at the full context (the block), not the keys of
+    the forward: a prefix's logits are the full forward's first positions (what makes a cache
+    possible), and a block-long forward is what it always was (n = T)."""
+    model = tiny_model("scaled", "sigmoid")
+    idx = tokens()
+    with torch.no_grad():
+        full = model(idx)[0]
+        torch.testing.assert_close(model(idx[:, :5])[0], full[:, :5], atol=1e-10, rtol=0)
+    layer = model.blocks[0].attn.attention
+    q, k = (torch.randn(1, 4, BLOCK, 4, dtype=torch.float64) for _ in range(2))
+    p = layer.weights(q, k).p
+    logits = (q @ k.transpose(-2, -1)) * layer.softmax_scale()
+    causal = torch.ones(BLOCK, BLOCK, dtype=torch.bool).tril()
+    expected = torch.sigmoid(logits - torch.log(torch.tensor(float(BLOCK)))).masked_fill(~causal, 0)
+    torch.testing.assert_close(p, expected.float(), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("window,sinks,n", [(None, 0, BLOCK), (4, 0, 4), (4, 2, 6), (11, 3, BLOCK)])
+def test_sigmoid_n_counts_the_keys_a_window_leaves_visible(window, sinks, n):
     model = GPT(
         GPTConfig(
             vocab_size=13,
             block_size=BLOCK,
-            n_layer=2,
-            n_head=4,
-            d_model=16,
-            attention={"backend": "scaled", "normalize": "sigmoid"},
+            n_layer=1,
+            n_head=2,
+            d_model=8,
+            attention={"normalize": "sigmoid", "window": window, "window_sinks": sinks},
         )
-    ).eval()
-    with pytest.raises(ValueError, match="model.attention.normalize=sigmoid") as err:
-        model.generate(tokens(t=3), 2)
-    assert "\n" not in str(err.value) and model.kv_cache_refusal() == str(err.value)
-    assert model.generate(tokens(t=3), 2, cache=False).shape == (2, 5)
+    )
+    assert model.blocks[0].attn.attention.weight_rule().sigmoid_keys == n
 
 
 @pytest.mark.parametrize("variant", ["alibi", "alibi_escape_mqa"])
@@ -339,7 +355,7 @@ def test_rolling_cache_refusals_are_one_line(variant, capacity, sinks, match):
         cache.update(torch.zeros(1, 2, 5, 8), torch.zeros(1, 2, 5, 8))
 
 
-def test_sample_of_a_sigmoid_run_goes_without_the_cache_and_says_so(make_cfg, capsys):
+def test_sample_of_a_sigmoid_run_uses_the_cache(make_cfg, capsys):
     from pathlib import Path
 
     from attnlab.sample import main
@@ -348,9 +364,11 @@ def test_sample_of_a_sigmoid_run_goes_without_the_cache_and_says_so(make_cfg, ca
     cfg = make_cfg("trainer.max_steps=2", "model.n_layer=1", "model.attention.normalize=sigmoid")
     train(cfg)
     capsys.readouterr()
-    main([str(Path(cfg.paths.output_dir)), "--tokens", "20"])
-    out = capsys.readouterr()
-    assert "# no KV cache: model.attention.normalize=sigmoid takes no KV cache" in out.err and len(out.out) > 20
+    run = str(Path(cfg.paths.output_dir))
+    main([run, "--tokens", "20", "--seed", "3"])
+    cached = capsys.readouterr()
+    main([run, "--tokens", "20", "--seed", "3", "--no-cache"])
+    assert capsys.readouterr().out == cached.out and len(cached.out) > 20 and "no KV cache" not in cached.err
 
 
 def test_sample_of_a_tokenized_run_reads_its_own_tokenizer(make_cfg, capsys, tmp_path):

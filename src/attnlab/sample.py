@@ -66,9 +66,6 @@ def sample(
         )
     idx = torch.tensor([ids], dtype=torch.long)
     gen = torch.Generator().manual_seed(seed)
-    refusal = module.model.kv_cache_refusal() if cache and stream is None else None
-    if refusal is not None:
-        print(f"# no KV cache: {refusal.split(';')[0]}", file=sys.stderr)
     try:
         out = module.model.generate(
             idx,
@@ -76,7 +73,7 @@ def sample(
             temperature=temperature,
             top_k=top_k,
             generator=gen,
-            cache=cache and refusal is None,
+            cache=cache,
             stream=stream,
         )
     except ValueError as err:  # a rolling cache this model or these sizes cannot take

@@ -55,6 +55,7 @@ def explicit_attention(
     escape=None,
     window=None,
     window_sinks=0,
+    sigmoid_keys=None,
 ):
     """weights(q, k) v, with the weights of ``WeightRule`` (every normalisation, escape slot, window
     and key/value groups); ``bias`` a tensor broadcastable to (B, H, Tq, Tk)."""
@@ -67,6 +68,7 @@ def explicit_attention(
         None if bias is None else (lambda rows, keys: bias),
         window,
         window_sinks,
+        sigmoid_keys,
     )
     probs = rule(q, k, key_padding_mask=key_padding_mask).p
     if dropout_p > 0:
@@ -285,12 +287,20 @@ EXPLICIT = ("naive", "scaled")  # the backends that compute the weights themselv
 
 
 def attend(
-    backend: str, q, k, v, scale, normalize: str = "softmax", escape: torch.Tensor | None = None, **kwargs
+    backend: str,
+    q,
+    k,
+    v,
+    scale,
+    normalize: str = "softmax",
+    escape: torch.Tensor | None = None,
+    sigmoid_keys: int | None = None,
+    **kwargs,
 ) -> tuple[torch.Tensor, str]:
     """Run ``backend`` and return (output, name of the kernel that ran). q is (B, H, T, d); k and v
     may have fewer heads (H_kv dividing H: grouped-query attention). ``escape``: (H,) escape
-    logits, or None; ``normalize``: softmax, or sigmoid on the explicit backends; ``window``,
-    ``window_sinks``: the sliding window (masks.allowed_mask), None for none."""
+    logits, or None; ``normalize``: softmax, or sigmoid on the explicit backends (``sigmoid_keys``:
+    its n, WeightRule); ``window``, ``window_sinks``: the sliding window (masks.allowed_mask), None for none."""
     try:
         kernel = KERNELS[backend]
     except KeyError:
@@ -301,7 +311,7 @@ def attend(
             "model.n_head must be a multiple of model.n_kv_head"
         )
     if backend in EXPLICIT:
-        return kernel(q, k, v, scale, normalize=normalize, escape=escape, **kwargs)
+        return kernel(q, k, v, scale, normalize=normalize, escape=escape, sigmoid_keys=sigmoid_keys, **kwargs)
     if normalize != "softmax":
         raise KernelUnavailable(
             f"attention={backend} normalises rows with softmax; model.attention.normalize={normalize} "

@@ -173,9 +173,11 @@ class Attention(nn.Module):
         causal: bool = True,
         alibi: bool = False,
         index: int = 0,
+        context: int | None = None,
     ):
         super().__init__()
         self.cfg, self.dropout, self.causal, self.index = cfg, dropout, causal, index
+        self.context = context  # the keys a query sees at most (the block size): sigmoid's n
         self.n_head, self.n_kv_head = n_head, n_kv_head or n_head
         if cfg.differential and d_k % 2:
             raise ValueError(
@@ -258,8 +260,17 @@ class Attention(nn.Module):
             self.logit_bias if self.alibi_slopes is not None else None,
             cfg.window,
             cfg.window_sinks,
+            self.sigmoid_keys(),
         )
         return rule.detached() if fp32 else rule
+
+    def sigmoid_keys(self) -> int | None:
+        """n of sigmoid's -log n: the keys a query sees at the full context (the block, or the
+        window and its kept first tokens), or None (the keys of each forward) without a context."""
+        if self.cfg.window is None:
+            return self.context
+        seen = self.cfg.window + self.cfg.window_sinks
+        return seen if self.context is None else min(seen, self.context)
 
     @torch.no_grad()
     def weights(
@@ -306,6 +317,7 @@ class Attention(nn.Module):
             escape=self.escape_logit(),
             window=cfg.window,
             window_sinks=cfg.window_sinks,
+            sigmoid_keys=self.sigmoid_keys(),
         )
 
     def _map_times_v(self, q, k, v, key_padding_mask) -> tuple[torch.Tensor, str]:
@@ -397,6 +409,7 @@ class AttentionLayer(nn.Module):
         init_std: float | str = 0.02,
         pos_encoding: str = "learned",
         index: int = 0,
+        context: int | None = None,
     ):
         super().__init__()
         if pos_encoding not in POS_ENCODINGS:
@@ -426,6 +439,7 @@ class AttentionLayer(nn.Module):
             dropout=dropout,
             alibi=pos_encoding == "alibi",
             index=index,
+            context=context,
         )
         # RoPE rotates q and k before the kernel: every backend and every statistic recomputed from
         # the q, k recorded sees the rotated vectors

@@ -13,8 +13,11 @@ weights besides q and k, as the layer is configured (``Attention.weight_rule()``
   normalize  NORMALIZATIONS:
                softmax  rows sum to 1; with ``escape`` logits (H,) an extra slot whose value is
                         zero takes exp(b) / (exp(b) + sum_j exp(s_ij)), so the real keys get 1 - escape
-               sigmoid  sigma(s * q.k + bias - log n) per key, n the number of keys (Ramapuram et
-                        al. 2024): no row normalisation, a row's mass is whatever it sums to
+               sigmoid  sigma(s * q.k + bias - log n) per key (Ramapuram et al. 2024): no row
+                        normalisation, a row's mass is whatever it sums to. n is ``sigmoid_keys``,
+                        the keys a query sees at the layer's full context, fixed so that a token's
+                        weights do not depend on how long the forward is (a KV cache, a short
+                        prompt and a training window agree); None: the keys of this forward
   groups     k with fewer heads than q (grouped-query attention) is broadcast: query head h reads
              key/value head h // (H / H_kv), as SDPA's ``enable_gqa`` does
 
@@ -80,6 +83,7 @@ class WeightRule:
     bias: Bias | None = None
     window: int | None = None  # masks.allowed_mask: the keys a query sees
     window_sinks: int = 0
+    sigmoid_keys: int | None = None  # n of sigmoid's -log n (module docstring)
 
     def detached(self) -> WeightRule:
         """The same rule with its scale and escape logits detached in fp32: what measurements use."""
@@ -131,7 +135,7 @@ class WeightRule:
             logits = logits.masked_fill(~mask, fill_value(self.mask_fill, logits.dtype))
         scores = logits if cut is None else logits.masked_fill(cut, float("-inf"))
         if self.normalize == "sigmoid":
-            p = torch.sigmoid(scores - math.log(t))
+            p = torch.sigmoid(scores - math.log(self.sigmoid_keys or t))
         elif self.escape is not None:
             p = with_escape(scores, self.escape)[0]
         else:

@@ -53,9 +53,6 @@ def bench_run(
     except CheckpointError as err:
         raise SystemExit(f"attnlab: error: {err}; expected a checkpoint written by attnlab train") from None
     model, cfg = module.model, module.model.cfg
-    refusal = model.kv_cache_refusal()
-    if refusal is not None:
-        raise SystemExit(f"attnlab: error: {ckpt}: {refusal}")
     if stream is not None and (model.wpe is not None or stream[0] > cfg.block_size):
         stream = None  # learned positions or too long a capacity: this checkpoint takes no rolling cache
     idx = torch.tensor([load_tokenizer(ckpt, module.hparams.get("vocab")).encode(prompt)], dtype=torch.long)
@@ -122,14 +119,16 @@ BUDGET_BYTES = 2**30  # the stated memory budget of the concurrency ceiling (1 G
 
 def decode_variants(n_head: int) -> dict[str, dict]:
     """GPTConfig changes per variant: the key/value heads (multi-head, grouped, multi-query), the
-    escape slot on multi-head, and sigmoid attention (which takes no cache: recorded as refused)."""
+    escape slot on multi-head, and sigmoid attention, which only the explicit kernel runs: beside it
+    softmax on that same kernel (``softmax_scaled``), the reference its own cost is read against."""
     return {
         "mha": {},
         "gqa": {"n_kv_head": n_head // 2},
         "mqa": {"n_kv_head": 1},
         "escape_zero_logit": {"attention": {"escape": "zero_logit"}},
         "escape_learned": {"attention": {"escape": "learned"}},
-        "sigmoid": {"attention": {"normalize": "sigmoid"}},
+        "softmax_scaled": {"attention": {"backend": "scaled"}},
+        "sigmoid": {"attention": {"backend": "scaled", "normalize": "sigmoid"}},
     }
 
 
@@ -204,11 +203,7 @@ def decode_section(
         except (ValueError, TypeError) as err:  # a variant this attnlab cannot build
             refused[name] = f"{type(err).__name__}: {str(err).splitlines()[0]}"
             continue
-        refusal = model.kv_cache_refusal()
-        if refusal is not None:
-            refused[name] = refusal
-        else:
-            models[name] = model
+        models[name] = model
     names = list(models)
     rows = []
     for T in contexts:
@@ -253,6 +248,7 @@ def decode_section(
             ms_ratio = [a / m for a, m in zip(p["decode_s"], base["decode_s"])]
             row = {
                 "variant": n,
+                "backend": cfg.attention.backend,
                 "T": T,
                 "n_head": cfg.n_head,
                 "n_kv_head": cfg.n_kv_head,
@@ -373,6 +369,12 @@ def decode_table(section: dict) -> list[str]:
         "",
         *markdown_table(header, body, align="lrrrrrrrr" + "r" * len(batches)).splitlines(),
     ]
+    explicit = sorted({r["variant"] for r in section["rows"] if r.get("backend", s["backend"]) != s["backend"]})
+    if explicit:
+        lines += [
+            "",
+            f"{' and '.join(explicit)} run the explicit kernel: sigmoid's cost reads against softmax_scaled's.",
+        ]
     if section.get("refused"):
         lines += ["", "Refused: " + "; ".join(f"{n}: {why}" for n, why in section["refused"].items())]
     return lines

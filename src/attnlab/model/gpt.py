@@ -66,6 +66,7 @@ class CausalSelfAttention(AttentionLayer):
             init_std=cfg.init_std,
             pos_encoding=cfg.pos_encoding,
             index=index,
+            context=cfg.block_size,
         )
 
 
@@ -156,30 +157,15 @@ class GPT(nn.Module):
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-100)
         return logits, loss
 
-    def kv_cache_refusal(self) -> str | None:
-        """Why this model cannot decode with a KV cache (one line), or None when it can."""
-        if self.cfg.attention.normalize == "sigmoid":
-            # sigmoid's -log n counts every key of the forward, so a full forward's outputs at earlier
-            # positions (and the keys later layers build from them) change as the sequence grows:
-            # keys cached when their position was the newest are not what the uncached path computes
-            return (
-                "model.attention.normalize=sigmoid takes no KV cache (its -log n counts every key of a forward, "
-                "so earlier positions change as the sequence grows); expected normalize=softmax, or no cache"
-            )
-        return None
-
     def kv_caches(self) -> list[KVCache]:
         """An empty KV cache per layer, room for block_size positions (attention/cache.py)."""
-        refusal = self.kv_cache_refusal()
-        if refusal is not None:
-            raise ValueError(refusal)
         return [KVCache(self.cfg.block_size) for _ in self.blocks]
 
     def rolling_kv_caches(self, capacity: int, sinks: int) -> list[RollingKVCache]:
         """A streaming cache per layer (attention/cache.py): the first ``sinks`` tokens and the most
         recent ones, ``capacity`` entries in all, positions counted inside the cache."""
-        refusal = self.kv_cache_refusal()
-        if refusal is None and self.cfg.attention.window is not None:
+        refusal = None
+        if self.cfg.attention.window is not None:
             refusal = (
                 f"model.attention.window={self.cfg.attention.window} takes no rolling KV cache (the window counts "
                 "positions in the text, the cache its own entries); expected window=null, or the plain cache"
