@@ -44,7 +44,7 @@ from attnlab.repro.verdict import (
     within,
 )
 
-FAST_IDS = sorted(set(range(1, 16)) - set(runner.TRAINING_IDS))
+FAST_IDS = sorted(set(range(1, 17)) - set(runner.TRAINING_IDS))
 KEYS = {"id", "claim", "source", "measured", "verdict", "reason", "checked", "finding", "detail"}
 
 
@@ -1184,7 +1184,7 @@ def test_repro_report_prints_each_verdict_with_its_finding(tmp_path):
 
 
 def test_every_claim_names_where_the_articles_make_it():
-    assert set(sources.WHERE) == set(range(1, 16)) and all(
+    assert set(sources.WHERE) == set(range(1, 17)) and all(
         label in sources.ARTICLES for w in sources.WHERE.values() for label, _ in w
     )
     assert sources.where(7).count(";") == 1 and sources.where(99) == ""  # a claim made in both articles names both
@@ -1289,8 +1289,8 @@ def test_pinned_claims_7_11():
 def test_pinned_fast_mode_verdicts_and_numbers(tmp_path):
     """Every deterministic claim through the fast mode as `make repro REPRO=fast` runs it (about 15 s)."""
     claims, _ = runner.reproduce("fast", tmp_path, log=lambda m: None)
-    by_id = {c.id: c for c in claims}
-    assert {i: c.verdict for i, c in by_id.items()} == {
+    by_id = {c.id: c for c in claims}  # claim 16 reads the committed streaming studies: test_streaming_study.py
+    assert {i: c.verdict for i, c in by_id.items() if i != 16} == {
         1: AGREES,
         2: AGREES,
         3: PARTLY,

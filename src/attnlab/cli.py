@@ -46,6 +46,11 @@ COMMANDS = {
         "main",
         "perplexity of a run decoded with rolling KV caches (--cache C --sinks K,...) against the recomputed window",
     ),
+    "stream-study": (
+        "attnlab.report.streaming",
+        "main",
+        "every run of a sweep decoded with rolling KV caches: what dropping the first tokens costs -> reports/<study>/",
+    ),
 }
 ERROR_PREFIX = "attnlab: error: "
 

@@ -14,8 +14,9 @@ is read from each step's logits, for each kept-sink count k. Two references on t
 - dense attention within the block: the text cut into consecutive block_size windows, each a full
   forward, so a token sees the tokens since its window's start (what validation loss computes).
 
-The text: the first N tokens of the run's validation split (rebuilt from its results.json), or
-``--text FILE`` encoded with the run's own tokenizer.
+The text: the first N tokens of the run's validation split (rebuilt from its results.json; a task
+such as the sinks testbed draws one N-token sequence from its validation stream), or ``--text FILE``
+encoded with the run's own tokenizer.
 """
 
 from __future__ import annotations
@@ -158,12 +159,15 @@ def run_tokens(run_dir: Path, module, ckpt: Path, text: Path | None, limit: int)
     try:
         dm = instantiate(cfg["data"], block_size=cfg["model"]["block_size"], steps=1, seed=cfg.get("seed", 0))
         dm.setup("fit")
-        ids = dm.val_ids[:limit]
+        # a task's validation rows are block-long: it draws one longer sequence instead (the sinks testbed)
+        ids = dm.stream_ids(limit) if hasattr(dm, "stream_ids") else dm.val_ids[:limit]
     except (AttnlabError, DataError, OSError, AttributeError) as err:
         raise SystemExit(
             f"attnlab: error: {run_dir}: cannot rebuild the run's validation split ({err}); "
             "expected a text or token corpus run, or --text FILE"
         ) from None
+    if hasattr(dm, "stream_ids"):
+        return torch.as_tensor(ids, dtype=torch.long), f"one validation sequence of data={dm.name}"
     return torch.as_tensor(ids, dtype=torch.long), f"the validation split of data={cfg['data'].get('source', 'tokens')}"
 
 

@@ -381,8 +381,8 @@ class BigramBackcopyDataModule(TaskDataModule):
     def tokens(self) -> list[str]:
         return [*self.chars, BOS]
 
-    def generate(self, rng, n):
-        t = self.seq_len
+    def generate(self, rng, n, length: int | None = None):
+        t = length or self.seq_len
         seq = np.full((n, t + 1), self.n_tokens, dtype=np.int64)  # column 0 stays <bos>
         seq[:, 1] = rng.choice(self.n_tokens, size=n, p=self.start)
         cumulative = np.cumsum(self.transition, axis=1)
@@ -393,6 +393,11 @@ class BigramBackcopyDataModule(TaskDataModule):
         scored = np.ones((n, t), dtype=bool)
         scored[:, 0] = False  # the token after <bos> has no context to predict it from
         return seq, scored
+
+    def stream_ids(self, n: int) -> np.ndarray:
+        """One sequence of n tokens, ``<bos>`` first, from the validation stream: a text longer than
+        the block, for decoding past it (attnlab stream); the same for every training seed."""
+        return self.generate(rng_for(VAL_SEED, VAL_STREAM, 0), 1, length=n - 1)[0][0]
 
     def metric_masks(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """Which positions of inputs ``x`` (B, T) are trigger queries (``copy``) and which are not."""

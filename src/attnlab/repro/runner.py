@@ -11,7 +11,7 @@ import torch
 from ..analysis import plot_heads
 from ..data.text import VAL_SEED
 from ..report.baseline import attention_free_levels
-from . import equivalence, jacobian, masks, memory, numerics, plots
+from . import equivalence, jacobian, masks, memory, numerics, plots, streaming
 from .report import write_reports
 from .verdict import Claim
 
@@ -37,8 +37,8 @@ JAC_N = 64
 
 
 def reproduce(mode: str, out: Path, log=print, reports: Path | None = None) -> tuple[list[Claim], dict]:
-    """All claims the mode covers, figures written into ``out``; returns (claims, meta). Claims 12
-    and 13 cite the mechanism studies' reports under ``reports`` (default: reports/)."""
+    """All claims the mode covers, figures written into ``out``; returns (claims, meta). Claims 12,
+    13 and 16 cite the studies' reports under ``reports`` (default: reports/)."""
     reports = Path("reports") if reports is None else Path(reports)
     cfg = MODES[mode]
     # Shared CPUs: one thread is faster than two fighting over a busy core, and nothing here is timed.
@@ -70,6 +70,7 @@ def reproduce(mode: str, out: Path, log=print, reports: Path | None = None) -> t
         c.tables.insert(0, memory.memory_table(mem)) if c.id == 14 else None
         claims.append(c)
     next(c for c in claims if c.id == 14).figures.append(plots.memory(mem["rows"], out / "memory.png"))
+    claims.append(step("claim 16 (the streaming studies' reports)", lambda: streaming.claim_16(reports)))
 
     # figures of the fast claims
     stds = [2 ** (i / 2) for i in range(-4, 11)]

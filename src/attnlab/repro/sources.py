@@ -44,6 +44,7 @@ WHERE: dict[int, tuple[tuple[str, str], ...]] = {
     13: (("B", "§4"),),
     14: (("B", "§5"),),
     15: (("B", "§5"),),
+    16: (("B", "§4, on streaming inference"),),
 }
 
 
