@@ -32,6 +32,7 @@ def shown(path) -> str:
     parts = Path(path).parts
     return str(Path(*parts[parts.index("logs") :])) if "logs" in parts else str(path)
 
+
 # a seed "changes" when dropping moves its mean NLL by more than this (0.1 % perplexity): the same
 # model on the same tokens is deterministic, so below it is rounding, above it the model's own response
 CHANGE_NATS = 1e-3

@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 
 from ..report.streaming import CHANGE_NATS
-from .verdict import DEPENDS, UNTESTED, Claim, Finding, Table, depends, fmt, grade
+from .verdict import UNTESTED, Claim, Finding, Table, depends, fmt, grade
 
 STUDIES = {
     "streaming_bb": (
