@@ -53,14 +53,20 @@ def first_token_weight(run: RunResult) -> dict[str, float | None]:
 
 
 def evaluate_run(run: RunResult, capacity: int, sinks: list[int], tokens: int, oracle_positions: int) -> dict:
-    """One run's stream report (stream.stream_report) on its own validation tokens."""
+    """One run's stream report (stream.stream_report) on its own validation tokens, kept in the run
+    dir beside its checkpoint: a study evaluated while its sweep runs redoes only the new runs."""
     from ..checkpointing import load_model
     from ..stream import run_tokens, stream_report
 
     ckpt = run.dir / "checkpoints" / "last.ckpt"
+    saved = run.dir / f"stream_c{capacity}_k{'-'.join(map(str, sinks))}_n{tokens}_o{oracle_positions}.json"
+    if saved.is_file() and saved.stat().st_mtime >= ckpt.stat().st_mtime:
+        return json.loads(saved.read_text())
     module = load_model(ckpt)[0].eval()
     ids, source = run_tokens(run.dir, module, ckpt, None, tokens)
-    return {"source": source, **stream_report(module.model, ids, capacity, sinks, oracle_positions)}
+    report = {"source": source, **stream_report(module.model, ids, capacity, sinks, oracle_positions)}
+    atomic_write_text(saved, json.dumps(report))
+    return report
 
 
 def one_sample(diffs: list[float]) -> dict:
