@@ -5,18 +5,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 AXIS = re.compile(r"`([\w.]+)` ∈ \{([^}]*)\}")
 
 
 def grids_in_files() -> dict[str, dict[str, list[str]]]:
-    out = {}
-    for path in sorted((ROOT / "conf" / "experiment").glob("*.yaml")):
-        params = ((yaml.safe_load(path.read_text()) or {}).get("hydra") or {}).get("sweeper", {}).get("params") or {}
-        out[path.stem] = {key: [v.strip() for v in str(values).split(",")] for key, values in params.items()}
-    return out
+    """Each study's grid as Hydra composes it (an experiment that starts from another inherits its axes)."""
+    from attnlab.sweep import studies, study_grid
+
+    return {study: {k: [str(v) for v in values] for k, values in study_grid(study).items()} for study in studies()}
 
 
 def grids_in_doc() -> dict[str, dict[str, list[str]]]:
@@ -30,9 +28,17 @@ def grids_in_doc() -> dict[str, dict[str, list[str]]]:
     }
 
 
-def normalise(values: list[str]) -> list[str]:
-    """YAML reads false/true as booleans; the doc writes them as Hydra overrides do."""
-    return [v.lower() for v in values]
+def normalise(values: list[str]) -> list:
+    """Numbers as numbers (1e-3 = 0.001), words in lower case (YAML reads false as a boolean, the doc
+    writes it as Hydra overrides do)."""
+
+    def one(v: str):
+        try:
+            return float(v)
+        except ValueError:
+            return v.lower()
+
+    return [one(v) for v in values]
 
 
 def test_every_study_is_in_the_table_with_its_grid():

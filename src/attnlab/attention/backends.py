@@ -318,6 +318,10 @@ def attend(
             f"runs on {' and '.join(EXPLICIT)}"
         )
     if escape is not None:
+        if q.shape[-2] == 1 and not (backend == "flash" and kwargs.get("bias") is not None):
+            # one query (a cached decoding step): the explicit route is the same matrix-vector work
+            # as a fused kernel's, where the slot route would copy the whole cache to pad it
+            return explicit_attention(q, k, v, scale, escape=escape, **kwargs)
         if backend == "flash" and kwargs.get("window") is not None:
             raise KernelUnavailable(
                 "model.attention.escape with "

@@ -19,9 +19,10 @@ Routes, one per kind of kernel (each tested against a float64 reference, gradien
                  takes none) lets query i see the slot and keys 0..i; the dummy row's output is
                  dropped. Fewer queries than keys (new queries over a KV cache) stay right:
                  every kernel aligns causal bottom-right, so the last query still sees every key
-                 and the slot; a single query needs neither the dummy row nor a mask. With
-                 key/value groups, k and v are expanded to every query head first (the slot's
-                 logit is per query head).
+                 and the slot. With key/value groups, k and v are expanded to every query head
+                 first (the slot's logit is per query head). A single query (a cached decoding
+                 step) takes the explicit route instead (backends.attend): the same
+                 matrix-vector work, without copying the whole cache to pad it.
 The log-sum-exp route (out * sigmoid(lse - b)) is not used: PyTorch's fused kernels return an lse
 that carries no gradient (checked on torch 2.13 CPU), so b and q, k would not train through it.
 """
