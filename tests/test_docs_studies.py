@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parents[1]
 AXIS = re.compile(r"`([\w.]+)` ∈ \{([^}]*)\}")
 
