@@ -37,11 +37,11 @@ def apply_renamed_keys(cfg: DictConfig) -> list[str]:
     return notices
 
 
-def check_config(cfg: DictConfig) -> None:
+def check_config(cfg: DictConfig, schema: type | None = None) -> None:
     """Raise ConfigError for the first key whose value is not accepted (a renamed key's value is
-    checked under its new name)."""
+    checked under its new name); ``schema``: another schema's rules than attnlab.schema.Schema's."""
     apply_renamed_keys(cfg)
-    for key, (ok, accepted) in RULES:
+    for key, (ok, accepted) in RULES if schema is None else rules(schema):
         value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
         if not ok(value):
             raise ConfigError(key, value, accepted)

@@ -79,7 +79,7 @@ class TrainerConfig:
     )
     # str() first: YAML's 32 is an int, Lightning takes either
     precision: str | int = checked(
-        "32",
+        32,
         Check(lambda v: str(v) in PRECISIONS, "one of " + ", ".join(PRECISIONS)),
         "Lightning's precision",
         axis=True,
@@ -108,7 +108,7 @@ class CheckpointConfig:
     keep: int = checked(
         REQUIRED,
         int_at_least(-1, "an integer >= 0 (0: last.ckpt only), or -1 to keep all"),
-        "step<N>.ckpt files kept beside last.ckpt, which resume=true falls back to",
+        "`step<N>.ckpt` files kept beside last.ckpt, which resume=true falls back to",
     )
 
 
@@ -179,7 +179,7 @@ class Schema:
     run_group: str | None = checked(None, None, "the W&B group; null: the study", accepted="null or a name")
     tf32: bool = checked(True, None, "CUDA: fp32 matmuls may use TF32; false: full fp32", accepted="true or false")
     resume: bool = checked(
-        False, None, "continue <hydra.run.dir>/checkpoints/last.ckpt, same W&B run", accepted="true or false"
+        False, None, "continue `<hydra.run.dir>/checkpoints/last.ckpt`, same W&B run", accepted="true or false"
     )
     ckpt_path: str | None = checked(
         None, None, "continue from this checkpoint file, into a new run dir", accepted="null or a file"
@@ -243,7 +243,7 @@ def rules(cls=Schema) -> list[tuple[str, Check]]:
 
 def axis_keys(cls=Schema) -> list[str]:
     """The keys every run carries as W&B axes: each attention field, then each field flagged ``axis``."""
-    attention = [key for key, _, owner in walk(cls) if owner is AttentionConfig]
+    attention = [key for key, _, owner in walk(cls) if issubclass(owner, AttentionConfig)]
     return attention + [key for key, f, _ in walk(cls) if f.metadata.get("axis")]
 
 
@@ -252,17 +252,18 @@ def accepted(f) -> str:
     return check.accepted if check is not None else f.metadata.get("accepted", "")
 
 
-def default_text(key: str, f, composed: DictConfig | None) -> str:
-    """The value a run without overrides gets: from the composed default config where it sets the
-    key, else the field's default."""
+def default_text(key: str, composed: DictConfig) -> str:
+    """The value a run without overrides gets (the composed default config's), or "-" where it sets
+    no such key (an option of a group, data=tokens say, does)."""
     missing = object()
-    value = OmegaConf.select(composed, key, default=missing) if composed is not None else missing
+    value = _plain(OmegaConf.select(composed, key, default=missing))
     if value is missing:
-        if not has_default(f):
-            return ""
-        value = f.default if f.default is not MISSING else f.default_factory()
-    value = _plain(value)
+        return "-"
     return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _code(text: str) -> str:
+    return text if text == "-" else f"`{text}`"
 
 
 def key_table(composed: DictConfig | None = None, cls=Schema) -> str:
@@ -271,7 +272,7 @@ def key_table(composed: DictConfig | None = None, cls=Schema) -> str:
     if composed is None:
         composed = compose_config()
     rows = [
-        (f"`{key}`", f"`{default_text(key, f, composed)}`", accepted(f), f.metadata.get("doc", ""))
+        (f"`{key}`", _code(default_text(key, composed)), accepted(f), f.metadata.get("doc", ""))
         for key, f, _ in walk(cls)
     ]
     return markdown_table(("key", "default", "accepts", "what it sets"), rows)
