@@ -18,7 +18,6 @@ WANDB_MODES = ("offline", "online", "disabled")
 # One check per declared key, from the schema (attnlab.schema: each field's accepted values); the
 # cross-key checks below stay as code.
 RULES: list[tuple[str, Check]] = rules()
-ATTENTION_RULES = [(key, check) for key, check in RULES if key.startswith("model.attention.")]
 
 
 def apply_renamed_keys(cfg: DictConfig) -> list[str]:

@@ -47,8 +47,10 @@ REQUIRED = MISSING
 
 def checked(default, check: Check | None, doc: str, **metadata):
     """A config field whose value ``check`` accepts (None: the config checks leave it to the code
-    that reads it, and ``accepted`` says in words what it takes); ``metadata`` adds flags such as
-    ``axis=True`` (a W&B grouping axis)."""
+    that reads it, and ``accepted`` says in words what it takes). ``metadata`` adds flags:
+    ``axis=True`` (a W&B axis every run carries), ``from_data=True`` (set by the data module, not
+    a config key), ``instantiated=True`` (a block Hydra instantiates: no typed view), ``renamed_to``
+    (an old key name, read until the next release)."""
     meta = {"doc": doc, **metadata}
     if check is not None:
         meta["check"] = check

@@ -9,7 +9,9 @@ it. The other sections are declared here. Fields are made with attnlab.fields' `
 What follows from the schema: ``rules()``, the per-key config checks (config_checks.RULES);
 ``axis_keys()``, the keys every run carries as W&B axes (wandb_runs.AXES); ``key_table()``,
 docs/configuration.md's key table (a test keeps the two equal); and ``Schema.from_cfg``, the typed
-view of a composed config that train() reads.
+view of a composed config that train() reads. A checked key absent from the composed config is
+checked as null (so a key with a check must be set in conf/); the typed view gives an absent key
+its field's default. ``model.vocab_size`` (``from_data``) is the data module's, not a config key.
 
 Why a field walk rather than Hydra's ConfigStore or ``OmegaConf.structured``: ``data``, the
 callbacks and the loggers are ``_target_`` blocks that Hydra instantiates, with keys that differ
