@@ -19,8 +19,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from .errors import ConfigError
 from .model import GPT, GPTConfig
 from .rng import rng_state, set_rng_state
-
-OPTIMIZERS = ("adamw", "sgd")  # optim.name
+from .schema import OptimConfig
 
 
 def warmup_cosine(step: int, warmup_steps: int, max_steps: int, lr: float, min_lr: float) -> float:
@@ -206,17 +205,17 @@ class GPTModule(L.LightningModule):
             set_rng_state(checkpoint["rng"])
 
     def configure_optimizers(self):
-        o = self.hparams.optim
+        o = OptimConfig(**self.hparams.optim)
         params = [p for p in self.parameters() if p.requires_grad]
         groups = [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": o["weight_decay"]},
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": o.weight_decay},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
         ]
-        if o.get("name", "adamw") == "sgd":  # the sinks testbed's control arm: no adaptive step sizes
-            opt = torch.optim.SGD(groups, lr=o["lr"], momentum=o.get("momentum", 0.9))
+        if o.name == "sgd":  # the sinks testbed's control arm: no adaptive step sizes
+            opt = torch.optim.SGD(groups, lr=o.lr, momentum=o.momentum)
         else:
-            opt = torch.optim.AdamW(groups, lr=o["lr"], betas=tuple(o["betas"]))
+            opt = torch.optim.AdamW(groups, lr=o.lr, betas=tuple(o.betas))
         sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: warmup_cosine(s, o["warmup_steps"], self.hparams.max_steps, o["lr"], o["min_lr"])
+            opt, lambda s: warmup_cosine(s, o.warmup_steps, self.hparams.max_steps, o.lr, o.min_lr)
         )
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

@@ -41,6 +41,7 @@ from .errors import AttnlabError, CheckpointError, ConfigError, RunFault, WriteF
 from .module import GPTModule  # noqa: E402
 from .resources import check_fits, is_out_of_memory, out_of_memory  # noqa: E402
 from .results import DISK_HINTS, RESULTS, RunRecord, is_rank_zero  # noqa: E402
+from .schema import Schema  # noqa: E402
 from .slurm import cluster_plugins, scheduler_restarts, slurm_job  # noqa: E402
 
 timing.imports_done()
@@ -154,7 +155,7 @@ def kernels_used(module: GPTModule) -> tuple[str | None, bool]:
     return "+".join(names) or None, any(len(kernels) > 1 for kernels in layers)
 
 
-def check_kernel_runs(module: GPTModule, cfg: DictConfig, trainer: L.Trainer) -> None:
+def check_kernel_runs(module: GPTModule, cfg: Schema, trainer: L.Trainer) -> None:
     """One tiny forward on the training device and precision, so an unavailable kernel fails now."""
     x = torch.zeros(1, min(8, cfg.model.block_size), dtype=torch.long, device=trainer.strategy.root_device)
     model = module.model.to(x.device)
@@ -201,7 +202,7 @@ def earlier_wandb(run_dir: Path) -> dict | None:
         return None
 
 
-def resume_checkpoint(cfg: DictConfig, run_dir: Path) -> tuple[str | None, dict | None]:
+def resume_checkpoint(cfg: Schema, run_dir: Path) -> tuple[str | None, dict | None]:
     """The checkpoint to continue from, checked, and what results.json says about it.
 
     A requeued SLURM attempt: its run dir's newest intact checkpoint (``requeued_resume``), before
@@ -213,9 +214,9 @@ def resume_checkpoint(cfg: DictConfig, run_dir: Path) -> tuple[str | None, dict 
     restarts = scheduler_restarts()
     if restarts:
         path, resumed = requeued_resume(run_dir, restarts)
-        if path is not None or not (cfg.get("ckpt_path") or cfg.get("resume")):
+        if path is not None or not (cfg.ckpt_path or cfg.resume):
             return path, resumed
-    if cfg.get("ckpt_path"):
+    if cfg.ckpt_path:
         if not Path(cfg.ckpt_path).is_file():
             raise ConfigError("ckpt_path", cfg.ckpt_path, "an existing checkpoint file")
         try:
@@ -225,7 +226,7 @@ def resume_checkpoint(cfg: DictConfig, run_dir: Path) -> tuple[str | None, dict 
                 err.path, f"{err.problem}; expected an intact attnlab checkpoint for ckpt_path"
             ) from None
         return str(cfg.ckpt_path), {"path": str(cfg.ckpt_path), "step": step, "skipped": []}
-    if not cfg.get("resume"):
+    if not cfg.resume:
         return None, None
     ckpt_dir = run_dir / "checkpoints"
     last = ckpt_dir / "last.ckpt"
@@ -294,9 +295,10 @@ def train(cfg: DictConfig) -> dict:
     trainer = estimate = experiments_started = None
     try:
         check_config(cfg)
-        L.seed_everything(cfg.seed, workers=True, verbose=False)
-        max_steps = cfg.trainer.max_steps
-        ckpt_path, record.data["resumed_from"] = resume_checkpoint(cfg, run_dir)
+        typed = Schema.from_cfg(cfg)  # the keys attnlab reads, typed; cfg still feeds instantiate and the record
+        L.seed_everything(typed.seed, workers=True, verbose=False)
+        max_steps = typed.trainer.max_steps
+        ckpt_path, record.data["resumed_from"] = resume_checkpoint(typed, run_dir)
         record.data["interruptions"] = earlier_interruptions(run_dir) if ckpt_path or scheduler_restarts() else []
         continued = (run_dir / "wandb_run_id").exists()  # the same W&B run goes on: keep its group and name
         identity = wandb_runs.wandb_identity(
@@ -310,7 +312,7 @@ def train(cfg: DictConfig) -> dict:
             loggers = build_loggers(cfg, run_dir, identity)
         experiments_started = start_experiments(loggers)  # overlaps the corpus read and the model build
         with timing.phase("data: read and encode the corpus"):
-            dm = instantiate(cfg.data, block_size=cfg.model.block_size, steps=max_steps, seed=cfg.seed)
+            dm = instantiate(cfg.data, block_size=typed.model.block_size, steps=max_steps, seed=typed.seed)
             dm.setup("fit")
             dm.tokenizer.save(run_dir / "vocab.json")
         with timing.phase("model: build"):
@@ -334,11 +336,11 @@ def train(cfg: DictConfig) -> dict:
                 plugins=[AtomicCheckpointIO(), *cluster_plugins()],
                 default_root_dir=str(run_dir),
                 # Lightning counts val_check_interval in batches; the config, in optimizer steps
-                val_check_interval=min(cfg.trainer.val_check_interval, max_steps)
-                * cfg.trainer.get("accumulate_grad_batches", 1),
+                val_check_interval=min(typed.trainer.val_check_interval, max_steps)
+                * typed.trainer.accumulate_grad_batches,
                 **({"profiler": profiler} if profiler is not None else {}),  # the phases inside fit (attnlab.timing)
             )
-        if cfg.get("memory_check", True):
+        if typed.memory_check:
             with timing.phase("memory check"):
                 processes = trainer.num_devices if trainer.strategy.root_device.type == "cpu" else 1
                 estimate = check_fits(
@@ -349,7 +351,7 @@ def train(cfg: DictConfig) -> dict:
                     processes,
                 )
         with timing.phase("kernel check forward"):
-            check_kernel_runs(module, cfg, trainer)
+            check_kernel_runs(module, typed, trainer)
         with timing.phase("loggers: log config"):
             provenance = {k: record.data[k] for k in ("config", "overrides", "git_sha")}
             for lg in loggers:

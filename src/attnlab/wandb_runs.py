@@ -5,36 +5,20 @@
 - name: the axes the run sets, e.g. ``bos=true escape=learned seed=2`` (``default seed=1337`` when
   it sets none); tags: each of them as ``axis=value``.
 - top-level config fields (``AXES``): every axis a committed study sweeps (its experiment file's
-  ``hydra.sweeper.params``), the attention schema's fields and the model's sizes, each under its
-  short name, so the UI can group and filter by them.
+  ``hydra.sweeper.params``), the attention schema's fields and the fields attnlab.schema flags as
+  axes (the model's sizes, lr, ...), each under its short name, so the UI can group and filter by them.
 """
 
 from __future__ import annotations
 
-from dataclasses import fields
 from functools import cache
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from .attention import AttentionConfig
 from .config import CONF_DIR
+from .schema import axis_keys
 
-# Axes every run carries whether or not a study sweeps them (the attention's come from its schema).
-COMMON_AXES = [
-    "model.d_k",
-    "model.n_head",
-    "model.n_kv_head",
-    "model.n_layer",
-    "model.d_model",
-    "model.init_std",
-    "model.attn_only",
-    "model.pos_encoding",
-    "optim.lr",
-    "optim.name",
-    "trainer.precision",
-    "seed",
-]
 # Last parts of a key that say nothing alone: such an axis is named by its last two parts (optim.name -> optim_name).
 GENERIC_NAMES = {"name", "source", "type", "path", "mode", "_target_"}
 # Overrides that set what a run records or where, not what it trains: part of a name only if an axis (trainer.precision).
@@ -91,13 +75,9 @@ def derive_axes(keys: list[str]) -> dict[str, str]:
     return axes
 
 
-AXES = derive_axes(
-    [
-        *(f"model.attention.{f.name}" for f in fields(AttentionConfig)),
-        *COMMON_AXES,
-        *(key for keys in committed_sweeps().values() for key in keys),
-    ]
-)
+# every run carries the schema's axes (each attention field and each field flagged axis=True),
+# whether or not a study sweeps them, then whatever a committed study sweeps
+AXES = derive_axes([*axis_keys(), *(key for keys in committed_sweeps().values() for key in keys)])
 GROUP_AXES = {name for name, key in AXES.items() if "." not in key and key in config_groups()}  # e.g. attention=sdpa
 NAME_OF = {key: name for name, key in AXES.items()}
 

@@ -11,12 +11,13 @@ forward when the layer is asked to record (analysis/probe.py asks).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 from torch import nn
 
+from ..fields import Check, checked, choice
 from .backends import BACKENDS, attend
 from .masks import MASK_FILLS, allowed_mask
 from .position import POS_ENCODINGS, Rotary, alibi_bias, alibi_slopes
@@ -27,9 +28,16 @@ from .weights import NORMALIZATIONS, WeightRule, Weights, expand_kv
 GATES = ("none", "headwise", "elementwise")
 
 
-def choice(default, choices: tuple, doc: str):
-    """A config field with its accepted values: config_checks and the W&B axes read them here."""
-    return field(default=default, metadata={"choices": choices, "doc": doc})
+def _mask_fill_ok(v) -> bool:
+    if v in MASK_FILLS:
+        return True
+    try:
+        return float(v) < 0
+    except (TypeError, ValueError):
+        return False
+
+
+MASK_FILL = Check(_mask_fill_ok, "one of " + ", ".join(MASK_FILLS) + " (or another negative number)")
 
 
 def optional_int(value, key: str, low: int) -> int | None:
@@ -44,14 +52,15 @@ def optional_int(value, key: str, low: int) -> int | None:
 @dataclass
 class AttentionConfig:
     """``model.attention``, the schema: how each head turns its layer input into its output. The
-    config checks (config_checks.py) and the W&B grouping axes (train.AXES) are derived from these fields."""
+    config checks (config_checks.py), the doc's key table and the W&B grouping axes (every field is
+    one) are derived from these fields. The defaults here are the source; conf/model/tiny.yaml repeats
+    them so a composed config shows every key, and tests/test_schema.py keeps the two equal."""
 
     backend: str = choice("scaled", BACKENDS, "the kernel; the attention= group sets it with its default scaling")
     scaling: str = choice("inv_sqrt_d", SCALINGS, "the factor s in s * q.k")
     qk_norm: bool = choice(False, (False, True), "LayerNorm on q and k per head")
-    mask_fill: str = field(
-        default="-inf",
-        metadata={"doc": "what masked logits hold: " + ", ".join(MASK_FILLS) + " or another negative number"},
+    mask_fill: str = checked(
+        "-inf", MASK_FILL, "what masked logits hold: " + ", ".join(MASK_FILLS) + " or another negative number"
     )
     normalize: str = choice(
         "softmax", NORMALIZATIONS, "how a row of logits becomes weights; sigmoid on naive and scaled only"
@@ -63,21 +72,21 @@ class AttentionConfig:
         "a sigmoid gate on each head's output from the layer input: one per head "
         "(headwise) or per channel (elementwise)",
     )
-    window: int | None = field(
-        default=None,
-        metadata={
-            "doc": "sliding window: each query sees its W most recent keys, itself included; null: every earlier key"
-        },
+    # window and window_sinks are checked where they are read, in __post_init__ (a ValueError naming the key)
+    window: int | None = checked(
+        None,
+        None,
+        "sliding window: each query sees its W most recent keys, itself included; null: every earlier key",
+        accepted="null or an integer >= 1",
     )
-    window_sinks: int = field(
-        default=0, metadata={"doc": "with a window, the first k tokens stay visible to every query"}
+    window_sinks: int = checked(
+        0, None, "with a window, the first k tokens stay visible to every query", accepted="an integer >= 0"
     )
     differential: bool = choice(
         False, (False, True), "the difference of two softmax maps per head, A1 - lambda A2, then a head-wise RMSNorm"
     )
-    sink: str | None = field(
-        default=None,
-        metadata={"renamed_to": "escape", "doc": "the escape slot's old name, read until the next release"},
+    sink: str | None = checked(
+        None, None, "the escape slot's old name, read until the next release", renamed_to="escape", accepted="as escape"
     )
 
     def __post_init__(self):

@@ -19,23 +19,48 @@ from torch import nn
 
 from ..attention import Attention, AttentionConfig, AttentionLayer
 from ..attention.cache import KVCache, RollingKVCache
+from ..attention.position import POS_ENCODINGS
+from ..fields import Check, boolean, checked, choice, optional_positive_int, positive_int, probability
+
+# accepted by model.init_std: a float std, or fan_in for 1/sqrt(fan_in)
+INIT_STD = Check(
+    lambda v: v == "fan_in" or (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0),
+    "a positive number or fan_in",
+)
 
 
 @dataclass
 class GPTConfig:
-    vocab_size: int = 65
-    block_size: int = 64
-    n_layer: int = 4
-    n_head: int = 4
-    d_model: int = 128
-    d_k: int | None = None  # None: d_model // n_head
-    n_kv_head: int | None = None  # key/value heads, n_head a multiple (1: multi-query); None: n_head
-    dropout: float = 0.0
-    init_std: float | str = 0.02  # or "fan_in"
-    attn_only: bool = False
-    pos_encoding: str = "learned"  # learned | rope | alibi | none (attention/position.py)
-    compile: bool = False  # read by GPTModule: torch.compile the training and validation forwards
-    attention: AttentionConfig = field(default_factory=AttentionConfig)
+    """``model``, the schema (attnlab.schema reads it beside the other sections): the sizes and what
+    each block holds. The defaults are the tiny preset's; conf/model/tiny.yaml is their source for a
+    run (every preset sets these keys) and tests/test_schema.py keeps the two equal."""
+
+    vocab_size: int = checked(65, None, "the vocabulary's size", from_data=True)
+    block_size: int = checked(64, positive_int, "the context length in tokens")
+    n_layer: int = checked(4, positive_int, "transformer blocks", axis=True)
+    n_head: int = checked(4, positive_int, "query heads per layer", axis=True)
+    d_model: int = checked(128, positive_int, "the residual stream's width", axis=True)
+    d_k: int | None = checked(
+        None, optional_positive_int, "the head dim; null: d_model / n_head (n_head * d_k projects back)", axis=True
+    )
+    n_kv_head: int | None = checked(
+        None,
+        optional_positive_int,
+        "key/value heads, a divisor of n_head (1: multi-query); null: n_head",
+        axis=True,
+    )
+    dropout: float = checked(0.0, probability, "the dropout probability (0: no dropout layers)")
+    init_std: float | str = checked(
+        0.02, INIT_STD, "the Linear layers' init std, or fan_in for 1/sqrt(fan_in)", axis=True
+    )
+    attn_only: bool = checked(False, boolean, "blocks without their MLP", axis=True)
+    pos_encoding: str = choice(
+        "learned", POS_ENCODINGS, "learned, rope, alibi or none (attention/position.py)", axis=True
+    )
+    compile: bool = checked(False, boolean, "torch.compile the training and validation forwards (GPTModule)")
+    attention: AttentionConfig = field(
+        default_factory=AttentionConfig, metadata={"doc": "the attention schema (AttentionConfig)"}
+    )
 
     def __post_init__(self):
         if isinstance(self.attention, dict):
