@@ -20,6 +20,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from hydra.utils import instantiate
+from lightning.pytorch.profilers import Profiler
 from omegaconf import DictConfig, OmegaConf
 
 from ..config import compose_config
@@ -31,35 +32,34 @@ from .timing import median_and_range, paired_ratios
 INTERVAL_KEYS = ("every_n_steps", "every_n_train_steps", "check_every_n_steps")
 
 
-class HookTimer:
-    """Accumulates the seconds spent inside each callback's own hook methods (on_*), wrapped in place.
-
-    Work a callback does in module hooks it registers (e.g. forward hooks) is not seen here; the
-    whole-run comparison still counts it.
+class HookTimer(Profiler):
+    """Lightning's profiler seam: the seconds inside each callback's hooks, read from the actions
+    Lightning itself profiles around every callback hook ("[Callback]<state_key>.<hook>"), nothing
+    wrapped or replaced. Work a callback does in module hooks it registers (e.g. forward hooks) is
+    not seen here; the whole-run comparison still counts it.
     """
 
-    def __init__(self, device: torch.device):
-        self.device, self.seconds = device, {}
+    PREFIX = "[Callback]"
 
-    def wrap(self, callback: L.Callback) -> L.Callback:
-        name = type(callback).__name__
-        self.seconds.setdefault(name, 0.0)
-        for attr in dir(type(callback)):
-            if attr.startswith("on_") and getattr(type(callback), attr) is not getattr(L.Callback, attr, None):
-                setattr(callback, attr, self._timed(name, getattr(callback, attr)))
-        return callback
+    def __init__(self, device: torch.device, callbacks: list[L.Callback]):
+        super().__init__()
+        self.device, self._open = device, {}
+        self.seconds = {type(c).__name__: 0.0 for c in callbacks}
 
-    def _timed(self, name: str, method: Callable) -> Callable:
-        def timed(*args, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return method(*args, **kwargs)
-            finally:
-                if self.device.type == "cuda":
-                    torch.cuda.synchronize(self.device)
-                self.seconds[name] += time.perf_counter() - t0
+    def start(self, action_name: str) -> None:
+        if action_name.startswith(self.PREFIX):
+            self._open[action_name] = time.perf_counter()
 
-        return timed
+    def stop(self, action_name: str) -> None:
+        t0 = self._open.pop(action_name, None)
+        if t0 is None:
+            return
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        # "<state_key>.<hook>", a state_key being the class name, with the callback's settings in {...} for some
+        name = action_name[len(self.PREFIX) :].rsplit(".", 1)[0].split("{")[0]
+        if name in self.seconds:  # the callbacks under test, not the bench's own step clock
+            self.seconds[name] += time.perf_counter() - t0
 
 
 class StepClock(L.Callback):
@@ -113,8 +113,11 @@ def make_setup(overrides: list[str], out_dir: Path, device: torch.device, datamo
     return TrainSetup(cfg, datamodule, device, model_cfg, OmegaConf.to_container(cfg.optim, resolve=True))
 
 
-def lightning_step_seconds(setup: TrainSetup, warmup: int, callbacks: list | None = None) -> float:
-    """Seconds per step of ``Trainer.fit`` as the project configures it (validation off)."""
+def lightning_step_seconds(
+    setup: TrainSetup, warmup: int, callbacks: list | None = None, profiler: Profiler | None = None
+) -> float:
+    """Seconds per step of ``Trainer.fit`` as the project configures it (validation off), with
+    ``profiler`` (a HookTimer) as the Trainer's."""
     module = setup.new_module()
     clock = StepClock(setup.device)
     with tempfile.TemporaryDirectory(prefix="attnlab-bench-") as root, quiet_lightning(silence_output=True):
@@ -125,6 +128,7 @@ def lightning_step_seconds(setup: TrainSetup, warmup: int, callbacks: list | Non
             default_root_dir=root,
             limit_val_batches=0,
             num_sanity_val_steps=0,
+            **({} if profiler is None else {"profiler": profiler}),
         )
         trainer.fit(module, datamodule=setup.datamodule)
     return seconds_per_step(clock.stamps, warmup)
@@ -308,8 +312,8 @@ def callback_overhead(
             for setup, sink in arms if rep % 2 == 0 else arms[::-1]:
                 with quiet_lightning(silence_output=True):
                     callbacks = build_callbacks(setup.cfg)
-                hooks = HookTimer(device)
-                sink.append(lightning_step_seconds(setup, warmup, [hooks.wrap(c) for c in callbacks]))
+                hooks = HookTimer(device, callbacks)
+                sink.append(lightning_step_seconds(setup, warmup, callbacks, profiler=hooks))
                 if setup is on:  # hook time over the whole run (warm-up and on_train_end too), per step
                     for name, sec in hooks.seconds.items():
                         hook_ms.setdefault(name, []).append(sec * 1e3 / setup.steps)
