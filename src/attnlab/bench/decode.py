@@ -107,7 +107,7 @@ def bench_run(
 # the tiny preset's shape (4 layers, 4 heads, d_model 128, d_k 32), rope, sdpa; random weights: the cost
 # of a decoding step and the bytes a cache holds do not depend on what the weights learned
 DECODE = {
-    "full": dict(contexts=(256, 1024, 2048), new_tokens=32, repeats=5, batches=(1, 4, 16)),
+    "full": dict(contexts=(256, 512, 1024, 2048), new_tokens=32, repeats=5, batches=(1, 4, 16)),
     "fast": dict(contexts=(128, 1024), new_tokens=16, repeats=3, batches=(1, 4, 16)),
     "tiny": dict(
         contexts=(16, 32), new_tokens=4, repeats=2, batches=(1, 4), shape=dict(n_layer=2, n_head=4, d_model=32)
