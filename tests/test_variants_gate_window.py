@@ -6,12 +6,22 @@ from __future__ import annotations
 import math
 import sys
 import types
+from dataclasses import dataclass
 
 import pytest
 import torch
 
 from attnlab.analysis.probe import probe
-from attnlab.attention import BACKENDS, Attention, AttentionConfig, AttentionLayer, allowed_mask, backends
+from attnlab.attention import (
+    BACKENDS,
+    Attention,
+    AttentionConfig,
+    AttentionLayer,
+    Visibility,
+    WeightRule,
+    allowed_mask,
+    backends,
+)
 from attnlab.attention.module import differential_lambda_init
 from attnlab.attention.stats import attention_stats, uniform_sink_mass
 from attnlab.errors import KernelUnavailable
@@ -238,6 +248,62 @@ def test_bad_values_are_one_line_naming_the_key(key, value, accepted):
     assert accepted in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(ValueError, match="model.attention.window_sinks=2 needs model.attention.window"):
         AttentionConfig(window_sinks=2)
+
+
+@dataclass(frozen=True)
+class Chunked(Visibility):
+    """A rule defined here alone: query i sees key j only inside its own chunk of ``chunk`` positions."""
+
+    chunk: int = 4
+
+    @property
+    def beyond_causal(self) -> bool:
+        return True
+
+    def near(self, rows: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        return rows[:, None] // self.chunk == keys[None, :] // self.chunk
+
+
+def chunked_visible(t_q: int, t_k: int, chunk: int) -> torch.Tensor:
+    """(t_q, t_k) bool written out by position: query i (the last t_q of t_k) sees key j <= i of its chunk."""
+    i = torch.arange(t_k - t_q, t_k)[:, None]
+    j = torch.arange(t_k)[None, :]
+    return (j <= i) & (i // chunk == j // chunk)
+
+
+class ChunkedAttention(Attention):
+    @property
+    def visibility(self) -> Visibility:
+        return Chunked(self.causal, chunk=3)
+
+
+@pytest.mark.parametrize("backend", BACKENDS[:3])
+@pytest.mark.parametrize("escape", ["none", "learned"])
+@pytest.mark.parametrize("t_q", [1, 4, T])
+def test_a_visibility_rule_defined_in_masks_alone_reaches_every_consumer(backend, escape, t_q):
+    """A Visibility subclass runs unchanged through the explicit and SDPA kernels (the escape
+    slot's route included), WeightRule and Attention, agreeing with a float64 reference."""
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, H, n, D, generator=gen) for n in (t_q, T, T))
+    allowed, s = chunked_visible(t_q, T, 3), 1 / math.sqrt(D)
+    rule = Chunked(chunk=3)
+    assert torch.equal(rule.mask(t_q, T)[0, 0], allowed)
+    attn = ChunkedAttention(AttentionConfig(backend, escape=escape), H, D)
+    assert torch.equal(attn.visible(T), chunked_visible(T, T, 3))
+    logit = None
+    if escape != "none":
+        attn.escape.logit.data = torch.tensor([-0.5, 1.0])
+        logit = attn.escape.logit
+    want = softmax_attention(q, k, v, s, allowed, logit)
+    torch.testing.assert_close(attn(q, k, v).double(), want, atol=1e-5, rtol=1e-5)
+    out, _ = backends.attend(backend, q, k, v, s, escape=logit, visibility=rule)
+    torch.testing.assert_close(out.double(), want, atol=1e-5, rtol=1e-5)
+    p = WeightRule(s, rule, escape=logit)(q, k).p
+    torch.testing.assert_close(p.double() @ v.double(), want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(attn.weights(q, k).p, p)
+    with pytest.raises(KernelUnavailable, match="forced flash kernel takes no mask") as err:
+        backends.attend("flash", q, k, v, s, visibility=rule)
+    assert "\n" not in str(err.value)
 
 
 def differential_reference(attn: Attention, q, k, v) -> torch.Tensor:

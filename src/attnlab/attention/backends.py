@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +28,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
 from ..errors import KernelUnavailable
-from .masks import allowed_mask
+from .masks import CAUSAL, Visibility
 from .sink import slot_key_attention
 from .weights import WeightRule, expand_kv, per_head
 
@@ -46,28 +47,24 @@ def explicit_attention(
     k,
     v,
     scale,
-    causal=True,
+    visibility=CAUSAL,
     key_padding_mask=None,
     mask_fill="-inf",
     dropout_p=0.0,
     bias=None,
     normalize="softmax",
     escape=None,
-    window=None,
-    window_sinks=0,
     sigmoid_keys=None,
 ):
-    """weights(q, k) v, with the weights of ``WeightRule`` (every normalisation, escape slot, window
-    and key/value groups); ``bias`` a tensor broadcastable to (B, H, Tq, Tk)."""
+    """weights(q, k) v, with the weights of ``WeightRule`` (every normalisation, escape slot,
+    visibility and key/value groups); ``bias`` a tensor broadcastable to (B, H, Tq, Tk)."""
     rule = WeightRule(
         scale,
-        causal,
+        visibility,
         mask_fill,
         normalize,
         escape,
         None if bias is None else (lambda rows, keys: bias),
-        window,
-        window_sinks,
         sigmoid_keys,
     )
     probs = rule(q, k, key_padding_mask=key_padding_mask).p
@@ -85,18 +82,18 @@ def autocast_inputs(q, k, v):
     return q.to(dtype), k.to(dtype), v.to(dtype)
 
 
-def _sdpa_args(q, k, causal, key_padding_mask, bias=None, window=None, window_sinks=0):
+def _sdpa_args(q, k, visibility: Visibility, key_padding_mask, bias=None):
     """(attn_mask, is_causal) for SDPA. Queries are the last t_q of the t_k key positions
-    (bottom-right causal, as masks.allowed_mask and a KV cache want); PyTorch's is_causal aligns
-    top-left, so it is used only where the two agree: t_q == t_k. One query needs no causal mask
-    at all (it sees every key). Otherwise an explicit boolean mask; with a logit bias, a float mask
-    holding the bias and -inf where a key is not visible. A window is always an explicit mask."""
+    (bottom-right causal, as masks.Visibility and a KV cache want); is_causal serves where it states
+    the rule (Visibility.causal_flag_states). One query needs no causal mask at all (it sees every
+    key). Otherwise an explicit boolean mask; with a logit bias, a float mask holding the bias and
+    -inf where a key is not visible."""
     t_q, t_k = q.shape[-2], k.shape[-2]
-    if causal and t_q == 1:
-        causal = False
-    if key_padding_mask is None and bias is None and window is None and (not causal or t_q == t_k):
-        return None, causal
-    mask = allowed_mask(t_q, t_k, causal, key_padding_mask, q.device, window=window, window_sinks=window_sinks)
+    if visibility.causal and t_q == 1:
+        visibility = replace(visibility, causal=False)
+    if key_padding_mask is None and bias is None and visibility.causal_flag_states(t_q, t_k):
+        return None, visibility.causal
+    mask = visibility.mask(t_q, t_k, key_padding_mask, q.device)
     if bias is None:
         return mask, False
     bias = bias.to(q.dtype)
@@ -149,17 +146,15 @@ def sdpa_attention(
     k,
     v,
     scale,
-    causal=True,
+    visibility=CAUSAL,
     key_padding_mask=None,
     mask_fill="-inf",
     dropout_p=0.0,
     bias=None,
-    window=None,
-    window_sinks=0,
 ):
     q, k, v = autocast_inputs(q, k, v)
     q, s = _fold_scale(q, scale)
-    attn_mask, is_causal = _sdpa_args(q, k, causal, key_padding_mask, bias, window, window_sinks)
+    attn_mask, is_causal = _sdpa_args(q, k, visibility, key_padding_mask, bias)
     gqa = k.shape[1] != q.shape[1]  # key/value groups: SDPA broadcasts them itself
     kernel = sdpa_kernel_name(q, k, v, attn_mask, dropout_p, is_causal, s, gqa)
     out = F.scaled_dot_product_attention(
@@ -208,13 +203,11 @@ def flash_attention(
     k,
     v,
     scale,
-    causal=True,
+    visibility=CAUSAL,
     key_padding_mask=None,
     mask_fill="-inf",
     dropout_p=0.0,
     bias=None,
-    window=None,
-    window_sinks=0,
 ):
     if bias is not None:
         raise KernelUnavailable("attention=flash takes no logit bias (model.pos_encoding=alibi); use attention=sdpa")
@@ -228,30 +221,19 @@ def flash_attention(
             )
         if key_padding_mask is not None:
             raise KernelUnavailable("flash_attn_func takes no padding mask: use attention=sdpa for padded batches")
-        if window_sinks:
-            raise KernelUnavailable(
-                f"model.attention.window_sinks={window_sinks}: flash_attn's window_size keeps no "
-                "always-visible tokens; expected window_sinks=0 or attention=sdpa"
-            )
-        # flash_attn (>= 2.1) aligns causal bottom-right when t_q < t_k, as allowed_mask does; its
-        # window_size=(left, right) counts keys besides the query's own position
-        extra = {} if window is None else {"window_size": (window - 1, window - 1 if not causal else 0)}
+        extra = visibility.flash_attn_kwargs()
         out = flash_attn_func(
             q.transpose(1, 2),
             k.transpose(1, 2),
             v.transpose(1, 2),
             dropout_p=dropout_p,
             softmax_scale=s,
-            causal=causal,
+            causal=visibility.causal,
             **extra,
         )
         return out.transpose(1, 2), "flash_attn"
-    if window is not None:
-        raise KernelUnavailable(
-            f"model.attention.window={window}: PyTorch's forced flash kernel takes no mask; "
-            "expected window=null, attention=sdpa, or flash_attn installed (CUDA)"
-        )
-    attn_mask, is_causal = _sdpa_args(q, k, causal, key_padding_mask)
+    visibility.check_forced_flash()
+    attn_mask, is_causal = _sdpa_args(q, k, visibility, key_padding_mask)
     if key_padding_mask is None and attn_mask is not None:
         # causal with fewer queries than keys: the flash kernel takes no boolean mask, but its own
         # causal is bottom-right, which PyTorch reaches through causal_lower_right. That route
@@ -297,12 +279,15 @@ def attend(
     normalize: str = "softmax",
     escape: torch.Tensor | None = None,
     sigmoid_keys: int | None = None,
+    visibility: Visibility | None = None,
+    causal: bool = True,
     **kwargs,
 ) -> tuple[torch.Tensor, str]:
     """Run ``backend`` and return (output, name of the kernel that ran). q is (B, H, T, d); k and v
     may have fewer heads (H_kv dividing H: grouped-query attention). ``escape``: (H,) escape
     logits, or None; ``normalize``: softmax, or sigmoid on the explicit backends (``sigmoid_keys``:
-    its n, WeightRule); ``window``, ``window_sinks``: the sliding window (masks.allowed_mask), None for none."""
+    its n, WeightRule); ``visibility``: the keys a query sees (masks.Visibility), by default
+    ``Visibility(causal)``."""
     try:
         kernel = KERNELS[backend]
     except KeyError:
@@ -312,6 +297,7 @@ def attend(
             f"{q.shape[1]} query heads cannot share {k.shape[1]} key/value heads: "
             "model.n_head must be a multiple of model.n_kv_head"
         )
+    kwargs["visibility"] = Visibility(causal) if visibility is None else visibility
     if backend in EXPLICIT:
         return kernel(q, k, v, scale, normalize=normalize, escape=escape, sigmoid_keys=sigmoid_keys, **kwargs)
     if normalize != "softmax":
@@ -324,11 +310,7 @@ def attend(
             # one query (a cached decoding step): the explicit route is the same matrix-vector work
             # as a fused kernel's, where the slot route would copy the whole cache to pad it
             return explicit_attention(q, k, v, scale, escape=escape, **kwargs)
-        if backend == "flash" and kwargs.get("window") is not None:
-            raise KernelUnavailable(
-                "model.attention.escape with "
-                "model.attention.window on attention=flash: the slot is a key every query sees, "
-                "which a flash window cannot keep; expected attention=sdpa"
-            )
+        if backend == "flash":
+            kwargs["visibility"].check_flash_slot()
         return slot_key_attention(kernel, q, k, v, scale, escape, **kwargs)
     return kernel(q, k, v, scale, **kwargs)

@@ -19,7 +19,7 @@ from torch import nn
 
 from ..fields import Check, checked, choice
 from .backends import BACKENDS, attend
-from .masks import MASK_FILLS, allowed_mask
+from .masks import MASK_FILLS, Visibility
 from .position import POS_ENCODINGS, Rotary, alibi_bias, alibi_slopes
 from .scaling import SCALINGS, Scale, qk_component_std
 from .sink import ESCAPES, EscapeLogit
@@ -244,10 +244,15 @@ class Attention(nn.Module):
             return None
         return alibi_bias(self.alibi_slopes.to(rows.device), rows, keys)
 
+    @property
+    def visibility(self) -> Visibility:
+        """The keys a query sees: causality, the sliding window and its kept first tokens."""
+        return Visibility(self.causal, self.cfg.window, self.cfg.window_sinks)
+
     def visible(self, t: int) -> torch.Tensor:
-        """(t, t) bool: the keys each query of a t-token forward sees (masks.allowed_mask), for
+        """(t, t) bool: the keys each query of a t-token forward sees (masks.Visibility), for
         measurements that need the layer's visibility without its weights."""
-        mask = allowed_mask(t, t, self.causal, None, window=self.cfg.window, window_sinks=self.cfg.window_sinks)
+        mask = self.visibility.mask(t, t)
         return torch.ones(t, t, dtype=torch.bool) if mask is None else mask[0, 0]
 
     def escape_logit(self) -> torch.Tensor | None:
@@ -262,13 +267,11 @@ class Attention(nn.Module):
         cfg = self.cfg
         rule = WeightRule(
             self.softmax_scale(),
-            self.causal,
+            self.visibility,
             cfg.mask_fill,
             cfg.normalize,
             self.escape_logit(),
             self.logit_bias if self.alibi_slopes is not None else None,
-            cfg.window,
-            cfg.window_sinks,
             self.sigmoid_keys(),
         )
         return rule.detached() if fp32 else rule
@@ -276,10 +279,7 @@ class Attention(nn.Module):
     def sigmoid_keys(self) -> int | None:
         """n of sigmoid's -log n: the keys a query sees at the full context (the block, or the
         window and its kept first tokens), or None (the keys of each forward) without a context."""
-        if self.cfg.window is None:
-            return self.context
-        seen = self.cfg.window + self.cfg.window_sinks
-        return seen if self.context is None else min(seen, self.context)
+        return self.visibility.keys_seen(self.context)
 
     @torch.no_grad()
     def weights(
@@ -317,15 +317,13 @@ class Attention(nn.Module):
             k,
             v,
             self.softmax_scale(),
-            causal=self.causal,
+            visibility=self.visibility,
             key_padding_mask=key_padding_mask,
             mask_fill=cfg.mask_fill,
             dropout_p=self.dropout if self.training else 0.0,
             bias=bias,
             normalize=cfg.normalize,
             escape=self.escape_logit(),
-            window=cfg.window,
-            window_sinks=cfg.window_sinks,
             sigmoid_keys=self.sigmoid_keys(),
         )
 

@@ -29,10 +29,13 @@ that carries no gradient (checked on torch 2.13 CPU), so b and q, k would not tr
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .masks import CAUSAL
 from .weights import expand_kv, per_head
 
 ESCAPES = ("none", "zero_logit", "learned")
@@ -66,24 +69,23 @@ def slot_key_attention(
     v,
     scale,
     escape,
-    causal=True,
+    visibility=CAUSAL,
     key_padding_mask=None,
     mask_fill="-inf",
     dropout_p=0.0,
     bias=None,
-    window=None,
-    window_sinks=0,
 ) -> tuple[torch.Tensor, str]:
     """A fused ``kernel`` (backends.KERNELS) with an escape slot of logit ``escape`` (H,) in every
-    head, as an extra key: (output, kernel that ran). The slot key and the dummy row shift keys and
-    queries alike, so a window keeps its offsets; the slot is one more always-visible key."""
+    head, as an extra key: (output, kernel that ran). ``visibility`` (masks.Visibility) says how the
+    padded keys are seen (``behind_slot``)."""
     if torch.is_tensor(scale):  # a per-head scale is folded into q, as the fused kernels want a float
         q, scale = q * per_head(scale, q), 1.0
     k, v = expand_kv(k, q.shape[1]), expand_kv(v, q.shape[1])
     b, h, t, d = q.shape
     t_k = k.shape[-2]
-    causal = causal and t > 1  # one query (a cached decoding step) sees every key: no mask, no dummy row
-    lead = 1 if causal else 0  # the dummy query row in front of the queries
+    # one query (a cached decoding step) sees every key: no mask, no dummy row
+    visibility = replace(visibility, causal=visibility.causal and t > 1)
+    lead = 1 if visibility.causal else 0  # the dummy query row in front of the queries
     width = d + 8 - d % 8  # d + 1 components, rounded up to a multiple of 8 (fused CUDA kernels need it)
     qp = q.new_zeros(b, h, t + lead, width)
     qp[:, :, lead:, :d], qp[:, :, lead:, d] = q, 1.0
@@ -101,11 +103,10 @@ def slot_key_attention(
         kp,
         vp,
         scale,
-        causal=causal,
+        visibility=visibility.behind_slot(),
         key_padding_mask=key_padding_mask,
         mask_fill=mask_fill,
         dropout_p=dropout_p,
         bias=bias,
-        **({} if window is None else {"window": window, "window_sinks": window_sinks + 1}),
     )
     return out[:, :, lead:, : v.shape[-1]], name

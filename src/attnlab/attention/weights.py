@@ -7,9 +7,8 @@ weights besides q and k, as the layer is configured (``Attention.weight_rule()``
 
   scale      folded into the logits: s * q.k (a float, or a per-head (H,) tensor)
   bias       an additive logit bias for (query rows, keys), e.g. ALiBi's, or None
-  mask       causal, the sliding window (``window``, ``window_sinks``) and key padding, written
-             with the run's ``mask_fill`` (masks.allowed_mask); with
-             ``cut``, the knocked-out edges too
+  mask       the keys each query may see (``visibility``, masks.Visibility) and key padding,
+             written with the run's ``mask_fill``; with ``cut``, the knocked-out edges too
   normalize  NORMALIZATIONS:
                softmax  rows sum to 1; with ``escape`` logits (H,) an extra slot whose value is
                         zero takes exp(b) / (exp(b) + sum_j exp(s_ij)), so the real keys get 1 - escape
@@ -17,7 +16,7 @@ weights besides q and k, as the layer is configured (``Attention.weight_rule()``
                         normalisation, a row's mass is whatever it sums to. n is ``sigmoid_keys``,
                         the keys a query sees at the layer's full context, fixed so that a token's
                         weights do not depend on how long the forward is (a KV cache, a short
-                        prompt and a training window agree); None: the keys of this forward
+                        prompt and a full training forward agree); None: the keys of this forward
   groups     k with fewer heads than q (grouped-query attention) is broadcast: query head h reads
              key/value head h // (H / H_kv), as SDPA's ``enable_gqa`` does
 
@@ -34,7 +33,7 @@ from typing import NamedTuple
 
 import torch
 
-from .masks import allowed_mask, fill_value
+from .masks import CAUSAL, Visibility, fill_value
 
 NORMALIZATIONS = ("softmax", "sigmoid")
 
@@ -76,13 +75,11 @@ class WeightRule:
     """What decides the weights besides q and k (module docstring); call it on q, k."""
 
     scale: float | torch.Tensor = 1.0
-    causal: bool = True
+    visibility: Visibility = CAUSAL  # the keys a query sees
     mask_fill: str = "-inf"
     normalize: str = "softmax"
     escape: torch.Tensor | None = None  # (H,) escape logits, softmax only
     bias: Bias | None = None
-    window: int | None = None  # masks.allowed_mask: the keys a query sees
-    window_sinks: int = 0
     sigmoid_keys: int | None = None  # n of sigmoid's -log n (module docstring)
 
     def detached(self) -> WeightRule:
@@ -127,9 +124,7 @@ class WeightRule:
         extra = self.bias(rows, keys) if self.bias is not None else None
         if extra is not None:
             logits = logits + extra.to(logits.dtype)
-        mask = allowed_mask(
-            q.shape[-2], t, self.causal, key_padding_mask, q.device, rows, self.window, self.window_sinks
-        )
+        mask = self.visibility.mask(q.shape[-2], t, key_padding_mask, q.device, rows)
         visible = mask if mask is not None else torch.ones(1, 1, len(rows), t, dtype=torch.bool, device=q.device)
         if mask is not None:
             logits = logits.masked_fill(~mask, fill_value(self.mask_fill, logits.dtype))

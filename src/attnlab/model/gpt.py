@@ -189,12 +189,9 @@ class GPT(nn.Module):
     def rolling_kv_caches(self, capacity: int, sinks: int) -> list[RollingKVCache]:
         """A streaming cache per layer (attention/cache.py): the first ``sinks`` tokens and the most
         recent ones, ``capacity`` entries in all, positions counted inside the cache."""
-        refusal = None
-        if self.cfg.attention.window is not None:
-            refusal = (
-                f"model.attention.window={self.cfg.attention.window} takes no rolling KV cache (the window counts "
-                "positions in the text, the cache its own entries); expected window=null, or the plain cache"
-            )
+        refusal = next(
+            (r for layer in self.attention_layers() if (r := layer.visibility.rolling_cache_refusal())), None
+        )
         if refusal is None and self.wpe is not None:
             refusal = (
                 "model.pos_encoding=learned takes no rolling KV cache (a token's position is added to its "
@@ -231,10 +228,10 @@ class GPT(nn.Module):
         """Sample ``max_new_tokens`` after ``idx`` (B, T). Each step sees the last block_size tokens.
 
         ``cache``: the prompt is prefilled once, then each new token runs alone against the layers'
-        cached keys and values. Once the window would pass block_size, the caches are refilled from
+        cached keys and values. Once the context would pass block_size, the caches are refilled from
         the last block_size tokens at every step, which is exactly what the uncached path computes:
         a cache cannot slide, as every layer's keys above the first depend on the token that drops
-        out, and learned positions would shift. ``cache=False`` reruns the window every step.
+        out, and learned positions would shift. ``cache=False`` reruns the context every step.
 
         ``stream=(capacity, sinks)``: rolling caches instead (``rolling_kv_caches``), never refilled:
         the prompt goes in in pieces of capacity - sinks tokens, and past capacity each token sees the
