@@ -199,7 +199,7 @@ def test_window_visibility_is_the_one_mask_the_statistics_read(window, sinks):
     torch.testing.assert_close(stats["entropy"].double(), n.log().mean().expand(H), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(
         stats["sink_mass"].double(),
-        torch.full((H,), uniform_sink_mass(T, window, sinks), dtype=torch.float64),
+        torch.full((H,), uniform_sink_mass(T, Visibility(True, window, sinks)), dtype=torch.float64),
         atol=1e-6,
         rtol=1e-5,
     )

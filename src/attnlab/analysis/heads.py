@@ -9,8 +9,8 @@ every score because it can only see itself):
                   over the keys query i sees, renormalised, and the score is the mean overlap
                   sum_j min(p_ij, q_ij) = 1 - total variation distance. 1: the head attends by
                   offset alone, whatever the content.
-  entropy_norm    mean over queries i seeing k_i >= 2 keys of H(p_i) / log k_i (k_i = i + 1 without a
-                  window); 1 = uniform over visible keys
+  entropy_norm    mean over queries i seeing k_i >= 2 keys of H(p_i) / log k_i (k_i = i + 1 under
+                  plain causality); 1 = uniform over visible keys
                   (with an escape slot: of the real-key weights renormalised, i.e. how the head
                   spreads the weight it does place)
   escape          only for models with an escape slot (model.attention.escape): mean over queries

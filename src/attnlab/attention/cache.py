@@ -8,7 +8,7 @@ groups are broadcast to the query heads by the kernel, not stored expanded) and 
 stored: the bias is recomputed from positions, the slot is a parameter.
 
 ``RollingKVCache`` is the streaming alternative (StreamingLLM, Xiao et al. 2023): a fixed number of
-entries, the first tokens kept as attention sinks and the rest a window of the most recent ones;
+entries, the first tokens kept as attention sinks and the rest the most recent ones;
 positions are those inside the cache, so its keys are stored before RoPE and rotated where they sit.
 It changes what the model sees (evicted tokens are gone, and deeper layers' keys keep the context
 they were computed in), so its outputs are not the full forward's once it has evicted.

@@ -48,7 +48,7 @@ from typing import NamedTuple
 
 import torch
 
-from .masks import allowed_mask
+from .masks import CAUSAL, Visibility
 from .weights import WeightRule, expand_kv
 
 
@@ -289,11 +289,11 @@ def record_stats(record: Record) -> dict:
     return {m.name: m.record(record) for m in METRICS if m.record is not None}
 
 
-def uniform_sink_mass(t: int, window: int | None = None, window_sinks: int = 0) -> float:
+def uniform_sink_mass(t: int, visibility: Visibility = CAUSAL) -> float:
     """sink_mass of uniform causal attention over T positions: mean over i = 1..T-1 of 1/(i+1);
-    with a window (masks.allowed_mask), over the queries with k_i > 1 keys of 1/k_i where the
-    first token is among them, else 0 (the statistic's own rows)."""
-    seen = allowed_mask(t, t, True, None, window=window, window_sinks=window_sinks)[0, 0].double()
+    under another ``visibility`` (masks.Visibility), over the queries with k_i > 1 keys of 1/k_i
+    where the first token is among them, else 0 (the statistic's own rows)."""
+    seen = visibility.mask(t, t)[0, 0].double()
     counted = seen.sum(-1) > 1
     if not counted.any():
         return float("nan")

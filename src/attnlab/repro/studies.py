@@ -173,15 +173,16 @@ def _bb_arm(cell: dict) -> dict:
 def _window_levels(block_size: int, sinks: int) -> dict:
     """Uniform attention's first-token weight in the window arms' window, and the most the statistic can read there
     (every query that sees the first token putting all its weight on it): the share of the counted queries that see it."""
-    from ..attention.masks import allowed_mask
+    from ..attention.masks import Visibility
     from ..attention.stats import uniform_sink_mass
 
-    seen = allowed_mask(block_size, block_size, True, None, window=BB_WINDOW_SIZE, window_sinks=sinks)[0, 0]
+    visibility = Visibility(True, BB_WINDOW_SIZE, sinks)
+    seen = visibility.mask(block_size, block_size)[0, 0]
     counted = seen.sum(-1) > 1
     return {
         "window": BB_WINDOW_SIZE,
         "window_sinks": sinks,
-        "uniform": uniform_sink_mass(block_size, BB_WINDOW_SIZE, sinks),
+        "uniform": uniform_sink_mass(block_size, visibility),
         "ceiling": float(seen[counted, 0].double().mean()),
         "queries_seeing": int(seen[counted, 0].sum()),
         "queries": int(counted.sum()),
