@@ -12,6 +12,7 @@ Constants the code defines (thresholds, the uniform sink level) come from the co
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
 from functools import cache
@@ -486,8 +487,47 @@ def readme_claims() -> dict[str, str]:
         f"the 1/√d_k scale {verb} the loss by {span([abs(p['diff']) for p in scale], 2, '-')} nats {where}"
     )
 
-    out["memory"] = f"at T = 4096 peaks at {memory_figures()['peak']}"
+    out.update(streaming_claims())
     out["repro"] = f"of the {len(repro())} claims `make repro` checks, {repro_tally()}"
+    return out
+
+
+def streaming_claims() -> dict[str, str]:
+    """The streaming finding: what evicting the first tokens costs on the testbed, where softmax
+    forms a sink, against the arms that form none, and on text; each clause chosen by the reports."""
+    from attnlab.repro.streaming import streaming_measurements
+
+    m = streaming_measurements(REPORTS)
+    bb, text = m["studies"]["streaming_bb"], m["studies"]["streaming"]
+    base = next(a for a in bb["arms"] if a["arm"].startswith("baseline"))
+    free = [a for a in bb["arms"] if not a["sink"]]
+    pct = sorted(100 * math.expm1(d) for d in base["per_seed"])
+    out = {
+        "stream_bb": (
+            f"a {bb['cache']}-entry rolling cache that evicts them "
+            + ("raises" if base["costs"] else "does not reliably raise")
+            + f" softmax's perplexity in {base['raised']} of {base['seeds']} seeds (+{pct[0]:.1f} % to +{pct[-1]:.1f} %)"
+        )
+    }
+    if free and all(a["changed"] == 0 for a in free):
+        out["stream_bb_free"] = (
+            "changes it by under 0.1 % in every seed with softmax + 1, a learned escape logit or sigmoid "
+            "attention, which form no sink"
+        )
+    sinks = [a for a in text["arms"] if a["sink"]]
+    unchanged = all(a["changed"] == 0 for a in text["arms"])
+    out["stream_text"] = (
+        f"on text at block 256 {'no arm forms a sink' if not sinks else f'{len(sinks)} arms form a sink'} and "
+        + (
+            "dropping changes perplexity by under 0.1 % in every seed of every arm"
+            if unchanged
+            else "dropping changes it"
+        )
+    )
+    if base["costs"] and len(free) == len(bb["arms"]) - 1 and all(a["changed"] == 0 for a in free):
+        out["stream_title"] = (
+            "Evicting the first tokens from a streaming KV cache costs perplexity only where a sink formed"
+        )
     return out
 
 

@@ -46,6 +46,7 @@ def arm_measurements(arm: dict) -> dict:
         "arm": arm["arm"],
         "seeds": n,
         "weights": weights,
+        "dormant": bool(arm["dormant_first_token_weight"]),
         "sink": sink,
         "per_seed": cost["per_seed"] if cost else [],
         "raised": cost["raised"] if cost else 0,
@@ -141,12 +142,17 @@ def finding_16(m: dict) -> Finding:
                 else f"evicting the first tokens from a {st['cache']}-entry rolling cache raises perplexity in only {a['raised']} "
                 f"of {a['seeds']} seeds ({_spread(a['per_seed'])})"
             )
+            whose = "its dormant queries' weight" if a["dormant"] else "its weight (the largest layer's mean)"
             parts.append(
-                f"On {st['setting']}, {a['arm']} puts {fmt(min(a['weights']), 2)}-{fmt(max(a['weights']), 2)} of its "
-                f"weight on the first token, and {cost}"
+                f"On {st['setting']}, {a['arm']} puts {fmt(min(a['weights']), 2)}-{fmt(max(a['weights']), 2)} of "
+                f"{whose} on the first token, and {cost}"
             )
         else:
-            parts.append(f"On {st['setting']} no arm forms a sink (first-token weight at most {SINK_THRESHOLD})")
+            weights = [w for a in st["arms"] for w in a["weights"]]
+            parts.append(
+                f"On {st['setting']} no arm forms a sink (first-token weight {min(weights):.3f}-"
+                f"{max(weights):.3f}, below {SINK_THRESHOLD})"
+            )
         if free:
             unchanged = [a for a in free if a["changed"] == 0]
             choices[f"{study}_free_unchanged"] = len(unchanged) == len(free)
