@@ -125,12 +125,12 @@ class HeadsCallbackConfig:
     )
     max_len: int | None = checked(
         REQUIRED,
-        Check(lambda v: v is None or (int_at_least(2).ok(v)), "an integer >= 2 or null (the whole block)"),
+        int_at_least(2, "an integer >= 2 or null (the whole block)", optional=True),
         "the probe's length cap",
     )
     probe_tokens: int | None = checked(
         REQUIRED,
-        Check(lambda v: v is None or positive_int.ok(v), "a positive integer or null (every probe row)"),
+        int_at_least(1, "a positive integer or null (every probe row)", optional=True),
         "each probe's rows: at most this many tokens",
     )
 
@@ -141,12 +141,12 @@ class AttentionStatsCallbackConfig:
 
     max_tokens: int | None = checked(
         REQUIRED,
-        Check(lambda v: v is None or positive_int.ok(v), "a positive integer or null (no bound)"),
+        int_at_least(1, "a positive integer or null (no bound)", optional=True),
         "probe tokens measured at most",
     )
     max_rows: int | None = checked(
         REQUIRED,
-        Check(lambda v: v is None or int_at_least(2).ok(v), "an integer >= 2 or null (every query)"),
+        int_at_least(2, "an integer >= 2 or null (every query)", optional=True),
         "query positions measured per sequence",
     )
 

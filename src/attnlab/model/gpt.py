@@ -20,13 +20,19 @@ from torch import nn
 from ..attention import Attention, AttentionConfig, AttentionLayer
 from ..attention.cache import KVCache, RollingKVCache
 from ..attention.position import POS_ENCODINGS
-from ..fields import Check, boolean, checked, choice, optional_positive_int, positive_int, probability
+from ..fields import (
+    Check,
+    boolean,
+    checked,
+    choice,
+    optional_positive_int,
+    positive_int,
+    positive_number,
+    probability,
+)
 
 # accepted by model.init_std: a float std, or fan_in for 1/sqrt(fan_in)
-INIT_STD = Check(
-    lambda v: v == "fan_in" or (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0),
-    "a positive number or fan_in",
-)
+INIT_STD = Check(lambda v: v == "fan_in" or positive_number.ok(v), "a positive number or fan_in")
 
 
 @dataclass

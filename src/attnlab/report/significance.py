@@ -50,6 +50,19 @@ def welch(a: list[float], b: list[float]) -> Welch | None:
     return Welch(t, df, float(2 * student_t.sf(abs(t), df)))
 
 
+def one_sample(diffs: list[float]) -> dict:
+    """Mean of per-seed differences with its 95 % t interval and two-sided p against 0 (None when
+    there is no spread to test: one seed, or every seed the same)."""
+    n, mean = len(diffs), statistics.fmean(diffs)
+    if n < 2 or statistics.stdev(diffs) == 0:
+        return {"mean": mean, "ci": [mean, mean] if n else None, "p": None, "n": n}
+    from scipy.stats import t as student_t
+
+    se = statistics.stdev(diffs) / math.sqrt(n)
+    half = t_critical(n - 1) * se
+    return {"mean": mean, "ci": [mean - half, mean + half], "p": float(2 * student_t.sf(abs(mean / se), n - 1)), "n": n}
+
+
 def t_critical(df: float, alpha: float = ALPHA) -> float:
     """The two-sided critical value of Student's t: |t| beyond it has p < alpha."""
     from scipy.stats import t as student_t

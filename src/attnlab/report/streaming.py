@@ -22,7 +22,7 @@ from pathlib import Path
 from ..cli import command_parser
 from ..results import atomic_write_text, json_safe
 from .aggregate import RunResult, group_cells, load_sweeps, swept_axes
-from .significance import ALPHA, holm, t_critical
+from .significance import ALPHA, holm, one_sample
 
 DEFAULT_TOKENS = 2048
 
@@ -48,7 +48,8 @@ def attention_label(run: RunResult) -> str:
 def first_token_weight(run: RunResult) -> dict[str, float | None]:
     """The run's final first-token weight: its largest layer mean (``attn/L{i}/sink_mass``) and, on
     the sinks testbed, the dormant queries' (``attn/L0/sink_mass_dormant``)."""
-    layers = [v for key in run.results.get("metrics", {}) if key.endswith("/sink_mass") and (v := run.metric(key))]
+    metrics = run.results.get("metrics", {})
+    layers = [v for key in metrics if key.endswith("/sink_mass") and (v := run.metric(key)) is not None]
     return {"max_layer": max(layers, default=None), "dormant": run.metric("attn/L0/sink_mass_dormant")}
 
 
@@ -67,19 +68,6 @@ def evaluate_run(run: RunResult, capacity: int, sinks: list[int], tokens: int, o
     report = {"source": source, **stream_report(module.model, ids, capacity, sinks, oracle_positions)}
     atomic_write_text(saved, json.dumps(report))
     return report
-
-
-def one_sample(diffs: list[float]) -> dict:
-    """Mean of per-seed differences with its 95 % t interval and two-sided p against 0 (None when
-    there is no spread to test: one seed, or every seed the same)."""
-    n, mean = len(diffs), statistics.fmean(diffs)
-    if n < 2 or statistics.stdev(diffs) == 0:
-        return {"mean": mean, "ci": [mean, mean] if n else None, "p": None, "n": n}
-    from scipy.stats import t as student_t
-
-    se = statistics.stdev(diffs) / math.sqrt(n)
-    half = t_critical(n - 1) * se
-    return {"mean": mean, "ci": [mean - half, mean + half], "p": float(2 * student_t.sf(abs(mean / se), n - 1)), "n": n}
 
 
 def summarise(records: list[dict], sinks: list[int]) -> list[dict]:
@@ -124,7 +112,8 @@ def summarise(records: list[dict], sinks: list[int]) -> list[dict]:
     return out
 
 
-def _pct(nats: float) -> str:
+def pct(nats: float) -> str:
+    """A change in mean NLL as the change in perplexity it makes, signed: "+0.8 %"."""
     return f"{100 * math.expm1(nats):+.1f} %"
 
 
@@ -142,12 +131,12 @@ def drop_sentence(arm: dict) -> str:
     if c is None:
         return f"{arm['arm']}: no kept-token count to compare against none."
     n, kept = c["n"], f"{c['kept']} kept"
-    seeds = ", ".join(_pct(d) for d in c["per_seed"])
+    seeds = ", ".join(pct(d) for d in c["per_seed"])
     if c.get("beyond_noise"):
         verb = "raises" if c["mean"] > 0 else "lowers"
         return (
-            f"{arm['arm']}: dropping every first token {verb} perplexity by {_pct(c['mean'])} against {kept} "
-            f"(95 % interval {_pct(c['ci'][0])} to {_pct(c['ci'][1])}, Holm p = {c['p_holm']:.2g}; per seed {seeds})."
+            f"{arm['arm']}: dropping every first token {verb} perplexity by {pct(c['mean'])} against {kept} "
+            f"(95 % interval {pct(c['ci'][0])} to {pct(c['ci'][1])}, Holm p = {c['p_holm']:.2g}; per seed {seeds})."
         )
     if c["changed"] == 0:
         return (

@@ -17,7 +17,7 @@ import json
 import math
 from pathlib import Path
 
-from ..report.streaming import CHANGE_NATS
+from ..report.streaming import CHANGE_NATS, pct
 from .verdict import UNTESTED, Claim, Finding, Table, depends, fmt, grade
 
 STUDIES = {
@@ -75,13 +75,9 @@ def streaming_measurements(reports: Path) -> dict:
     return {"studies": studies, "missing": missing, "threshold": SINK_THRESHOLD, "change_nats": CHANGE_NATS}
 
 
-def _pct(nats: float) -> str:
-    return f"{100 * math.expm1(nats):+.1f} %"
-
-
 def _spread(values: list[float]) -> str:
     lo, hi = min(values), max(values)
-    return _pct(lo) if f"{lo:.4f}" == f"{hi:.4f}" else f"{_pct(lo)} to {_pct(hi)}"
+    return pct(lo) if f"{lo:.4f}" == f"{hi:.4f}" else f"{pct(lo)} to {pct(hi)}"
 
 
 def judge_16(m: dict) -> tuple[str, str, str]:
@@ -163,7 +159,7 @@ def finding_16(m: dict) -> Finding:
                 f"; in {names} dropping them changes perplexity by under "
                 f"{100 * math.expm1(m['change_nats']):.1f} % in every seed."
                 if len(unchanged) == len(free)
-                else f"; in {names} dropping them changes perplexity by up to {_pct(worst)}."
+                else f"; in {names} dropping them changes perplexity by up to {pct(worst)}."
             )
         else:
             parts[-1] += "."
