@@ -19,7 +19,8 @@ from test_report_layout import ci, md_tables, table_with
 from attnlab.config import CONF_DIR, compose_config
 from attnlab.dashboard import main as dashboard_main
 from attnlab.report import build_report
-from attnlab.report.aggregate import group_cells, load_runs, lr_sensitivity, swept_axes
+from attnlab.report.aggregate import group_cells, load_runs, swept_axes
+from attnlab.report.lr import arms as lr_arms
 from attnlab.report.numbers import mean_interval, mean_pm_std
 from attnlab.report.significance import welch
 from attnlab.sweep import studies
@@ -371,7 +372,10 @@ def test_lr_sensitivity_definition(tmp_path):
         fake_run(tmp_path / "s", f"lr{lr}", [f"optim.lr={lr}"], loss, vocab=100)
     cells = group_cells(load_runs(tmp_path / "s"), ["optim.lr"])
     expected = statistics.fmean([2.0, 3.0, math.log(100)]) - 2.0
-    assert lr_sensitivity(cells) == {"all": pytest.approx(expected)}
+    (arm,) = lr_arms(cells, ["optim.lr"])
+    assert arm.per_seed() == [pytest.approx(expected)]
+    assert arm.best_lr == 1e-3 and arm.failed == {1e-3: 0, 1e-2: 0, 1e-1: 1}
+    assert arm.critical_lr() == 1e-1  # 4.6 is past halfway from 2.0 back to ln 100; 3.0 is not
 
 
 @pytest.mark.parametrize("study", studies())

@@ -8,7 +8,6 @@ from ..analysis.phase import phase_change_step
 from .aggregate import (
     group_cells,
     load_sweeps,
-    lr_sensitivity,
     n_layers,
     recording_differences,
     seeds_per_cell,
@@ -25,6 +24,8 @@ from .layout import (
     text_corpus,
     write,
 )
+from .lr import LR_AXIS, arms
+from .lr import plot as lr_plot
 from .plots import (
     extreme_tokens_over_training,
     heads_over_training,
@@ -79,16 +80,12 @@ def build_report(sweep_dirs: Path | list[Path], reports: Path = Path("reports"))
     )
     study.baseline = attention_free_level() if text_corpus(data_cfg) else None
 
-    if "optim.lr" in axes:
-        study.sensitivity = lr_sensitivity(cells)
+    if LR_AXIS in axes:
+        study.lr_arms = arms(cells, axes)
     histories = {cell.label: cell.head_histories() for cell in cells}
     plots = final_value_plots(study, out)
-    if "optim.lr" in axes:
-        plots.append(
-            metric_vs_axis(
-                study.cells, "optim.lr", "val/loss", out / "lr_sensitivity.png", logx=True, ylabel="final val loss"
-            )
-        )
+    if study.lr_arms:
+        plots.append(lr_plot(study.lr_arms, out / "lr_sensitivity.png"))
     plots.append(max_logit_over_training(cells, out / "max_logit_over_training.png"))
     plots.append(extreme_tokens_over_training(cells, out / "sink_formation.png"))
     plots.append(heads_over_training(histories, out / "heads_over_training.png"))

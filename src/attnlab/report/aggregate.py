@@ -177,24 +177,3 @@ def group_cells(runs: list[RunResult], axes: list[str]) -> list[Cell]:
 
 def n_layers(runs: list[RunResult]) -> int:
     return max((r.results.get("config", {}).get("model", {}).get("n_layer", 0) for r in runs), default=0)
-
-
-def initial_loss(run: RunResult) -> float:
-    """Loss of a uniform prediction, ln(vocab size): what a freshly initialised model scores."""
-    vocab = run.dir / "vocab.json"
-    return math.log(len(json.loads(vocab.read_text())["chars"])) if vocab.exists() else math.nan
-
-
-def lr_sensitivity(cells: list[Cell], lr_axis: str = "optim.lr") -> dict[str, float]:
-    """Wortsman et al. 2023: mean over the LR grid of min(loss, initial loss) minus the best loss,
-    for each combination of the other axes. A failed or diverged cell counts as the initial loss."""
-    groups: dict[str, list[Cell]] = {}
-    for cell in cells:
-        rest = ", ".join(f"{short(k)}={v}" for k, v in cell.axes.items() if k != lr_axis) or "all"
-        groups.setdefault(rest, []).append(cell)
-    out = {}
-    for name, group in groups.items():
-        init = next((initial_loss(r) for c in group for r in c.runs), math.nan)
-        losses = [min(c.mean("val/loss") if c.mean("val/loss") is not None else init, init) for c in group]
-        out[name] = statistics.fmean(losses) - min(losses)
-    return out

@@ -27,6 +27,8 @@ from pathlib import Path
 from ..markdown import markdown_table
 from ..results import atomic_write_text
 from .aggregate import short
+from .lr import blocks as lr_blocks
+from .lr import to_json as lr_json
 from .numbers import mean_ci, mean_interval, plain, signed_ci
 from .significance import (
     ALPHA,
@@ -138,7 +140,7 @@ class Study:
     head_types: list[dict] = field(default_factory=list)
     phases: list[dict] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
-    sensitivity: dict = field(default_factory=dict)
+    lr_arms: list = field(default_factory=list)  # lr.Arm per size and arm, where the grid has optim.lr
     plots: list[Path] = field(default_factory=list)
     restated: bool = False  # re-laid from the committed files (no runs)
 
@@ -928,19 +930,8 @@ def blocks(study: Study, analysis: Analysis) -> list[tuple]:
             if name:
                 out.append(("h3", name))
             out.append(("table", header, body))
-    if study.sensitivity:
-        out += [
-            ("h2", "LR sensitivity (Wortsman et al. 2023)"),
-            (
-                "p",
-                "mean over the LR grid of min(loss, initial loss) - best loss; initial loss = ln(vocab). Lower is more robust.",
-            ),
-            (
-                "table",
-                ["variant", "LR sensitivity"],
-                [[k, f"{v:.3f}"] for k, v in sorted(study.sensitivity.items(), key=lambda kv: kv[1])],
-            ),
-        ]
+    if study.lr_arms:
+        out += lr_blocks(study.lr_arms)
     types = [c for c in study.head_types if any(c["layers"])]
     if types:
         layers = max(len(c["layers"]) for c in types)
@@ -1139,6 +1130,8 @@ def statistics_json(study: Study, analysis: Analysis) -> dict:
         for c in study.cells
     ]
     out["headline"] = analysis.headline
+    if study.lr_arms:
+        out["lr_sensitivity"] = lr_json(study.lr_arms)
     out["attention_free_level"] = study.baseline
     out["recording_differences"] = study.recording
     if not study.per_seed_known:

@@ -1,0 +1,98 @@
+"""The LR-sensitivity report: per-seed sensitivities over the grid, the critical rate, qk-norm's difference
+judged against the seed-to-seed spread, the sentences' choices and the Fig. 1 plot, on fabricated runs."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+
+import pytest
+
+from attnlab.report import build_report
+from attnlab.report.aggregate import group_cells, load_runs, swept_axes
+from attnlab.report.lr import arms, qk_norm_findings, qk_sentence, size_trend, trend_sentence
+
+LRS = ["1e-3", "1e-2", "1e-1"]
+VOCAB = 50  # initial loss ln 50 = 3.91
+
+
+def fake(root, size, qk, lr, seed, loss, logit):
+    run = root / f"{size}_{qk}_{lr}_{seed}"
+    run.mkdir(parents=True)
+    results = {
+        "status": "ok" if loss is not None else "failed",
+        "overrides": [f"model={size}", f"model.attention.qk_norm={qk}", f"optim.lr={lr}", f"seed={seed}"],
+        "config": {"study": "lrfake", "seed": seed, "model": {"n_layer": 2, "d_model": 64 if size == "big" else 16}},
+        "metrics": {"val/loss": loss, "attn/L0/max_logit": logit, "attn/L1/max_logit": logit / 2}
+        if loss is not None
+        else {},
+    }
+    (run / "results.json").write_text(json.dumps(results))
+    (run / "vocab.json").write_text(json.dumps({"chars": [chr(65 + i) for i in range(VOCAB)]}))
+
+
+def losses(size, qk, lr, seed):
+    """Without qk-norm the large model comes apart at 1e-1 (diverges for seed 2); everything else is flat."""
+    base = {"1e-3": 2.5, "1e-2": 2.0, "1e-1": 2.2}[lr] + 0.01 * seed
+    if size == "big" and qk == "false" and lr == "1e-1":
+        return None if seed == 2 else 3.6 + 0.01 * seed
+    return base
+
+
+@pytest.fixture
+def study(tmp_path):
+    for size in ("small", "big"):
+        for qk in ("false", "true"):
+            for lr in LRS:
+                for seed in range(3):
+                    logit = 500.0 if qk == "false" and lr == "1e-1" else 8.0
+                    fake(tmp_path / "sweep", size, qk, lr, seed, losses(size, qk, lr, seed), logit)
+    runs = load_runs(tmp_path / "sweep")
+    axes = swept_axes(runs)
+    return tmp_path, arms(group_cells(runs, axes), axes)
+
+
+def test_per_seed_sensitivity_and_critical_rate(study):
+    _, found = study
+    big_off = next(a for a in found if a.size == "model=big" and a.arm == "qk_norm=false")
+    init = math.log(VOCAB)
+    expected = [
+        statistics.fmean([2.5 + 0.01 * s, 2.0 + 0.01 * s, init if s == 2 else 3.6 + 0.01 * s]) - (2.0 + 0.01 * s)
+        for s in range(3)
+    ]
+    assert big_off.per_seed() == pytest.approx(expected)
+    assert big_off.critical_lr() == 1e-1 and big_off.failed[1e-1] == 1
+    small_on = next(a for a in found if a.size == "model=small" and a.arm == "qk_norm=true")
+    assert small_on.critical_lr() is None and small_on.best_lr == 1e-2
+    assert big_off.logits[1e-1] == [pytest.approx(500.0), pytest.approx(250.0)]  # the failed seed has none
+
+
+def test_qk_norm_and_size_are_judged_against_the_seed_spread(study):
+    _, found = study
+    qk = {f["size"]: f for f in qk_norm_findings(found)}
+    assert qk["model=big"]["beyond_spread"] and qk["model=big"]["difference"] > 0.4
+    assert not qk["model=small"]["beyond_spread"]  # identical per-seed values: nothing to tell apart
+    trend = {t["arm"]: t for t in size_trend(found)}
+    assert trend["qk_norm=false"]["beyond_spread"] and trend["qk_norm=false"]["large"] > trend["qk_norm=false"]["small"]
+    assert not trend["qk_norm=true"]["beyond_spread"]
+    said = qk_sentence(found)
+    assert "lowers the LR sensitivity in 1 of 2" in said and "raises" not in said
+    said = trend_sentence(found)
+    assert "grows for qk_norm=false" in said and "the other 1" in said
+    upper = {f["size"]: f for f in qk_norm_findings(found, upper=True)}
+    assert upper["model=big"]["beyond_spread"] and not upper["model=small"]["beyond_spread"]
+    flat = [a for a in found if a.arm == "qk_norm=true"]  # 2.0 at the best rate, 2.2 above it
+    assert all(v == pytest.approx(0.1) for a in flat for v in a.per_seed(upper=True))
+
+
+def test_the_report_carries_the_section_and_the_plot(study):
+    root, _ = study
+    summary = build_report(root / "sweep", reports=root / "reports")
+    lr = summary["lr_sensitivity"]
+    assert {(a["size"], a["arm"]) for a in lr["arms"]} == {
+        (s, f"qk_norm={q}") for s in ("model=small", "model=big") for q in ("false", "true")
+    }
+    assert (root / "reports" / "lrfake" / "lr_sensitivity.png").stat().st_size > 0
+    md = (root / "reports" / "lrfake" / "ablation.md").read_text()
+    assert "LR sensitivity (Wortsman et al. 2023)" in md
