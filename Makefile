@@ -78,7 +78,7 @@ lock: $(STAMP) ## rewrite constraints.txt from the venv (after changing a depend
 	{ sed -n '/^#/p' constraints.txt; $(BIN)/pip freeze --all --exclude-editable | grep -v -E '^(attnlab|pip)==' | sed 's/^torch==\([^+]*\)+.*/torch==\1/'; } > constraints.tmp && mv constraints.tmp constraints.txt
 
 wheelhouse: $(STAMP) ## every wheel attnlab needs but torch, for an offline node (WHEEL_PY=3.12 for its Python) -> wheelhouse/
-	$(PY) -m attnlab.wheelhouse --python-version $(WHEEL_PY) --out $(WHEELHOUSE) $(ARGS)
+	$(PY) -m attnlab.tools.wheelhouse --python-version $(WHEEL_PY) --out $(WHEELHOUSE) $(ARGS)
 
 offline-check: ## simulate an offline GPU node on CPU: fresh venv + preinstalled torch + wheelhouse, no index
 	$(MAKE) wheelhouse ARGS=--with-torch

@@ -1,4 +1,4 @@
-"""attnlab.bench: the FLOP count, the exponent fit, the peak-memory probe, pairing, and the CLI's bench.json."""
+"""attnlab.tools.bench: the FLOP count, the exponent fit, the peak-memory probe, pairing, and the CLI's bench.json."""
 
 from __future__ import annotations
 
@@ -15,16 +15,19 @@ import pytest
 import torch
 
 from attnlab import timing
-from attnlab.bench import attention_flops, longctx, median_and_range, paired_ratios, throughput
-from attnlab.bench import kernels as kernels_mod
-from attnlab.bench.__main__ import main as bench_main
-from attnlab.bench.breakdown import breakdown
-from attnlab.bench.endtoend import alternated, plain_spec, run_attnlab, run_plain
-from attnlab.bench.kernels import KernelPlan, bench_one, kernel_variants, run_kernels
-from attnlab.bench.longctx import LongctxPlan, run_overrides, run_settings, summarize
-from attnlab.bench.phases import EXPECTED
-from attnlab.bench.phases import rows as phase_rows
-from attnlab.bench.report import (
+from attnlab.config import compose_config
+from attnlab.errors import KernelUnavailable
+from attnlab.profiling import fit_exponent, peak_bytes
+from attnlab.tools.bench import attention_flops, longctx, median_and_range, paired_ratios, throughput
+from attnlab.tools.bench import kernels as kernels_mod
+from attnlab.tools.bench.__main__ import main as bench_main
+from attnlab.tools.bench.breakdown import breakdown
+from attnlab.tools.bench.endtoend import alternated, plain_spec, run_attnlab, run_plain
+from attnlab.tools.bench.kernels import KernelPlan, bench_one, kernel_variants, run_kernels
+from attnlab.tools.bench.longctx import LongctxPlan, run_overrides, run_settings, summarize
+from attnlab.tools.bench.phases import EXPECTED
+from attnlab.tools.bench.phases import rows as phase_rows
+from attnlab.tools.bench.report import (
     VERDICT_CELLS,
     longctx_outcome,
     longctx_table,
@@ -34,11 +37,8 @@ from attnlab.bench.report import (
     write_markdown,
     write_plots,
 )
-from attnlab.bench.throughput import callback_intervals, representative_window, seconds_per_step
-from attnlab.bench.timing import against_target, measure
-from attnlab.config import compose_config
-from attnlab.errors import KernelUnavailable
-from attnlab.profiling import fit_exponent, peak_bytes
+from attnlab.tools.bench.throughput import callback_intervals, representative_window, seconds_per_step
+from attnlab.tools.bench.timing import against_target, measure
 
 BACKENDS = ("naive", "scaled", "sdpa", "flash")
 KERNEL_FIELDS = ("backend", "T", "fwd_ms", "fwd_bwd_ms", "peak_bytes", "gflops")
@@ -371,7 +371,7 @@ def test_cli_tiny_writes_every_field(tmp_path):
         [
             sys.executable,
             "-m",
-            "attnlab.bench",
+            "attnlab.tools.bench",
             "--mode",
             "tiny",
             "--out",
@@ -399,7 +399,7 @@ def test_cli_fast_writes_every_field(tmp_path):
         [
             sys.executable,
             "-m",
-            "attnlab.bench",
+            "attnlab.tools.bench",
             "--mode",
             "fast",
             "--out",
@@ -575,8 +575,8 @@ def test_the_nanogpt_yardstick_is_the_same_model_from_the_same_seed():
     """The e2e yardstick for attention=sdpa is nanoGPT's structure (one fused c_attn, causal SDPA):
     one seed gives it attnlab's initial weights (c_attn's rows are q, k, v) and so the same loss;
     configs it cannot express keep attnlab's GPT in the plain loop."""
-    from attnlab.bench.plain_train import NanoGPT, build_model
     from attnlab.model import GPT, GPTConfig
+    from attnlab.tools.bench.plain_train import NanoGPT, build_model
 
     spec = plain_spec(["attention=sdpa", "model.n_layer=2"])
     assert spec["structure"] == "nanogpt"
@@ -623,7 +623,7 @@ def test_cli_tiny_end_to_end_and_compile_sections(tmp_path):
         [
             sys.executable,
             "-m",
-            "attnlab.bench",
+            "attnlab.tools.bench",
             "--mode",
             "tiny",
             "--out",
@@ -778,7 +778,7 @@ def fake_sample(wall: float, end: float = 0.0, tail: float = 1.0) -> dict:
 
 def test_the_stack_only_arm_is_the_sdpa_arm_without_callbacks():
     """e2e's sdpa_no_callbacks arm: the same yardstick as the sdpa arm, the run with no callback at all."""
-    from attnlab.bench.__main__ import E2E, E2E_ARMS
+    from attnlab.tools.bench.__main__ import E2E, E2E_ARMS
 
     arm = E2E_ARMS["sdpa_no_callbacks"]
     assert plain_spec(arm) == plain_spec(E2E_ARMS["sdpa"]) and plain_spec(arm)["structure"] == "nanogpt"
@@ -858,7 +858,7 @@ def test_longctx_alternates_saves_each_T_and_stops_growing_after_a_failure(monke
         calls.append((t, arm))
         if t == 256:
             raise RuntimeError(
-                "python -m attnlab.bench.longctx ... failed (exit 1): Traceback\nMemoryError: out of memory"
+                "python -m attnlab.tools.bench.longctx ... failed (exit 1): Traceback\nMemoryError: out of memory"
             )
         return fake_sample(11.0 if arm == "default" else 10.0, 0.1)
 
@@ -900,7 +900,7 @@ def test_cli_tiny_longctx_section(tmp_path):
         [
             sys.executable,
             "-m",
-            "attnlab.bench",
+            "attnlab.tools.bench",
             "--mode",
             "tiny",
             "--out",

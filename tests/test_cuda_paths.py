@@ -389,7 +389,7 @@ def test_ddp_multirun_runs_each_job_as_one_process_group(tmp_path):
 
 
 def test_ddp_sweep_with_parallel_jobs_is_refused_in_one_line(capsys):
-    from attnlab.sweep import main
+    from attnlab.studies.sweep import main
 
     assert main(["--study", "smoke", "--jobs", "2", "trainer=ddp"]) == 2
     err = capsys.readouterr().err.strip()

@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from attnlab.bench import decode
+from attnlab.tools.bench import decode
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def test_ratios_to_mha_are_taken_within_the_repeats(section):
 
 
 def test_bench_decode_section_lands_in_bench_json_and_md(tmp_path):
-    from attnlab.bench.__main__ import main
+    from attnlab.tools.bench.__main__ import main
 
     assert (
         main(["--mode", "tiny", "--sections", "decode", "--device", "cpu", "--threads", "1", "--out", str(tmp_path)])

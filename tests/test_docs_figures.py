@@ -23,13 +23,13 @@ import pytest
 from attnlab.analysis.heads import THRESHOLDS
 from attnlab.analysis.phase import PHASE_LEVEL
 from attnlab.attention.stats import uniform_sink_mass
-from attnlab.bench.timing import against_target
-from attnlab.report import head_type_text
-from attnlab.report.numbers import mean_pm_std
-from attnlab.report.significance import ALPHA, _p, _p_clause, k_of_n_text
-from attnlab.report.tables import read_csv
-from attnlab.repro import judge
-from attnlab.repro.report import tally
+from attnlab.studies.report import head_type_text
+from attnlab.studies.report.numbers import mean_pm_std
+from attnlab.studies.report.significance import ALPHA, _p, _p_clause, k_of_n_text
+from attnlab.studies.report.tables import read_csv
+from attnlab.studies.repro import judge
+from attnlab.studies.repro.report import tally
+from attnlab.tools.bench.timing import against_target
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / "reports"
@@ -71,7 +71,7 @@ def ms(study: str, key: str, **axes) -> str:
 
 def per_layer(study: str, stat: str, layers: int, digits: int = 2, **axes) -> str:
     """A per-layer column as the table prints it (means over seeds, L0 / L1 / ...)."""
-    from attnlab.report.numbers import plain
+    from attnlab.studies.report.numbers import plain
 
     c = cell(study, **axes)
     return " / ".join(plain(c[f"attn/L{i}/{stat}_mean"], digits) for i in range(layers))
@@ -210,7 +210,7 @@ def sinks_figures() -> dict[str, str]:
 
 def bb_arm_runs(escape: str, experiment: str = "sinks_bb", normalize: str = "-") -> list[dict]:
     """Every seed's run of one sinks_bb arm, from reports/sinks_bb/summary.json's per-seed values."""
-    from attnlab.repro.studies import escape_axis
+    from attnlab.studies.repro.studies import escape_axis
 
     return next(
         c["runs"]
@@ -495,7 +495,7 @@ def readme_claims() -> dict[str, str]:
 def streaming_claims() -> dict[str, str]:
     """The streaming finding: what evicting the first tokens costs on the testbed, where softmax
     forms a sink, against the arms that form none, and on text; each clause chosen by the reports."""
-    from attnlab.repro.streaming import streaming_measurements
+    from attnlab.studies.repro.streaming import streaming_measurements
 
     m = streaming_measurements(REPORTS)
     bb, text = m["studies"]["streaming_bb"], m["studies"]["streaming"]
@@ -770,7 +770,7 @@ def results_figures() -> dict[str, str]:
     )
     out["peak4096"] = memory_figures()["peak"]
     out["tally"] = repro_tally()
-    from attnlab.bench.kernels import BACKWARD_FACTOR
+    from attnlab.tools.bench.kernels import BACKWARD_FACTOR
 
     out["backward"] = f"backward counted as {BACKWARD_FACTOR}× forward"  # a definition of the benchmark, from its code
     return out

@@ -11,7 +11,7 @@ AXIS = re.compile(r"`([\w.]+)` ∈ \{([^}]*)\}")
 
 def grids_in_files() -> dict[str, dict[str, list[str]]]:
     """Each study's grid as Hydra composes it (an experiment that starts from another inherits its axes)."""
-    from attnlab.sweep import studies, study_grid
+    from attnlab.studies.sweep import studies, study_grid
 
     return {study: {k: [str(v) for v in values] for k, values in study_grid(study).items()} for study in studies()}
 

@@ -14,9 +14,9 @@ import types
 import pytest
 import torch
 
-from attnlab import gpu_check
 from attnlab.attention import backends
 from attnlab.errors import OutOfMemory
+from attnlab.tools import gpu_check
 
 
 def check(tmp_path, *args: str) -> tuple[int, dict]:
@@ -195,7 +195,7 @@ def test_without_wandb_the_default_logger_falls_back_to_csv_in_one_line(make_cfg
 
 
 def test_a_kernel_error_keeps_the_rows_before_it_and_fails_the_check(tmp_path, monkeypatch):
-    from attnlab.bench import kernels
+    from attnlab.tools.bench import kernels
 
     real, calls = kernels.bench_one, []
 

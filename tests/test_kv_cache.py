@@ -253,8 +253,8 @@ def test_sample_and_its_timing_with_and_without_the_cache(make_cfg, capsys, tmp_
     import json
     from pathlib import Path
 
-    from attnlab.bench import decode
     from attnlab.sample import main
+    from attnlab.tools.bench import decode
     from attnlab.train import train
 
     cfg = make_cfg("trainer.max_steps=2", "model.n_layer=2", "model.pos_encoding=rope")

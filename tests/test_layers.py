@@ -1,6 +1,7 @@
 """The package's layers point one way: the core (what trains and measures one run) imports nothing of
 the studies built on runs, the studies nothing of the tools around them, and no package imports one
-that imports it back. Function-level imports count too: a lazy import is still a dependency."""
+that imports it back. A module's layer is the folder it sits in: ``attnlab/studies/``, ``attnlab/tools/``,
+anything else the core. Function-level imports count too: a lazy import is still a dependency."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "src" / "attnlab"
-STUDIES = {"sweep", "report", "repro"}
-TOOLS = {"bench", "gpu_check", "wheelhouse", "dashboard"}
+LAYERS = {"studies": 1, "tools": 2}  # the folders above the core, by rank
 DISPATCH = {"cli"}  # the command line names every entry point
 
 
@@ -18,54 +18,91 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def imported(source: str, name: str, is_package: bool = False) -> set[str]:
+    """The attnlab modules (or packages) that module ``name`` imports, anywhere in its body."""
+    package = name if is_package else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            target = ".".join([*base, node.module] if node.module else base)
+            # `from ... import timing`, `from .studies import sweep`: a name may be a module of the package
+            found.update([target] if node.module else [], (f"{target}.{a.name}" for a in node.names))
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return {t for t in found if t == "attnlab" or t.startswith("attnlab.")}
+
+
 def imports() -> dict[str, set[str]]:
     """Module -> the attnlab modules (or packages) it imports, anywhere in its body."""
-    out: dict[str, set[str]] = {}
-    for path in ROOT.rglob("*.py"):
-        name = module_name(path)
-        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-        found = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom):
-                base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
-                target = ".".join([*base, node.module] if node.module else base)
-                found.add(target)
-            elif isinstance(node, ast.Import):
-                found.update(a.name for a in node.names)
-        out[name] = {t for t in found if t == "attnlab" or t.startswith("attnlab.")}
-    return out
-
-
-def top(name: str) -> str:
-    """The first part below attnlab: the package or top-level module a name belongs to."""
-    parts = name.split(".")
-    return parts[1] if len(parts) > 1 else ""
+    return {
+        module_name(path): imported(path.read_text(encoding="utf-8"), module_name(path), path.name == "__init__.py")
+        for path in ROOT.rglob("*.py")
+    }
 
 
 def layer(name: str) -> int:
-    t = top(name)
-    return 2 if t in TOOLS else 1 if t in STUDIES else 0
+    """0 for the core, 1 for a module under attnlab/studies/, 2 under attnlab/tools/."""
+    parts = name.split(".")
+    return LAYERS.get(parts[1], 0) if len(parts) > 1 else 0
+
+
+def unit(name: str) -> str:
+    """The package or module a name belongs to: the first part below attnlab, or below its layer's folder."""
+    parts = name.split(".")[1:]
+    return ".".join(parts[:2] if parts and parts[0] in LAYERS else parts[:1])
 
 
 def test_no_layer_imports_a_layer_above_it():
     bad = [
         (m, t)
         for m, targets in imports().items()
-        if top(m) not in DISPATCH
+        if unit(m) not in DISPATCH
         for t in targets
-        if top(t) and layer(t) > layer(m)
+        if unit(t) and layer(t) > layer(m)
     ]
     assert not bad, bad
 
 
 def test_no_two_packages_import_each_other():
-    edges = {(top(m), top(t)) for m, targets in imports().items() for t in targets if top(t) and top(m) != top(t)}
+    edges = {(unit(m), unit(t)) for m, targets in imports().items() for t in targets if unit(t) and unit(m) != unit(t)}
     cycles = sorted((a, b) for a, b in edges if (b, a) in edges and a < b)
     assert not cycles, cycles
 
 
-def test_the_check_sees_relative_and_lazy_imports(tmp_path):
-    tree = ast.parse("def f():\n    from ..bench import kernels\n")
-    node = next(n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom))
-    assert node.level == 2 and node.module == "bench"
-    assert layer("attnlab.bench.kernels") == 2 > layer("attnlab.report.layout") == 1 > layer("attnlab.train") == 0
+def test_the_top_of_the_package_is_the_core():
+    """Every module or package directly under attnlab/ is the core, or one of the layers' folders: none
+    of them but the command line reaches into a layer's folder."""
+    top = {p.stem for p in ROOT.iterdir() if (p.suffix == ".py" or (p / "__init__.py").is_file())} - {"__init__"}
+    assert set(LAYERS) <= top
+    reaching = sorted(
+        (m, t)
+        for m, targets in imports().items()
+        if layer(m) == 0 and unit(m) not in DISPATCH
+        for t in targets
+        if layer(t) > 0
+    )
+    assert not reaching, reaching
+
+
+def test_the_layer_packages_import_nothing():
+    """``attnlab.tools`` and ``attnlab.studies`` are a docstring each, so a tool imports only what it uses
+    (gpu_check and wheelhouse run where hydra and wandb are not installed)."""
+    for name in LAYERS:
+        body = ast.parse((ROOT / name / "__init__.py").read_text(encoding="utf-8")).body
+        assert len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant), name
+        assert isinstance(body[0].value.value, str) and len(body[0].value.value.splitlines()) == 1, name
+
+
+def test_the_check_sees_relative_and_lazy_imports():
+    lazy = "def f():\n    from ...tools.bench import kernels\n    from ... import timing\n"
+    found = imported(lazy, "attnlab.studies.report.layout")
+    assert found == {"attnlab.tools.bench", "attnlab.tools.bench.kernels", "attnlab.timing"}
+    assert layer("attnlab.tools.bench.kernels") == 2 > layer("attnlab.studies.report.layout") == 1
+    assert layer("attnlab.studies.report.layout") > layer("attnlab.train") == layer("attnlab") == 0
+    assert imported("from . import layout\n", "attnlab.studies.report", is_package=True) == {
+        "attnlab.studies.report.layout"
+    }
+    assert unit(max(imported("from .studies import sweep\n", "attnlab.sample"))) == "studies.sweep"
+    assert unit("attnlab.studies.report.layout") == "studies.report" != unit("attnlab.studies.sweep") == "studies.sweep"
+    assert unit("attnlab.train") == "train" and unit("attnlab.attention.masks") == "attention"

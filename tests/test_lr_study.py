@@ -9,9 +9,9 @@ import statistics
 
 import pytest
 
-from attnlab.report import build_report
-from attnlab.report.aggregate import group_cells, load_runs, swept_axes
-from attnlab.report.lr import arms, qk_norm_findings, qk_sentence, size_trend, trend_sentence
+from attnlab.studies.report import build_report
+from attnlab.studies.report.aggregate import group_cells, load_runs, swept_axes
+from attnlab.studies.report.lr import arms, qk_norm_findings, qk_sentence, size_trend, trend_sentence
 
 LRS = ["1e-3", "1e-2", "1e-1"]
 VOCAB = 50  # initial loss ln 50 = 3.91

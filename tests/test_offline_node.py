@@ -63,7 +63,7 @@ def test_a_node_with_its_own_torch_installs_from_the_wheelhouse_alone_and_runs(t
         env,
     )  # the site's torch, there before attnlab
     site_torch = run([py, "-c", "import torch; print(torch.__version__, torch.__file__)"], tmp_path, env).stdout.strip()
-    from attnlab.wheelhouse import NODE_INSTALL
+    from attnlab.tools.wheelhouse import NODE_INSTALL
 
     for step in NODE_INSTALL.format(out=WHEELHOUSE).split(" && "):  # the commands docs/gpu.md gives
         run([py, *step.split()[1:]], tmp_path, env)

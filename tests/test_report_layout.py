@@ -12,10 +12,10 @@ import statistics
 import pytest
 from scipy.stats import t as student_t
 
-from attnlab.report import build_report, layout
-from attnlab.report.layout import Metric, Study, TableCell, findings
-from attnlab.report.numbers import mean_interval
-from attnlab.report.significance import contrasts, holm, welch
+from attnlab.studies.report import build_report, layout
+from attnlab.studies.report.layout import Metric, Study, TableCell, findings
+from attnlab.studies.report.numbers import mean_interval
+from attnlab.studies.report.significance import contrasts, holm, welch
 
 
 # ---------------------------------------------------------------- reading a report back
@@ -189,7 +189,7 @@ def test_the_baseline_sentence_names_the_cells_that_do_not_beat_it():
 def test_layout_of_a_synthetic_sweep(tmp_path, monkeypatch):
     level = {"bigram": 2.5, "unigram": 3.0, "chance": 4.4, "vocab": 84, "split": "val", "source": "test"}
     monkeypatch.setattr(layout, "attention_free_level", lambda: level)
-    monkeypatch.setattr("attnlab.report.attention_free_level", lambda: level)
+    monkeypatch.setattr("attnlab.studies.report.attention_free_level", lambda: level)
     text_data = {"_target_": "attnlab.data.TextDataModule", "source": "shakespeare", "path": None}
     summary = build_report(synthetic_sweep(tmp_path / "sweep", data=text_data), reports=tmp_path / "r")
     out = tmp_path / "r" / "fake"
@@ -260,7 +260,7 @@ def test_machine_columns_leave_the_main_table_and_a_model_cost_stays_when_it_var
 def test_restat_relays_a_committed_report_from_its_files(tmp_path):
     """A report re-laid from ablation.csv and summary.json alone: the same tests, intervals and headline; without
     per-seed values it says so, and the per-seed section is left out."""
-    from attnlab.report.restat import restat
+    from attnlab.studies.report.restat import restat
 
     build_report(synthetic_sweep(tmp_path / "sweep"), reports=tmp_path / "r")
     out = tmp_path / "r" / "fake"
@@ -296,8 +296,8 @@ def test_report_titles_name_their_own_study():
 
 # ---------------------------------------------------------------- plots
 def test_max_logit_plot_draws_every_seed_with_the_legend_outside(tmp_path, monkeypatch):
-    from attnlab.report import plots
-    from attnlab.report.aggregate import group_cells, load_runs, swept_axes
+    from attnlab.studies.report import plots
+    from attnlab.studies.report.aggregate import group_cells, load_runs, swept_axes
 
     runs = load_runs(synthetic_sweep(tmp_path / "sweep"))
     cells = group_cells(runs, swept_axes(runs))
@@ -321,7 +321,7 @@ def test_max_logit_plot_draws_every_seed_with_the_legend_outside(tmp_path, monke
 
 
 def test_metric_plot_draws_the_baseline_and_interval_bars(tmp_path, monkeypatch):
-    from attnlab.report import plots
+    from attnlab.studies.report import plots
 
     study = _study(LOSSES)
     figures = []

@@ -1,4 +1,4 @@
-"""Tests of attnlab.repro: each measurement on a small case with a known answer, the verdict logic,
+"""Tests of attnlab.studies.repro: each measurement on a small case with a known answer, the verdict logic,
 the report rendering, and the fast mode end to end."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from attnlab.analysis.heads import types_by_layer
-from attnlab.report import build_report
-from attnlab.repro import (
+from attnlab.studies.report import build_report
+from attnlab.studies.repro import (
     equivalence,
     jacobian,
     judge,
@@ -27,7 +27,7 @@ from attnlab.repro import (
     studies,
     training,
 )
-from attnlab.repro.verdict import (
+from attnlab.studies.repro.verdict import (
     AGREES,
     DEPENDS,
     DIFFERS,
@@ -373,7 +373,7 @@ def test_fast_pipeline_in_process_writes_every_fast_id(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_cli_fast_mode_end_to_end(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "attnlab.repro", "--mode", "fast", "--out", str(tmp_path)],
+        [sys.executable, "-m", "attnlab.studies.repro", "--mode", "fast", "--out", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -1134,7 +1134,7 @@ def test_memory_table_sets_the_kernel_benchmark_beside_ours(tmp_path):
 def test_repro_and_bench_measure_the_same_step():
     """The repro's naive step is the kernel benchmark's: the same backend, the output gradient drawn beforehand,
     so the peak holds the T x T tensors of one step and nothing a closure kept alive."""
-    from attnlab.bench.kernels import KernelPlan, bench_one, kernel_variants
+    from attnlab.tools.bench.kernels import KernelPlan, bench_one, kernel_variants
 
     t = 256
     plan = KernelPlan(
@@ -1191,7 +1191,7 @@ def test_every_claim_names_where_the_articles_make_it():
 
 
 # ---------------------------------------------------------------- deterministic claims pinned at their measured values
-# Measured with `python -m attnlab.repro --mode fast` (torch 2.13.0, CPU, seeded). Numbers from seeded float math are pinned
+# Measured with `python -m attnlab.studies.repro --mode fast` (torch 2.13.0, CPU, seeded). Numbers from seeded float math are pinned
 # to 1e-4 relative (the digits the report prints); a change here means the reproduction changed, not noise.
 PIN = dict(rel=1e-4)
 
@@ -1343,7 +1343,7 @@ def test_repro_verdicts_go_to_one_wandb_run_with_their_reasons(tmp_path, monkeyp
     """`attnlab repro --wandb offline`: one run with a Table of every verdict and its reason, the tally as its summary."""
     from test_wandb_summary import records  # the offline-file reader, one implementation
 
-    from attnlab.repro.wandb_summary import log_repro_summary
+    from attnlab.studies.repro.wandb_summary import log_repro_summary
 
     monkeypatch.setenv("WANDB_SILENT", "true")
     results = [
@@ -1378,7 +1378,7 @@ def test_repro_verdicts_go_to_one_wandb_run_with_their_reasons(tmp_path, monkeyp
 
 def _testbed(base: list, slot: list, sgd: list | None = None) -> dict:
     """studies.sinks_bb_measurements' shape: per arm every seed's dormant first-token weight, etc."""
-    from attnlab.repro.studies import BB_BASE, BB_SGD, BB_SLOTS
+    from attnlab.studies.repro.studies import BB_BASE, BB_SGD, BB_SLOTS
 
     arm = lambda dormant, escape=None: {
         "seeds": list(range(len(dormant))),
@@ -1395,7 +1395,7 @@ def _testbed(base: list, slot: list, sgd: list | None = None) -> dict:
 
 
 def test_claim_13_the_testbed_decides_the_cause_both_ways():
-    from attnlab.repro.studies import BB_BASE, BB_SGD, BB_SIGMOID, BB_SLOTS
+    from attnlab.studies.repro.studies import BB_BASE, BB_SGD, BB_SIGMOID, BB_SLOTS
 
     no_text_sink = _m13(False)  # neither the character model nor the text study forms one
     formed = {
@@ -1491,7 +1491,7 @@ def _own_arm(dormant: list, max_prob: float = 0.912, entropy: float = 0.071, los
 
 
 def test_claim_13_the_gate_and_window_arms_turn_the_verdict_and_the_sentence():
-    from attnlab.repro.studies import BB_BASE, BB_GATE, BB_SLOTS, BB_WINDOW
+    from attnlab.studies.repro.studies import BB_BASE, BB_GATE, BB_SLOTS, BB_WINDOW
 
     no_text_sink = _m13(False)
     removes = _testbed([0.99] * 5, [0.05] * 5)  # both escape slots remove the sink: the cause as stated holds
@@ -1580,7 +1580,7 @@ def _testbed_report(path, cells: list[tuple[dict, list[float]]], contrasts: dict
 
 
 def test_the_testbed_reads_the_gate_and_window_reports_by_their_axes(tmp_path):
-    from attnlab.repro import studies
+    from attnlab.studies.repro import studies
 
     base = {"model.attention.escape": "none", "experiment": "sinks_bb", "model.attention.normalize": "-"}
     _testbed_report(tmp_path / "sinks_bb", [(base, [0.99, 0.98])])

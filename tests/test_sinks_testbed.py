@@ -141,7 +141,7 @@ def test_the_study_table_shows_the_extreme_token_columns_and_the_formation_plot(
 
     from test_sweep import fake_run
 
-    from attnlab.report import build_report
+    from attnlab.studies.report import build_report
 
     for sink in ("none", "learned"):
         for seed in (0, 1):

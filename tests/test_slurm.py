@@ -115,7 +115,7 @@ def test_sweep_through_sbatch_ends_ok_with_its_table(cluster, tmp_path):
         [
             sys.executable,
             "-m",
-            "attnlab.sweep",
+            "attnlab.studies.sweep",
             "--launcher",
             "slurm",
             "--study",

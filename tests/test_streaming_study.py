@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab.report import streaming
-from attnlab.repro.streaming import claim_16, judge_16, streaming_measurements
-from attnlab.repro.verdict import AGREES, DEPENDS, DIFFERS, UNTESTED
+from attnlab.studies.report import streaming
+from attnlab.studies.repro.streaming import claim_16, judge_16, streaming_measurements
+from attnlab.studies.repro.verdict import AGREES, DEPENDS, DIFFERS, UNTESTED
 
 SINKS = [0, 1, 2, 4]
 

@@ -17,20 +17,20 @@ from omegaconf import OmegaConf
 from test_report_layout import ci, md_tables, table_with
 
 from attnlab.config import CONF_DIR, compose_config
-from attnlab.dashboard import main as dashboard_main
-from attnlab.report import build_report
-from attnlab.report.aggregate import group_cells, load_runs, swept_axes
-from attnlab.report.lr import arms as lr_arms
-from attnlab.report.numbers import mean_interval, mean_pm_std
-from attnlab.report.significance import welch
-from attnlab.sweep import studies
+from attnlab.studies.report import build_report
+from attnlab.studies.report.aggregate import group_cells, load_runs, swept_axes
+from attnlab.studies.report.lr import arms as lr_arms
+from attnlab.studies.report.numbers import mean_interval, mean_pm_std
+from attnlab.studies.report.significance import welch
+from attnlab.studies.sweep import studies
+from attnlab.tools.dashboard import main as dashboard_main
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_sweep(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "attnlab.sweep", "--logs", str(tmp_path / "logs"), *args],
+        [sys.executable, "-m", "attnlab.studies.sweep", "--logs", str(tmp_path / "logs"), *args],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -221,7 +221,7 @@ STUDY = {  # (d_k, scaling, init_std) -> val loss per seed
 
 
 def test_report_merges_sweep_dirs_and_marks_differences_beyond_seed_noise(tmp_path):
-    from attnlab.report.__main__ import main as report_main
+    from attnlab.studies.report.__main__ import main as report_main
 
     dirs = fake_study(tmp_path, [0, 1, 2], STUDY)
     assert report_main([*map(str, dirs), "--reports", str(tmp_path / "r")]) == 0
@@ -269,7 +269,7 @@ def test_one_seed_claims_no_significance(tmp_path):
 
 
 def test_merging_the_same_runs_twice_is_refused(tmp_path, capsys):
-    from attnlab.report.__main__ import main as report_main
+    from attnlab.studies.report.__main__ import main as report_main
 
     dirs = fake_study(tmp_path, [0, 1], STUDY)
     copy = tmp_path / "copy"
@@ -413,7 +413,7 @@ def test_dashboard_without_login_prints_plan_and_exits_zero(monkeypatch, capsys,
 
 
 def test_compare_plots_runs_side_by_side(tmp_path, monkeypatch):
-    from attnlab.report.__main__ import main as report_main
+    from attnlab.studies.report.__main__ import main as report_main
 
     for name in ("a", "b"):
         run = tmp_path / name
@@ -449,7 +449,7 @@ def test_a_pair_with_one_seed_on_one_side_is_left_untested(tmp_path):
 
 
 def test_holm_adjusts_the_family_and_keeps_the_order():
-    from attnlab.report.significance import holm
+    from attnlab.studies.report.significance import holm
 
     # m = 4: 4 x 0.01, 3 x 0.02, 2 x 0.03 (kept monotone), 1 x 0.5; untested pairs stay None
     adjusted = holm([0.03, 0.01, None, 0.5, 0.02])
@@ -459,7 +459,7 @@ def test_holm_adjusts_the_family_and_keeps_the_order():
 
 
 def test_wilson_interval_for_a_mechanism_that_forms_in_some_seeds():
-    from attnlab.report.significance import k_of_n_text, wilson
+    from attnlab.studies.report.significance import k_of_n_text, wilson
 
     lo, hi = wilson(8, 10)
     assert (round(lo, 3), round(hi, 3)) == (0.49, 0.943)  # the closed form at z = 1.96
@@ -507,8 +507,8 @@ def test_a_crossed_study_reports_each_axis_pooled_over_the_other(tmp_path):
 
 
 def test_pooled_effect_matches_a_stratified_welch_by_hand():
-    from attnlab.report.aggregate import Cell
-    from attnlab.report.significance import factor_effects
+    from attnlab.studies.report.aggregate import Cell
+    from attnlab.studies.report.significance import factor_effects
 
     def cell(bos, sink, values):
         c = Cell({"data.bos": bos, "model.attention.escape": sink})
@@ -549,7 +549,7 @@ def test_task_val_stream_does_not_depend_on_the_training_seed():
 
 def test_restat_from_the_csv_alone_gives_the_tests_the_runs_give(tmp_path):
     """A report's significance recomputed from ablation.csv's means, stds and counts equals the one made from the runs."""
-    from attnlab.report.restat import restat, standins
+    from attnlab.studies.report.restat import restat, standins
 
     vals = standins(1.5, 0.2, 4)
     assert statistics.fmean(vals) == pytest.approx(1.5) and statistics.stdev(vals) == pytest.approx(0.2)

@@ -246,7 +246,7 @@ def test_the_escape_slots_old_key_is_read_with_a_one_line_notice(make_cfg, tmp_p
     first-token phenomenon): the old key still sets it, in configs, checkpoints' model configs and
     recorded sweeps, for one release."""
     from attnlab.config_checks import apply_renamed_keys
-    from attnlab.report.aggregate import RunResult
+    from attnlab.studies.report.aggregate import RunResult
 
     cfg = make_cfg("model.attention.sink=learned")
     notices = apply_renamed_keys(cfg)

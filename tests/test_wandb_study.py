@@ -22,9 +22,9 @@ from test_wandb_summary import records
 
 from attnlab import wandb_runs
 from attnlab.config import compose_config
-from attnlab.dashboard import HEADLINE, build_plan, link_offline_runs, offline_runs
-from attnlab.report.wandb_summary import wandb_target
-from attnlab.sweep import study_grid
+from attnlab.studies.report.wandb_summary import wandb_target
+from attnlab.studies.sweep import study_grid
+from attnlab.tools.dashboard import HEADLINE, build_plan, link_offline_runs, offline_runs
 
 STUDIES = [s for s, keys in wandb_runs.committed_sweeps().items() if keys]
 
@@ -178,11 +178,11 @@ def test_dashboard_headline_puts_a_wide_numeric_axis_on_a_log_scale():
 
 
 def test_dashboard_for_sinks_prints_a_plan_grouped_by_bos_and_escape(monkeypatch, capsys):
-    from attnlab.dashboard import main
+    from attnlab.tools.dashboard import main
 
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("NETRC", "/nonexistent")
-    monkeypatch.setattr("attnlab.dashboard.logged_in", lambda: False)
+    monkeypatch.setattr("attnlab.tools.dashboard.logged_in", lambda: False)
     assert main(["--study", "sinks"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.rstrip(":").endswith("grouped by bos, escape")
@@ -192,7 +192,7 @@ def test_dashboard_for_sinks_prints_a_plan_grouped_by_bos_and_escape(monkeypatch
 
 def test_dashboard_workspace_builds_offline():
     pytest.importorskip("wandb_workspaces")
-    from attnlab.dashboard import workspace
+    from attnlab.tools.dashboard import workspace
 
     view = workspace(build_plan("sinks", n_layer=2), "entity", "attnlab")._to_model()
     spec = view.model_dump_json()
@@ -292,7 +292,7 @@ def smoke_sweep(request, tmp_path_factory):
         [
             sys.executable,
             "-m",
-            "attnlab.sweep",
+            "attnlab.studies.sweep",
             "--study",
             study,
             "--jobs",
@@ -343,7 +343,7 @@ def test_smoke_sweep_is_one_group_with_named_runs_axes_and_images(smoke_sweep):
 def test_a_studys_offline_runs_open_together_in_wandb_leet(smoke_sweep):
     study, root, _ = smoke_sweep
     proc = subprocess.run(
-        [sys.executable, "-m", "attnlab.dashboard", "--study", study, "--offline", "--logs", str(root / "logs")],
+        [sys.executable, "-m", "attnlab.tools.dashboard", "--study", study, "--offline", "--logs", str(root / "logs")],
         cwd=root,
         capture_output=True,
         text=True,

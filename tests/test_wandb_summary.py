@@ -14,8 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from attnlab.report.tables import read_csv
-from attnlab.report.wandb_summary import wandb_target
+from attnlab.studies.report.tables import read_csv
+from attnlab.studies.report.wandb_summary import wandb_target
 
 BLOCK = 32 * 1024
 HEADER = 7  # b":W&B", a 2-byte magic, a version byte
@@ -94,7 +94,7 @@ def sweep(tmp_path_factory):
     """Two smoke training runs with W&B offline, laid out as a two-job sweep whose init_std column
     mixes a number and a name (W&B wants one type per column), then `make table` on it."""
     from attnlab.config import compose_config
-    from attnlab.report import build_report
+    from attnlab.studies.report import build_report
     from attnlab.train import train
 
     root = tmp_path_factory.mktemp("wandb")

@@ -1,0 +1,63 @@
+"""The attention-free level of a character model: unigram and bigram cross-entropy on the val split.
+
+A model whose attention does nothing sees only the current character, so the best it can do is a
+bigram model: p(next | current). Its cross-entropy on the validation split is the level below which a
+run must be to show that its attention is used; judging "training fails without scaling" on runs
+above it compares two models that both ignore attention. Both levels are fitted on the train split
+(add-one smoothing, so an unseen pair costs a finite loss) and scored on the val split, whole and on
+given window sets (those a study's runs validated on).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ...data import TextDataModule
+from ...data.text import RandomWindows
+
+# nats: a run uses its attention when it ends at least this far below the attention-free (bigram) level
+CLEARLY_BELOW = 0.1
+
+
+def ngram_tables(train_ids: torch.Tensor, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """log p(c) (vocab,) and log p(next | current) (vocab, vocab) from the train split, add-one smoothed."""
+    uni = torch.bincount(train_ids, minlength=vocab).double() + 1
+    pairs = (
+        torch.bincount(train_ids[:-1] * vocab + train_ids[1:], minlength=vocab * vocab).double().view(vocab, vocab) + 1
+    )
+    return (uni / uni.sum()).log(), (pairs / pairs.sum(1, keepdim=True)).log()
+
+
+def pair_loss(log_bigram: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Mean -log p(y | x) over every (input, target) position."""
+    return float(-log_bigram[x.reshape(-1), y.reshape(-1)].mean())
+
+
+def attention_free_levels(
+    block_size: int = 64, batch_size: int = 12, val_batches: int = 20, window_seeds=(), batches=None
+) -> dict:
+    """{vocab, chance (ln vocab), unigram, bigram (whole val split), windows: {seed: bigram on those val windows},
+    probe: bigram on ``batches`` (x, y), when given}."""
+    dm = TextDataModule(block_size=block_size, batch_size=batch_size, steps=1, val_batches=val_batches)
+    dm.setup("fit")
+    vocab = dm.vocab_size
+    log_uni, log_bi = ngram_tables(dm.train_ids, vocab)
+    val = dm.val_ids
+    out = {
+        "vocab": vocab,
+        "chance": math.log(vocab),
+        "unigram": float(-log_uni[val[1:]].mean()),
+        "bigram": pair_loss(log_bi, val[:-1], val[1:]),
+        "val_chars": len(val),
+        "train_chars": len(dm.train_ids),
+        "windows": {},
+    }
+    for seed in window_seeds:
+        windows = RandomWindows(val, block_size, val_batches * batch_size, seed)
+        xs, ys = zip(*(windows[i] for i in range(len(windows))))
+        out["windows"][int(seed)] = pair_loss(log_bi, torch.stack(xs), torch.stack(ys))
+    if batches:
+        out["probe"] = sum(pair_loss(log_bi, x, y) for x, y in batches) / len(batches)
+    return out

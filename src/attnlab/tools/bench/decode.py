@@ -1,0 +1,491 @@
+"""``python -m attnlab.tools.bench.decode [RUN ...] [--tokens N] [--repeats R]``: ``attnlab sample``'s
+generation timed with the KV cache and without (``--no-cache``), in one process, the two arms
+alternated (which goes first flips every repeat), same seed; medians and the per-pair ratio range
+-> reports/inference/sample_speed.json and .md.
+
+Each RUN is a run dir or .ckpt file, optionally ``:TOKENS`` (default ``--tokens``). Both arms must
+produce the same text (checked every repeat): the cache changes the cost, not the output.
+``--stream CAPACITY:SINKS`` adds a third arm, rolling caches (``attnlab sample --stream``), in the
+same alternation, for checkpoints whose positions can take them (rope, alibi, none); its text is
+its own once the cache evicts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from ...checkpointing import load_model
+from ...cli import command_parser
+from ...data.tokens import load_tokenizer
+from ...errors import CheckpointError
+from ...results import atomic_write_text, git_sha
+from ...sample import resolve_checkpoint
+
+OUT = Path("reports/inference")
+SAMPLING = dict(temperature=0.8, top_k=40)  # attnlab sample's defaults
+
+
+def time_generate(
+    model, idx: torch.Tensor, tokens: int, seed: int, cache: bool, stream: tuple[int, int] | None = None
+) -> tuple[float, list[int]]:
+    """(seconds, generated ids) of one ``generate`` call with attnlab sample's sampling settings."""
+    gen = torch.Generator().manual_seed(seed)
+    t0 = time.perf_counter()
+    out = model.generate(idx, tokens, generator=gen, cache=cache, stream=stream, **SAMPLING)
+    return time.perf_counter() - t0, out[0].tolist()
+
+
+def bench_run(
+    ckpt: Path, tokens: int, repeats: int, prompt: str = "\n", seed: int = 0, stream: tuple[int, int] | None = None
+) -> dict:
+    """Alternated cached / uncached (/ rolling, with ``stream``) generations of ``tokens`` tokens
+    from one checkpoint."""
+    try:
+        module = load_model(ckpt)[0].eval()
+    except CheckpointError as err:
+        raise SystemExit(f"attnlab: error: {err}; expected a checkpoint written by attnlab train") from None
+    model, cfg = module.model, module.model.cfg
+    if stream is not None and (model.wpe is not None or stream[0] > cfg.block_size):
+        stream = None  # learned positions or too long a capacity: this checkpoint takes no rolling cache
+    idx = torch.tensor([load_tokenizer(ckpt, module.hparams.get("vocab")).encode(prompt)], dtype=torch.long)
+    arms = {"cached": dict(cache=True), "uncached": dict(cache=False)}
+    if stream is not None:
+        arms["stream"] = dict(cache=True, stream=stream)
+    for arm in arms.values():  # warm-up: first-call allocations and lazy initialisation
+        time_generate(model, idx, min(tokens, 16), seed, **arm)
+    seconds: dict[str, list[float]] = {name: [] for name in arms}
+    identical = True
+    for r in range(repeats):
+        names = list(arms) if r % 2 == 0 else list(arms)[::-1]
+        texts = {}
+        for name in names:
+            s, texts[name] = time_generate(model, idx, tokens, seed, **arms[name])
+            seconds[name].append(s)
+        identical &= texts["cached"] == texts["uncached"]
+    ratios = [u / c for c, u in zip(seconds["cached"], seconds["uncached"])]
+    median = {arm: statistics.median(v) for arm, v in seconds.items()}
+    return {
+        "stream": None if stream is None else {"capacity": stream[0], "sinks": stream[1]},
+        "checkpoint": str(ckpt),
+        "tokens": tokens,
+        "prompt_tokens": idx.shape[1],
+        "repeats": repeats,
+        "seed": seed,
+        "sampling": SAMPLING,
+        "model": {
+            "block_size": cfg.block_size,
+            "n_layer": cfg.n_layer,
+            "n_head": cfg.n_head,
+            "n_kv_head": cfg.n_kv_head,
+            "d_model": cfg.d_model,
+            "pos_encoding": cfg.pos_encoding,
+            "backend": cfg.attention.backend,
+            "escape": cfg.attention.escape,
+        },
+        # steps whose window passes block_size refill the caches from the whole window (GPT.generate)
+        "refilled_steps": max(0, idx.shape[1] + tokens - cfg.block_size),
+        "seconds": seconds,
+        "median_s": median,
+        "tokens_per_s": {arm: tokens / s for arm, s in median.items()},
+        "speedup": median["uncached"] / median["cached"],
+        "speedup_range": [min(ratios), max(ratios)],
+        **({"stream_speedup": median["uncached"] / median["stream"]} if stream is not None else {}),
+        "identical_text": identical,
+    }
+
+
+# ---- the decode section of ``python -m attnlab.tools.bench`` (make bench) ------------------------------------
+
+# the tiny preset's shape (4 layers, 4 heads, d_model 128, d_k 32), rope, sdpa; random weights: the cost
+# of a decoding step and the bytes a cache holds do not depend on what the weights learned
+DECODE = {
+    "full": dict(contexts=(256, 512, 1024, 2048), new_tokens=32, repeats=5, batches=(1, 4, 16)),
+    "fast": dict(contexts=(128, 1024), new_tokens=16, repeats=3, batches=(1, 4, 16)),
+    "tiny": dict(
+        contexts=(16, 32), new_tokens=4, repeats=2, batches=(1, 4), shape=dict(n_layer=2, n_head=4, d_model=32)
+    ),
+}
+DECODE_SHAPE = dict(n_layer=4, n_head=4, d_model=128, vocab_size=65)
+BUDGET_BYTES = 2**30  # the stated memory budget of the concurrency ceiling (1 GiB)
+
+
+def decode_variants(n_head: int) -> dict[str, dict]:
+    """GPTConfig changes per variant: the key/value heads (multi-head, grouped, multi-query), the
+    escape slot on multi-head, and sigmoid attention, which only the explicit kernel runs: beside it
+    softmax on that same kernel (``softmax_scaled``), the reference its own cost is read against."""
+    return {
+        "mha": {},
+        "gqa": {"n_kv_head": n_head // 2},
+        "mqa": {"n_kv_head": 1},
+        "escape_zero_logit": {"attention": {"escape": "zero_logit"}},
+        "escape_learned": {"attention": {"escape": "learned"}},
+        "softmax_scaled": {"attention": {"backend": "scaled"}},
+        "sigmoid": {"attention": {"backend": "scaled", "normalize": "sigmoid"}},
+    }
+
+
+def kv_bytes_per_token(caches) -> tuple[float, float]:
+    """(filled, allocated) bytes per cached position and sequence, summed over the layers, read from
+    the cache tensors: the filled part of k and v, and their whole storage over its room."""
+    filled = allocated = 0.0
+    for c in caches:
+        b = c.k.shape[0]
+        for t in (c.k, c.v):
+            filled += t[:, :, : c.length].numel() * t.element_size() / (b * c.length)
+            allocated += t.numel() * t.element_size() / (b * t.shape[2])
+    return filled, allocated
+
+
+@torch.no_grad()
+def _decode(model, caches, last: torch.Tensor, steps: int) -> float:
+    """Seconds of ``steps`` greedy decoding steps after ``last`` (B, 1)."""
+    _sync(last.device)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        last = model.next_logits(last, caches).argmax(-1, keepdim=True)
+    _sync(last.device)
+    return time.perf_counter() - t0
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":  # kernels run asynchronously: time what they did, not their launch
+        torch.cuda.synchronize(device)
+
+
+def _rewind(caches, length: int) -> None:
+    for c in caches:  # the entries past ``length`` are overwritten by the next steps
+        c.length = length
+
+
+def _spread(values: list[float]) -> list[float]:
+    return [min(values), max(values)]
+
+
+def decode_section(
+    contexts: tuple[int, ...],
+    new_tokens: int,
+    repeats: int,
+    batches: tuple[int, ...],
+    shape: dict | None = None,
+    budget_bytes: int = BUDGET_BYTES,
+    backend: str = "sdpa",
+    device: torch.device | str = "cpu",
+    log=print,
+) -> dict:
+    """Per variant and context T: prefill seconds, ms per decoded token, KV bytes per token (measured
+    and 2 x layers x n_kv_head x d_k x element size), the concurrency ceiling at ``budget_bytes``
+    and the tokens/s of B sequences decoded as one batch. Variants alternate within every repeat (the
+    order flips each repeat) and each speed ratio against multi-head attention is taken within a repeat."""
+    from ...model.gpt import GPT, GPTConfig
+
+    dims = {**DECODE_SHAPE, **(shape or {})}
+    block = max(contexts) + new_tokens
+    load_before = os.getloadavg()[0]
+    models, refused = {}, {}
+    for name, change in decode_variants(dims["n_head"]).items():
+        change = dict(change)
+        attention = {"backend": backend, **change.pop("attention", {})}
+        torch.manual_seed(0)
+        try:
+            model = (
+                GPT(GPTConfig(block_size=block, pos_encoding="rope", attention=attention, **dims, **change))
+                .to(device)
+                .eval()
+            )
+        except (ValueError, TypeError) as err:  # a variant this attnlab cannot build
+            refused[name] = f"{type(err).__name__}: {str(err).splitlines()[0]}"
+            continue
+        models[name] = model
+    names = list(models)
+    rows = []
+    for T in contexts:
+        ids = torch.randint(
+            0, dims["vocab_size"], (max(batches), T + 1), generator=torch.Generator().manual_seed(T)
+        ).to(device)
+        per = {n: {"prefill_s": [], "decode_s": [], "tput": {b: [] for b in batches}} for n in names}
+        for b in batches:
+            caches = {}
+            with torch.no_grad():
+                for n in names:  # warm-up and the prefill the repeats rewind to
+                    caches[n] = models[n].kv_caches()
+                    models[n].next_logits(ids[:b, :T], caches[n])
+                    _decode(models[n], caches[n], ids[:b, T:], 2)
+            for r in range(repeats):
+                for n in names if r % 2 == 0 else names[::-1]:
+                    model, cs = models[n], caches[n]
+                    if b == 1:
+                        _rewind(cs, 0)
+                        _sync(ids.device)
+                        t0 = time.perf_counter()
+                        with torch.no_grad():
+                            model.next_logits(ids[:1, :T], cs)
+                        _sync(ids.device)
+                        per[n]["prefill_s"].append(time.perf_counter() - t0)
+                    _rewind(cs, T)
+                    s = _decode(model, cs, ids[:b, T:], new_tokens)
+                    per[n]["tput"][b].append(b * new_tokens / s)
+                    if b == 1:
+                        per[n]["decode_s"].append(s)
+            if b == 1:
+                measured = {n: kv_bytes_per_token((_rewind(caches[n], T), caches[n])[1]) for n in names}
+            del caches
+        for n in names:
+            cfg, model = models[n].cfg, models[n]
+            elem = next(model.parameters()).element_size()
+            weights = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+            filled, allocated = measured[n]
+            formula = 2 * cfg.n_layer * cfg.n_kv_head * cfg.d_k * elem
+            p, base = per[n], per["mha"] if "mha" in per else per[n]
+            ms = [1e3 * s / new_tokens for s in p["decode_s"]]
+            ms_ratio = [a / m for a, m in zip(p["decode_s"], base["decode_s"])]
+            row = {
+                "variant": n,
+                "backend": cfg.attention.backend,
+                "T": T,
+                "n_head": cfg.n_head,
+                "n_kv_head": cfg.n_kv_head,
+                "n_layer": cfg.n_layer,
+                "d_k": cfg.d_k,
+                "element_size": elem,
+                "escape": cfg.attention.escape,
+                "prefill_s": statistics.median(p["prefill_s"]),
+                "prefill_s_range": _spread(p["prefill_s"]),
+                "ms_per_token": statistics.median(ms),
+                "ms_per_token_range": _spread(ms),
+                "decode_s": p["decode_s"],
+                "ms_per_token_ratio_to_mha": statistics.median(ms_ratio),
+                "ms_per_token_ratio_range": _spread(ms_ratio),
+                "kv_bytes_per_token": filled,
+                "kv_bytes_per_token_allocated": allocated,
+                "kv_bytes_per_token_formula": formula,
+                "kv_bytes_match": filled == formula == allocated,
+                "weights_bytes": weights,
+                "budget_bytes": budget_bytes,
+                "max_sequences": max(0, int((budget_bytes - weights) // (filled * T))),
+                "throughput": {},
+            }
+            for b in batches:
+                ratio = [a / m for a, m in zip(p["tput"][b], base["tput"][b])]
+                row["throughput"][str(b)] = {
+                    "tokens_per_s": statistics.median(p["tput"][b]),
+                    "per_repeat": p["tput"][b],
+                    "range": _spread(p["tput"][b]),
+                    "ratio_to_mha": statistics.median(ratio),
+                    "ratio_range": _spread(ratio),
+                }
+            rows.append(row)
+        mha = next((r for r in rows if r["T"] == T and r["variant"] == "mha"), None)
+        for r in rows:
+            if r["T"] == T and mha is not None:
+                r["kv_bytes_ratio_to_mha"] = r["kv_bytes_per_token"] / mha["kv_bytes_per_token"]
+                r["max_sequences_ratio_to_mha"] = r["max_sequences"] / max(mha["max_sequences"], 1)
+        log(
+            f"  decode T={T}: "
+            + ", ".join(f"{r['variant']} {r['ms_per_token']:.2f} ms/token" for r in rows if r["T"] == T)
+        )
+    return {
+        "setup": {
+            **dims,
+            "block_size": block,
+            "pos_encoding": "rope",
+            "backend": backend,
+            "dtype": "float32",
+            "device": str(device),
+            "contexts": list(contexts),
+            "new_tokens": new_tokens,
+            "repeats": repeats,
+            "batches": list(batches),
+            "budget_bytes": budget_bytes,
+            "threads": torch.get_num_threads(),
+            "load_avg_1m": [load_before, os.getloadavg()[0]],
+        },
+        "rows": rows,
+        "refused": refused,
+    }
+
+
+def decode_table(section: dict) -> list[str]:
+    """bench.md's decode section."""
+    from ...markdown import markdown_table
+
+    s = section["setup"]
+    batches = [str(b) for b in s["batches"]]
+    header = [
+        "variant",
+        "T",
+        "n_kv_head",
+        "prefill ms",
+        "ms/token (min-max)",
+        "ms/token / mha's (min-max)",
+        "KV B/token (formula)",
+        "KV / mha's",
+        f"sequences in {s['budget_bytes'] / 2**30:g} GiB",
+        *[f"B={b} tok/s (/ mha's, min-max)" for b in batches],
+    ]
+    body = []
+    for r in section["rows"]:
+        tp = r["throughput"]
+        body.append(
+            [
+                r["variant"],
+                r["T"],
+                r["n_kv_head"],
+                f"{1e3 * r['prefill_s']:.1f}",
+                f"{r['ms_per_token']:.2f} ({r['ms_per_token_range'][0]:.2f}-{r['ms_per_token_range'][1]:.2f})",
+                f"{r['ms_per_token_ratio_to_mha']:.2f} ({r['ms_per_token_ratio_range'][0]:.2f}-"
+                f"{r['ms_per_token_ratio_range'][1]:.2f})",
+                f"{r['kv_bytes_per_token']:.0f} ({r['kv_bytes_per_token_formula']})",
+                f"{r.get('kv_bytes_ratio_to_mha', float('nan')):.2f}",
+                r["max_sequences"],
+                *[
+                    f"{tp[b]['tokens_per_s']:.0f} ({tp[b]['ratio_to_mha']:.2f}, {tp[b]['ratio_range'][0]:.2f}-"
+                    f"{tp[b]['ratio_range'][1]:.2f})"
+                    for b in batches
+                ],
+            ]
+        )
+    lines = [
+        f"{s.get('device', 'cpu')}: GPT of {s['n_layer']} layers, {s['n_head']} heads, d_model {s['d_model']}, rope, {s['backend']}, {s['dtype']}, "
+        f"random weights, batch 1 unless B says otherwise. Per context T: prefill = one forward of T tokens into empty "
+        f"caches; ms/token = {s['new_tokens']} greedy steps after the T-token prefill, over {s['new_tokens']}; "
+        f"KV B/token = the filled k and v of every layer's cache over its positions (formula 2 x layers x n_kv_head x "
+        f"d_k x element size); sequences = (budget - weights) // (KV B/token x T), vLLM's count; B=b tok/s = b "
+        f"sequences of T decoded as one batch, b x {s['new_tokens']} tokens over the time. {s['repeats']} repeats, "
+        f"variants alternated (the order flips every repeat), medians; ratios to mha within a repeat. "
+        f"{s['threads']} torch thread(s)"
+        + (
+            f", load average {s['load_avg_1m'][0]:.1f} before and {s['load_avg_1m'][1]:.1f} after (a shared machine)."
+            if s.get("load_avg_1m")
+            else "."
+        ),
+        "",
+        *markdown_table(header, body, align="lrrrrrrrr" + "r" * len(batches)).splitlines(),
+    ]
+    explicit = sorted({r["variant"] for r in section["rows"] if r.get("backend", s["backend"]) != s["backend"]})
+    if explicit:
+        lines += [
+            "",
+            f"{' and '.join(explicit)} run the explicit kernel: sigmoid's cost reads against softmax_scaled's.",
+        ]
+    if section.get("refused"):
+        lines += ["", "Refused: " + "; ".join(f"{n}: {why}" for n, why in section["refused"].items())]
+    return lines
+
+
+def machine() -> dict:
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "load_avg_1m": os.getloadavg()[0],
+    }
+
+
+def markdown(report: dict) -> str:
+    m = report["machine"]
+    lines = [
+        "# attnlab sample: KV cache against --no-cache",
+        "",
+        f"`python -m attnlab.tools.bench.decode` at git {report['git']}, {report['date']}. {m['cpus']}-core CPU "
+        f"({m['processor']}), torch {m['torch']}, {m['torch_threads']} torch thread(s), load {m['load_avg_1m']:.1f} "
+        "(a shared machine: other processes ran beside this one).",
+        "Both arms in one process, alternated (the first arm flips every repeat), one prompt token (`\\n`), "
+        f"temperature {SAMPLING['temperature']}, top-k {SAMPLING['top_k']}, the same seed: the two texts are "
+        "compared every repeat.",
+        "",
+        "| checkpoint | block | layers x d_model | positions | tokens | refilled steps | cached s (tok/s) "
+        "| no cache s (tok/s) | speed-up (pair range) | same text | rolling cache s (tok/s), speed-up |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in report["runs"]:
+        cfg, med, tps = row["model"], row["median_s"], row["tokens_per_s"]
+        lo, hi = row["speedup_range"]
+        rolling = (
+            "-"
+            if row["stream"] is None
+            else (
+                f"{row['stream']['capacity']}:{row['stream']['sinks']}: {med['stream']:.3f} ({tps['stream']:.0f}), "
+                f"{row['stream_speedup']:.2f}x"
+            )
+        )
+        lines.append(
+            f"| `{row['checkpoint']}` | {cfg['block_size']} | {cfg['n_layer']} x {cfg['d_model']} | {cfg['pos_encoding']} "
+            f"| {row['tokens']} | {row['refilled_steps']} | {med['cached']:.3f} ({tps['cached']:.0f}) | {med['uncached']:.3f} "
+            f"({tps['uncached']:.0f}) | {row['speedup']:.2f}x ({lo:.2f}-{hi:.2f}) | {'yes' if row['identical_text'] else 'NO'} "
+            f"| {rolling} |"
+        )
+    lines += [
+        "",
+        "Medians of the repeats; the range is of the per-repeat ratios (no cache / cached). A refilled step is "
+        "one whose window would pass block_size: the caches are then refilled from the whole window, which "
+        "costs what the uncached step costs (docs/inference.md), so a checkpoint with a short block gains "
+        "little on a long sample. The rolling cache (capacity:sinks, the first sinks tokens and the most recent "
+        "ones) never refills; its speed-up is against no cache, and its text is its own once it evicts.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = command_parser("bench.decode", __doc__.splitlines()[0])
+    parser.add_argument(
+        "runs", nargs="*", help="run dirs or .ckpt files, each optionally :TOKENS (default: the latest run)"
+    )
+    parser.add_argument("--tokens", type=int, default=500)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier on a shared machine)")
+    parser.add_argument("--stream", metavar="CAPACITY:SINKS", help="also time rolling caches (rope, alibi, none)")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    stream = None
+    if args.stream is not None:
+        capacity, _, sinks = args.stream.partition(":")
+        if not (capacity.isdigit() and sinks.isdigit() and int(sinks) < int(capacity)):
+            parser.error(f"--stream={args.stream!r}; expected CAPACITY:SINKS, integers with 0 <= SINKS < CAPACITY")
+        stream = (int(capacity), int(sinks))
+    if args.tokens < 1 or args.repeats < 1 or args.threads < 1:
+        parser.error(
+            f"--tokens, --repeats and --threads must be positive integers, got {args.tokens}, "
+            f"{args.repeats}, {args.threads}"
+        )
+    torch.set_num_threads(args.threads)
+    cases = []
+    for spec in args.runs or [None]:
+        run, _, tokens = (spec or "").partition(":")
+        if tokens and not tokens.isdigit():
+            parser.error(f"RUN={spec!r}: the part after ':' is a token count; expected a positive integer")
+        cases.append((resolve_checkpoint(run or None), int(tokens) if tokens else args.tokens))
+    rows = []
+    for ckpt, tokens in cases:
+        row = bench_run(ckpt, tokens, args.repeats, stream=stream)
+        print(
+            f"{ckpt}: {tokens} tokens, cached {row['median_s']['cached']:.3f} s, no cache "
+            f"{row['median_s']['uncached']:.3f} s, speed-up {row['speedup']:.2f}x",
+            file=sys.stderr,
+        )
+        rows.append(row)
+    report = {
+        "git": git_sha(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": machine(),
+        "runs": rows,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.out / "sample_speed.json", json.dumps(report, indent=1) + "\n")
+    atomic_write_text(args.out / "sample_speed.md", markdown(report))
+    print(f"wrote {args.out / 'sample_speed.md'}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
