@@ -11,7 +11,14 @@ import pytest
 
 from attnlab.studies.report import build_report
 from attnlab.studies.report.aggregate import group_cells, load_runs, swept_axes
-from attnlab.studies.report.lr import arms, qk_norm_findings, qk_sentence, size_trend, trend_sentence
+from attnlab.studies.report.lr import (
+    arms,
+    critical_sentences,
+    qk_norm_findings,
+    qk_sentence,
+    size_trend,
+    trend_sentence,
+)
 
 LRS = ["1e-3", "1e-2", "1e-1"]
 VOCAB = 50  # initial loss ln 50 = 3.91
@@ -65,7 +72,22 @@ def test_per_seed_sensitivity_and_critical_rate(study):
     assert big_off.critical_lr() == 1e-1 and big_off.failed[1e-1] == 1
     small_on = next(a for a in found if a.size == "model=small" and a.arm == "qk_norm=true")
     assert small_on.critical_lr() is None and small_on.best_lr == 1e-2
+    assert big_off.ceiling == pytest.approx(init)  # no unigram level known: the initial loss
     assert big_off.logits[1e-1] == [pytest.approx(500.0), pytest.approx(250.0)]  # the failed seed has none
+
+
+def test_the_critical_rate_is_measured_towards_the_unigram_level(tmp_path):
+    """A loss that comes apart falls back to the unigram level: halfway there is the critical rate, even when
+    it is far from halfway back to the initial loss."""
+    for lr, loss in {"1e-3": 2.0, "1e-2": 2.2, "1e-1": 2.7}.items():
+        fake(tmp_path / "s", "m", "false", lr, 0, loss, 8.0)
+    runs = load_runs(tmp_path / "s")
+    cells = group_cells(runs, ["optim.lr"])
+    (plain_arm,) = arms(cells, ["optim.lr"])
+    (arm,) = arms(cells, ["optim.lr"], context_free=2.75)
+    assert plain_arm.critical_lr() is None  # 2.7 < 2.0 + 0.5 (ln 50 - 2.0) = 2.96
+    assert arm.critical_lr() == 1e-1  # 2.7 >= 2.0 + 0.5 (2.75 - 2.0)
+    assert "1 of 1 arms end within" in critical_sentences([arm])[1]
 
 
 def test_qk_norm_and_size_are_judged_against_the_seed_spread(study):
@@ -96,3 +118,19 @@ def test_the_report_carries_the_section_and_the_plot(study):
     assert (root / "reports" / "lrfake" / "lr_sensitivity.png").stat().st_size > 0
     md = (root / "reports" / "lrfake" / "ablation.md").read_text()
     assert "LR sensitivity (Wortsman et al. 2023)" in md
+
+
+def test_token_corpus_levels(tmp_path):
+    """A corpus that cycles 0, 1, 2: the unigram level is ln 3, the bigram one near 0 with the smallest add-k
+    (chosen on the train split's tail); a directory without the files has no level."""
+    import numpy as np
+
+    from attnlab.studies.report.baseline import SMOOTHING, token_levels
+
+    ids = np.tile(np.arange(3, dtype=np.uint16), 400)
+    ids.tofile(tmp_path / "train.bin")
+    ids[:300].tofile(tmp_path / "val.bin")
+    level = token_levels(tmp_path, vocab=3)
+    assert level["unigram"] == pytest.approx(math.log(3), abs=1e-3)
+    assert level["bigram_add_k"] == min(SMOOTHING) and level["bigram"] < 0.01
+    assert token_levels(tmp_path / "missing", vocab=3) is None

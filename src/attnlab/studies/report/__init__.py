@@ -22,6 +22,7 @@ from .layout import (
     phase_text,
     study_from_runs,
     text_corpus,
+    token_corpus_level,
     write,
 )
 from .lr import LR_AXIS, arms
@@ -78,10 +79,10 @@ def build_report(sweep_dirs: Path | list[Path], reports: Path = Path("reports"))
     data_cfg = next(
         (r.results.get("config", {}).get("data") for r in runs if r.results.get("config", {}).get("data")), None
     )
-    study.baseline = attention_free_level() if text_corpus(data_cfg) else None
+    study.baseline = attention_free_level() if text_corpus(data_cfg) else token_corpus_level(data_cfg)
 
     if LR_AXIS in axes:
-        study.lr_arms = arms(cells, axes)
+        study.lr_arms = arms(cells, axes, (study.baseline or {}).get("unigram"))
     histories = {cell.label: cell.head_histories() for cell in cells}
     plots = final_value_plots(study, out)
     if study.lr_arms:

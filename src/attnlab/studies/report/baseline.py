@@ -61,3 +61,54 @@ def attention_free_levels(
     if batches:
         out["probe"] = sum(pair_loss(log_bi, x, y) for x, y in batches) / len(batches)
     return out
+
+
+# add-k smoothings tried for a token corpus's bigram; add-one suits 65 characters but flattens 4096
+# word pieces' rows, whose pairs are mostly unseen, so k is chosen on a held-out tail of the train split
+SMOOTHING = (1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001)
+MAX_BIGRAM_VOCAB = 8192  # the pair table is vocab^2 float64: 0.5 GiB at this size; above it, unigram only
+
+
+def _counts(ids: torch.Tensor, vocab: int, pairs: bool) -> torch.Tensor:
+    if not pairs:
+        return torch.bincount(ids, minlength=vocab).double()
+    return torch.bincount(ids[:-1] * vocab + ids[1:], minlength=vocab * vocab).double().view(vocab, vocab)
+
+
+def _smoothed_loss(counts: torch.Tensor, ids: torch.Tensor, k: float) -> float:
+    """Mean -log p(next) of ``ids`` under add-k smoothed ``counts`` (unigram (V,) or bigram (V, V))."""
+    if counts.dim() == 1:
+        return float(-((counts[ids] + k) / (counts.sum() + k * len(counts))).log().mean())
+    rows = counts.sum(1) + k * counts.shape[1]
+    return float(-((counts[ids[:-1], ids[1:]] + k) / rows[ids[:-1]]).log().mean())
+
+
+def token_levels(directory, vocab: int, dtype: str = "uint16") -> dict | None:
+    """The attention-free levels of a token corpus (``data=tokens``'s train.bin / val.bin): unigram (a prediction
+    that ignores the context) and bigram (one that sees the current token only) cross-entropy of the val split,
+    fitted on the train split with the add-k smoothing that scores best on the train split's last tenth.
+    None when the files are not there."""
+    from pathlib import Path
+
+    import numpy as np
+
+    directory = Path(directory)
+    files = [directory / "train.bin", directory / "val.bin"]
+    if not all(f.is_file() for f in files):
+        return None
+    train, val = (torch.from_numpy(np.fromfile(f, dtype=dtype).astype(np.int64)) for f in files)
+    cut = len(train) * 9 // 10
+    out = {
+        "vocab": vocab,
+        "chance": math.log(vocab),
+        "split": "val",
+        "source": "attnlab.studies.report.baseline.token_levels",
+    }
+    for name, pairs in (("unigram", False), ("bigram", True)):
+        if pairs and vocab > MAX_BIGRAM_VOCAB:
+            continue
+        head = _counts(train[:cut], vocab, pairs)
+        k = min(SMOOTHING, key=lambda k: _smoothed_loss(head, train[cut:], k))
+        out[name] = _smoothed_loss(_counts(train, vocab, pairs), val, k)
+        out[f"{name}_add_k"] = k
+    return out

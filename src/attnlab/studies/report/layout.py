@@ -315,6 +315,26 @@ def text_corpus(data_cfg: dict | None) -> bool:
     )
 
 
+def token_corpus_level(data_cfg: dict | None) -> dict | None:
+    """The attention-free levels of a ``data=tokens`` run's corpus, where its directory is readable from here
+    (a relative ``data.dir`` is taken from the current directory, as the run took it)."""
+    if not data_cfg or not str(data_cfg.get("_target_", "")).endswith("TokenDataModule"):
+        return None
+    from pathlib import Path
+
+    from ...data.tokens import read_meta
+    from .baseline import token_levels
+
+    directory = Path(data_cfg.get("dir") or "")
+    try:
+        meta = read_meta(directory)
+    except Exception:  # noqa: BLE001 - an unreadable corpus: a report without the level, not no report
+        return None
+    vocab = data_cfg.get("vocab_size") or meta.get("vocab_size")
+    dtype = data_cfg.get("dtype") or meta.get("dtype") or "uint16"
+    return token_levels(directory, int(vocab), dtype) if vocab else None
+
+
 def attention_free_level() -> dict:
     """The bigram (and unigram) cross-entropy of the val split, fitted on the train split: the repro's implementation."""
     from .baseline import attention_free_levels

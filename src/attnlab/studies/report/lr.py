@@ -26,8 +26,11 @@ from .significance import ALPHA, t_critical, welch  # noqa: E402
 LR_AXIS = "optim.lr"
 SIZE_AXES = ("model", "model.d_model", "model.n_layer")  # the axes that change the model's size
 # The critical LR: the first grid rate above the best whose final loss is at least this fraction of the way
-# from the best loss back to the initial loss (0.5: halfway, a loss that has clearly come apart).
+# from the best loss to the context-free (unigram) level, or to the initial loss where that level is not
+# known (0.5: halfway, a loss that has clearly come apart). A model that comes apart on this corpus falls back
+# to predicting token frequencies, the unigram level, not to the initial loss.
 CRITICAL_FRACTION = 0.5
+NEAR = 0.1  # nats: a final loss this close to the unigram level is a model that ignores its context
 
 
 def initial_loss(run: RunResult) -> float:
@@ -54,6 +57,7 @@ class Arm:
     initial: float
     lrs: list[float]
     params: int = 0  # 12 x layers x d_model^2: the parameters outside the embeddings, as Wortsman et al. count
+    context_free: float | None = None  # the corpus's unigram level, where the report knows it
     losses: dict[float, dict] = field(default_factory=dict)  # lr -> {seed: min(final val loss, initial)}
     failed: dict[float, int] = field(default_factory=dict)  # lr -> runs that ended without a finite loss
     logits: dict[float, list[float | None]] = field(default_factory=dict)  # lr -> per layer, mean over seeds
@@ -80,12 +84,18 @@ class Arm:
     def best_lr(self) -> float:
         return min(self.lrs, key=self.mean_loss)
 
+    @property
+    def ceiling(self) -> float:
+        """Where a loss that comes apart ends: the unigram level when known and above the best, else the initial."""
+        best = self.mean_loss(self.best_lr)
+        return self.context_free if self.context_free is not None and self.context_free > best else self.initial
+
     def critical_lr(self) -> float | None:
-        """The first rate above the best whose mean final loss is at least CRITICAL_FRACTION of the way back
-        to the initial loss; None when no rate of the grid gets there."""
+        """The first rate above the best whose mean final loss is at least CRITICAL_FRACTION of the way to the
+        ceiling; None when no rate of the grid gets there."""
         best = self.mean_loss(self.best_lr)
         for lr in self.lrs:
-            if lr > self.best_lr and self.mean_loss(lr) >= best + CRITICAL_FRACTION * (self.initial - best):
+            if lr > self.best_lr and self.mean_loss(lr) >= best + CRITICAL_FRACTION * (self.ceiling - best):
                 return lr
         return None
 
@@ -127,8 +137,9 @@ def _mean_or_none(values: list) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def arms(cells: list[Cell], axes: list[str]) -> list[Arm]:
-    """The study's cells as arms over the LR grid, ordered by size (as the sweep lists it), then arm."""
+def arms(cells: list[Cell], axes: list[str], context_free: float | None = None) -> list[Arm]:
+    """The study's cells as arms over the LR grid, ordered by size, then arm; ``context_free``: the corpus's
+    unigram level (what a model that ignores its context scores), the ceiling of the critical rate."""
     size_axes = [a for a in axes if a in SIZE_AXES]
     rest = [a for a in axes if a != LR_AXIS and a not in size_axes]
     out: dict[tuple, Arm] = {}
@@ -140,7 +151,7 @@ def arms(cells: list[Cell], axes: list[str]) -> list[Arm]:
         initial = next((v for r in runs if math.isfinite(v := initial_loss(r))), math.nan)
         model = next((r.results.get("config", {}).get("model") or {} for r in runs), {})
         params = 12 * model.get("n_layer", 0) * model.get("d_model", 0) ** 2
-        entry = out.setdefault((size, arm), Arm(size, arm, initial, [], params))
+        entry = out.setdefault((size, arm), Arm(size, arm, initial, [], params, context_free))
         if not math.isfinite(entry.initial):
             entry.initial = initial
         entry.lrs.append(lr)
@@ -286,24 +297,52 @@ def trend_sentence(study: list[Arm], upper: bool = False) -> str | None:
     return f"{span[0].upper() + span[1:]}, {what} {words}{tail}."
 
 
+def _qk_group(a: Arm) -> str:
+    value = _arm_value(a.arm, "qk_norm")
+    return "without qk-norm" if value in ("false", "False") else "with qk-norm" if value in ("true", "True") else "all"
+
+
+def critical_sentences(study: list[Arm]) -> list[str]:
+    """Where the loss comes apart (the critical rate, per qk-norm setting) and what it comes apart to."""
+    if not study:
+        return []
+    out = []
+    top = max(max(a.lrs) for a in study)
+    known = study[0].context_free is not None
+    towards = "the unigram level" if known else "the initial loss"
+    groups: dict[str, list] = {}
+    for a in study:
+        groups.setdefault(_qk_group(a), []).append(a.critical_lr())
+    parts = []
+    for name, values in groups.items():
+        hit = sorted(v for v in values if v is not None)
+        if not hit:
+            parts.append(f"none up to {top:g} in any of the {len(values)} arms {name}")
+            continue
+        span = f"{hit[0]:g}" if hit[0] == hit[-1] else f"{hit[0]:g} to {hit[-1]:g}"
+        rest = (
+            f" ({len(values) - len(hit)} of {len(values)} reach none up to {top:g})" if len(hit) < len(values) else ""
+        )
+        parts.append(f"{span} {name}{rest}")
+    out.append(
+        f"The critical learning rate (the first rate above the best whose loss is halfway to {towards}) is "
+        + "; ".join(parts)
+        + "."
+    )
+    if known:
+        level = study[0].context_free
+        collapsed = [a for a in study if abs(a.mean_loss(max(a.lrs)) - level) < NEAR]
+        out.append(
+            f"At lr {top:g}, {len(collapsed)} of {len(study)} arms end within {NEAR} nats of the unigram level "
+            f"({level:.3f}), a model that predicts token frequencies and ignores its context."
+        )
+    return out
+
+
 def sentences(study: list[Arm]) -> list[str]:
     """What the study shows, one quotable sentence per question, worded by the measured values."""
     out = [s for upper in (False, True) for s in (qk_sentence(study, upper), trend_sentence(study, upper)) if s]
-    critical = [(a, a.critical_lr()) for a in study]
-    beyond = [a for a, c in critical if c is None]
-    if critical:
-        top = max(max(a.lrs) for a in study)
-        if len(beyond) == len(critical):
-            out.append(
-                f"No arm's final loss comes halfway back to the initial loss anywhere on the grid (up to {top:g}): "
-                "no critical learning rate is reached at these sizes."
-            )
-        else:
-            hit = [f"{a.size + ', ' if a.size else ''}{a.arm}: {c:g}" for a, c in critical if c is not None]
-            out.append(
-                f"The critical learning rate (final loss halfway back to the initial loss) is {'; '.join(hit)}; "
-                f"{len(beyond)} of {len(critical)} arms reach none up to {top:g}."
-            )
+    out += critical_sentences(study)
     peaks = [
         (a, lr, max(v for v in a.logits[lr] if v is not None))
         for a in study
@@ -413,7 +452,8 @@ def blocks(study: list[Arm]) -> list[tuple]:
             f"interval]. Lower is more robust. Above the best rate: the same mean taken over the rates from the arm's "
             "best one up, the side where a loss comes apart (a short run leaves the lowest rates undertrained, which "
             f"the full mean counts too). Critical lr: the first rate above the best whose mean final loss is at "
-            f"least halfway from the best loss back to the initial loss (> {top:g}: none on the grid). Differences are "
+            f"least halfway from the best loss to the unigram level, or to the initial loss where the corpus is not readable "
+            f"(> {top:g}: none on the grid). Differences are "
             "called beyond the seed-to-seed spread where Welch's t-test over seeds gives p < 0.05.",
         ),
         ("table", *table(study)),
@@ -440,7 +480,7 @@ def to_json(study: list[Arm]) -> dict:
 
 def plot(study: list[Arm], path: Path) -> Path | None:
     """Final loss against the learning rate, one panel per size, one line per arm (the paper's Fig. 1):
-    mean over seeds with the seeds' range as error bars, the initial loss dashed."""
+    mean over seeds with the seeds' range as error bars, the initial loss dashed, the unigram level dotted."""
     sizes = list(dict.fromkeys(a.size for a in study))
     if not sizes:
         return None
@@ -456,6 +496,8 @@ def plot(study: list[Arm], path: Path) -> Path | None:
         initial = next(a.initial for a in study if a.size == size)
         if math.isfinite(initial):
             ax.axhline(initial, color="k", ls="--", lw=0.8, label="initial loss ln(V)")
+        if study[0].context_free is not None:
+            ax.axhline(study[0].context_free, color="grey", ls=":", lw=1.0, label="unigram level")
         ax.set_xscale("log")
         ax.set_title(size or "all", fontsize=9)
         ax.set_xlabel("learning rate")
