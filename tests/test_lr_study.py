@@ -134,3 +134,14 @@ def test_token_corpus_levels(tmp_path):
     assert level["unigram"] == pytest.approx(math.log(3), abs=1e-3)
     assert level["bigram_add_k"] == min(SMOOTHING) and level["bigram"] < 0.01
     assert token_levels(tmp_path / "missing", vocab=3) is None
+
+
+def test_one_seed_is_untested_not_no_difference(tmp_path):
+    for size in ("small", "big"):
+        for qk in ("false", "true"):
+            for lr in LRS:
+                fake(tmp_path / "one", size, qk, lr, 0, losses(size, qk, lr, 0), 8.0)
+    runs = load_runs(tmp_path / "one")
+    axes = swept_axes(runs)
+    found = arms(group_cells(runs, axes), axes)
+    assert "untested" in qk_sentence(found) and "untested" in trend_sentence(found)

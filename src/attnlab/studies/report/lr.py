@@ -257,6 +257,8 @@ def qk_sentence(study: list[Arm], upper: bool = False) -> str | None:
         return None
     lower = [f for f in qk if f["beyond_spread"] and f["difference"] > 0]
     higher = [f for f in qk if f["beyond_spread"] and f["difference"] < 0]
+    if all(f["p"] is None for f in qk):
+        return f"qk-norm's difference to {what} is untested: no setting has the seeds to measure their spread."
     if not lower and not higher:
         return (
             f"qk-norm makes no difference to {what} beyond the seed-to-seed spread in any of the {len(qk)} size and "
@@ -286,6 +288,8 @@ def trend_sentence(study: list[Arm], upper: bool = False) -> str | None:
     sizes = list(dict.fromkeys(a.size for a in study))
     span = f"from {sizes[0]} to {sizes[-1]}"
     moved = [t for t in trend if t["beyond_spread"]]
+    if all(t["p"] is None for t in trend):
+        return f"Whether {what} changes {span} is untested: no arm has the seeds to measure their spread."
     if not moved:
         return f"{what[0].upper() + what[1:]} does not change {span} beyond the seed-to-seed spread in any of the {len(trend)} arms."
     words = "; ".join(
