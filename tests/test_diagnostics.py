@@ -227,6 +227,17 @@ def test_guard_names_step_layer_and_tensor_and_leaves_loadable_checkpoint(make_c
     assert (out / "csv" / "version_0" / "metrics.csv").exists()  # what was logged before is kept
 
 
+def test_the_guard_reads_a_scalar_as_one_number_and_a_tensor_whole():
+    from attnlab.callbacks.guard import all_finite
+
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        assert all_finite(torch.tensor(2.5, dtype=dtype)) is True
+        for bad in (math.nan, math.inf, -math.inf):
+            assert all_finite(torch.tensor(bad, dtype=dtype)) is False
+    assert all_finite(torch.ones(3)) and not all_finite(torch.tensor([1.0, math.inf]))
+    assert all_finite(torch.ones(1, 1)) and not all_finite(torch.full((1, 1), math.nan))
+
+
 def test_guard_catches_a_non_finite_gradient_before_the_step(make_cfg, monkeypatch):
     import lightning as L
 

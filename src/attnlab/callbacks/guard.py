@@ -17,6 +17,7 @@ rank is left waiting in a collective while another stops.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import lightning as L
@@ -32,6 +33,12 @@ class NonFiniteError(AttnlabError):
 
 def _kind(t: torch.Tensor) -> str:
     return "NaN" if torch.isnan(t).any() else "Inf"
+
+
+def all_finite(t: torch.Tensor) -> bool:
+    """Whether every value of ``t`` is finite. A scalar (the loss, the total gradient norm) is read
+    as one number: one op, where ``torch.isfinite(t).all()`` runs five (isfinite is composite)."""
+    return math.isfinite(t.item()) if t.numel() == 1 else bool(torch.isfinite(t).all())
 
 
 class NonFiniteGuard(L.Callback):
@@ -66,7 +73,7 @@ class NonFiniteGuard(L.Callback):
     def on_before_backward(self, trainer, pl_module, loss):
         if not self._active(trainer):
             return
-        here = not bool(torch.isfinite(loss).all())
+        here = not all_finite(loss)
         if not self._any_rank(trainer, here):
             return
         if not here:
@@ -108,12 +115,13 @@ class NonFiniteGuard(L.Callback):
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         if not self._active(trainer):
             return
-        grads = pl_module.step_gradients()
         # one fused norm over all gradients, the one the gradient clipping uses too: a single check per step
-        bad = bool(grads) and not bool(torch.isfinite(pl_module.gradient_norm()))
+        # (no gradients: a norm of zero)
+        bad = not all_finite(pl_module.gradient_norm())
         if not self._any_rank(trainer, bad):
             self.skipped_in_a_row = 0
             return
+        grads = pl_module.step_gradients()
         if getattr(trainer.precision_plugin, "scaler", None) is not None:
             self.skipped_in_a_row += 1  # the scaler skips this step and lowers its scale
             if self.skipped_in_a_row < self.max_skipped_steps:
