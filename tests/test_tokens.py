@@ -14,7 +14,7 @@ from test_cli import assert_one_line_error, run_main
 from attnlab.config import compose_config
 from attnlab.data.prepare import main as prepare_main
 from attnlab.data.prepare import pieces, prepare
-from attnlab.data.text import OFFSET_CHUNK, RandomWindows, TextDataModule, shakespeare_text
+from attnlab.data.text import OFFSET_CHUNK, RandomWindows, Shifted, TextDataModule, shakespeare_text
 from attnlab.data.tokens import TokenDataModule, TokenFile, load_tokenizer, padded
 from attnlab.errors import DataError
 from attnlab.train import train
@@ -159,6 +159,29 @@ def test_lazily_drawn_offsets_are_the_one_draw_of_all(corpus):
     text = TextDataModule(block_size=16, batch_size=4, steps=2, val_batches=2)
     text.setup()
     assert [int(text.val_set[i][0][0] == text.val_ids[int(text.val_set.offsets[i])]) for i in range(8)] == [1] * 8
+
+
+def test_a_batch_read_at_once_is_its_windows_read_one_by_one():
+    """The DataLoader reads a batch with one call (__getitems__): the same windows as indexing each
+    alone, across offset chunks and back, with BOS, through a resume's shift, and in the loader."""
+    ids = torch.arange(10_000)
+    n = 2 * OFFSET_CHUNK + 123
+    picked = [0, 1, OFFSET_CHUNK - 1, OFFSET_CHUNK, n - 1, 7, -1, OFFSET_CHUNK + 3, 2 * OFFSET_CHUNK]
+    for bos in (None, 9_999):
+        batch = RandomWindows(ids, 16, n, seed=5, bos_id=bos).__getitems__(picked)
+        alone = RandomWindows(ids, 16, n, seed=5, bos_id=bos)
+        assert all(torch.equal(x, alone[i][0]) and torch.equal(y, alone[i][1]) for (x, y), i in zip(batch, picked))
+        shifted = Shifted(RandomWindows(ids, 16, n, seed=5, bos_id=bos), 3).__getitems__([0, n - 3, n - 1])
+        assert [int(x[-1]) for x, _ in shifted] == [int(alone[i][0][-1]) for i in (3, 0, 2)]
+    with pytest.raises(IndexError, match=f"window {n} of {n}"):
+        RandomWindows(ids, 16, n, seed=5).__getitems__([0, n])
+    text = TextDataModule(block_size=16, batch_size=4, steps=3, val_batches=2)
+    text.setup()
+    text.trainer = None
+    for k, (x, y) in enumerate(text.train_dataloader()):
+        one_by_one = [text.train_set[i] for i in range(4 * k, 4 * k + 4)]
+        assert torch.equal(x, torch.stack([a for a, _ in one_by_one]))
+        assert torch.equal(y, torch.stack([b for _, b in one_by_one]))
 
 
 def test_nanogpt_dir_needs_vocab_size_and_reads_meta_pkl(tmp_path):

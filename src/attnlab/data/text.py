@@ -150,8 +150,11 @@ class RandomWindows(Dataset):
         """All n offsets at once (the values the windows use)."""
         return torch.randint(self.high, (self.n,), generator=torch.Generator().manual_seed(self.seed))
 
-    def chunk(self, k: int) -> torch.Tensor:
-        """Offsets k * OFFSET_CHUNK onwards: reading in order draws each chunk once; going back redraws from the seed."""
+    def chunk(self, k: int) -> list[int]:
+        """Offsets k * OFFSET_CHUNK onwards: reading in order draws each chunk once; going back redraws from the seed.
+
+        Kept as Python ints: a window reads its offset from a list, not with a tensor index and an ``int()``
+        (two tensor ops per window, every training step)."""
         if self._chunk[0] == k:
             return self._chunk[1]
         if self._gen is None or k < self._next:
@@ -160,8 +163,8 @@ class RandomWindows(Dataset):
             start = self._next * OFFSET_CHUNK
             drawn = torch.randint(self.high, (min(OFFSET_CHUNK, self.n - start),), generator=self._gen)
             self._next += 1
-        self._chunk = (k, drawn)
-        return drawn
+        self._chunk = (k, drawn.tolist())
+        return self._chunk[1]
 
     def __len__(self) -> int:
         return self.n
@@ -171,7 +174,25 @@ class RandomWindows(Dataset):
             i += self.n
         if not 0 <= i < self.n:
             raise IndexError(f"window {i} of {self.n}")
-        o = int(self.chunk(i // OFFSET_CHUNK)[i % OFFSET_CHUNK])
+        return self.window(self.chunk(i // OFFSET_CHUNK)[i % OFFSET_CHUNK])
+
+    def __getitems__(self, indices: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """A batch's windows, ``[self[i] for i in indices]``: the DataLoader reads a batch with one call
+        (torch.utils.data's batched fetch) instead of one call per window."""
+        n, out = self.n, []
+        k, offsets = self._chunk
+        for i in indices:
+            if not -n <= i < n:
+                raise IndexError(f"window {i} of {n}")
+            i %= n
+            if i // OFFSET_CHUNK != k:
+                k = i // OFFSET_CHUNK
+                offsets = self.chunk(k)
+            out.append(self.window(offsets[i % OFFSET_CHUNK]))
+        return out
+
+    def window(self, o: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The input and target window at offset ``o``."""
         if self.bos_id is not None:
             chunk = self.ids[o : o + self.block_size]
             return torch.cat([chunk.new_full((1,), self.bos_id), chunk[:-1]]), chunk
@@ -194,6 +215,12 @@ class Shifted(Dataset):
 
     def __getitem__(self, i):
         return self.base[(i + self.shift) % len(self.base)]
+
+    def __getitems__(self, indices: list[int]) -> list:
+        n = len(self.base)
+        shifted = [(i + self.shift) % n for i in indices]
+        read = getattr(self.base, "__getitems__", None)
+        return read(shifted) if read is not None else [self.base[i] for i in shifted]
 
 
 class ResumableDataModule(L.LightningDataModule):
