@@ -116,8 +116,9 @@ def wandb_loggers(loggers: list) -> list:
 
 def start_experiments(loggers: list) -> Callable[[], None]:
     """Start the W&B run (``wandb.init``: its service process and handshake, 0.7-1.5 s on 2 cores,
-    mostly waiting) in a thread while the corpus is read and the model built. The returned function
-    waits for it and raises the thread's error, if any, where the run would have met it."""
+    mostly waiting) in a thread while the rest of the set-up that needs no W&B run goes on (the
+    corpus, the model, the callbacks, the trainer, the checks). The returned function waits for it
+    and raises the thread's error, if any, where the run would have met it."""
     pending = wandb_loggers(loggers)
     if not pending:
         return lambda: None
@@ -310,7 +311,8 @@ def train(cfg: DictConfig) -> dict:
             }  # the summary run joins this group
         with timing.phase("loggers: build (the wandb import included)"):
             loggers = build_loggers(cfg, run_dir, identity)
-        experiments_started = start_experiments(loggers)  # overlaps the corpus read and the model build
+        # W&B starts in a thread now; the set-up below until the wait needs no W&B run and overlaps its start
+        experiments_started = start_experiments(loggers)
         with timing.phase("data: read and encode the corpus"):
             dm = instantiate(cfg.data, block_size=typed.model.block_size, steps=max_steps, seed=typed.seed)
             dm.setup("fit")
@@ -318,9 +320,6 @@ def train(cfg: DictConfig) -> dict:
         with timing.phase("model: build"):
             model_cfg = OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": dm.vocab_size}
             module = GPTModule(model_cfg, OmegaConf.to_container(cfg.optim, resolve=True), max_steps, vocab=dm.vocab())
-        wait, experiments_started = experiments_started, None  # waited for here: the finally below need not
-        with timing.phase("W&B: init, waited for (it runs in a thread)"):
-            wait()
         with timing.phase("callbacks: build"):
             callbacks = [
                 *build_callbacks(cfg),
@@ -352,6 +351,9 @@ def train(cfg: DictConfig) -> dict:
                 )
         with timing.phase("kernel check forward"):
             check_kernel_runs(module, typed, trainer)
+        wait, experiments_started = experiments_started, None  # waited for here: the finally below need not
+        with timing.phase("W&B: init, waited for (it runs in a thread)"):
+            wait()
         with timing.phase("loggers: log config"):
             provenance = {k: record.data[k] for k in ("config", "overrides", "git_sha")}
             for lg in loggers:
