@@ -56,6 +56,17 @@ def test_every_swept_key_is_a_top_level_field_with_the_runs_value(study):
     assert wandb_runs.axes(cfg)["study"] == study
 
 
+def test_the_swept_keys_are_those_omegaconf_reads_in_every_experiment_file():
+    """sweeper_keys reads plain YAML: for each committed file, the keys OmegaConf's reading gives."""
+    from attnlab.config import CONF_DIR
+
+    paths = sorted((CONF_DIR / "experiment").glob("*.yaml"))
+    assert paths
+    for path in paths:
+        params = OmegaConf.select(OmegaConf.load(path), "hydra.sweeper.params", default=None)
+        assert wandb_runs.sweeper_keys(path) == [str(k) for k in (params or {})], path.name
+
+
 def test_axes_are_read_from_the_experiment_files(tmp_path):
     (tmp_path / "experiment").mkdir()
     (tmp_path / "experiment" / "new.yaml").write_text(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import typing
 from dataclasses import MISSING, dataclass, fields, is_dataclass
+from functools import cache
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -194,9 +195,16 @@ class Schema:
         return _build(cls, cfg, "")
 
 
+@cache
+def type_hints(cls) -> dict[str, typing.Any]:
+    """A schema class's field types, evaluated once: each evaluation compiles every annotation
+    (they are strings here), and the schema is walked at each process's start (RULES, AXES, from_cfg)."""
+    return typing.get_type_hints(cls)
+
+
 def section_type(cls, f) -> type | None:
     """The dataclass a field holds (a section), or None for a plain value."""
-    hint = typing.get_type_hints(cls)[f.name]
+    hint = type_hints(cls)[f.name]
     for t in (hint, *typing.get_args(hint)):
         if is_dataclass(t):
             return t

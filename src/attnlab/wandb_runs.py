@@ -14,6 +14,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from .config import CONF_DIR
@@ -44,8 +45,15 @@ TAG_MAX = 64  # W&B's longest tag
 
 
 def sweeper_keys(path: Path) -> list[str]:
-    """The keys an experiment file sweeps (its ``hydra.sweeper.params``), in file order."""
-    params = OmegaConf.select(OmegaConf.load(path), "hydra.sweeper.params", default=None)
+    """The keys an experiment file sweeps (its ``hydra.sweeper.params``), in file order.
+
+    Read as plain YAML (libyaml's parser where PyYAML has it): every training process reads all the
+    experiment files at import (``AXES``), and an OmegaConf config of each would cost several times
+    the parse; only the key names are needed."""
+    doc = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    params = doc
+    for part in ("hydra", "sweeper", "params"):
+        params = params.get(part) if isinstance(params, dict) else None
     return [str(k) for k in (params or {})]
 
 
