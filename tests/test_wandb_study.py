@@ -56,8 +56,9 @@ def test_every_swept_key_is_a_top_level_field_with_the_runs_value(study):
     assert wandb_runs.axes(cfg)["study"] == study
 
 
-def test_the_swept_keys_are_those_omegaconf_reads_in_every_experiment_file():
-    """sweeper_keys reads plain YAML: for each committed file, the keys OmegaConf's reading gives."""
+def test_the_keys_read_as_plain_yaml_are_those_omegaconf_reads():
+    """sweeper_keys and default_choices read plain YAML: the keys OmegaConf's reading gives, for each
+    committed experiment file and train.yaml's defaults."""
     from attnlab.config import CONF_DIR
 
     paths = sorted((CONF_DIR / "experiment").glob("*.yaml"))
@@ -65,6 +66,10 @@ def test_the_swept_keys_are_those_omegaconf_reads_in_every_experiment_file():
     for path in paths:
         params = OmegaConf.select(OmegaConf.load(path), "hydra.sweeper.params", default=None)
         assert wandb_runs.sweeper_keys(path) == [str(k) for k in (params or {})], path.name
+    defaults = OmegaConf.load(CONF_DIR / "train.yaml").defaults
+    read = {str(g): str(o) for e in defaults if not isinstance(e, str) for g, o in e.items() if o is not None}
+    assert wandb_runs.default_choices() == {g: o for g, o in read.items() if not g.startswith("optional ")}
+    assert wandb_runs.default_choices()["attention"] == "scaled"
 
 
 def test_axes_are_read_from_the_experiment_files(tmp_path):

@@ -356,8 +356,9 @@ def train(cfg: DictConfig) -> dict:
             wait()
         with timing.phase("loggers: log config"):
             provenance = {k: record.data[k] for k in ("config", "overrides", "git_sha")}
+            hparams = {**axes(cfg, record.data["overrides"]), "sweep": identity["sweep"], **provenance}
             for lg in loggers:
-                lg.log_hyperparams({**axes(cfg, record.data["overrides"]), "sweep": identity["sweep"], **provenance})
+                lg.log_hyperparams(dict(hparams))
         with ddp_multirun_job(cfg), timing.phase("fit: Lightning loop"):
             trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
         if module.last_val_step != trainer.global_step:

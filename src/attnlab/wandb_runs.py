@@ -44,14 +44,16 @@ NAMED_SECTIONS = ("model.", "optim.", "data.")  # any override under these chang
 TAG_MAX = 64  # W&B's longest tag
 
 
-def sweeper_keys(path: Path) -> list[str]:
-    """The keys an experiment file sweeps (its ``hydra.sweeper.params``), in file order.
+def read_yaml(path: Path):
+    """A config file as plain YAML (libyaml's parser where PyYAML has it). Every training process
+    reads the experiment files (``AXES``, at import) and train.yaml's defaults (``axes``) for a few
+    key names; an OmegaConf config of each would cost several times the parse."""
+    return yaml.load(Path(path).read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
-    Read as plain YAML (libyaml's parser where PyYAML has it): every training process reads all the
-    experiment files at import (``AXES``), and an OmegaConf config of each would cost several times
-    the parse; only the key names are needed."""
-    doc = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    params = doc
+
+def sweeper_keys(path: Path) -> list[str]:
+    """The keys an experiment file sweeps (its ``hydra.sweeper.params``), in file order."""
+    params = read_yaml(path)
     for part in ("hydra", "sweeper", "params"):
         params = params.get(part) if isinstance(params, dict) else None
     return [str(k) for k in (params or {})]
@@ -99,8 +101,8 @@ def axis_name(key: str) -> str:
 def default_choices(conf_dir: Path = CONF_DIR) -> dict[str, str]:
     """train.yaml's defaults list: group -> option (what a run without that override uses)."""
     choices = {}
-    for entry in OmegaConf.load(conf_dir / "train.yaml").get("defaults", []):
-        if isinstance(entry, (DictConfig, dict)):
+    for entry in read_yaml(conf_dir / "train.yaml").get("defaults") or []:
+        if isinstance(entry, dict):
             for group, option in entry.items():
                 if option is not None and not str(group).startswith("optional "):
                     choices[str(group)] = str(option)
