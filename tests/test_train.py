@@ -179,3 +179,30 @@ def test_wandb_starts_in_a_thread_and_its_error_reaches_the_run(monkeypatch):
     with pytest.raises(RuntimeError, match="service did not start"):
         wait()
     assert train_mod.start_experiments([object()])() is None
+
+
+def test_a_run_profiles_nothing_through_one_shared_no_op(make_cfg, monkeypatch):
+    """Without a recorder or trainer.profiler, the trainer's profiler is train.NoProfiler: every
+    action Lightning brackets gets the same no-op context, and it reports nothing."""
+    import pickle
+
+    import lightning as L
+
+    import attnlab.train as train_module
+
+    seen = []
+
+    class Look(L.Callback):
+        def on_train_start(self, trainer, pl_module):
+            seen.append(trainer.profiler)
+
+    original = train_module.build_callbacks
+    monkeypatch.setattr(train_module, "build_callbacks", lambda cfg: [Look(), *original(cfg)])
+    train_module.train(make_cfg())
+    profiler = seen[0]
+    assert type(profiler) is train_module.NoProfiler
+    assert profiler.profile("[Callback]X.on_train_batch_end") is profiler.profile("save_checkpoint")
+    with profiler.profile("an action"):
+        pass
+    assert profiler.summary() == ""
+    assert type(pickle.loads(pickle.dumps(profiler))) is train_module.NoProfiler  # a spawned process gets it too
