@@ -466,28 +466,8 @@ def readme_claims() -> dict[str, str]:
         "no head becomes a sink" if best < judge.SINK_THRESHOLD else "a head becomes a sink"
     )
 
-    g = summary("gqa")
-    kv_effects = [e for e in g["pooled_effects"] if e["axis"] == "model.n_kv_head"]
-    loss = (
-        "with no difference beyond seed noise"
-        if not any(e["beyond_noise"] for e in kv_effects)
-        else "with a loss difference beyond seed noise"
-    )
-    out["gqa_kv"] = f"1 KV head instead of 4 cuts the KV cache {gqa_figures()['kv']} {loss}"
-    scale = g["scaled_vs_unscaled"]
-    where = (
-        "in every cell"
-        if all(p["beyond_noise"] for p in scale)
-        else f"in {sum(p['beyond_noise'] for p in scale)} of {len(scale)} cells"
-    )
-    verb = (
-        "raises" if all(p["diff"] > 0 for p in scale) else "lowers" if all(p["diff"] < 0 for p in scale) else "changes"
-    )
-    out["gqa_scale"] = (
-        f"the 1/√d_k scale {verb} the loss by {span([abs(p['diff']) for p in scale], 2, '-')} nats {where}"
-    )
-
     out.update(streaming_claims())
+    out.update(lr_claims())
     out["repro"] = f"of the {len(repro())} claims `make repro` checks, {repro_tally()}"
     return out
 
@@ -531,6 +511,50 @@ def streaming_claims() -> dict[str, str]:
     return out
 
 
+def lr_claims() -> dict[str, str]:
+    """The LR-sensitivity finding: how far the attention logits grow with and without qk-norm, whether qk-norm
+    changes the sensitivity beyond the seed spread, and where the proxies end against the attention-free level."""
+    from attnlab.studies.report.numbers import plain
+
+    s = summary("lr_sensitivity")
+    lr = s["lr_sensitivity"]
+
+    def peak(qk: str) -> float:
+        return max(
+            v
+            for a in lr["arms"]
+            if a["arm"].endswith(f"qk_norm={qk}")
+            for layers in a["max_logit"].values()
+            for v in layers or []
+            if v is not None
+        )
+
+    qk = lr["qk_norm"]
+    lowered = [f for f in qk if f["beyond_spread"] and f["difference"] > 0]
+    sizes = list(dict.fromkeys(a["size"] for a in lr["arms"]))
+    where = {f["size"] for f in lowered}
+    at = "at the largest proxy only" if where == {sizes[-1]} else f"at {len(where)} of {len(sizes)} sizes"
+    diffs = sorted(f["difference"] for f in lowered)
+    out = {
+        "lr_logits": (
+            f"the largest attention logit reaches {plain(peak('False'))} without qk-norm and {plain(peak('True'))} "
+            "with it"
+        ),
+        "lr_sensitivity": (
+            f"qk-norm lowers the LR sensitivity beyond the seed-to-seed spread in {len(lowered)} of {len(qk)} size "
+            f"and scaling settings, {at}" + (f" (by {diffs[0]:.3f} to {diffs[-1]:.3f})" if diffs else "")
+        ),
+    }
+    bigram = s["attention_free_level"]["bigram"]
+    above = all(a["best_loss"] > bigram for a in lr["arms"])
+    out["lr_level"] = (
+        f"after 300 steps every proxy still ends {'above' if above else 'below'} the attention-free (bigram) level"
+    )
+    if lowered and where == {sizes[-1]} and peak("False") > 10 * peak("True"):
+        out["lr_title"] = "qk-norm's benefit to the learning-rate sensitivity appears with size, as in Wortsman et al."
+    return out
+
+
 def readme_fragments() -> list[str]:
     return list(readme_claims().values())
 
@@ -569,13 +593,19 @@ def studies_fragments() -> list[str]:
         "sinks_bb_gate",
         "sinks_bb_window",
         "variants",
+        "lr_sensitivity",
     ):
         s = summary(study)
         seeds = s.get("seeds_per_cell") or (
             str(s["runs"] // s["cells"]) if s["runs"] % s["cells"] == 0 else "?"
         )  # older summaries
         rows.append(f"`reports/{study}/` | {s['runs']} / {s['cells']} | {seeds} |")
-    return rows
+    return rows + lr_sentences()
+
+
+def lr_sentences() -> list[str]:
+    """What docs/studies.md quotes of the LR study: the report's own sentences, one list item each."""
+    return [f"- {sentence}" for sentence in summary("lr_sensitivity")["lr_sensitivity"]["sentences"]]
 
 
 def metrics_fragments() -> list[str]:

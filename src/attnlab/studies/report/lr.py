@@ -509,7 +509,7 @@ def plot(study: list[Arm], path: Path) -> Path | None:
     axes[0][0].set_ylabel("final val loss")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7, frameon=False)
-    fig.suptitle("mean over seeds; bars: the seeds' range", fontsize=8)
+    fig.suptitle("mean over seeds; bars: the seeds' range", fontsize=8, y=1.03)
     fig.savefig(path, dpi=90, bbox_inches="tight")
     plt.close(fig)
     return path
