@@ -44,16 +44,12 @@ def initial_loss(run: RunResult) -> float:
     return math.log(padded(vocab, data.get("vocab_multiple") or 1) if "vocab_multiple" in data else vocab)
 
 
-def seed_of(run: RunResult):
-    return run.results.get("config", {}).get("seed", run.overrides.get("seed"))
-
-
 @dataclass
 class Arm:
     """One line of the Fig. 1 plot: a size and a combination of the other axes, over the LR grid."""
 
     size: str
-    arm: str
+    setting: dict[str, str]  # the other axes' values by short name (all but the LR and the size)
     initial: float
     lrs: list[float]
     params: int = 0  # 12 x layers x d_model^2: the parameters outside the embeddings, as Wortsman et al. count
@@ -61,6 +57,19 @@ class Arm:
     losses: dict[float, dict] = field(default_factory=dict)  # lr -> {seed: min(final val loss, initial)}
     failed: dict[float, int] = field(default_factory=dict)  # lr -> runs that ended without a finite loss
     logits: dict[float, list[float | None]] = field(default_factory=dict)  # lr -> per layer, mean over seeds
+
+    @property
+    def arm(self) -> str:
+        return label(self.setting)
+
+    @property
+    def qk_norm(self) -> bool | None:
+        """The arm's qk-norm setting, None where qk-norm is not an axis (swept values arrive as strings)."""
+        return {"true": True, "false": False}.get(str(self.setting.get("qk_norm")).lower())
+
+    def rest(self, key: str) -> str:
+        """The arm's label without one axis: what two arms that differ only in that axis share."""
+        return label(self.setting, drop=key)
 
     @property
     def seeds(self) -> list:
@@ -101,22 +110,19 @@ class Arm:
 
     def summary(self) -> dict:
         values, upper = self.per_seed(), self.per_seed(upper=True)
-        n = len(values)
-        mean = statistics.fmean(values) if values else None
-        std = statistics.stdev(values) if n > 1 else None
-        upper_mean = statistics.fmean(upper) if upper else None
-        upper_std = statistics.stdev(upper) if n > 1 else None
+        mean, ci = _mean_and_ci(values)
+        upper_mean, upper_ci = _mean_and_ci(upper)
         return {
             "size": self.size,
             "arm": self.arm,
             "params_non_embedding": self.params,
-            "seeds": n,
+            "seeds": len(values),
             "initial_loss": self.initial,
             "sensitivity": mean,
-            "sensitivity_ci": list(mean_interval(mean, std, n) or []) or None,
+            "sensitivity_ci": ci,
             "sensitivity_per_seed": values,
             "upper_sensitivity": upper_mean,
-            "upper_sensitivity_ci": list(mean_interval(upper_mean, upper_std, n) or []) or None,
+            "upper_sensitivity_ci": upper_ci,
             "upper_sensitivity_per_seed": upper,
             "best_lr": self.best_lr,
             "best_loss": self.mean_loss(self.best_lr),
@@ -125,6 +131,18 @@ class Arm:
             "failed_runs": {f"{lr:g}": k for lr, k in self.failed.items() if k},
             "max_logit": {f"{lr:g}": self.logits.get(lr) for lr in self.lrs},
         }
+
+
+def label(setting: dict[str, str], drop: str | None = None) -> str:
+    return ", ".join(f"{k}={v}" for k, v in setting.items() if k != drop) or "all"
+
+
+def _mean_and_ci(values: list[float]) -> tuple[float | None, list[float] | None]:
+    """Mean over seeds and its 95 % t interval (None with fewer than two seeds)."""
+    n = len(values)
+    mean = statistics.fmean(values) if values else None
+    std = statistics.stdev(values) if n > 1 else None
+    return mean, list(mean_interval(mean, std, n) or []) or None
 
 
 def _layers(run: RunResult) -> list[float | None]:
@@ -145,61 +163,38 @@ def arms(cells: list[Cell], axes: list[str], context_free: float | None = None) 
     out: dict[tuple, Arm] = {}
     for cell in cells:
         size = ", ".join(f"{short(a) if a != 'model' else 'model'}={cell.axes[a]}" for a in size_axes)
-        arm = ", ".join(f"{short(a)}={cell.axes[a]}" for a in rest) or "all"
+        setting = {short(a): str(cell.axes[a]) for a in rest}
         lr = float(cell.axes[LR_AXIS])
         runs = cell.runs
         initial = next((v for r in runs if math.isfinite(v := initial_loss(r))), math.nan)
         model = next((r.results.get("config", {}).get("model") or {} for r in runs), {})
         params = 12 * model.get("n_layer", 0) * model.get("d_model", 0) ** 2
-        entry = out.setdefault((size, arm), Arm(size, arm, initial, [], params, context_free))
+        entry = out.setdefault((size, label(setting)), Arm(size, setting, initial, [], params, context_free))
         if not math.isfinite(entry.initial):
             entry.initial = initial
         entry.lrs.append(lr)
         entry.losses[lr] = {}
         for run in runs:
             loss = run.metric("val/loss") if run.ok else None
-            entry.losses[lr][seed_of(run)] = min(loss, entry.initial) if loss is not None else entry.initial
+            entry.losses[lr][run.seed] = min(loss, entry.initial) if loss is not None else entry.initial
         entry.failed[lr] = sum(1 for r in runs if not r.ok or r.metric("val/loss") is None)
         per_layer = list(zip(*(_layers(r) for r in cell.ok_runs))) if cell.ok_runs else []
         entry.logits[lr] = [_mean_or_none(list(layer)) for layer in per_layer]
     for entry in out.values():
         entry.lrs.sort()
-    return sorted(out.values(), key=lambda a: (a.params, list(out.values()).index(a)))
+    return sorted(out.values(), key=lambda a: a.params)  # stable: the cells' order within a size
 
 
 # ---- what it shows ------------------------------------------------------------------------------------------
-
-
-def _arm_value(arm: str, key: str) -> str | None:
-    for part in arm.split(", "):
-        name, _, value = part.partition("=")
-        if name == key:
-            return value
-    return None
-
-
-def _without(arm: str, key: str) -> str:
-    return ", ".join(p for p in arm.split(", ") if p.partition("=")[0] != key) or "all"
 
 
 def qk_norm_findings(study: list[Arm], upper: bool = False) -> list[dict]:
     """Per size and setting of the other axes: the LR sensitivity without qk-norm minus with it, its Welch
     test over seeds, and whether the difference is beyond the seed-to-seed spread (p < 0.05)."""
     found = []
-    by_key = {(a.size, a.arm): a for a in study}
+    with_qk_norm = {(b.size, b.rest("qk_norm")): b for b in study if b.qk_norm is True}
     for a in study:
-        if _arm_value(a.arm, "qk_norm") not in ("false", "False"):
-            continue
-        partner = next(
-            (
-                b
-                for (size, arm), b in by_key.items()
-                if size == a.size
-                and _arm_value(arm, "qk_norm") in ("true", "True")
-                and _without(arm, "qk_norm") == _without(a.arm, "qk_norm")
-            ),
-            None,
-        )
+        partner = with_qk_norm.get((a.size, a.rest("qk_norm"))) if a.qk_norm is False else None
         if partner is None:
             continue
         off, on = a.per_seed(upper), partner.per_seed(upper)
@@ -209,7 +204,7 @@ def qk_norm_findings(study: list[Arm], upper: bool = False) -> list[dict]:
         found.append(
             {
                 "size": a.size,
-                "rest": _without(a.arm, "qk_norm"),
+                "rest": a.rest("qk_norm"),
                 "without": statistics.fmean(off) if off else None,
                 "with": statistics.fmean(on) if on else None,
                 "difference": diff,
@@ -302,8 +297,7 @@ def trend_sentence(study: list[Arm], upper: bool = False) -> str | None:
 
 
 def _qk_group(a: Arm) -> str:
-    value = _arm_value(a.arm, "qk_norm")
-    return "without qk-norm" if value in ("false", "False") else "with qk-norm" if value in ("true", "True") else "all"
+    return {False: "without qk-norm", True: "with qk-norm"}.get(a.qk_norm, "all")
 
 
 def critical_sentences(study: list[Arm]) -> list[str]:
@@ -354,15 +348,15 @@ def sentences(study: list[Arm]) -> list[str]:
         if a.logits.get(lr) and any(v is not None for v in a.logits[lr])
     ]
     if peaks:
-        off = [p for p in peaks if _arm_value(p[0].arm, "qk_norm") in ("false", "False")]
-        on = [p for p in peaks if _arm_value(p[0].arm, "qk_norm") in ("true", "True")]
+        off = [p for p in peaks if p[0].qk_norm is False]
+        on = [p for p in peaks if p[0].qk_norm is True]
         if off and on:
             a_off, lr_off, v_off = max(off, key=lambda p: p[2])
             a_on, lr_on, v_on = max(on, key=lambda p: p[2])
             out.append(
                 f"The largest attention logit of any layer reaches {plain(v_off)} without qk-norm "
-                f"({a_off.size + ', ' if a_off.size else ''}{_without(a_off.arm, 'qk_norm')}, lr {lr_off:g}) and "
-                f"{plain(v_on)} with it ({a_on.size + ', ' if a_on.size else ''}{_without(a_on.arm, 'qk_norm')}, lr {lr_on:g})."
+                f"({a_off.size + ', ' if a_off.size else ''}{a_off.rest('qk_norm')}, lr {lr_off:g}) and "
+                f"{plain(v_on)} with it ({a_on.size + ', ' if a_on.size else ''}{a_on.rest('qk_norm')}, lr {lr_on:g})."
             )
     return out
 
