@@ -144,9 +144,8 @@ def final_value_plots(study, out: Path) -> list[Path]:
 
 def per_seed_values(run, keys: list[str]) -> dict:
     """One finished run's seed id, run dir and final metrics (the table's keys): what per-seed ranges are quoted from."""
-    seed = run.results.get("config", {}).get("seed", run.overrides.get("seed"))
     return {
-        "seed": int(seed) if str(seed).lstrip("-").isdigit() else seed,
+        "seed": run.seed,
         "dir": run.dir.name,
         "metrics": {k: v for k in keys if (v := run.metric(k)) is not None},
     }

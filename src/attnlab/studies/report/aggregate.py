@@ -50,6 +50,12 @@ class RunResult:
         pairs = (o.lstrip("+~").split("=", 1) for o in self.results.get("overrides", []) if "=" in o)
         return {RENAMED_KEYS.get(k, k): v for k, v in pairs if not k.startswith("hydra")}
 
+    @property
+    def seed(self):
+        """The seed the run trained with (an int where it reads as one): what tells a cell's replicates apart."""
+        seed = self.results.get("config", {}).get("seed", self.overrides.get("seed"))
+        return int(seed) if str(seed).lstrip("-").isdigit() else seed
+
     def metric(self, key: str) -> float | None:
         value = self.results.get("metrics", {}).get(key)
         try:
@@ -114,7 +120,7 @@ def load_runs(sweep_dir: Path) -> list[RunResult]:
 def run_identity(run: RunResult) -> tuple:
     """What makes a run unique in a study: its overrides without the seed, and the seed it ran with."""
     rest = tuple(sorted((k, v) for k, v in run.overrides.items() if k not in IGNORED_AXES))
-    return rest, run.results.get("config", {}).get("seed", run.overrides.get("seed"))
+    return rest, run.seed
 
 
 def recording_differences(runs: list[RunResult]) -> list[str]:

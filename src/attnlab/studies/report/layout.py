@@ -186,7 +186,7 @@ def study_from_runs(name: str, cells, axes: list[str], keys: list[str], layers: 
     out = []
     for c in cells:
         ok = c.ok_runs
-        seeds = [_seed(r) for r in ok]
+        seeds = [r.seed for r in ok]
         metrics = {}
         for k in keys:
             per_run = [r.metric(k) for r in ok]
@@ -202,11 +202,6 @@ def study_from_runs(name: str, cells, axes: list[str], keys: list[str], layers: 
         errors = " | ".join(sorted({r.results.get("error") or "?" for r in c.failed}))
         out.append(TableCell(dict(c.axes), len(ok), len(c.failed), errors, metrics, seeds, [r.dir.name for r in ok]))
     return Study(name, list(axes), out, list(keys), layers, per_seed_known=True)
-
-
-def _seed(run):
-    seed = run.results.get("config", {}).get("seed", run.overrides.get("seed"))
-    return int(seed) if str(seed).lstrip("-").isdigit() else seed
 
 
 def _axis_text(value) -> str:
