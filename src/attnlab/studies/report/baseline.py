@@ -1,17 +1,20 @@
-"""The attention-free level of a character model: unigram and bigram cross-entropy on the val split.
+"""The attention-free level of a corpus: unigram and bigram cross-entropy on the val split.
 
 A model whose attention does nothing sees only the current character, so the best it can do is a
 bigram model: p(next | current). Its cross-entropy on the validation split is the level below which a
 run must be to show that its attention is used; judging "training fails without scaling" on runs
 above it compares two models that both ignore attention. Both levels are fitted on the train split
-(add-one smoothing, so an unseen pair costs a finite loss) and scored on the val split, whole and on
-given window sets (those a study's runs validated on).
+(add-one smoothing for characters, so an unseen pair costs a finite loss; add-k chosen on held-out train
+text for a token corpus) and scored on the val split, whole and on given window sets (those a study's runs
+validated on).
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+import numpy as np
 import torch
 
 from ...data import TextDataModule
@@ -21,12 +24,15 @@ from ...data.text import RandomWindows
 CLEARLY_BELOW = 0.1
 
 
+def _counts(ids: torch.Tensor, vocab: int, pairs: bool) -> torch.Tensor:
+    if not pairs:
+        return torch.bincount(ids, minlength=vocab).double()
+    return torch.bincount(ids[:-1] * vocab + ids[1:], minlength=vocab * vocab).double().view(vocab, vocab)
+
+
 def ngram_tables(train_ids: torch.Tensor, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
     """log p(c) (vocab,) and log p(next | current) (vocab, vocab) from the train split, add-one smoothed."""
-    uni = torch.bincount(train_ids, minlength=vocab).double() + 1
-    pairs = (
-        torch.bincount(train_ids[:-1] * vocab + train_ids[1:], minlength=vocab * vocab).double().view(vocab, vocab) + 1
-    )
+    uni, pairs = _counts(train_ids, vocab, pairs=False) + 1, _counts(train_ids, vocab, pairs=True) + 1
     return (uni / uni.sum()).log(), (pairs / pairs.sum(1, keepdim=True)).log()
 
 
@@ -69,12 +75,6 @@ SMOOTHING = (1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001)
 MAX_BIGRAM_VOCAB = 8192  # the pair table is vocab^2 float64: 0.5 GiB at this size; above it, unigram only
 
 
-def _counts(ids: torch.Tensor, vocab: int, pairs: bool) -> torch.Tensor:
-    if not pairs:
-        return torch.bincount(ids, minlength=vocab).double()
-    return torch.bincount(ids[:-1] * vocab + ids[1:], minlength=vocab * vocab).double().view(vocab, vocab)
-
-
 def _smoothed_loss(counts: torch.Tensor, ids: torch.Tensor, k: float) -> float:
     """Mean -log p(next) of ``ids`` under add-k smoothed ``counts`` (unigram (V,) or bigram (V, V))."""
     if counts.dim() == 1:
@@ -88,10 +88,6 @@ def token_levels(directory, vocab: int, dtype: str = "uint16") -> dict | None:
     that ignores the context) and bigram (one that sees the current token only) cross-entropy of the val split,
     fitted on the train split with the add-k smoothing that scores best on the train split's last tenth.
     None when the files are not there."""
-    from pathlib import Path
-
-    import numpy as np
-
     directory = Path(directory)
     files = [directory / "train.bin", directory / "val.bin"]
     if not all(f.is_file() for f in files):
