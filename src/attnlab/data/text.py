@@ -170,11 +170,7 @@ class RandomWindows(Dataset):
         return self.n
 
     def __getitem__(self, i):
-        if i < 0:
-            i += self.n
-        if not 0 <= i < self.n:
-            raise IndexError(f"window {i} of {self.n}")
-        return self.window(self.chunk(i // OFFSET_CHUNK)[i % OFFSET_CHUNK])
+        return self.__getitems__([i])[0]
 
     def __getitems__(self, indices: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """A batch's windows, ``[self[i] for i in indices]``: the DataLoader reads a batch with one call
