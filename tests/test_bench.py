@@ -264,6 +264,51 @@ def test_a_run_of_other_sections_only_reports_no_kernels(tmp_path):
     assert "Matmul yardstick" in md and "## Callback cost" in md
 
 
+def _e2e_row(arm: str, walls: list[tuple[float, float]]) -> dict:
+    ratios = [a / p for a, p in walls]
+    sample = {"median_step_s": 0.03, "val_loss": 1.87}
+    return {
+        "arm": arm,
+        "overrides": [],
+        "steps": 10,
+        "attnlab_wall_s": 1.0,
+        "attnlab_wall_range": [1.0, 1.0],
+        "plain_wall_s": 1.0,
+        "plain_wall_range": [1.0, 1.0],
+        "wall_ratio": sorted(ratios)[len(ratios) // 2],
+        "wall_ratio_range": [min(ratios), max(ratios)],
+        "step_ratio": 1.0,
+        "step_ratio_range": [1.0, 1.0],
+        "attnlab_step_ms": 30.0,
+        "plain_step_ms": 30.0,
+        "val_loss": {"attnlab": [1.87], "plain": [1.87]},
+        "samples": {
+            "attnlab": [sample | {"wall_s": a} for a, _ in walls],
+            "plain": [sample | {"wall_s": p} for _, p in walls],
+        },
+    }
+
+
+def test_the_end_to_end_section_lists_every_pair_and_reads_the_target_with_their_spread(tmp_path):
+    """bench.md states each pair (make train / plain seconds and their ratio, in run order) and per arm whether
+    the pairs are within the target: yes only when all are, no when none is, open when they straddle it."""
+    e2e = {
+        "repeats": 3,
+        "rows": [
+            _e2e_row("inside", [(100.0, 100.0), (102.0, 100.0), (99.0, 100.0)]),
+            _e2e_row("straddles", [(104.0, 100.0), (107.0, 100.0), (101.0, 100.0)]),
+            _e2e_row("outside", [(110.0, 100.0), (106.0, 100.0), (120.0, 100.0)]),
+        ],
+        "load": [[1.0]],
+    }
+    md = write_markdown(synthetic_bench() | {"e2e": e2e}, tmp_path).read_text().split("## End to end")[1]
+    rows = {line.split(" ")[1]: line for line in md.splitlines() if line.startswith("| ") and "(`" in line}
+    assert [r.rsplit("|", 2)[1].strip() for r in rows.values()] == ["yes", "open", "**no**"]
+    pairs = [line for line in md.splitlines() if line.startswith("- ")]
+    assert pairs[1] == "- straddles: 104.0 / 100.0 (1.040), 107.0 / 100.0 (1.070), 101.0 / 100.0 (1.010)"
+    assert len(pairs) == 3 and all(line.count("(") == 3 for line in pairs)
+
+
 def test_cli_kernels_only(tmp_path, capsys):
     assert bench_main(["--mode", "tiny", "--out", str(tmp_path), "--device", "cpu", "--sections", "kernels"]) == 0
     data = json.loads((tmp_path / "bench.json").read_text())
