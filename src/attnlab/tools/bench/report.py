@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 from ...markdown import markdown_table
@@ -163,8 +164,8 @@ def outside_the_steps(row: dict, side: str) -> float | None:
     (start-up, set-up, validation, measurements, the end). The machine's speed while stepping moves single pairs'
     ratios by several per cent; this part of the gap it moves far less."""
     samples = (row.get("samples") or {}).get(side) or []
-    values = sorted(s["wall_s"] - s["steps"] * s["median_step_s"] for s in samples if s.get("steps"))
-    return values[len(values) // 2] if values else None
+    values = [s["wall_s"] - s["steps"] * s["median_step_s"] for s in samples if s.get("steps")]
+    return statistics.median(values) if values else None
 
 
 def e2e_pairs(e2e: dict) -> list[str]:
