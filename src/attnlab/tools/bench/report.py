@@ -159,12 +159,16 @@ def e2e_table(e2e: dict) -> list[str]:
     return markdown_table(header, rows, align="lrrrrrrrrl").splitlines()
 
 
+def _samples(row: dict, side: str) -> list[dict]:
+    """One side's runs of an e2e row ("attnlab" or "plain"), in run order."""
+    return (row.get("samples") or {}).get(side) or []
+
+
 def outside_the_steps(row: dict, side: str) -> float | None:
     """Median over repeats of wall time minus steps x median step: what a side spends outside its training steps
     (start-up, set-up, validation, measurements, the end). The machine's speed while stepping moves single pairs'
     ratios by several per cent; this part of the gap it moves far less."""
-    samples = (row.get("samples") or {}).get(side) or []
-    values = [s["wall_s"] - s["steps"] * s["median_step_s"] for s in samples if s.get("steps")]
+    values = [s["wall_s"] - s["steps"] * s["median_step_s"] for s in _samples(row, side) if s.get("steps")]
     return statistics.median(values) if values else None
 
 
@@ -172,9 +176,9 @@ def e2e_pairs(e2e: dict) -> list[str]:
     """Every pair of each arm, in run order: make train's and the plain script's wall seconds and their ratio."""
     lines = []
     for r in e2e.get("rows", []):
-        a, p = (r.get("samples") or {}).get("attnlab") or [], (r.get("samples") or {}).get("plain") or []
         pairs = ", ".join(
-            f"{x['wall_s']:.1f} / {y['wall_s']:.1f} ({x['wall_s'] / y['wall_s']:.3f})" for x, y in zip(a, p)
+            f"{x['wall_s']:.1f} / {y['wall_s']:.1f} ({x['wall_s'] / y['wall_s']:.3f})"
+            for x, y in zip(_samples(r, "attnlab"), _samples(r, "plain"))
         )
         if pairs:
             lines.append(f"- {r['arm']}: {pairs}")
