@@ -154,31 +154,85 @@ def test_the_corpus_encodes_by_table_lookup_as_the_character_list_does():
         assert err.value.args == (unknown,)
 
 
-def test_wandb_starts_in_a_thread_and_its_error_reaches_the_run(monkeypatch):
-    """train.start_experiments runs each W&B logger's wandb.init in a thread; the waiter blocks until
-    it is done and raises its error in the caller, and runs nothing without a W&B logger."""
+class FakeRun:
+    """What Lightning's W&B logger calls on a wandb run: ``log`` and ``config.update``, recorded in order."""
+
+    def __init__(self):
+        self.calls = []
+        self.config = self
+
+    def log(self, row):
+        self.calls.append(("log", row))
+
+    def update(self, params, allow_val_change=False):
+        self.calls.append(("config", dict(params)))
+
+
+def background_logger(monkeypatch, tmp_path, start):
+    """attnlab's W&B logger whose wandb.init is ``start()`` (run in the logger's start thread)."""
+    from lightning.pytorch import loggers as lightning_loggers
+
+    from attnlab.console import WandbLogger
+
+    def experiment(self):
+        if self._experiment is None:
+            self._experiment = start()
+        return self._experiment
+
+    monkeypatch.setattr(lightning_loggers.WandbLogger, "experiment", property(experiment))
+    return WandbLogger(project="p", mode="offline", save_dir=str(tmp_path))
+
+
+def test_wandb_starts_in_a_thread_and_what_is_logged_meanwhile_reaches_it_in_order(monkeypatch, tmp_path):
+    """The run does not wait for wandb.init: calls made while it runs are kept, then replayed in the
+    order they were made, before the call that found the W&B run up."""
     import threading
 
-    from attnlab import train as train_mod
+    up, run, threads = threading.Event(), FakeRun(), []
 
-    class WandbLogger:  # stands in for Lightning's: the name is what start_experiments looks for
-        def __init__(self, error=None):
-            self.error, self.threads = error, []
+    def start():
+        threads.append(threading.current_thread().name)
+        up.wait(10)
+        return run
 
-        @property
-        def experiment(self):
-            self.threads.append(threading.current_thread().name)
-            if self.error:
-                raise self.error
-            return "run"
+    lg = background_logger(monkeypatch, tmp_path, start)
+    lg.start()
+    lg.log_hyperparams({"lr": 0.001})
+    lg.log_metrics({"train/loss": 3.0}, step=10)
+    lg.log_metrics({"train/loss": 2.5}, step=20)
+    assert lg.starting and run.calls == []  # nothing waited: the calls are kept
+    up.set()
+    lg._starting.join(10)
+    lg.log_metrics({"train/loss": 2.0}, step=30)
+    assert threads == ["attnlab-wandb-init"]
+    assert run.calls == [
+        ("config", {"lr": 0.001}),
+        ("log", {"train/loss": 3.0, "trainer/global_step": 10}),
+        ("log", {"train/loss": 2.5, "trainer/global_step": 20}),
+        ("log", {"train/loss": 2.0, "trainer/global_step": 30}),
+    ]
 
-    ok = WandbLogger()
-    train_mod.start_experiments([ok])()
-    assert ok.threads == ["attnlab-wandb-init"]
-    wait = train_mod.start_experiments([WandbLogger(RuntimeError("service did not start"))])
+
+def test_a_failed_wandb_start_is_raised_in_the_run_once_and_not_retried(monkeypatch, tmp_path):
+    import threading
+
+    go, starts = threading.Event(), []
+
+    def start():
+        starts.append(threading.current_thread().name)
+        go.wait(10)
+        raise RuntimeError("service did not start")
+
+    lg = background_logger(monkeypatch, tmp_path, start)
+    lg.start()
+    lg.log_metrics({"train/loss": 3.0}, step=10)  # kept while the start runs
+    go.set()
+    lg._starting.join(10)
     with pytest.raises(RuntimeError, match="service did not start"):
-        wait()
-    assert train_mod.start_experiments([object()])() is None
+        lg.log_metrics({"train/loss": 2.0}, step=20)
+    lg.log_metrics({"train/loss": 1.0}, step=30)  # dropped: no second wandb.init, in the run's thread
+    lg.settle()
+    assert starts == ["attnlab-wandb-init"]
 
 
 def test_a_run_profiles_nothing_through_one_shared_no_op(make_cfg, monkeypatch):

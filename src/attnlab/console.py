@@ -12,12 +12,15 @@ import contextlib
 import io
 import logging
 import sys
+import threading
 import time
 import warnings
 from typing import TextIO
 
 from lightning.pytorch import loggers as lightning_loggers
 from lightning.pytorch.callbacks.progress.progress_bar import ProgressBar
+
+from . import timing
 
 # Lightning's info messages (device banners, "💡 Tip: ... litlogger / litmodels" advertisements,
 # "`Trainer.fit` stopped") go through these loggers; its warnings stay visible.
@@ -65,12 +68,82 @@ def quiet_lightning(silence_output: bool = False):
 
 
 class WandbLogger(lightning_loggers.WandbLogger):
-    """Lightning's W&B logger minus the ``anonymous`` argument it always passes, which wandb 0.31
-    answers with a warning ("The anonymous setting has no effect") before the first step."""
+    """Lightning's W&B logger, started in the background, minus the ``anonymous`` argument it always
+    passes (wandb 0.31 answers it with a warning before the first step).
+
+    ``start()`` runs ``wandb.init`` (the wandb import, its service process and handshake, seconds of a
+    2-core machine's set-up) in a thread and the run does not wait for it: what is logged meanwhile is
+    kept in order and handed to W&B at the first logger call after the W&B run is up, or at ``settle()``.
+    A failed start is raised there, in the run's own thread; the logger then drops what it is given."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._wandb_init.pop("anonymous", None)
+        self._starting: threading.Thread | None = None
+        self._start_errors: list[BaseException] = []
+        self._start_failed = False
+        self._waiting: list[tuple[str, tuple, dict]] = []  # (method, args, kwargs) logged before the run was up
+
+    def start(self) -> None:
+        if self._starting is not None or self._experiment is not None:
+            return
+
+        def init():
+            try:
+                with timing.phase("W&B: import and init"):
+                    lightning_loggers.WandbLogger.experiment.fget(self)
+            except BaseException as err:  # noqa: BLE001 - raised in the run's thread by settle()
+                self._start_errors.append(err)
+
+        self._starting = threading.Thread(target=init, name="attnlab-wandb-init", daemon=True)
+        self._starting.start()
+
+    @property
+    def starting(self) -> bool:
+        return self._starting is not None and self._starting.is_alive()
+
+    def settle(self) -> None:
+        """Wait for the start, raise its error, and hand W&B what was logged meanwhile, in order."""
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
+        if self._start_errors:
+            self._start_failed, self._waiting = True, []
+            raise self._start_errors.pop()
+        waiting, self._waiting = self._waiting, []
+        for name, args, kwargs in waiting:
+            getattr(lightning_loggers.WandbLogger, name)(self, *args, **kwargs)
+
+    def _call(self, name: str, *args, **kwargs) -> None:
+        if self.starting:
+            self._waiting.append((name, tuple(dict(a) if isinstance(a, dict) else a for a in args), kwargs))
+            return
+        self.settle()
+        if not self._start_failed:
+            getattr(lightning_loggers.WandbLogger, name)(self, *args, **kwargs)
+
+    @property
+    def experiment(self):
+        self.settle()
+        return lightning_loggers.WandbLogger.experiment.fget(self)
+
+    def log_hyperparams(self, *args, **kwargs) -> None:
+        self._call("log_hyperparams", *args, **kwargs)
+
+    def log_metrics(self, *args, **kwargs) -> None:
+        self._call("log_metrics", *args, **kwargs)
+
+    def log_table(self, *args, **kwargs) -> None:
+        self._call("log_table", *args, **kwargs)
+
+    def log_text(self, *args, **kwargs) -> None:
+        self._call("log_text", *args, **kwargs)
+
+    def log_image(self, *args, **kwargs) -> None:
+        self._call("log_image", *args, **kwargs)
+
+    def finalize(self, status: str) -> None:
+        self._call("finalize", status)
 
 
 class ProgressLine(ProgressBar):

@@ -13,8 +13,6 @@ import json
 import logging
 import os
 import sys
-import threading
-from collections.abc import Callable
 from pathlib import Path
 
 from . import timing  # first: with ATTNLAB_PHASES set, the recorder starts before the heavy imports below
@@ -98,6 +96,7 @@ def build_loggers(cfg: DictConfig, run_dir: Path, identity: dict | None = None) 
             loggers.append(
                 instantiate(
                     lg_cfg,
+                    _convert_="all",  # settings as a dict, as wandb.init takes it
                     save_dir=str(run_dir),
                     id=wandb_run_id(run_dir),
                     name=who["name"],
@@ -116,33 +115,13 @@ def wandb_loggers(loggers: list) -> list:
     return [lg for lg in loggers if type(lg).__name__ == "WandbLogger"]
 
 
-def start_experiments(loggers: list) -> Callable[[], None]:
-    """Start the W&B run (``wandb.init``: its service process and handshake, 0.7-1.5 s on 2 cores,
-    mostly waiting) in a thread while the rest of the set-up that needs no W&B run goes on (the
-    corpus, the model, the callbacks, the trainer, the checks). The returned function waits for it
-    and raises the thread's error, if any, where the run would have met it."""
-    pending = wandb_loggers(loggers)
-    if not pending:
-        return lambda: None
-    failed: list[BaseException] = []
-
-    def init():
-        try:
-            with timing.phase("W&B: import and init"):
-                for lg in pending:
-                    lg.experiment  # noqa: B018 - the property calls wandb.init once
-        except BaseException as err:  # noqa: BLE001 - handed to the main thread by wait()
-            failed.append(err)
-
-    thread = threading.Thread(target=init, name="attnlab-wandb-init", daemon=True)
-    thread.start()
-
-    def wait():
-        thread.join()
-        if failed:
-            raise failed.pop()
-
-    return wait
+def start_experiments(loggers: list) -> None:
+    """Start each W&B run in the background (``console.WandbLogger.start``): the set-up and the first
+    steps go on while wandb is imported and its service starts, and what they log reaches W&B in order
+    once it is up. A W&B logger without ``start`` (Lightning's own) starts at its first use, as usual."""
+    for lg in wandb_loggers(loggers):
+        if hasattr(lg, "start"):
+            lg.start()
 
 
 class NoProfiler(Profiler):
@@ -315,7 +294,7 @@ def train(cfg: DictConfig) -> dict:
         record = RunRecord(run_dir, cfg)
     record.data["slurm"] = slurm_job()
     loggers: list = []
-    trainer = estimate = experiments_started = None
+    trainer = estimate = None
     try:
         check_config(cfg)
         typed = Schema.from_cfg(cfg)  # the keys attnlab reads, typed; cfg still feeds instantiate and the record
@@ -331,10 +310,9 @@ def train(cfg: DictConfig) -> dict:
             record.data["wandb"] = {
                 k: identity[k] for k in ("group", "name", "sweep")
             }  # the summary run joins this group
-        with timing.phase("loggers: build (the wandb import included)"):
+        with timing.phase("loggers: build"):
             loggers = build_loggers(cfg, run_dir, identity)
-        # W&B starts in a thread now; the set-up below until the wait needs no W&B run and overlaps its start
-        experiments_started = start_experiments(loggers)
+        start_experiments(loggers)  # W&B starts in a thread; nothing below waits for it
         with timing.phase("data: read and encode the corpus"):
             dm = instantiate(cfg.data, block_size=typed.model.block_size, steps=max_steps, seed=typed.seed)
             dm.setup("fit")
@@ -374,9 +352,6 @@ def train(cfg: DictConfig) -> dict:
                 )
         with timing.phase("kernel check forward"):
             check_kernel_runs(module, typed, trainer)
-        wait, experiments_started = experiments_started, None  # waited for here: the finally below need not
-        with timing.phase("W&B: init, waited for (it runs in a thread)"):
-            wait()
         with timing.phase("loggers: log config"):
             provenance = {k: record.data[k] for k in ("config", "overrides", "git_sha")}
             hparams = {**axes(cfg, record.data["overrides"]), "sweep": identity["sweep"], **provenance}
@@ -425,11 +400,6 @@ def train(cfg: DictConfig) -> dict:
         record_failure(record, "failed", known, str(known))
         raise known from None
     finally:
-        if experiments_started is not None:  # an error came before the wait above
-            try:
-                experiments_started()  # a W&B run still starting is not closed under it
-            except Exception:  # noqa: BLE001 - the run's own error is the one to report
-                pass
         finish_wandb(loggers, failed=record.data["status"] != "ok")
 
 
@@ -460,6 +430,9 @@ def finish_wandb(loggers: list, failed: bool) -> None:
 
         try:
             with timing.phase("W&B: finish"):
+                for lg in wandb_loggers(loggers):
+                    if hasattr(lg, "settle"):
+                        lg.settle()  # a start still under way is waited for; what waited for it is logged
                 wandb.finish(exit_code=1 if failed else 0)
         except Exception as err:  # noqa: BLE001 - e.g. its service process killed with the job: say so, keep the run's own error
             print(
