@@ -199,18 +199,39 @@ def test_wandb_starts_in_a_thread_and_what_is_logged_meanwhile_reaches_it_in_ord
     lg.start()
     lg.log_hyperparams({"lr": 0.001})
     lg.log_metrics({"train/loss": 3.0}, step=10)
+    handle = lg.experiment  # what Lightning touches before fit: it must not wait either
     lg.log_metrics({"train/loss": 2.5}, step=20)
     assert lg.starting and run.calls == []  # nothing waited: the calls are kept
     up.set()
     lg._starting.join(10)
     lg.log_metrics({"train/loss": 2.0}, step=30)
+    handle.log({"direct": 1.0})  # the handle is the run once it is up
     assert threads == ["attnlab-wandb-init"]
     assert run.calls == [
         ("config", {"lr": 0.001}),
         ("log", {"train/loss": 3.0, "trainer/global_step": 10}),
         ("log", {"train/loss": 2.5, "trainer/global_step": 20}),
         ("log", {"train/loss": 2.0, "trainer/global_step": 30}),
+        ("log", {"direct": 1.0}),
     ]
+
+
+def test_a_handle_taken_while_wandb_starts_waits_for_the_run_at_its_first_use(monkeypatch, tmp_path):
+    import threading
+
+    up, run = threading.Event(), FakeRun()
+
+    def start():
+        up.wait(10)
+        return run
+
+    lg = background_logger(monkeypatch, tmp_path, start)
+    lg.start()
+    lg.log_metrics({"train/loss": 3.0}, step=10)
+    handle = lg.experiment
+    threading.Timer(0.2, up.set).start()
+    assert handle.config is run  # waited for the start, and what was kept was logged first
+    assert run.calls == [("log", {"train/loss": 3.0, "trainer/global_step": 10})]
 
 
 def test_a_failed_wandb_start_is_raised_in_the_run_once_and_not_retried(monkeypatch, tmp_path):

@@ -67,6 +67,17 @@ def quiet_lightning(silence_output: bool = False):
             lg.setLevel(level)
 
 
+class PendingRun:
+    """``WandbLogger.experiment`` while the W&B run starts: any attribute waits for the run, then is the run's."""
+
+    def __init__(self, logger: WandbLogger):
+        self._logger = logger
+
+    def __getattr__(self, name: str):
+        self._logger.settle()
+        return getattr(self._logger.experiment, name)
+
+
 class WandbLogger(lightning_loggers.WandbLogger):
     """Lightning's W&B logger, started in the background, minus the ``anonymous`` argument it always
     passes (wandb 0.31 answers it with a warning before the first step).
@@ -124,6 +135,10 @@ class WandbLogger(lightning_loggers.WandbLogger):
 
     @property
     def experiment(self):
+        """The W&B run; while it starts, a handle that waits for it at its first use. Lightning touches
+        every logger's ``experiment`` before fit only to create it, which must not wait for the start."""
+        if self.starting:
+            return PendingRun(self)
         self.settle()
         return lightning_loggers.WandbLogger.experiment.fget(self)
 

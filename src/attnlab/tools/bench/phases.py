@@ -82,7 +82,6 @@ GROUPS = (  # (group, row-name prefixes) in the table's order
             "loggers:",
             "data:",
             "model:",
-            "W&B: init",
             "callbacks: build",
             "trainer:",
             "memory check",
