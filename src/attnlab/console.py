@@ -3,7 +3,8 @@
 The one place that quiets Lightning (:func:`quiet_lightning`, levels and warning filters restored on
 exit) and the progress line that replaces Lightning's tqdm bar (:class:`ProgressLine`): loss, val
 loss and tokens/s, redrawn in place on a terminal, one plain line every ``every`` steps when
-stdout is a file or a pipe.
+stdout is a file or a pipe. And the W&B logger (:class:`WandbLogger`): Lightning's, without its
+start-up warning and started in the background, so the run's set-up never waits for W&B.
 """
 
 from __future__ import annotations
@@ -82,9 +83,9 @@ class WandbLogger(lightning_loggers.WandbLogger):
     """Lightning's W&B logger, started in the background, minus the ``anonymous`` argument it always
     passes (wandb 0.31 answers it with a warning before the first step).
 
-    ``start()`` runs ``wandb.init`` (the wandb import, its service process and handshake, seconds of a
-    2-core machine's set-up) in a thread and the run does not wait for it: what is logged meanwhile is
-    kept in order and handed to W&B at the first logger call after the W&B run is up, or at ``settle()``.
+    ``start()`` runs ``wandb.init`` (the wandb import, its service process and handshake) in a thread
+    and the run does not wait for it: what is logged meanwhile is kept in order and handed to W&B at
+    the first logger call after the W&B run is up, or at ``settle()``.
     A failed start is raised there, in the run's own thread; the logger then drops what it is given."""
 
     def __init__(self, *args, **kwargs):
