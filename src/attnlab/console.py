@@ -92,9 +92,9 @@ class WandbLogger(lightning_loggers.WandbLogger):
         super().__init__(*args, **kwargs)
         self._wandb_init.pop("anonymous", None)
         self._starting: threading.Thread | None = None
-        self._start_errors: list[BaseException] = []
+        self._start_error: BaseException | None = None  # set by the start's thread, raised by settle()
         self._start_failed = False
-        self._waiting: list[tuple[str, tuple, dict]] = []  # (method, args, kwargs) logged before the run was up
+        self._waiting: list[tuple[str, tuple, dict]] = []  # (method, args, kwargs) not yet handed to W&B
 
     def start(self) -> None:
         if self._starting is not None or self._experiment is not None:
@@ -105,7 +105,7 @@ class WandbLogger(lightning_loggers.WandbLogger):
                 with timing.phase("W&B: import and init"):
                     lightning_loggers.WandbLogger.experiment.fget(self)
             except BaseException as err:  # noqa: BLE001 - raised in the run's thread by settle()
-                self._start_errors.append(err)
+                self._start_error = err
 
         self._starting = threading.Thread(target=init, name="attnlab-wandb-init", daemon=True)
         self._starting.start()
@@ -119,20 +119,18 @@ class WandbLogger(lightning_loggers.WandbLogger):
         if self._starting is not None:
             self._starting.join()
             self._starting = None
-        if self._start_errors:
-            self._start_failed, self._waiting = True, []
-            raise self._start_errors.pop()
         waiting, self._waiting = self._waiting, []
-        for name, args, kwargs in waiting:
+        if self._start_error is not None:
+            err, self._start_error, self._start_failed = self._start_error, None, True
+            raise err
+        for name, args, kwargs in waiting if not self._start_failed else ():
             getattr(lightning_loggers.WandbLogger, name)(self, *args, **kwargs)
 
     def _call(self, name: str, *args, **kwargs) -> None:
-        if self.starting:
-            self._waiting.append((name, tuple(dict(a) if isinstance(a, dict) else a for a in args), kwargs))
-            return
-        self.settle()
-        if not self._start_failed:
-            getattr(lightning_loggers.WandbLogger, name)(self, *args, **kwargs)
+        """Every logger call goes through the list: kept while the run starts, handed over (in order) once it is up."""
+        self._waiting.append((name, tuple(dict(a) if isinstance(a, dict) else a for a in args), kwargs))
+        if not self.starting:
+            self.settle()
 
     @property
     def experiment(self):
