@@ -1,0 +1,179 @@
+"""Every test and interval the reports print, as thin calls into scipy.stats.
+
+One module so a reviewer can check each number against scipy's documentation: Welch's t-test with
+its interval (``ttest_ind(equal_var=False)``, ``ttest_ind_from_stats`` where only a cell's mean, std
+and count exist), the one-sample t-test, t intervals, Wilson intervals for k of n, Holm's step-down
+correction, and the smallest difference a pair of cells could detect (two-sided, 80 % power).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+ALPHA = 0.05
+POWER = 0.8
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """level minus reference: the difference, its (1 - alpha) interval, the two-sided p, Welch's df,
+    the seed counts, and the smallest true difference these seeds detect with 80 % power."""
+
+    diff: float
+    lo: float
+    hi: float
+    p: float
+    df: float
+    n_ref: int
+    n_level: int
+    detectable: float
+
+    def resolved(self, p_adjusted: float | None = None, alpha: float = ALPHA) -> bool:
+        """Beyond seed noise: the (adjusted, when given) p is below alpha."""
+        p = self.p if p_adjusted is None else p_adjusted
+        return bool(p < alpha)
+
+
+def _finite(values: Sequence[float]) -> np.ndarray:
+    a = np.asarray(values, dtype=float)
+    return a[np.isfinite(a)]
+
+
+def detectable_difference(
+    std_ref: float, n_ref: int, std_level: float, n_level: int, alpha: float = ALPHA, power: float = POWER
+) -> float:
+    """The smallest true difference a two-sided Welch test at ``alpha`` finds with ``power``.
+
+    Normal approximation with the t quantiles of Welch's df: (t_{1-a/2} + t_{power}) * SE. With
+    2-3 seeds it is the honest size of "no difference": a smaller effect could be there unseen.
+    """
+    se, df = _welch_se_df(std_ref, n_ref, std_level, n_level)
+    if not math.isfinite(se) or not math.isfinite(df):
+        return math.nan
+    return float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * se)
+
+
+def _welch_se_df(s1: float, n1: int, s2: float, n2: int) -> tuple[float, float]:
+    if n1 < 2 or n2 < 2:
+        return math.nan, math.nan
+    v1, v2 = s1**2 / n1, s2**2 / n2
+    se = math.sqrt(v1 + v2)
+    if se == 0:
+        return 0.0, float(n1 + n2 - 2)
+    df = (v1 + v2) ** 2 / (v1**2 / (n1 - 1) + v2**2 / (n2 - 1))
+    return se, df
+
+
+def welch(reference: Sequence[float], level: Sequence[float], alpha: float = ALPHA) -> Contrast | None:
+    """Welch's two-sample t-test of mean(level) - mean(reference); None below two values a side."""
+    ref, lvl = _finite(reference), _finite(level)
+    if len(ref) < 2 or len(lvl) < 2:
+        return None
+    res = stats.ttest_ind(lvl, ref, equal_var=False)
+    ci = res.confidence_interval(confidence_level=1 - alpha)
+    return Contrast(
+        diff=float(lvl.mean() - ref.mean()),
+        lo=float(ci.low),
+        hi=float(ci.high),
+        p=float(res.pvalue),
+        df=float(res.df),
+        n_ref=len(ref),
+        n_level=len(lvl),
+        detectable=detectable_difference(ref.std(ddof=1), len(ref), lvl.std(ddof=1), len(lvl), alpha),
+    )
+
+
+def welch_from_stats(
+    mean_ref: float,
+    std_ref: float,
+    n_ref: int,
+    mean_level: float,
+    std_level: float,
+    n_level: int,
+    alpha: float = ALPHA,
+) -> Contrast | None:
+    """Welch's test from two cells' mean, sample std and count, where the per-seed values are not kept."""
+    if n_ref < 2 or n_level < 2:
+        return None
+    res = stats.ttest_ind_from_stats(mean_level, std_level, n_level, mean_ref, std_ref, n_ref, equal_var=False)
+    se, df = _welch_se_df(std_ref, n_ref, std_level, n_level)
+    diff = mean_level - mean_ref
+    half = float(stats.t.ppf(1 - alpha / 2, df) * se) if se > 0 else 0.0
+    return Contrast(
+        diff=float(diff),
+        lo=float(diff - half),
+        hi=float(diff + half),
+        p=float(res.pvalue) if se > 0 else (1.0 if diff == 0 else 0.0),
+        df=float(df),
+        n_ref=int(n_ref),
+        n_level=int(n_level),
+        detectable=detectable_difference(std_ref, n_ref, std_level, n_level, alpha),
+    )
+
+
+def one_sample(values: Sequence[float], popmean: float = 0.0, alpha: float = ALPHA) -> Contrast | None:
+    """The one-sample t-test of mean(values) against ``popmean`` (paired differences: popmean 0)."""
+    a = _finite(values)
+    if len(a) < 2:
+        return None
+    res = stats.ttest_1samp(a, popmean)
+    ci = res.confidence_interval(confidence_level=1 - alpha)
+    sd, n = float(a.std(ddof=1)), len(a)
+    detectable = float((stats.t.ppf(1 - alpha / 2, n - 1) + stats.t.ppf(POWER, n - 1)) * sd / math.sqrt(n))
+    return Contrast(
+        diff=float(a.mean() - popmean),
+        lo=float(ci.low - popmean),
+        hi=float(ci.high - popmean),
+        p=float(res.pvalue) if sd > 0 else (1.0 if a.mean() == popmean else 0.0),
+        df=float(n - 1),
+        n_ref=0,
+        n_level=n,
+        detectable=detectable,
+    )
+
+
+def t_interval(values: Sequence[float], confidence: float = 1 - ALPHA) -> tuple[float, float, float]:
+    """(mean, lo, hi): the t interval of the mean; lo = hi = mean for a single value."""
+    a = _finite(values)
+    if len(a) == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(a.mean())
+    if len(a) < 2:
+        return mean, mean, mean
+    sem = float(stats.sem(a))
+    if sem == 0:
+        return mean, mean, mean
+    lo, hi = stats.t.interval(confidence, len(a) - 1, loc=mean, scale=sem)
+    return mean, float(lo), float(hi)
+
+
+def t_interval_from_stats(mean: float, std: float, n: int, confidence: float = 1 - ALPHA) -> tuple[float, float]:
+    """The t interval of a mean known only by its sample std and count."""
+    if n < 2 or not math.isfinite(std) or std == 0:
+        return mean, mean
+    lo, hi = stats.t.interval(confidence, n - 1, loc=mean, scale=std / math.sqrt(n))
+    return float(lo), float(hi)
+
+
+def wilson(k: int, n: int, confidence: float = 1 - ALPHA) -> tuple[float, float]:
+    """Wilson's score interval of a proportion k of n (``binomtest(...).proportion_ci("wilson")``)."""
+    if n == 0:
+        return 0.0, 1.0
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def holm(pvalues: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment over the p-values that are not None (which stay None)."""
+    idx = [i for i, p in enumerate(pvalues) if p is not None and math.isfinite(p)]
+    out: list[float | None] = [None] * len(pvalues)
+    running = 0.0
+    for rank, i in enumerate(sorted(idx, key=lambda i: pvalues[i])):
+        running = max(running, min(1.0, (len(idx) - rank) * pvalues[i]))
+        out[i] = running
+    return out

@@ -1,0 +1,63 @@
+"""attnlab.studies.stats against scipy's own results and textbook values."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from attnlab.studies import stats
+
+
+def test_welch_is_scipys_and_from_stats_agrees():
+    rng = np.random.default_rng(0)
+    ref, lvl = rng.normal(1.0, 0.1, 3), rng.normal(1.3, 0.3, 4)
+    c = stats.welch(ref, lvl)
+    res = sps.ttest_ind(lvl, ref, equal_var=False)
+    assert c.p == pytest.approx(res.pvalue) and c.df == pytest.approx(res.df)
+    assert c.diff == pytest.approx(lvl.mean() - ref.mean())
+    assert c.lo < c.diff < c.hi
+    s = stats.welch_from_stats(ref.mean(), ref.std(ddof=1), 3, lvl.mean(), lvl.std(ddof=1), 4)
+    for field in ("diff", "lo", "hi", "p", "df", "detectable"):
+        assert getattr(s, field) == pytest.approx(getattr(c, field), rel=1e-9)
+
+
+def test_welch_needs_two_values_a_side():
+    assert stats.welch([1.0], [1.0, 2.0]) is None
+    assert stats.welch_from_stats(1.0, 0.1, 1, 1.0, 0.1, 3) is None
+
+
+def test_detectable_difference_shrinks_with_seeds_and_matches_power():
+    d3 = stats.detectable_difference(0.1, 3, 0.1, 3)
+    d10 = stats.detectable_difference(0.1, 10, 0.1, 10)
+    assert d10 < d3
+    # a true difference of that size is found about 80 % of the time (simulated, n = 10 a side)
+    rng = np.random.default_rng(1)
+    hits = sum(
+        sps.ttest_ind(rng.normal(d10, 0.1, 10), rng.normal(0, 0.1, 10), equal_var=False).pvalue < 0.05
+        for _ in range(2000)
+    )
+    assert 0.74 < hits / 2000 < 0.86
+
+
+def test_one_sample_and_t_interval():
+    x = [0.1, 0.3, 0.2, 0.4]
+    c = stats.one_sample(x)
+    assert c.p == pytest.approx(sps.ttest_1samp(x, 0).pvalue)
+    mean, lo, hi = stats.t_interval(x)
+    assert (c.lo, c.hi) == pytest.approx((lo, hi))
+    assert stats.t_interval([2.0]) == (2.0, 2.0, 2.0)
+    assert stats.t_interval_from_stats(mean, float(np.std(x, ddof=1)), 4) == pytest.approx((lo, hi))
+
+
+def test_wilson_known_value():
+    lo, hi = stats.wilson(3, 3)
+    assert hi == pytest.approx(1.0) and lo == pytest.approx(0.4385, abs=1e-4)
+    assert stats.wilson(0, 0) == (0.0, 1.0)
+
+
+def test_holm_step_down():
+    adj = stats.holm([0.01, 0.04, None, 0.03])
+    assert adj[2] is None
+    assert adj[0] == pytest.approx(0.03) and adj[3] == pytest.approx(0.06) and adj[1] == pytest.approx(0.06)
+    assert all(math.isfinite(p) and p <= 1 for p in adj if p is not None)
