@@ -107,6 +107,40 @@ def test_cpu_peak_bytes_sums_allocations_in_time_order():
     assert existing.numel() == 1 << 20
 
 
+FREE_EARLIER_BLOCK = """
+import sys, torch
+from attnlab.profiling import PeakMemory, UNKNOWN_BLOCK
+from torch.profiler import ProfilerActivity, profile
+earlier = torch.ones(1 << 16)
+if sys.argv[1] == "raw":
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True):
+        del earlier
+else:
+    with PeakMemory("cpu") as mem:
+        del earlier
+        print("line of the step", file=sys.stderr)
+        x = torch.ones(1 << 10)
+    print(mem.peak_bytes)
+"""
+
+
+@pytest.mark.parametrize("window", ["raw", "peak_memory"])
+def test_a_freed_earlier_block_logs_only_outside_the_peak_memory_window(window):
+    """Freeing a tensor from before the window makes c10 log a line to fd 2 (once per process): the raw profiler
+    lets it through, PeakMemory drops that line and keeps the step's own stderr."""
+    proc = subprocess.run(
+        [sys.executable, "-c", FREE_EARLIER_BLOCK, window], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    from attnlab.profiling import UNKNOWN_BLOCK
+
+    if window == "raw":
+        assert proc.stderr.count(UNKNOWN_BLOCK) == 1
+    else:
+        assert UNKNOWN_BLOCK not in proc.stderr and proc.stderr.splitlines() == ["line of the step"]
+        assert int(proc.stdout) == 4 * (1 << 10)  # the window's own allocation; the earlier block's free is not seen
+
+
 def test_explicit_attention_peak_holds_the_matrix_and_sdpa_does_not():
     plan = KernelPlan((), (2048,), batch=1, heads=4, head_dim=64)
     variants = kernel_variants(torch.device("cpu"))

@@ -10,24 +10,41 @@ from __future__ import annotations
 
 import math
 import os
+import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+# c10's CPU allocator logs this (the first time, then every 1000th) when a block allocated before the
+# profiler started is freed inside its window: every measured training step frees the previous step's
+# gradients. The peak counts the window's own allocations, so the line says nothing about the number
+# and nothing a user can change; it is a C++ log, out of reach of Python's warning filters.
+UNKNOWN_BLOCK = "Memory block of unknown size was allocated before the profiling started"
+
 
 @contextmanager
-def quiet_stderr():
-    """The profiler's C++ side prints start/stop lines to file descriptor 2; keep logs readable."""
+def stderr_without(*fragments: str):
+    """File descriptor 2 held in a temp file while the block runs, then written back without the lines
+    that hold one of ``fragments`` (without any line when none is given). At the descriptor because the
+    profiler's C++ side writes there directly."""
+    drop = [f.encode() for f in fragments]
+    sys.stderr.flush()
     saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
             yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [line for line in held if drop and not any(f in line for f in drop)]
+            if kept:
+                os.write(2, b"".join(kept))
 
 
 class PeakMemory:
@@ -45,8 +62,16 @@ class PeakMemory:
             self._start = torch.cuda.memory_allocated(self.device)
         else:
             self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-            with quiet_stderr():
-                self._prof.__enter__()
+            # the window's stderr comes back at __exit__ without the allocator's line; the profiler's own
+            # start and stop lines are dropped whole
+            self._stderr = stderr_without(UNKNOWN_BLOCK)
+            self._stderr.__enter__()
+            try:
+                with stderr_without():
+                    self._prof.__enter__()
+            except BaseException:
+                self._stderr.__exit__(None, None, None)
+                raise
         return self
 
     def __exit__(self, *exc) -> None:
@@ -55,8 +80,11 @@ class PeakMemory:
             self.cuda_max_allocated = torch.cuda.max_memory_allocated(self.device)
             self.peak_bytes = self.cuda_max_allocated - self._start
             return
-        with quiet_stderr():
-            self._prof.__exit__(*exc)
+        try:
+            with stderr_without():
+                self._prof.__exit__(*exc)
+        finally:
+            self._stderr.__exit__(None, None, None)
         events = [
             e
             for e in self._prof.profiler.kineto_results.events()

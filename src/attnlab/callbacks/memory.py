@@ -45,5 +45,11 @@ class PeakMemoryMonitor(L.Callback):
         log_metrics(trainer, self.last)
         self._mem = None
 
+    def on_exception(self, trainer, pl_module, exception):
+        """A step that raised never reaches on_train_batch_end: close its window, so stderr is the run's again."""
+        if self._mem is not None:
+            self._mem.__exit__(None, None, None)
+            self._mem = None
+
     def summary(self) -> dict[str, float]:
         return dict(self.last)
