@@ -65,7 +65,7 @@ table: $(STAMP) ## aggregate sweeps into reports/<study>/: 95 % intervals over s
 repro: $(STAMP) ## reproduce and check the source articles' claims (REPRO=fast skips training claims)
 	$(BIN)/attnlab repro --mode $(REPRO) $(ARGS)
 
-bench: $(STAMP) ## kernels, memory, throughput, callback cost, end to end, long context, compile -> reports/bench/ (BENCH=fast: every section, < 3 min)
+bench: $(STAMP) ## kernels, memory, throughput, callback cost, end to end, long context, compile, decoding -> reports/bench/ (BENCH=fast: every section, < 3 min, -> reports/bench/fast/)
 	$(BIN)/attnlab bench --mode $(BENCH) $(ARGS)
 
 sample: $(STAMP) ## generate text from the last trained checkpoint (RUN=a run dir, default the latest)

@@ -415,6 +415,51 @@ def test_cli_merge_keeps_sections_not_rerun(tmp_path):
     assert data["merged"]["kept_from"] == "before"
 
 
+def test_default_out_is_the_committed_bench_only_for_what_it_holds():
+    from attnlab.tools.bench.__main__ import COMMITTED, SECTIONS, default_out
+
+    assert default_out("full", list(SECTIONS), merge=False) == COMMITTED
+    assert default_out("full", ["longctx"], merge=True) == COMMITTED
+    assert default_out("breakdown", [], merge=False) == COMMITTED
+    beside = [
+        default_out("fast", list(SECTIONS), merge=False),
+        default_out("fast", ["decode"], merge=True),
+        default_out("tiny", list(SECTIONS), merge=False),
+        default_out("full", ["decode"], merge=False),
+        default_out("breakdown", [], merge=False, overrides=["attention=sdpa"]),
+    ]
+    assert len(set(beside)) == 4 and all(p.parent == COMMITTED for p in beside)
+
+
+def test_a_fast_bench_leaves_the_committed_bench_as_it_is(tmp_path, monkeypatch, capsys):
+    """`make bench BENCH=fast` with no --out, every section's runner stubbed: its files land in reports/bench/fast/,
+    the committed reports/bench/ keeps its bytes, and the console names the directory it wrote."""
+    from attnlab.tools.bench import __main__ as bench_cli
+    from attnlab.tools.bench import compiled, decode, endtoend
+
+    monkeypatch.chdir(tmp_path)
+    committed = tmp_path / "reports" / "bench"
+    committed.mkdir(parents=True)
+    (committed / "bench.json").write_text('{"mode": "full"}')
+    (committed / "bench.md").write_text("full bench")
+    monkeypatch.setattr(bench_cli, "longctx_plan", lambda args, device: None)
+    monkeypatch.setattr(bench_cli, "run_kernels", lambda plan, device: [])
+    monkeypatch.setattr(bench_cli, "train_throughput", lambda *a, **k: [])
+    monkeypatch.setattr(bench_cli, "callback_overhead", lambda **k: {})
+    monkeypatch.setattr(endtoend, "end_to_end", lambda arms, **k: {})
+    monkeypatch.setattr(longctx, "long_context", lambda plan, on_progress: {})
+    monkeypatch.setattr(compiled, "compile_throughput", lambda **k: [])
+    monkeypatch.setattr(decode, "decode_section", lambda **k: {})
+
+    assert bench_cli.main(["--mode", "fast", "--device", "cpu"]) == 0
+    fast = committed / "fast"
+    assert json.loads((fast / "bench.json").read_text())["mode"] == "fast" and (fast / "bench.md").is_file()
+    assert json.loads((committed / "bench.json").read_text()) == {"mode": "full"}
+    assert (committed / "bench.md").read_text() == "full bench"
+    assert sorted(p.name for p in committed.iterdir()) == ["bench.json", "bench.md", "fast"]
+    assert str(Path("reports/bench/fast")) in capsys.readouterr().out
+
+
 def test_cli_rejects_unknown_section(tmp_path, capsys):
     assert bench_main(["--out", str(tmp_path), "--sections", "kernels,bogus"]) == 2
     assert "bogus" in capsys.readouterr().err

@@ -16,6 +16,10 @@ tiny  for tests only: T 128 and 256, two repeats of a few training steps; number
 breakdown  where the seconds of one whole default ``make train`` go (``--overrides`` to change the
       run): reports/bench/breakdown.md and .json, plus the top functions of a cProfile'd run.
 
+Without ``--out`` only the full bench of every section (or a ``--merge`` into it) and the default run's
+breakdown write the committed reports/bench/; a fast, tiny or partial run, or a breakdown of other
+overrides, writes beside it, in reports/bench/<fast|tiny|partial|breakdown>/ (gitignored).
+
 ``--sections`` picks sections (``--mode full --sections longctx --merge``: the long-context table
 alone, the other sections kept from the bench.json already in ``--out``; without the kernels section
 its ``machine`` record is kept too, and this run's threads, load and matmul yardstick go to
@@ -117,6 +121,19 @@ LONGCTX = {
     "fast": dict(seq_lens=(1024,), tokens_per_step=4096, steps=4, val_batches=2, repeats=1),
     "tiny": dict(seq_lens=(32,), tokens_per_step=64, steps=4, val_batches=2, repeats=1),
 }
+
+
+COMMITTED = Path("reports/bench")
+
+
+def default_out(mode: str, sections: list[str], merge: bool, overrides: list[str] = ()) -> Path:
+    """Where a run writes without --out: reports/bench/ only for what the committed bench holds, so trying
+    the bench never replaces the numbers the docs read."""
+    if mode == "breakdown":
+        return COMMITTED / "breakdown" if overrides else COMMITTED
+    if mode == "full":
+        return COMMITTED if merge or set(sections) == set(SECTIONS) else COMMITTED / "partial"
+    return COMMITTED / mode
 
 
 SECTION_KEYS = {
@@ -247,7 +264,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="steps per eager/compiled arm (the first third not counted; default: the mode's)",
     )
     p.add_argument("--no-cprofile", action="store_true", help="breakdown mode: skip the second, cProfile'd run")
-    p.add_argument("--out", default="reports/bench", help="output directory (default reports/bench)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="output directory (default reports/bench for the full bench, a --merge and the default breakdown; "
+        "else reports/bench/<fast|tiny|partial|breakdown>/)",
+    )
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own choice)")
     p.add_argument(
@@ -296,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)
-    out = Path(args.out)
+    out = Path(args.out) if args.out else default_out(args.mode, sections, args.merge, args.overrides)
     out.mkdir(parents=True, exist_ok=True)
     if args.mode == "breakdown":
         return run_breakdown(args, out)
@@ -304,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = kernel_plan(args.mode, device)
     load_before = list(os.getloadavg())
     print(
-        f"attnlab.tools.bench: mode {args.mode} on {device.type}, {torch.get_num_threads()} thread(s), load {os.getloadavg()[0]:.2f}"
+        f"attnlab.tools.bench: mode {args.mode} on {device.type}, {torch.get_num_threads()} thread(s), "
+        f"load {os.getloadavg()[0]:.2f}; writing into {out}/"
     )
     reuse_machine = args.merge and "kernels" not in sections and (out / "bench.json").exists()
     bench = {
@@ -420,7 +443,8 @@ def run_breakdown(args: argparse.Namespace, out: Path) -> int:
     from .breakdown import breakdown
 
     print(
-        f"attnlab.tools.bench: breakdown of python -m attnlab.train {' '.join(args.overrides)}; load {os.getloadavg()[0]:.2f}"
+        f"attnlab.tools.bench: breakdown of python -m attnlab.train {' '.join(args.overrides)}; "
+        f"load {os.getloadavg()[0]:.2f}; writing into {out}/"
     )
     with tempfile.TemporaryDirectory(prefix="attnlab-breakdown-") as work:
         result = breakdown(
