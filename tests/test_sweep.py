@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
+import re
 import shutil
 import statistics
 import subprocess
@@ -17,12 +19,13 @@ from omegaconf import OmegaConf
 from test_report_layout import ci, md_tables, table_with
 
 from attnlab.config import CONF_DIR, compose_config
+from attnlab.profiling import UNKNOWN_BLOCK
 from attnlab.studies.report import build_report
 from attnlab.studies.report.aggregate import group_cells, load_runs, swept_axes
 from attnlab.studies.report.lr import arms as lr_arms
 from attnlab.studies.report.numbers import mean_interval, mean_pm_std
 from attnlab.studies.report.significance import welch
-from attnlab.studies.sweep import studies
+from attnlab.studies.sweep import SweepProgress, studies, sweep_axes
 from attnlab.tools.dashboard import main as dashboard_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,12 +67,28 @@ def test_default_sweep_path_end_to_end(tmp_path):
         "model.d_model=32",
         "model.n_head=2",
         "data.batch_size=2",
+        "trainer.enable_progress_bar=true",  # a progress line every step: they must stay in each run's log
+        "callbacks.peak_memory.every_n_steps=2",  # peak memory windows that free the previous step's tensors
     )
     assert proc.returncode == 1, proc.stderr[-2000:]  # a failed cell makes the sweep exit non-zero
     (sweep,) = (tmp_path / "logs").iterdir()
     results = {r: json.loads(r.read_text()) for r in sweep.glob("*/results.json")}
     ok = [r for r, res in results.items() if res["status"] == "ok"]
     assert len(results) == 8 and len(ok) == 4
+    # the console: one line per cell as it ends, counted of the 8, with its name and val loss; no step lines
+    progress = [(line, re.match(r"attnlab: \[(\d+)/(\d+), (\d+) failed", line)) for line in proc.stdout.splitlines()]
+    progress = [(line, [int(g) for g in m.groups()]) for line, m in progress if m]
+    assert [counts[:2] for _, counts in progress] == [[k, 8] for k in range(1, 9)] and progress[-1][1][2] == 4
+    for r, res in results.items():
+        given = dict(o.split("=", 1) for o in res["overrides"])
+        name = f"d_k={given['model.d_k']} scaling={given['model.attention.scaling']} seed={res['config']['seed']}"
+        (line,) = [line for line, _ in progress if f" {name}: " in line]
+        assert res["status"] == "failed" or f"{res['metrics']['val/loss']:.4f}" in line
+        log = (r.parent / "console.log").read_text()
+        assert res["status"] == "failed" or re.search(r"^step 6/6 ", log, re.M)
+        assert UNKNOWN_BLOCK not in log
+    console = proc.stdout + proc.stderr
+    assert not re.search(r"^step \d", console, re.M) and UNKNOWN_BLOCK not in console
     assert all("model.d_k=-1" in res["overrides"] for res in results.values() if res["status"] == "failed")
     for r in results:
         launcher = yaml.safe_load((r.parent / ".hydra" / "hydra.yaml").read_text())["hydra"]["launcher"]
@@ -103,6 +122,99 @@ def test_default_sweep_path_end_to_end(tmp_path):
     assert (report / "val_loss_vs_dk.png").exists() and (report / "max_logit_over_training.png").exists()
     (pair,) = json.loads((report / "summary.json").read_text())["scaled_vs_unscaled"]
     assert pair["where"] == "d_k=16" and pair["n"] == [2, 2] and 0 <= pair["p"] <= 1
+
+
+def write_result(sweep: Path, job: int, overrides: list[str], status: str, loss: float | None = None, **fields):
+    """One run's results.json as RunRecord writes it: a new file renamed over the old one."""
+    run = sweep / str(job)
+    run.mkdir(parents=True, exist_ok=True)
+    seed = next((int(o.split("=")[1]) for o in overrides if o.startswith("seed=")), 1337)
+    record = {
+        "status": status,
+        "error": fields.pop("error", None),
+        "overrides": overrides,
+        "config": {"seed": seed},
+        "metrics": {} if loss is None else {"val/loss": loss},
+        "wall_s": fields.pop("wall_s", 60.0),
+    }
+    tmp = run / ".results.json.tmp"
+    tmp.write_text(json.dumps(record))
+    tmp.replace(run / "results.json")
+
+
+GRID = {
+    "model.d_k": [16, 32],
+    "model.attention.scaling": ["none", "inv_sqrt_d"],
+    "model.init_std": [0.02],
+    "seed": [0, 1],
+}
+
+
+def test_sweep_progress_counts_names_failures_and_a_time_left_that_falls_at_a_steady_pace(tmp_path):
+    """Cells ending every 10 s of an 8-cell grid: one line each, the count and failures as the files say, the time
+    left 10 s per cell to go, a running run not counted, nothing printed twice."""
+    now = [0.0]
+    out = io.StringIO()
+    progress = SweepProgress(tmp_path, GRID, stream=out, clock_s=lambda: now[0])
+    assert progress.total == 8 and progress.poll() == []
+    cells = [(d_k, scaling, seed) for d_k in (16, 32) for scaling in ("none", "inv_sqrt_d") for seed in (0, 1)]
+    write_result(tmp_path, 7, ["model.d_k=32", "model.attention.scaling=inv_sqrt_d", "seed=1"], "running")
+    etas, names = [], []
+    for job, (d_k, scaling, seed) in enumerate(cells):
+        now[0] += 10.0
+        overrides = [f"model.d_k={d_k}", f"model.attention.scaling={scaling}", "model.init_std=0.02", f"seed={seed}"]
+        if d_k == 32 and scaling == "none":
+            write_result(tmp_path, job, overrides, "failed", error=f"seed {seed}: boom")
+        else:
+            write_result(tmp_path, job, overrides, "ok", loss=2.0 + job / 100)
+        (line,) = progress.poll()
+        assert progress.poll() == []  # a file not rewritten is not read again
+        names.append(progress.cells[str(job)].name)
+        assert names[-1] == f"d_k={d_k} scaling={scaling} seed={seed}" and names[-1] in line
+        assert progress.finished == job + 1
+        assert progress.failed == sum(1 for d, s, _ in cells[: job + 1] if (d, s) == (32, "none"))
+        if progress.cells[str(job)].status == "ok":
+            assert f"{2.0 + job / 100:.4f}" in line
+        else:
+            assert f"seed {seed}: boom" in line
+        etas.append(progress.eta_s())
+    assert etas == pytest.approx([10.0 * (8 - k) for k in range(1, 9)])
+    assert all(a >= b for a, b in zip(etas, etas[1:])) and etas[-1] == 0
+    assert len(set(names)) == 8 and progress.failed == 2
+    assert len(out.getvalue().splitlines()) == 8
+
+
+def test_a_requeued_cell_is_counted_once_with_its_latest_status(tmp_path):
+    progress = SweepProgress(tmp_path, GRID, stream=io.StringIO())
+    overrides = ["model.d_k=16", "model.attention.scaling=none", "seed=0"]
+    write_result(tmp_path, 0, overrides, "interrupted", error="time limit")
+    assert len(progress.poll()) == 1 and (progress.finished, progress.failed) == (1, 1)
+    write_result(tmp_path, 0, overrides, "ok", loss=2.5)
+    assert len(progress.poll()) == 1 and (progress.finished, progress.failed) == (1, 0)
+    assert progress.cells["0"].val_loss == 2.5
+
+
+def test_cell_names_keep_the_full_key_where_two_axes_end_alike(tmp_path):
+    axes = {"model.attention.scaling": ["none", "inv_sqrt_d"], "optim.scaling": [1, 2], "model.init_std": [0.02]}
+    progress = SweepProgress(tmp_path, axes, stream=io.StringIO())
+    record = {
+        "overrides": ["model.attention.scaling=none", "+optim.scaling=2", "model.init_std=0.02"],
+        "config": {"seed": 3},
+    }
+    assert progress.total == 4
+    assert progress.cell_name(record) == "model.attention.scaling=none optim.scaling=2 seed=3"
+
+
+def test_sweep_axes_follow_the_command_line_as_hydra_does():
+    """The study's grid, a command-line value replacing its axis, a command-line sweep adding one, and the seeds."""
+    axes = sweep_axes("smoke", 3, ["model.d_k=16,-1", "model.init_std=0.02", "logger=csv", "optim.lr=range(1,3)"])
+    assert axes == {
+        "model.d_k": [16, -1],
+        "model.attention.scaling": ["none", "inv_sqrt_d"],
+        "model.init_std": [0.02],
+        "optim.lr": [1, 2],
+        "seed": [0, 1, 2],
+    }
 
 
 def fake_run(

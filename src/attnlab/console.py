@@ -3,8 +3,10 @@
 The one place that quiets Lightning (:func:`quiet_lightning`, levels and warning filters restored on
 exit) and the progress line that replaces Lightning's tqdm bar (:class:`ProgressLine`): loss, val
 loss and tokens/s, redrawn in place on a terminal, one plain line every ``every`` steps when
-stdout is a file or a pipe. And the W&B logger (:class:`WandbLogger`): Lightning's, without its
-start-up warning and started in the background, so the run's set-up never waits for W&B.
+stdout is a file or a pipe. A job of ``attnlab sweep`` prints all of it into its run dir's
+console.log instead (:func:`run_output`), so the sweep's console holds the study-level lines only.
+And the W&B logger (:class:`WandbLogger`): Lightning's, without its start-up warning and started in
+the background, so the run's set-up never waits for W&B.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
 import sys
 import threading
 import time
@@ -41,6 +44,37 @@ HARMLESS_WARNINGS = (
     r"The `srun` command is available on your system",  # a SLURM client here, a run outside a job: intended
     r".*resuming from a checkpoint that ended before the epoch ended.*",  # the data modules restore their position
 )
+
+
+RUN_LOG = "console.log"
+RUN_LOG_ENV = "ATTNLAB_RUN_LOG"  # set to 1 by `attnlab sweep` for its jobs
+
+
+@contextlib.contextmanager
+def run_output(run_dir: str | os.PathLike):
+    """With ``ATTNLAB_RUN_LOG=1``: everything the block prints, Python's and the C++ libraries', goes to
+    <run_dir>/console.log (appended: a resumed run adds to it). At the file descriptors, because parallel
+    jobs share the sweep's terminal and torch, W&B and their child processes write to them directly."""
+    if os.environ.get(RUN_LOG_ENV) != "1":
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    try:
+        with open(os.path.join(run_dir, RUN_LOG), "ab") as log:
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+            try:
+                yield
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os.dup2(saved[0], 1)
+                os.dup2(saved[1], 2)
+    finally:
+        os.close(saved[0])
+        os.close(saved[1])
 
 
 @contextlib.contextmanager
@@ -240,9 +274,9 @@ class ProgressLine(ProgressBar):
             f"{rate:,.0f} tok/s",
         ]
         elapsed = now - self._start
-        timing = f"{_clock(elapsed)} elapsed"
+        timing = f"{clock(elapsed)} elapsed"
         if total and total > 0 and step > 0:
-            timing += f", {_clock(elapsed / step * (total - step))} left"
+            timing += f", {clock(elapsed / step * (total - step))} left"
         return f"{text}  " + " | ".join(fields + [timing])
 
 
@@ -251,7 +285,8 @@ def progress_line(enabled: bool) -> list[ProgressLine]:
     return [ProgressLine()] if enabled else []
 
 
-def _clock(seconds: float) -> str:
+def clock(seconds: float) -> str:
+    """``12:05`` or ``1:02:05``."""
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

@@ -35,7 +35,7 @@ from .callbacks.interrupt import GracefulInterrupt, Interrupted  # noqa: E402
 from .checkpointing import AtomicCheckpointIO, newest_intact, read_checkpoint  # noqa: E402
 from .config import CONF_DIR  # noqa: E402
 from .config_checks import apply_renamed_keys, check_config  # noqa: E402
-from .console import progress_line, quiet_lightning  # noqa: E402
+from .console import progress_line, quiet_lightning, run_output  # noqa: E402
 from .devices import ddp_multirun_job, prepare_device  # noqa: E402
 from .errors import AttnlabError, CheckpointError, ConfigError, RunFault, WriteFailed  # noqa: E402
 from .module import GPTModule  # noqa: E402
@@ -444,6 +444,12 @@ def finish_wandb(loggers: list, failed: bool) -> None:
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def hydra_entry(cfg: DictConfig) -> float | None:
+    """One job; under `attnlab sweep` its output goes to its run dir's console.log (console.run_output)."""
+    with run_output(cfg.paths.output_dir):
+        return run_job(cfg)
+
+
+def run_job(cfg: DictConfig) -> float | None:
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         with quiet_lightning(), timing.phase("train(): not covered by a phase"):

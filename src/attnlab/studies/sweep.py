@@ -7,19 +7,31 @@ Equivalent to ``python -m attnlab.train -m experiment=<study> seed=0,1,2`` with 
 followed by ``python -m attnlab.studies.report <sweep dir>``. Failed cells do not stop the others; the
 exit code is non-zero if any cell failed. ``--launcher slurm`` submits the cells as SLURM jobs
 (``hydra/launcher=slurm``, one array) and builds the same table once they have all ended.
+
+The console follows the study, not its steps: one line per finished cell (its axis values and seed,
+its val loss or its error) with the cells finished of the total, the failures and the time left,
+read from the runs' results.json (:class:`SweepProgress`). Each job prints into its run dir's
+console.log; Hydra's own lines go to the sweep dir's multirun.log.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from ..cli import command_parser
 from ..config import CONF_DIR
+from ..results import RESULTS
 
 
 def studies() -> list[str]:
@@ -39,6 +51,149 @@ def study_grid(study: str) -> dict[str, list]:
         override = parser.parse_override(f"{key}={value}")
         grid[key] = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
     return grid
+
+
+def sweep_axes(study: str, seeds: int = 1, extra: list[str] = ()) -> dict[str, list]:
+    """The axes a sweep runs, as Hydra's sweeper expands them: the study's grid, where a command-line value
+    replaces its axis and a command-line sweep (``a,b``, ``range(...)``) adds one, and the seeds."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    axes = study_grid(study)
+    for text in extra:
+        try:
+            override = parser.parse_override(text)
+        except HydraException:
+            continue  # the multirun refuses it in its own words
+        if override.is_sweep_override():
+            axes[override.key_or_group] = list(override.sweep_iterator())
+        elif override.key_or_group in axes:
+            axes[override.key_or_group] = [override.value()]
+    if seeds > 1 and "seed" not in axes:
+        axes["seed"] = list(range(seeds))
+    return axes
+
+
+FINISHED = ("ok", "failed", "interrupted")  # the statuses results.json holds once a run has ended
+
+
+@dataclass
+class Cell:
+    name: str
+    status: str
+    val_loss: float | None
+    error: str | None
+    wall_s: float | None
+
+
+class SweepProgress:
+    """A sweep followed through its runs' results.json files, one line per cell that ends.
+
+    A line: ``[finished/total, failed, time left] axis values and seed: val/loss x (wall)``. The time left
+    is the sweep's pace so far (elapsed over cells finished, so parallel jobs count) times the cells to go.
+    A cell whose status changes (a SLURM job requeued after ``interrupted``) is counted once, as it is now.
+    """
+
+    def __init__(
+        self,
+        sweep_dir: Path,
+        axes: dict[str, list],
+        stream: TextIO | None = None,
+        clock_s: Callable[[], float] = time.monotonic,
+    ):
+        self.sweep_dir, self.stream, self.clock_s = Path(sweep_dir), stream, clock_s
+        self.total = math.prod(len(values) for values in axes.values())
+        self.named = [key for key, values in axes.items() if len(values) > 1 and key != "seed"]
+        self.started = clock_s()
+        self.cells: dict[str, Cell] = {}  # run dir name -> its cell, as last read
+        self._seen: dict[str, tuple] = {}  # run dir name -> its results.json (inode, mtime, size) when last read
+
+    @property
+    def finished(self) -> int:
+        return len(self.cells)
+
+    @property
+    def failed(self) -> int:
+        return sum(cell.status != "ok" for cell in self.cells.values())
+
+    def eta_s(self) -> float | None:
+        if not self.cells:
+            return None
+        return (self.clock_s() - self.started) / self.finished * max(self.total - self.finished, 0)
+
+    def cell_name(self, record: dict) -> str:
+        """The cell's swept values as its overrides wrote them (the key's last part unless two axes share
+        it), then its seed."""
+        given = dict(o.lstrip("+").split("=", 1) for o in record.get("overrides") or [] if "=" in o)
+        short = [key.rsplit(".", 1)[-1] for key in self.named]
+        parts = [
+            f"{label if short.count(label) == 1 else key}={given.get(key, '?')}"
+            for key, label in zip(self.named, short)
+        ]
+        return " ".join([*parts, f"seed={(record.get('config') or {}).get('seed', given.get('seed', '?'))}"])
+
+    def poll(self) -> list[str]:
+        """Read the results.json files written since the last poll; print and return a line per ended cell."""
+        lines = []
+        for path in sorted(self.sweep_dir.glob(f"*/{RESULTS}"), key=lambda p: (len(p.parent.name), p.parent.name)):
+            try:
+                stat = path.stat()  # results.json is replaced by a rename: a new version is a new inode
+                version = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+                if self._seen.get(path.parent.name) == version:
+                    continue
+                record = json.loads(path.read_text())
+                loss = (record.get("metrics") or {}).get("val/loss")
+                loss = float(loss) if isinstance(loss, (int, float, str)) else None  # a diverged run's is "nan"
+            except (OSError, ValueError):
+                continue  # replaced while read: the next poll sees the new file
+            run = path.parent.name
+            self._seen[run] = version
+            if record.get("status") not in FINISHED:
+                continue
+            self.cells[run] = Cell(
+                self.cell_name(record),
+                record["status"],
+                loss,
+                " ".join(str(record.get("error") or "").split())[:300] or None,
+                record.get("wall_s"),
+            )
+            lines.append(self.line(self.cells[run]))
+        for line in lines:
+            print(line, file=self.stream or sys.stdout, flush=True)
+        return lines
+
+    def line(self, cell: Cell) -> str:
+        from ..console import clock  # console imports Lightning: not at the start of every `attnlab sweep`
+
+        eta = self.eta_s()
+        left = clock(eta) if eta is not None else "?"
+        where = f"[{self.finished}/{max(self.total, self.finished)}, {self.failed} failed, {left} left]"
+        if cell.status == "ok":
+            what = f"val/loss {cell.val_loss:.4f}" if cell.val_loss is not None else "val/loss -"
+        else:
+            what = f"{cell.status.upper()}: {cell.error or 'no error recorded'}"
+        took = f" ({clock(cell.wall_s)})" if isinstance(cell.wall_s, (int, float)) else ""
+        return f"attnlab: {where} {cell.name}: {what}{took}"
+
+
+def follow(progress: SweepProgress, every_s: float = 2.0) -> Callable[[], None]:
+    """Poll ``progress`` from a thread; the returned function stops it and reads what ended meanwhile."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(every_s):
+            progress.poll()
+
+    thread = threading.Thread(target=loop, name="attnlab-sweep-progress", daemon=True)
+    thread.start()
+
+    def done() -> None:
+        stop.set()
+        thread.join()
+        progress.poll()
+
+    return done
 
 
 def wandb_command(study: str) -> list[str]:
@@ -144,23 +299,50 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    from ..console import RUN_LOG, RUN_LOG_ENV
+
     sweep_dir = Path(args.logs) / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{args.study}"
     cmd = sweep_command(args.study, args.seeds, args.jobs, sweep_dir, extra, args.launcher, args.partition)
+    progress = SweepProgress(sweep_dir, sweep_axes(args.study, args.seeds, extra))
+    at_once = "as SLURM jobs" if args.launcher == "slurm" else f"{args.jobs} at a time"
     print("attnlab: " + " ".join(cmd[1:]), flush=True)
+    print(
+        f"attnlab: {progress.total} cells, {at_once}, into {sweep_dir}; each run prints into its "
+        f"<job>/{RUN_LOG}, Hydra into multirun.log",
+        flush=True,
+    )
     started = time.perf_counter()
-    env = dict(os.environ)
+    env = dict(os.environ) | {RUN_LOG_ENV: "1"}
     if (
         args.launcher == "local" and args.jobs > 1
     ):  # share the cores: torch would otherwise start one thread per core in every job
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.jobs)))
-    proc = subprocess.run(cmd, env=env)
-    print(f"attnlab: sweep took {time.perf_counter() - started:.0f} s", flush=True)
-    if not sweep_dir.exists():
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    multirun_log = sweep_dir / "multirun.log"
+    stop_following = follow(progress)
+    try:
+        with open(multirun_log, "w") as log:
+            proc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    finally:
+        stop_following()
+    missing = max(progress.total - progress.finished, 0)
+    print(
+        f"attnlab: sweep took {time.perf_counter() - started:.0f} s: {progress.finished - progress.failed} ok, "
+        f"{progress.failed} failed, {missing} without results.json, of {progress.total}",
+        flush=True,
+    )
+    if proc.returncode:
+        tail = multirun_log.read_text(errors="replace").splitlines()[-20:]
+        print(
+            "\n".join([f"attnlab: the multirun exited {proc.returncode}; the end of {multirun_log}:", *tail]),
+            file=sys.stderr,
+        )
+    if not progress.cells:
+        if [p.name for p in sweep_dir.iterdir()] == [multirun_log.name]:  # Hydra refused before it launched a job
+            shutil.rmtree(sweep_dir)
         return proc.returncode or 1
-    from .report import build_report
-
-    summary = build_report(sweep_dir)
-    return 1 if proc.returncode or summary["failed"] else 0
+    report = subprocess.run([sys.executable, "-m", "attnlab.studies.report", str(sweep_dir)])
+    return 1 if proc.returncode or progress.failed or missing or report.returncode else 0
 
 
 if __name__ == "__main__":
