@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import re
 import shutil
 import statistics
@@ -37,13 +38,14 @@ def run_sweep(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=1800,  # a guard only: on 2 cores shared with other work the sweep and its report took over 15 min
         env={
             "PATH": "/usr/bin:/bin",
             "OMP_NUM_THREADS": "1",
             "WANDB_MODE": "offline",
             "WANDB_SILENT": "true",
             "HOME": str(tmp_path),
+            **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}),  # the tree under test
         },
     )
 
