@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import warnings
 from types import SimpleNamespace
 
 import pytest
 
-from attnlab.console import LIGHTNING_LOGGERS, ProgressLine, quiet_lightning
+from attnlab.console import LIGHTNING_LOGGERS, RUN_LOG, RUN_LOG_ENV, ProgressLine, quiet_lightning, run_output
 
 
 class Terminal(io.StringIO):
@@ -73,3 +74,25 @@ def test_quiet_lightning_restores_levels_and_warning_filters():
         raise RuntimeError("levels come back on errors too")
     assert logger.level == logging.DEBUG
     logger.setLevel(logging.NOTSET)
+
+
+@pytest.mark.parametrize("flag", ["1", None])
+def test_a_sweep_job_prints_into_its_run_dir_and_the_descriptors_come_back(tmp_path, monkeypatch, capfd, flag):
+    """Written at the descriptors, as torch's C++ side writes: inside the block into console.log with the flag,
+    to the console without it; after the block, to the console again."""
+    if flag:
+        monkeypatch.setenv(RUN_LOG_ENV, flag)
+    else:
+        monkeypatch.delenv(RUN_LOG_ENV, raising=False)
+    os.write(1, b"before\n")
+    with run_output(tmp_path):
+        os.write(1, b"fd 1\n")
+        os.write(2, b"fd 2\n")
+    os.write(1, b"after\n")
+    out, err = capfd.readouterr()
+    if flag:
+        assert (tmp_path / RUN_LOG).read_text().splitlines() == ["fd 1", "fd 2"]
+        assert out.splitlines() == ["before", "after"] and err == ""
+    else:
+        assert not (tmp_path / RUN_LOG).exists()
+        assert out.splitlines() == ["before", "fd 1", "after"] and err.splitlines() == ["fd 2"]
