@@ -86,6 +86,11 @@ def check_config(cfg: DictConfig, schema: type | None = None) -> None:
     d_k = cfg.model.d_k or cfg.model.d_model // cfg.model.n_head
     if cfg.model.pos_encoding == "rope" and d_k % 2:
         raise ConfigError("model.d_k", d_k, "an even head dim with model.pos_encoding=rope")
+    if cfg.get("optim", {}).get("qk_clip") is not None:
+        if attention.get("qk_norm"):  # a LayerNorm on q and k undoes any rescaling of their projections
+            raise ConfigError("optim.qk_clip", cfg.optim.qk_clip, "null with model.attention.qk_norm=true")
+        if cfg.model.get("compile"):  # the step's q and k are read from eager forwards
+            raise ConfigError("optim.qk_clip", cfg.optim.qk_clip, "null with model.compile=true")
     measured = [name for name in ("attention_stats", "attention_maps", "heads") if name in (cfg.get("callbacks") or {})]
     if attention.get("differential") and measured:  # they read weights per head; a differential map is signed
         raise ConfigError(

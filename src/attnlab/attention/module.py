@@ -276,6 +276,12 @@ class Attention(nn.Module):
         )
         return rule.detached() if fp32 else rule
 
+    def maps(self, q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The (q, k) of each map the weight rule makes: one, or a differential head's two halves."""
+        if not self.cfg.differential:
+            return [(q, k)]
+        return list(zip(q.chunk(2, dim=-1), k.chunk(2, dim=-1)))
+
     def sigmoid_keys(self) -> int | None:
         """n of sigmoid's -log n: the keys a query sees at the full context (the block, or the
         window and its kept first tokens), or None (the keys of each forward) without a context."""
@@ -512,6 +518,25 @@ class AttentionLayer(nn.Module):
             if self.gate_proj is not None:
                 record.gate, record.gated = gate.detach(), out.detach()
         return y if self.resid_dropout is None else self.resid_dropout(y)
+
+    @torch.no_grad()
+    def clip_qk(self, max_logit: torch.Tensor, threshold: float) -> int:
+        """QK-clip (Kimi K2's MuonClip): each head h whose largest logit ``max_logit[h]`` passed
+        ``threshold`` gets its logits multiplied by gamma_h = threshold / max_logit[h], through its
+        q and k rows of the projection; returns how many heads were clipped.
+
+        A logit is bilinear in W_q and W_k, so sqrt(gamma) on each row set scales it by gamma
+        exactly. A key head shared by a group of query heads (GQA, MQA) takes sqrt of the group's
+        smallest gamma and each query head the rest of its own, so a head below the threshold keeps
+        its logits. An additive bias (ALiBi) is not scaled."""
+        over = max_logit > threshold
+        gamma = torch.where(over, threshold / max_logit.clamp_min(1e-30), torch.ones_like(max_logit)).float()
+        key_scale = gamma.view(self.n_kv_head, -1).amin(1).sqrt()  # (H_kv,)
+        query_scale = gamma / key_scale.repeat_interleave(self.n_head // self.n_kv_head)  # (H,)
+        q_rows, k_rows, _ = self.qkv_parts(self.qkv_proj.weight)  # views of the weight
+        q_rows.view(self.n_head, self.d_k, -1).mul_(query_scale.view(-1, 1, 1).to(q_rows.dtype))
+        k_rows.view(self.n_kv_head, self.d_k, -1).mul_(key_scale.view(-1, 1, 1).to(k_rows.dtype))
+        return int(over.sum())
 
     def _heads_gate(self, g: torch.Tensor) -> torch.Tensor:
         """The gate projection's output (B, T, H or H * d_k) -> (B, H, T, 1 or d_k)."""

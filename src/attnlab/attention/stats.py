@@ -232,16 +232,18 @@ def attention_stats(
     query_classes: dict[str, torch.Tensor] | None = None,
     key_padding_mask: torch.Tensor | None = None,
     positions: torch.Tensor | None = None,
+    only: tuple[str, ...] | None = None,
 ) -> dict:
     """Per-head (H,) values of every row metric of METRICS that applies to ``rule`` (the layer's
     ``weight_rule()``; a number is a plain softmax with that scale), q (B, H, T, d), k (B, H_kv, T, d).
     ``query_classes``: named (B, T) masks of queries whose class metrics are also reported.
     ``positions``: the query positions to measure (default every one), e.g. evenly spaced ones at a
-    long T: the means are then over those queries and the maxima over them."""
+    long T: the means are then over those queries and the maxima over them. ``only``: these
+    metrics alone (e.g. ``("max_logit",)``)."""
     rule = (rule if isinstance(rule, WeightRule) else WeightRule(rule)).detached()
     q, k = q.float(), k.float()
     b, h, t, _ = q.shape
-    metrics = [m for m in METRICS if m.rows is not None and m.applies(rule)]
+    metrics = [m for m in METRICS if m.rows is not None and m.applies(rule) and (only is None or m.name in only)]
     sums = {m.name: torch.zeros(h, dtype=torch.float64, device=q.device) for m in metrics if m.over_rows == "mean"}
     maxima = {m.name: torch.full((h,), float("-inf"), device=q.device) for m in metrics if m.over_rows == "max"}
     classes = {name: mask.to(q.device).bool() for name, mask in (query_classes or {}).items()}
@@ -282,6 +284,16 @@ def attention_stats(
     for (name, c), total in class_sums.items():
         out[f"{name}_{c}"] = (total / class_rows[c]).float() if class_rows[c] else nan.clone()
     return out
+
+
+@torch.no_grad()
+def head_max_logits(layer, q: torch.Tensor, k: torch.Tensor, block: int = 128) -> torch.Tensor:
+    """``max_logit`` of METRICS per head (H,) of ``layer`` (an ``Attention``) for its q, k; a
+    differential head's is the larger of its two maps'."""
+    rule = layer.weight_rule(fp32=True)
+    return torch.stack(
+        [attention_stats(qm, km, rule, block, only=("max_logit",))["max_logit"] for qm, km in layer.maps(q, k)]
+    ).amax(0)
 
 
 def record_stats(record: Record) -> dict:
