@@ -23,7 +23,7 @@ def layer_max_logits(layer: AttentionLayer, x: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize(
     ("n_kv_head", "differential", "pos_encoding"),
-    [(4, False, "rope"), (2, False, "learned"), (1, False, "rope")],
+    [(4, False, "rope"), (2, False, "learned"), (1, False, "rope"), (4, True, "rope")],
 )
 def test_a_logit_above_the_threshold_is_brought_to_it_and_heads_below_keep_theirs(
     n_kv_head, differential, pos_encoding

@@ -91,13 +91,6 @@ def check_config(cfg: DictConfig, schema: type | None = None) -> None:
             raise ConfigError("optim.qk_clip", cfg.optim.qk_clip, "null with model.attention.qk_norm=true")
         if cfg.model.get("compile"):  # the step's q and k are read from eager forwards
             raise ConfigError("optim.qk_clip", cfg.optim.qk_clip, "null with model.compile=true")
-    measured = [name for name in ("attention_stats", "attention_maps", "heads") if name in (cfg.get("callbacks") or {})]
-    if attention.get("differential") and measured:  # they read weights per head; a differential map is signed
-        raise ConfigError(
-            "model.attention.differential",
-            True,
-            f"false with callbacks {', '.join(measured)} on, or {' '.join('~callbacks.' + name for name in measured)}",
-        )
     wandb = cfg.get("logger", {}).get("wandb") if cfg.get("logger") else None
     if wandb is not None and wandb.get("mode") not in WANDB_MODES:
         raise ConfigError("logger.wandb.mode", wandb.get("mode"), "one of " + ", ".join(WANDB_MODES))

@@ -150,21 +150,15 @@ def differential_lambda_init(index: int) -> float:
     return 0.8 - 0.6 * math.exp(-0.3 * index)
 
 
-DIFFERENTIAL_REFUSAL = (
-    "model.attention.differential=true: the statistics, maps, head scores and knockout read one "
-    "map per head whose rows are weights; a differential head's map is the signed difference of two "
-    "(A1 - lambda A2), which they do not define; expected differential=false, or callbacks=none"
-)
-
-
 class Attention(nn.Module):
     """normalize(s * q.k^T + bias + M) v over (B, H, T, d_k) queries and (B, H_kv, T, d_k) keys and
     values, with an optional escape slot; M the causal mask, the sliding window and key padding.
 
     ``weight_rule()`` is everything besides q and k that decides the weights, and ``weights(q, k,
     rows)`` computes them for any block of query rows (attention/weights.py): the explicit kernels,
-    the statistics, the maps and the head analysis all read them from there. Set ``knockout`` to
-    cut edges on that same path. ``kernel`` names the kernel that ran in the last forward. With
+    the statistics, the maps and the head analysis all read them from there (a differential head's
+    weights are its signed map A1 - lambda A2, each map by the rule; ``maps`` splits q, k into the
+    two). Set ``knockout`` to cut edges on that same path. ``kernel`` names the kernel that ran in the last forward. With
     ``differential``, q and k hold the two maps' halves (d_k / 2 each) and the output is
     RMSNorm(A1 v - lambda A2 v) (1 - lambda_init). Set ``record_to`` (a list) and each forward
     appends its ``Intermediates``.
@@ -261,9 +255,7 @@ class Attention(nn.Module):
 
     def weight_rule(self, fp32: bool = False) -> WeightRule:
         """The scale, bias, mask and normalisation of this layer as it is now (``fp32``: detached
-        fp32 parameters, for measurements)."""
-        if self.cfg.differential:
-            raise ValueError(DIFFERENTIAL_REFUSAL)
+        fp32 parameters, for measurements); a differential head applies it to each of its two maps."""
         cfg = self.cfg
         rule = WeightRule(
             self.softmax_scale(),
@@ -298,8 +290,17 @@ class Attention(nn.Module):
     ) -> Weights:
         """The layer's weights for query rows ``rows`` in fp32 (autocast off: a probe under
         bf16-mixed captures bf16 q, k, but the weights are measured in fp32)."""
+        return self._weights_by(self.weight_rule(fp32=True), q, k, rows, key_padding_mask, cut)
+
+    def _weights_by(self, rule: WeightRule, q, k, rows=None, key_padding_mask=None, cut=None) -> Weights:
+        """``rule``'s weights in fp32; a differential head's are its signed map A1 - lambda A2 (the
+        logits and visibility those of A1)."""
         with torch.autocast(q.device.type, enabled=False):
-            return self.weight_rule(fp32=True)(q.float(), k.float(), rows, key_padding_mask, cut)
+            maps = [rule(qm.float(), km.float(), rows, key_padding_mask, cut) for qm, km in self.maps(q, k)]
+            if len(maps) == 1:
+                return maps[0]
+            lam = self.differential_lambda().detach().float()
+            return Weights(maps[0].p - lam * maps[1].p, maps[0].logits, maps[0].visible)
 
     def probabilities(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """fp32 weights (B, H, Tq, Tk) on the real keys; a row sums to what the rule makes it (1
@@ -373,8 +374,11 @@ class Attention(nn.Module):
             q, k, v, rule = q[:, h : h + 1], k[:, group : group + 1], v[:, group : group + 1], rule.head(h)
         out = out.clone()
         with torch.autocast(q.device.type, enabled=False):
-            p = rule(q.float(), k.float(), key_padding_mask=key_padding_mask, cut=cut).p
-            edited = (p @ expand_kv(v.float(), q.shape[1])).to(out.dtype)
+            p = self._weights_by(rule, q, k, key_padding_mask=key_padding_mask, cut=cut).p
+            edited = p @ expand_kv(v.float(), q.shape[1])
+            if self.cfg.differential:  # as the forward: the head-wise RMSNorm of the signed map times v
+                edited = self.head_norm(edited) * (1 - self.lambda_init)
+            edited = edited.to(out.dtype)
         out[:, slice(None) if h is None else slice(h, h + 1)] = edited
         return out
 

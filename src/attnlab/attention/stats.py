@@ -34,6 +34,9 @@ Extreme tokens (Guo et al. 2024), from the probe's value vectors and residual st
   residual_max_ratio, residual_kurtosis  per layer, max |h| / median |h| and the kurtosis over every
                 entry of the block's output (Sun et al. 2024's massive activations)
   gate_mean     per head, with an output gate: the mean sigmoid gate score
+  diff_abs_mass, diff_neg_mass  per head, with a differential map A1 - lambda A2: the mean over
+                queries of its row's absolute mass and of its negative part's mass. Every row
+                metric above is then reported for A1 under its name and for A2 as a2_<name>.
   attn_out_norm per head, mean over tokens of ||o_t||, the head's output before the output
                 projection: how much a head writes (a dormant head writes little)
 
@@ -77,6 +80,7 @@ class Record(NamedTuple):
     out: torch.Tensor  # (B, H, T, d) the heads' outputs before the output projection
     residual: torch.Tensor  # (B, T, d_model) the block's output
     gate: torch.Tensor | None  # (B, H, T, 1|d) the output gate's values, or None without a gate
+    layer: object  # the Attention module (its weights(), differential_lambda())
 
 
 def always(rule: WeightRule) -> bool:
@@ -134,6 +138,28 @@ def kurtosis(x: torch.Tensor) -> torch.Tensor:
     x = x.double().flatten()
     centred = x - x.mean()
     return ((centred**4).mean() / (centred**2).mean().clamp_min(1e-30) ** 2).float()
+
+
+SECOND_MAP = "a2_"  # a differential layer's second softmax map: its statistics are logged as a2_<name>
+
+
+@torch.no_grad()
+def signed_map_mass(rec, part: str, block: int = 128) -> torch.Tensor | None:
+    """Per head (H,), for a differential layer: the mean over queries with k_i > 1 keys of
+    sum_j |A1 - lambda A2|_ij (``part="abs"``) or of the negative part's mass, sum_j
+    max(0, lambda A2 - A1)_ij (``"neg"``); None for any other layer."""
+    layer = rec.layer
+    if not layer.cfg.differential:
+        return None
+    t = rec.q.shape[-2]
+    total, n = 0.0, 0
+    for rows in torch.arange(t, device=rec.q.device).split(block):
+        w = layer.weights(rec.q[:, :, rows], rec.k, rows)
+        counted = w.visible[0, 0].sum(-1) > 1  # (r,)
+        per_query = (w.p.abs() if part == "abs" else (-w.p).clamp_min(0)).sum(-1)  # (B, H, r)
+        total = total + torch.where(counted, per_query, 0.0).sum((0, 2)).double()
+        n += w.p.shape[0] * int(counted.sum())
+    return (total / n).float() if n else torch.full((rec.q.shape[1],), float("nan"))
 
 
 SINK_EPSILON = 0.3  # Gu et al. 2024's threshold on a head's mean first-token weight
@@ -205,6 +231,21 @@ METRICS = (
         applies=lambda rule: rule.normalize != "softmax",
         table=True,
         panel="Row mass per layer",
+    ),
+    Metric(
+        "diff_abs_mass",
+        "with a differential map: mean over queries of sum_j |A1 - lambda A2|_ij, the signed map's absolute "
+        "mass (1 - lambda when it has no negative entry)",
+        record=lambda rec: signed_map_mass(rec, "abs"),
+        table=True,
+    ),
+    Metric(
+        "diff_neg_mass",
+        "with a differential map: mean over queries of sum_j max(0, lambda A2 - A1)_ij, the mass the map "
+        "subtracts (the noise it cancels)",
+        record=lambda rec: signed_map_mass(rec, "neg"),
+        table=True,
+        panel="Differential map: negative mass per layer",
     ),
     Metric(
         "value_drain",
@@ -281,7 +322,9 @@ def metrics_table() -> str:
 
 
 def layer_reduction(name: str) -> str:
-    """How the heads' values of metric ``name`` (or ``<name>_<class>``) become the layer's."""
+    """How the heads' values of metric ``name`` (or ``<name>_<class>``, or a second map's
+    ``a2_<name>``) become the layer's."""
+    name = name.removeprefix(SECOND_MAP)
     if name in METRIC:
         return METRIC[name].layer
     base = next((m for m in METRICS if m.classes and name.startswith(m.name + "_")), None)
