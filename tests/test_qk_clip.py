@@ -21,20 +21,27 @@ def layer_max_logits(layer: AttentionLayer, x: torch.Tensor) -> torch.Tensor:
     return head_max_logits(layer.attention, records[0].q, records[0].k)
 
 
+LATENT = {"d_c": 12, "d_rope": 4}
+
+
 @pytest.mark.parametrize(
-    ("n_kv_head", "differential", "pos_encoding"),
-    [(4, False, "rope"), (2, False, "learned"), (1, False, "rope"), (4, True, "rope")],
+    ("n_kv_head", "attention", "pos_encoding"),
+    [
+        (4, {}, "rope"),
+        (2, {}, "learned"),
+        (1, {}, "rope"),
+        (4, {"differential": True}, "rope"),
+        (4, {"latent": LATENT}, "rope"),
+        (4, {"latent": {**LATENT, "d_cq": 10}}, "rope"),
+    ],
 )
-def test_a_logit_above_the_threshold_is_brought_to_it_and_heads_below_keep_theirs(
-    n_kv_head, differential, pos_encoding
-):
+def test_a_logit_above_the_threshold_is_brought_to_it_and_heads_below_keep_theirs(n_kv_head, attention, pos_encoding):
     torch.manual_seed(0)
-    layer = AttentionLayer(
-        AttentionConfig("scaled", differential=differential), 32, 4, 8, n_kv_head, pos_encoding=pos_encoding
-    ).double()
-    q_rows = layer.qkv_parts(layer.qkv_proj.weight)[0]
+    layer = AttentionLayer(AttentionConfig("scaled", **attention), 32, 4, 8, n_kv_head, pos_encoding=pos_encoding)
+    layer = layer.double()
+    q_proj = layer.qkv_parts(layer.qkv_proj.weight)[0] if layer.latent is None or not layer.q_up else layer.q_up.weight
     with torch.no_grad():  # heads 0 and 2 grow large logits; 1 and 3 stay small
-        q_rows.view(4, 8, -1)[[0, 2]] *= 40
+        q_proj.view(4, -1, q_proj.shape[-1])[[0, 2]] *= 40
     x = torch.randn(2, 12, 32, dtype=torch.float64)
     before = layer_max_logits(layer, x)
     threshold = float((before[[0, 2]].min() + before[[1, 3]].max()) / 2)
@@ -45,7 +52,9 @@ def test_a_logit_above_the_threshold_is_brought_to_it_and_heads_below_keep_their
     after = layer_max_logits(layer, x)
     torch.testing.assert_close(after[[0, 2]], torch.full((2,), threshold))
     torch.testing.assert_close(after[[1, 3]], before[[1, 3]])
-    if n_kv_head == 4:  # no key head shared with a clipped head: head 1's and 3's rows are untouched
+    if (
+        n_kv_head == 4 and layer.latent is None
+    ):  # no key head shared with a clipped head: head 1's and 3's rows are untouched
         rows = layer.qkv_parts(layer.qkv_proj.weight)
         old = layer.qkv_parts(weight)
         for part in (0, 1):

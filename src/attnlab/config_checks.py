@@ -9,6 +9,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from .attention import AttentionConfig
 from .attention.backends import EXPLICIT
+from .attention.module import latent_refusal
 from .errors import ConfigError
 from .fields import Check
 from .schema import rules
@@ -86,6 +87,15 @@ def check_config(cfg: DictConfig, schema: type | None = None) -> None:
     d_k = cfg.model.d_k or cfg.model.d_model // cfg.model.n_head
     if cfg.model.pos_encoding == "rope" and d_k % 2:
         raise ConfigError("model.d_k", d_k, "an even head dim with model.pos_encoding=rope")
+    latent = OmegaConf.to_container(attention.get("latent") or {}, resolve=True)
+    refusal = latent_refusal(
+        AttentionConfig(**{k: v for k, v in attention.items() if k in ("differential", "qk_norm")}, latent=latent),
+        cfg.model.n_head,
+        n_kv,
+        cfg.model.pos_encoding,
+    )
+    if refusal is not None:
+        raise refusal
     if cfg.get("optim", {}).get("qk_clip") is not None:
         if attention.get("qk_norm"):  # a LayerNorm on q and k undoes any rescaling of their projections
             raise ConfigError("optim.qk_clip", cfg.optim.qk_clip, "null with model.attention.qk_norm=true")
