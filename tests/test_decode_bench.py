@@ -1,5 +1,5 @@
 """The decode section of the bench: KV bytes per token read from the cache tensors equal
-2 x layers x n_kv_head x d_k x element size, the concurrency ceiling follows from them, and every
+2 x layers x n_kv_head x d_k x element size (layers x (d_c + d_rope) x element size for latent attention), the concurrency ceiling follows from them, and every
 ratio to multi-head attention is taken within one run's repeats."""
 
 from __future__ import annotations
@@ -21,19 +21,37 @@ def test_measured_kv_bytes_equal_the_formula(section):
     rows = section["rows"]
     assert {r["n_kv_head"] for r in rows} == {4, 2, 1}
     for r in rows:
-        formula = 2 * r["n_layer"] * r["n_kv_head"] * r["d_k"] * r["element_size"]
+        if r["latent_d_c"] is None:
+            per_layer = 2 * r["n_kv_head"] * r["d_k"]
+        else:  # the latent and the RoPE key, whatever the heads
+            per_layer = r["latent_d_c"] + r["latent_d_rope"]
+        formula = r["n_layer"] * per_layer * r["element_size"]
         assert (
             r["kv_bytes_per_token"] == r["kv_bytes_per_token_allocated"] == formula == r["kv_bytes_per_token_formula"]
         )
-        assert r["kv_bytes_ratio_to_mha"] == r["n_kv_head"] / r["n_head"]  # the escape slot stores nothing
+        # the escape slot stores nothing
+        assert r["kv_bytes_ratio_to_mha"] == per_layer / (2 * r["n_head"] * r["d_k"])
         assert r["max_sequences"] == (r["budget_bytes"] - r["weights_bytes"]) // (formula * r["T"])
+    # tiny shape: 4 heads of d_k 8; a latent of 4 d_k + d_k / 2 holds 36 values a layer, mha's 64
+    mla = next(r for r in rows if r["variant"] == "mla_4dk")
+    assert (mla["latent_d_c"], mla["latent_d_rope"], mla["kv_bytes_ratio_to_mha"]) == (32, 4, 36 / 64)
 
 
 def test_ratios_to_mha_are_taken_within_the_repeats(section):
     setup = section["setup"]
     for T in setup["contexts"]:
         rows = {r["variant"]: r for r in section["rows"] if r["T"] == T}
-        assert set(rows) == {"mha", "gqa", "mqa", "escape_zero_logit", "escape_learned", "softmax_scaled", "sigmoid"}
+        assert set(rows) == {
+            "mha",
+            "gqa",
+            "mqa",
+            "mla_4dk",
+            "mla_2dk",
+            "escape_zero_logit",
+            "escape_learned",
+            "softmax_scaled",
+            "sigmoid",
+        }
         mha = rows["mha"]
         for r in rows.values():
             assert len(r["decode_s"]) == setup["repeats"]

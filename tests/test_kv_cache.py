@@ -30,6 +30,13 @@ VARIANTS = {
     "qk_norm_rope": {"pos_encoding": "rope", "attention": {"qk_norm": True}},
     "sigmoid": {"attention": {"normalize": "sigmoid"}},
     "sigmoid_gqa_rope": {"attention": {"normalize": "sigmoid"}, "n_kv_head": 2, "pos_encoding": "rope"},
+    "mla_rope": {"pos_encoding": "rope", "attention": {"latent": {"d_c": 6, "d_rope": 4}}},
+    "mla_query_latent_rope": {"pos_encoding": "rope", "attention": {"latent": {"d_c": 6, "d_rope": 2, "d_cq": 10}}},
+    "mla_nope_escape": {"pos_encoding": "none", "attention": {"latent": {"d_c": 8}, "escape": "learned"}},
+    "sigmoid_mla_rope": {
+        "pos_encoding": "rope",
+        "attention": {"latent": {"d_c": 6, "d_rope": 4}, "normalize": "sigmoid"},
+    },
 }
 REFUSED = {("flash", "alibi"), ("flash", "alibi_escape_mqa")}  # forced flash takes no logit bias
 REFUSED |= {(b, v) for b in ("sdpa", "flash") for v in VARIANTS if v.startswith("sigmoid")}  # softmax kernels
@@ -163,6 +170,39 @@ def test_cache_holds_the_key_value_heads_not_their_expansion():
     assert caches[0].k.shape == caches[0].v.shape == (2, 2, BLOCK, 4)  # (B, n_kv_head, block_size, d_k)
 
 
+def test_a_latent_cache_holds_the_latent_and_the_rotated_rope_key():
+    """MLA: (B, 1, block, d_c) latents and (B, 1, block, d_rope) RoPE keys, each rotated at its position."""
+    model = tiny_model("sdpa", "mla_rope")
+    idx, caches = tokens(t=5), model.kv_caches()
+    with torch.no_grad():
+        model.next_logits(idx[:, :2], caches)
+        model.next_logits(idx[:, 2:5], caches)
+        attn = model.blocks[0].attn
+        _, c, k_rope = attn.qkv_proj(model.blocks[0].ln_1(model.embed(idx))).split(attn.qkv_sizes, dim=-1)
+    assert caches[0].k.shape == (2, 1, BLOCK, 6) and caches[0].v.shape == (2, 1, BLOCK, 4)
+    torch.testing.assert_close(caches[0].k[:, 0, :5], attn.kv_norm(c), atol=1e-12, rtol=0)
+    torch.testing.assert_close(caches[0].v[:, :, :5], attn.rotary(k_rope.unsqueeze(1)), atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        ({"n_kv_head": 2, "pos_encoding": "rope", "attention": {"latent": {"d_c": 6, "d_rope": 4}}}, "model.n_kv_head"),
+        ({"pos_encoding": "learned", "attention": {"latent": {"d_c": 6, "d_rope": 4}}}, "latent.d_rope"),
+        ({"pos_encoding": "rope", "attention": {"latent": {"d_c": 6}}}, "latent.d_rope"),
+        ({"pos_encoding": "rope", "attention": {"latent": {"d_rope": 4}}}, "latent.d_c"),
+        ({"pos_encoding": "rope", "attention": {"latent": {"d_c": 6, "d_rope": 4}, "qk_norm": True}}, "qk_norm"),
+    ],
+)
+def test_latent_attention_refuses_what_it_cannot_build_in_one_line(change, key):
+    from attnlab.errors import ConfigError
+
+    spec = dict(change)
+    with pytest.raises(ConfigError, match=key) as err:
+        GPT(GPTConfig(vocab_size=13, block_size=BLOCK, n_layer=1, n_head=4, d_model=16, **spec))
+    assert "\n" not in str(err.value)
+
+
 def test_cached_keys_are_rotated_at_their_own_positions():
     rotary = Rotary(8)
     x = torch.randn(2, 3, 10, 8, dtype=torch.float64)
@@ -279,7 +319,7 @@ def test_sample_and_its_timing_with_and_without_the_cache(make_cfg, capsys, tmp_
 # ------------------------------------------------------------------- rolling (streaming) cache
 
 CAPACITY, SINKS = 6, 2
-ROLLING_VARIANTS = ["rope", "alibi", "nope", "gqa_rope", "learned_escape_gqa_rope", "alibi_escape_mqa"]
+ROLLING_VARIANTS = ["rope", "alibi", "nope", "gqa_rope", "learned_escape_gqa_rope", "alibi_escape_mqa", "mla_rope"]
 ROLLING_CASES = [(b, v) for b in backends.BACKENDS for v in ROLLING_VARIANTS if (b, v) not in REFUSED]
 PIECES = [(0, 3), *((i, i + 1) for i in range(3, 9)), (9, 12), *((i, i + 1) for i in range(12, 16))]
 

@@ -17,13 +17,14 @@ from attnlab.attention import (
     Attention,
     AttentionConfig,
     AttentionLayer,
+    Knockout,
     Visibility,
     WeightRule,
     allowed_mask,
     backends,
 )
 from attnlab.attention.module import differential_lambda_init
-from attnlab.attention.stats import attention_stats, uniform_sink_mass
+from attnlab.attention.stats import attention_stats, signed_map_mass, uniform_sink_mass
 from attnlab.errors import KernelUnavailable
 from attnlab.model import GPT, GPTConfig
 
@@ -342,7 +343,7 @@ def test_differential_matches_float64_reference_with_gradients(backend):
     assert differential_lambda_init(0) == pytest.approx(0.2)
 
 
-def test_differential_statistics_refuse_in_one_line_and_the_model_trains_a_step():
+def test_differential_weights_are_the_signed_map_and_a_knockout_of_nothing_is_the_forward():
     torch.manual_seed(0)
     model = GPT(
         GPTConfig(
@@ -358,10 +359,38 @@ def test_differential_statistics_refuse_in_one_line_and_the_model_trains_a_step(
     idx = torch.randint(20, (2, T))
     model(idx, idx)[1].backward()
     assert model.blocks[1].attn.attention.lambda_q1.grad is not None
-    (rec, _) = probe(model, idx)
-    with pytest.raises(ValueError, match="model.attention.differential=true") as err:
-        rec.layer.weights(rec.q, rec.k)
-    assert "\n" not in str(err.value)
+    for rec in probe(model, idx):
+        layer = rec.layer
+        (q1, k1), (q2, k2) = layer.maps(rec.q, rec.k)
+        rule = layer.weight_rule(fp32=True)
+        want = rule(q1, k1).p - layer.differential_lambda().detach() * rule(q2, k2).p
+        torch.testing.assert_close(layer.weights(rec.q, rec.k).p, want)
+        # the knockout's recomputation (signed map, head norm) cutting nothing gives the kernel's output
+        layer.knockout = Knockout(torch.zeros(2, T, T, dtype=torch.bool), head=1)
+        with torch.no_grad():
+            out = layer(rec.q, rec.k, rec.v)
+        layer.knockout = None
+        torch.testing.assert_close(out, rec.attended, atol=1e-5, rtol=1e-5)
+
+
+def test_the_differential_maps_absolute_and_negative_mass_have_their_known_values():
+    """A1 one-hot on the first key, A2 uniform, lambda = lambda_init = 0.2 (index 0): row i of
+    A1 - lambda A2 is 1 - lambda/(i+1) on key 0 and -lambda/(i+1) on the i others, so its negative
+    mass is lambda i/(i+1) and its absolute mass 1 - lambda/(i+1) + lambda i/(i+1)."""
+    attn = Attention(AttentionConfig("scaled", differential=True), 1, 2)
+    for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
+        torch.nn.init.zeros_(getattr(attn, name))
+    lam = differential_lambda_init(0)
+    q = torch.tensor([1.0, 0.0]).expand(1, 1, T, 2).clone()  # half 1: logit 40 on key 0; half 2: all zero
+    k = torch.zeros(1, 1, T, 2)
+    k[..., 0, 0] = 40.0
+    rec = types.SimpleNamespace(layer=attn, q=q, k=k)
+    i = torch.arange(1, T, dtype=torch.float64)
+    assert float(signed_map_mass(rec, "neg")[0]) == pytest.approx(float((lam * i / (i + 1)).mean()), abs=1e-6)
+    want_abs = (1 - lam / (i + 1) + lam * i / (i + 1)).mean()
+    assert float(signed_map_mass(rec, "abs")[0]) == pytest.approx(float(want_abs), abs=1e-6)
+    plain = types.SimpleNamespace(layer=Attention(AttentionConfig("scaled"), 1, 2), q=q, k=k)
+    assert signed_map_mass(plain, "abs") is None
 
 
 def test_the_intermediates_record_holds_each_quantity_once_per_layer():
@@ -395,7 +424,7 @@ def test_the_intermediates_record_holds_each_quantity_once_per_layer():
     assert all(layer.record_to is None for layer in model.attention_layers())  # the probe leaves no layer recording
 
 
-def test_config_checks_the_new_keys_and_differential_with_the_measurements(make_cfg):
+def test_config_checks_the_new_keys_and_takes_differential_with_the_measurements(make_cfg):
     from attnlab.config_checks import check_config
     from attnlab.errors import ConfigError
 
@@ -404,10 +433,7 @@ def test_config_checks_the_new_keys_and_differential_with_the_measurements(make_
     )
     with pytest.raises(ConfigError, match="model.attention.gate='both'.*none, headwise, elementwise"):
         check_config(make_cfg("model.attention.gate=both"))
-    with pytest.raises(ConfigError, match="model.attention.differential=True.*attention_stats") as err:
-        check_config(make_cfg("model.attention.differential=true", "callbacks=default"))
-    assert "\n" not in str(err.value)
-    check_config(make_cfg("model.attention.differential=true", "callbacks=none"))
+    check_config(make_cfg("model.attention.differential=true", "callbacks=default"))
 
 
 @pytest.mark.parametrize(
@@ -479,3 +505,26 @@ def test_variants_on_cuda_kernels_match_the_float64_explicit_path(backend, atten
     layer.attention.cfg.backend = "scaled"
     want = layer.double()(x.double())
     torch.testing.assert_close(y.double(), want, atol=3e-2, rtol=3e-2)
+
+
+def test_a_differential_run_with_the_default_callbacks_logs_both_maps_and_the_signed_masses(make_cfg):
+    """attention=sdpa, differential=true (with a headwise gate) and callbacks=default: the run
+    completes with the statistics of A1 and A2, the signed map's masses, the gate's score, the
+    sink and residual metrics, the head analysis and the attention maps."""
+    from pathlib import Path
+
+    from attnlab.train import train
+
+    cfg = make_cfg(
+        "attention=sdpa", "model.attention.differential=true", "model.attention.gate=headwise", "callbacks=default"
+    )
+    metrics = train(cfg)
+    for i in range(cfg.model.n_layer):
+        for name in ("entropy_norm", "a2_entropy_norm", "max_logit", "a2_max_logit", "sink_heads", "a2_sink_mass"):
+            assert math.isfinite(metrics[f"attn/L{i}/{name}"]), name
+        neg, total = metrics[f"attn/L{i}/diff_neg_mass"], metrics[f"attn/L{i}/diff_abs_mass"]
+        assert 0 <= neg < total  # the absolute mass counts the negative part and the positive one
+        assert 0 < metrics[f"attn/L{i}/gate_mean"] < 1
+        assert metrics[f"attn/L{i}/residual_max_ratio"] >= 1
+    assert any(k.startswith("heads/") for k in metrics)
+    assert list((Path(cfg.paths.output_dir) / "attention_maps").glob("step*.png"))

@@ -9,6 +9,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from .attention import AttentionConfig
 from .attention.backends import EXPLICIT
+from .attention.module import latent_refusal
 from .errors import ConfigError
 from .fields import Check
 from .schema import rules
@@ -86,13 +87,20 @@ def check_config(cfg: DictConfig, schema: type | None = None) -> None:
     d_k = cfg.model.d_k or cfg.model.d_model // cfg.model.n_head
     if cfg.model.pos_encoding == "rope" and d_k % 2:
         raise ConfigError("model.d_k", d_k, "an even head dim with model.pos_encoding=rope")
-    measured = [name for name in ("attention_stats", "attention_maps", "heads") if name in (cfg.get("callbacks") or {})]
-    if attention.get("differential") and measured:  # they read weights per head; a differential map is signed
-        raise ConfigError(
-            "model.attention.differential",
-            True,
-            f"false with callbacks {', '.join(measured)} on, or {' '.join('~callbacks.' + name for name in measured)}",
-        )
+    latent = OmegaConf.to_container(attention.get("latent") or {}, resolve=True)
+    refusal = latent_refusal(
+        AttentionConfig(**{k: v for k, v in attention.items() if k in ("differential", "qk_norm")}, latent=latent),
+        cfg.model.n_head,
+        n_kv,
+        cfg.model.pos_encoding,
+    )
+    if refusal is not None:
+        raise refusal
+    if cfg.get("optim", {}).get("qk_clip") is not None:
+        if attention.get("qk_norm"):  # a LayerNorm on q and k undoes any rescaling of their projections
+            raise ConfigError("optim.qk_clip", cfg.optim.qk_clip, "null with model.attention.qk_norm=true")
+        if cfg.model.get("compile"):  # the step's q and k are read from eager forwards
+            raise ConfigError("optim.qk_clip", cfg.optim.qk_clip, "null with model.compile=true")
     wandb = cfg.get("logger", {}).get("wandb") if cfg.get("logger") else None
     if wandb is not None and wandb.get("mode") not in WANDB_MODES:
         raise ConfigError("logger.wandb.mode", wandb.get("mode"), "one of " + ", ".join(WANDB_MODES))

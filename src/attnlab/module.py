@@ -58,6 +58,8 @@ class GPTModule(L.LightningModule):
         self._step_rates: list[float] = []
         self._logged_step = False  # whether the loggers write this training step (set in training_step)
         self._masked: dict[str, MeanMetric] = {}  # val/<class>/loss|acc of a task's metric masks, made on first use
+        self.qk_clip = OptimConfig(**optim).qk_clip
+        self._step_max_logits: list[torch.Tensor] | None = None  # per layer (H,), over the step's micro-batches
 
     def forward(self, idx, targets=None):
         return self.model(idx, targets)
@@ -101,7 +103,10 @@ class GPTModule(L.LightningModule):
 
     def training_step(self, batch, batch_idx):
         x, y = batch
-        _, loss = self.step_forward(x, y)
+        if self.qk_clip is None:
+            _, loss = self.step_forward(x, y)
+        else:
+            loss = self._forward_noting_max_logits(x, y)
         # Only on the steps the loggers write (trainer.log_every_n_steps, as LearningRateMonitor does) and
         # the last one: a self.log call is a measurable share of a tiny-preset step, and the other
         # steps' values would be overwritten unwritten. results.json's train/loss is the last step's. A stop
@@ -112,6 +117,31 @@ class GPTModule(L.LightningModule):
             self.log("train/loss", loss, prog_bar=True, sync_dist=self.trainer.world_size > 1)
             self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"])
         return loss
+
+    def _forward_noting_max_logits(self, x, y) -> torch.Tensor:
+        """The training forward, keeping each head's largest logit (``stats.head_max_logits``, the
+        statistics' max_logit) from the q and k it recorded: detached views of tensors the backward
+        keeps anyway."""
+        from .analysis.probe import capture
+        from .attention.stats import head_max_logits
+
+        with capture(self.model) as records:
+            _, loss = self.step_forward(x, y)
+        maxima = [head_max_logits(rec.layer, rec.q, rec.k) for rec in records]
+        previous = self._step_max_logits
+        self._step_max_logits = maxima if previous is None else [torch.maximum(a, b) for a, b in zip(previous, maxima)]
+        return loss
+
+    def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None):
+        """The optimizer's step, then QK-clip (``optim.qk_clip``) on the logits of the step's forwards."""
+        super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+        if self.qk_clip is None or self._step_max_logits is None:
+            return
+        layers = [block.attn for block in self.model.blocks]
+        clipped = sum(layer.clip_qk(m, self.qk_clip) for layer, m in zip(layers, self._step_max_logits))
+        self._step_max_logits = None
+        if self._logged_step:
+            self.log("train/qk_clipped_heads", float(clipped))
 
     def on_after_backward(self):
         self._grad_norm = None  # new gradients (each micro-batch, with gradient accumulation)

@@ -101,6 +101,12 @@ class OptimConfig:
     betas: list[float] = checked(REQUIRED, None, "AdamW's betas", accepted="two numbers in [0, 1)")
     name: str = choice("adamw", OPTIMIZERS, "the optimizer: adamw, or sgd with momentum (betas unused)", axis=True)
     momentum: float = checked(0.9, None, "sgd only: its momentum", accepted="a number")
+    qk_clip: float | None = checked(
+        None,
+        Check(lambda v: v is None or positive_number.ok(v), "null or a positive number"),
+        "QK-clip: after each step, a head whose largest logit passed this is rescaled to it; null: off",
+        axis=True,
+    )
 
 
 @dataclass(kw_only=True)

@@ -11,13 +11,15 @@ forward when the layer is asked to record (analysis/probe.py asks).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from ..fields import Check, checked, choice
+from ..errors import ConfigError
+from ..fields import Check, checked, choice, int_at_least, optional_positive_int
 from .backends import BACKENDS, attend
 from .masks import MASK_FILLS, Visibility
 from .position import POS_ENCODINGS, Rotary, alibi_bias, alibi_slopes
@@ -47,6 +49,33 @@ def optional_int(value, key: str, low: int) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ValueError(f"{key}={value!r}; expected null or an integer >= {low}")
     return value
+
+
+@dataclass
+class LatentConfig:
+    """``model.attention.latent``: multi-head latent attention (MLA, DeepSeek-V2). Keys and values
+    are expanded per head from one latent of ``d_c`` per token; a decoupled RoPE key of ``d_rope``,
+    shared by the heads, carries the positions (each head's query gets a RoPE part of that size);
+    the KV cache holds the latent and the RoPE key, (d_c + d_rope) values per token and layer."""
+
+    d_c: int | None = checked(
+        None,
+        optional_positive_int,
+        "MLA: the latent per token that keys and values are expanded from (and the cache holds); null: no latent",
+        axis=True,
+    )
+    d_rope: int = checked(
+        0,
+        int_at_least(0, "an integer >= 0 (> 0 exactly with model.pos_encoding=rope)"),
+        "MLA: the decoupled RoPE key, shared by the heads, and each head's RoPE query part",
+        axis=True,
+    )
+    d_cq: int | None = checked(
+        None,
+        optional_positive_int,
+        "MLA: a query latent (queries expanded from it); null: queries from the input",
+        axis=True,
+    )
 
 
 @dataclass
@@ -88,8 +117,13 @@ class AttentionConfig:
     sink: str | None = checked(
         None, None, "the escape slot's old name, read until the next release", renamed_to="escape", accepted="as escape"
     )
+    latent: LatentConfig = field(
+        default_factory=LatentConfig, metadata={"doc": "multi-head latent attention (LatentConfig)"}
+    )
 
     def __post_init__(self):
+        if isinstance(self.latent, dict):
+            self.latent = LatentConfig(**self.latent)
         if self.sink is not None:  # the old key (checkpoints and configs written before the rename)
             self.escape, self.sink = self.sink, None
         for key, accepted in (("normalize", NORMALIZATIONS), ("escape", ESCAPES), ("gate", GATES)):
@@ -150,21 +184,15 @@ def differential_lambda_init(index: int) -> float:
     return 0.8 - 0.6 * math.exp(-0.3 * index)
 
 
-DIFFERENTIAL_REFUSAL = (
-    "model.attention.differential=true: the statistics, maps, head scores and knockout read one "
-    "map per head whose rows are weights; a differential head's map is the signed difference of two "
-    "(A1 - lambda A2), which they do not define; expected differential=false, or callbacks=none"
-)
-
-
 class Attention(nn.Module):
     """normalize(s * q.k^T + bias + M) v over (B, H, T, d_k) queries and (B, H_kv, T, d_k) keys and
     values, with an optional escape slot; M the causal mask, the sliding window and key padding.
 
     ``weight_rule()`` is everything besides q and k that decides the weights, and ``weights(q, k,
     rows)`` computes them for any block of query rows (attention/weights.py): the explicit kernels,
-    the statistics, the maps and the head analysis all read them from there. Set ``knockout`` to
-    cut edges on that same path. ``kernel`` names the kernel that ran in the last forward. With
+    the statistics, the maps and the head analysis all read them from there (a differential head's
+    weights are its signed map A1 - lambda A2, each map by the rule; ``maps`` splits q, k into the
+    two). Set ``knockout`` to cut edges on that same path. ``kernel`` names the kernel that ran in the last forward. With
     ``differential``, q and k hold the two maps' halves (d_k / 2 each) and the output is
     RMSNorm(A1 v - lambda A2 v) (1 - lambda_init). Set ``record_to`` (a list) and each forward
     appends its ``Intermediates``.
@@ -261,9 +289,7 @@ class Attention(nn.Module):
 
     def weight_rule(self, fp32: bool = False) -> WeightRule:
         """The scale, bias, mask and normalisation of this layer as it is now (``fp32``: detached
-        fp32 parameters, for measurements)."""
-        if self.cfg.differential:
-            raise ValueError(DIFFERENTIAL_REFUSAL)
+        fp32 parameters, for measurements); a differential head applies it to each of its two maps."""
         cfg = self.cfg
         rule = WeightRule(
             self.softmax_scale(),
@@ -275,6 +301,12 @@ class Attention(nn.Module):
             self.sigmoid_keys(),
         )
         return rule.detached() if fp32 else rule
+
+    def maps(self, q: torch.Tensor, k: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The (q, k) of each map the weight rule makes: one, or a differential head's two halves."""
+        if not self.cfg.differential:
+            return [(q, k)]
+        return list(zip(q.chunk(2, dim=-1), k.chunk(2, dim=-1)))
 
     def sigmoid_keys(self) -> int | None:
         """n of sigmoid's -log n: the keys a query sees at the full context (the block, or the
@@ -292,8 +324,17 @@ class Attention(nn.Module):
     ) -> Weights:
         """The layer's weights for query rows ``rows`` in fp32 (autocast off: a probe under
         bf16-mixed captures bf16 q, k, but the weights are measured in fp32)."""
+        return self._weights_by(self.weight_rule(fp32=True), q, k, rows, key_padding_mask, cut)
+
+    def _weights_by(self, rule: WeightRule, q, k, rows=None, key_padding_mask=None, cut=None) -> Weights:
+        """``rule``'s weights in fp32; a differential head's are its signed map A1 - lambda A2 (the
+        logits and visibility those of A1)."""
         with torch.autocast(q.device.type, enabled=False):
-            return self.weight_rule(fp32=True)(q.float(), k.float(), rows, key_padding_mask, cut)
+            maps = [rule(qm.float(), km.float(), rows, key_padding_mask, cut) for qm, km in self.maps(q, k)]
+            if len(maps) == 1:
+                return maps[0]
+            lam = self.differential_lambda().detach().float()
+            return Weights(maps[0].p - lam * maps[1].p, maps[0].logits, maps[0].visible)
 
     def probabilities(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """fp32 weights (B, H, Tq, Tk) on the real keys; a row sums to what the rule makes it (1
@@ -335,6 +376,15 @@ class Attention(nn.Module):
         (a, kernel), (b, _) = (self._attend(q, k, half, key_padding_mask) for half in v.chunk(2, dim=-1))
         return torch.cat([a, b], dim=-1), kernel
 
+    def _attend_narrow_v(self, q, k, v, key_padding_mask) -> tuple[torch.Tensor, str]:
+        """Flash kernels want one head dim for q, k and v: a narrower v (latent attention's, whose q
+        and k also hold the RoPE part) goes in padded with zeros, and the padding is cut from the output."""
+        pad = q.shape[-1] - v.shape[-1]
+        if self.cfg.backend != "flash" or pad <= 0:
+            return self._attend(q, k, v, key_padding_mask)
+        out, kernel = self._attend(q, k, F.pad(v, (0, pad)), key_padding_mask)
+        return out[..., : v.shape[-1]], kernel
+
     def forward(self, q, k, v, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         if self.cfg.differential:
             (q1, q2), (k1, k2) = q.chunk(2, dim=-1), k.chunk(2, dim=-1)
@@ -342,7 +392,7 @@ class Attention(nn.Module):
             out2, _ = self._map_times_v(q2, k2, v, key_padding_mask)
             out = self.head_norm(out1 - self.differential_lambda().to(out1.dtype) * out2) * (1 - self.lambda_init)
         else:
-            out, kernel = self._attend(q, k, v, key_padding_mask)
+            out, kernel = self._attend_narrow_v(q, k, v, key_padding_mask)
         if self.knockout is not None:
             if q.shape[-2] != k.shape[-2]:
                 raise ValueError("Attention.knockout cuts (B, T, T) edges of a full forward; it takes no KV cache")
@@ -367,8 +417,11 @@ class Attention(nn.Module):
             q, k, v, rule = q[:, h : h + 1], k[:, group : group + 1], v[:, group : group + 1], rule.head(h)
         out = out.clone()
         with torch.autocast(q.device.type, enabled=False):
-            p = rule(q.float(), k.float(), key_padding_mask=key_padding_mask, cut=cut).p
-            edited = (p @ expand_kv(v.float(), q.shape[1])).to(out.dtype)
+            p = self._weights_by(rule, q, k, key_padding_mask=key_padding_mask, cut=cut).p
+            edited = p @ expand_kv(v.float(), q.shape[1])
+            if self.cfg.differential:  # as the forward: the head-wise RMSNorm of the signed map times v
+                edited = self.head_norm(edited) * (1 - self.lambda_init)
+            edited = edited.to(out.dtype)
         out[:, slice(None) if h is None else slice(h, h + 1)] = edited
         return out
 
@@ -385,6 +438,35 @@ class Attention(nn.Module):
             ]
         )
         return f"backend={cfg.backend}, mask_fill={cfg.mask_fill}, causal={self.causal}{extras}"
+
+
+def latent_refusal(cfg: AttentionConfig, n_head: int, n_kv_head: int | None, pos_encoding: str) -> ConfigError | None:
+    """Why ``model.attention.latent`` cannot build with the rest of the config (a ConfigError
+    naming the key), or None."""
+    lat = cfg.latent
+    if lat.d_c is None:
+        if lat.d_rope or lat.d_cq is not None:
+            return ConfigError("model.attention.latent.d_c", None, "a positive integer with latent.d_rope or d_cq set")
+        return None
+    key = "model.attention.latent.d_c"
+    if n_kv_head not in (None, n_head):  # the latent is the one shared key/value state; each head expands its own
+        return ConfigError("model.n_kv_head", n_kv_head, f"null or model.n_head={n_head} with {key} set")
+    if cfg.differential or cfg.qk_norm:
+        name = "differential" if cfg.differential else "qk_norm"
+        return ConfigError(f"model.attention.{name}", True, f"false with {key} set")
+    if (pos_encoding == "rope") != (lat.d_rope > 0):  # positions enter only through the decoupled RoPE part
+        return ConfigError(
+            "model.attention.latent.d_rope", lat.d_rope, "a positive integer with model.pos_encoding=rope, else 0"
+        )
+    return None
+
+
+def kv_values_per_token(cfg: AttentionConfig, n_kv_head: int, d_k: int) -> int:
+    """What one layer's KV cache holds per token, in values: the latent and the RoPE key with
+    latent attention (d_c + d_rope), else the n_kv_head keys and values of d_k (2 x n_kv_head x d_k)."""
+    if cfg.latent.d_c is not None:
+        return cfg.latent.d_c + cfg.latent.d_rope
+    return 2 * n_kv_head * d_k
 
 
 class QKV(NamedTuple):
@@ -421,6 +503,8 @@ class AttentionLayer(nn.Module):
         super().__init__()
         if pos_encoding not in POS_ENCODINGS:
             raise ValueError(f"model.pos_encoding={pos_encoding!r}; expected one of {', '.join(POS_ENCODINGS)}")
+        if (refusal := latent_refusal(cfg, n_head, n_kv_head, pos_encoding)) is not None:
+            raise refusal
         n_kv_head = n_kv_head or n_head
         inner, kv_inner = n_head * d_k, n_kv_head * d_k
         self.n_head, self.n_kv_head, self.d_k = n_head, n_kv_head, d_k
@@ -428,6 +512,10 @@ class AttentionLayer(nn.Module):
         # projections on the 2-core CPU, docs/performance.md); its rows are q's, then k's, then v's
         # (grouped-query: n_kv_head heads of k and v). ``qkv_parts`` names the parts of a tensor of its rows.
         self.qkv_sizes = (inner, kv_inner, kv_inner)
+        self.latent = cfg.latent if cfg.latent.d_c is not None else None
+        d_rope = self.latent.d_rope if self.latent is not None else 0
+        if self.latent is not None:  # _latent_qkv
+            self._build_latent(d_model, n_head, d_k)
         self.qkv_proj = nn.Linear(d_model, sum(self.qkv_sizes), bias=False)
         self.out_proj = nn.Linear(inner, d_model, bias=False)
         self.out_proj.is_residual = True
@@ -439,7 +527,7 @@ class AttentionLayer(nn.Module):
         self.attention = Attention(
             cfg,
             n_head,
-            d_k,
+            d_k + d_rope,
             n_kv_head,
             sigma_q=sigma,
             sigma_k=sigma,
@@ -450,7 +538,8 @@ class AttentionLayer(nn.Module):
         )
         # RoPE rotates q and k before the kernel: every backend and every statistic recomputed from
         # the q, k recorded sees the rotated vectors
-        self.rotary = Rotary(d_k // 2 if cfg.differential else d_k) if pos_encoding == "rope" else None
+        rope_dim = d_rope or (d_k // 2 if cfg.differential else d_k)
+        self.rotary = Rotary(rope_dim) if pos_encoding == "rope" else None
         # the gate reads the layer input; a plain Linear, so it starts at the model's init std, not at
         # zero: a zero gate would be a constant 0.5 at init, and a test at init could not tell it from no gate
         self.gate_proj = (
@@ -487,18 +576,7 @@ class AttentionLayer(nn.Module):
     def forward(self, x, key_padding_mask=None, cache=None):
         """``cache`` (attention/cache.py): x continues the positions cached there; its keys and
         values are appended and its queries attend to every cached one."""
-        q, k, v = self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
-        q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H, T, d_k), (B, H_kv, T, d_k) twice
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        rope_in_cache = cache is not None and cache.keys_before_rope
-        if self.rotary is not None and not rope_in_cache:
-            start = 0 if cache is None else cache.length
-            q, k = self._rotate(q, start), self._rotate(k, start)
-        if cache is not None:
-            k, v = cache.update(k, v)
-        if self.rotary is not None and rope_in_cache:  # every key at its index in the cache, the queries last
-            q, k = self._rotate(q, k.shape[-2] - q.shape[-2]), self._rotate(k)
+        q, k, v = self._qkv(x, cache) if self.latent is None else self._latent_qkv(x, cache)
         attended = self.attention(q, k, v, key_padding_mask=key_padding_mask)  # (B, H, T, d_k)
         out = attended
         if self.gate_proj is not None:
@@ -512,6 +590,94 @@ class AttentionLayer(nn.Module):
             if self.gate_proj is not None:
                 record.gate, record.gated = gate.detach(), out.detach()
         return y if self.resid_dropout is None else self.resid_dropout(y)
+
+    def _qkv(self, x, cache):
+        """q (B, H, T, d_k) and k, v (B, H_kv, T_k, d_k) as the kernel takes them, the cache updated."""
+        q, k, v = self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
+        q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H, T, d_k), (B, H_kv, T, d_k) twice
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        rope_in_cache = cache is not None and cache.keys_before_rope
+        if self.rotary is not None and not rope_in_cache:
+            start = 0 if cache is None else cache.length
+            q, k = self._rotate(q, start), self._rotate(k, start)
+        if cache is not None:
+            k, v = cache.update(k, v)
+        if self.rotary is not None and rope_in_cache:  # every key at its index in the cache, the queries last
+            q, k = self._rotate(q, k.shape[-2] - q.shape[-2]), self._rotate(k)
+        return q, k, v
+
+    def _build_latent(self, d_model: int, n_head: int, d_k: int) -> None:
+        """MLA's projections (``LatentConfig``). ``qkv_proj`` reads x once for the queries (or
+        their latent, d_cq), the key/value latent (d_c) and the RoPE key (d_rope): ``qkv_parts``
+        names them q, k and v. ``kv_up`` expands a latent into every head's key (its first
+        n_head * d_k rows) and value; ``q_up`` a query latent into the queries, each head's d_k
+        content part then its d_rope RoPE part. Each latent is RMS-normed before its expansion, as
+        in DeepSeek-V2."""
+        lat = self.latent
+        q_width = n_head * (d_k + lat.d_rope)
+        self.qkv_sizes = (lat.d_cq or q_width, lat.d_c, lat.d_rope)
+        self.kv_norm = nn.RMSNorm(lat.d_c, eps=1e-6)
+        self.kv_up = nn.Linear(lat.d_c, 2 * n_head * d_k, bias=False)
+        self.q_latent_norm = nn.RMSNorm(lat.d_cq, eps=1e-6) if lat.d_cq else None
+        self.q_up = nn.Linear(lat.d_cq, q_width, bias=False) if lat.d_cq else None
+
+    def _latent_qkv(self, x, cache):
+        """MLA's q, k (B, H, T|T_k, d_k + d_rope) and v (B, H, T_k, d_k).
+
+        The cache (attention/cache.py, as it stores any pair) holds the normed latent (B, 1, T, d_c)
+        and the RoPE key (B, 1, T, d_rope), (d_c + d_rope) values per token, and the keys and values
+        are re-expanded from every cached latent at each step, rather than decoded through absorbed
+        projections (W_uk folded into the queries, W_uv into the output projection). Re-expanding
+        runs the training forward's own computation, so every backend and every statistic takes
+        MLA unchanged and cached logits equal the full forward's; its cost, T_k x d_c x 2 H d_k
+        multiply-adds per step and layer, is what absorption saves at serving scale, where the
+        kernel then attends over d_c-wide heads (a kernel attnlab's backends do not have)."""
+        lat, h, d = self.latent, self.n_head, self.d_k
+        b, t, _ = x.shape
+        q, c, k_rope = self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
+        if self.q_up is not None:
+            q = self.q_up(self.q_latent_norm(q))
+        q_c, q_rope = q.view(b, t, h, d + lat.d_rope).transpose(1, 2).split((d, lat.d_rope), dim=-1)
+        c, k_rope = self.kv_norm(c).unsqueeze(1), k_rope.unsqueeze(1)  # (B, 1, T, d_c), (B, 1, T, d_rope)
+        rope_in_cache = cache is not None and cache.keys_before_rope
+        if self.rotary is not None and not rope_in_cache:
+            start = 0 if cache is None else cache.length
+            q_rope, k_rope = self.rotary(q_rope, start), self.rotary(k_rope, start)
+        if cache is not None:
+            c, k_rope = cache.update(c, k_rope)
+        if self.rotary is not None and rope_in_cache:
+            q_rope, k_rope = self.rotary(q_rope, k_rope.shape[-2] - t), self.rotary(k_rope)
+        k_c, v = (self._heads(part) for part in self.kv_up(c.squeeze(1)).split(h * d, dim=-1))
+        k = torch.cat([k_c, k_rope.expand(-1, h, -1, -1)], dim=-1)
+        return torch.cat([q_c, q_rope], dim=-1), k, v
+
+    @torch.no_grad()
+    def clip_qk(self, max_logit: torch.Tensor, threshold: float) -> int:
+        """QK-clip (Kimi K2's MuonClip): each head h whose largest logit ``max_logit[h]`` passed
+        ``threshold`` gets its logits multiplied by gamma_h = threshold / max_logit[h], through its
+        q and k rows of the projection; returns how many heads were clipped.
+
+        A logit is bilinear in W_q and W_k, so sqrt(gamma) on each row set scales it by gamma
+        exactly. A key head shared by a group of query heads (GQA, MQA) takes sqrt of the group's
+        smallest gamma and each query head the rest of its own, so a head below the threshold keeps
+        its logits. An additive bias (ALiBi) is not scaled."""
+        over = max_logit > threshold
+        gamma = torch.where(over, threshold / max_logit.clamp_min(1e-30), torch.ones_like(max_logit)).float()
+        if self.latent is not None:  # the content parts sqrt(gamma) each, the RoPE query gamma: its key is shared
+            d, w = self.d_k, self.q_up.weight if self.q_up is not None else self.qkv_parts(self.qkv_proj.weight).q
+            q_rows = w.view(self.n_head, d + self.latent.d_rope, -1)
+            q_rows[:, :d].mul_(gamma.sqrt().view(-1, 1, 1).to(w.dtype))
+            q_rows[:, d:].mul_(gamma.view(-1, 1, 1).to(w.dtype))
+            k_rows = self.kv_up.weight[: self.n_head * d].view(self.n_head, d, -1)
+            k_rows.mul_(gamma.sqrt().view(-1, 1, 1).to(w.dtype))
+            return int(over.sum())
+        key_scale = gamma.view(self.n_kv_head, -1).amin(1).sqrt()  # (H_kv,)
+        query_scale = gamma / key_scale.repeat_interleave(self.n_head // self.n_kv_head)  # (H,)
+        q_rows, k_rows, _ = self.qkv_parts(self.qkv_proj.weight)  # views of the weight
+        q_rows.view(self.n_head, self.d_k, -1).mul_(query_scale.view(-1, 1, 1).to(q_rows.dtype))
+        k_rows.view(self.n_kv_head, self.d_k, -1).mul_(key_scale.view(-1, 1, 1).to(k_rows.dtype))
+        return int(over.sum())
 
     def _heads_gate(self, g: torch.Tensor) -> torch.Tensor:
         """The gate projection's output (B, T, H or H * d_k) -> (B, H, T, 1 or d_k)."""

@@ -17,7 +17,7 @@ import lightning as L
 import torch
 
 from ..analysis.probe import probe, probe_batch, probe_plan, training_precision
-from ..attention.stats import attention_stats, layer_values, record_stats
+from ..attention.stats import SECOND_MAP, attention_stats, layer_values, record_stats
 from .cadence import log_metrics, should_run
 
 HISTORY_FILE = "attention_stats.jsonl"  # one JSON line of per-layer statistics per probe step
@@ -58,14 +58,18 @@ class AttentionStats(L.Callback):
         classes = classes(self._x) if classes is not None else None
         for rec in probe(pl_module.model, self._x.to(pl_module.device), training_precision(trainer)):
             i = rec.index
-            per_head = attention_stats(
-                rec.q,
-                rec.k,
-                rec.layer.weight_rule(fp32=True),
-                block=self.block,
-                query_classes=classes,
-                positions=self._positions,
-            )
+            per_head = {}
+            # a differential layer's two softmax maps: A1 under the metrics' names, A2 as a2_<name>
+            for prefix, (q, k) in zip(("", SECOND_MAP), rec.layer.maps(rec.q, rec.k)):
+                stats = attention_stats(
+                    q,
+                    k,
+                    rec.layer.weight_rule(fp32=True),
+                    block=self.block,
+                    query_classes=classes,
+                    positions=self._positions,
+                )
+                per_head |= {prefix + name: v for name, v in stats.items()}
             per_layer = record_stats(rec)
             per_head |= {name: v for name, v in per_layer.items() if v.dim()}
             metrics.update({f"attn/L{i}/{name}": v for name, v in layer_values(per_head).items()})

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from ...attention.module import kv_values_per_token
 from ...checkpointing import load_model
 from ...cli import command_parser
 from ...data.tokens import load_tokenizer
@@ -117,14 +118,18 @@ DECODE_SHAPE = dict(n_layer=4, n_head=4, d_model=128, vocab_size=65)
 BUDGET_BYTES = 2**30  # the stated memory budget of the concurrency ceiling (1 GiB)
 
 
-def decode_variants(n_head: int) -> dict[str, dict]:
-    """GPTConfig changes per variant: the key/value heads (multi-head, grouped, multi-query), the
-    escape slot on multi-head, and sigmoid attention, which only the explicit kernel runs: beside it
-    softmax on that same kernel (``softmax_scaled``), the reference its own cost is read against."""
+def decode_variants(n_head: int, d_k: int) -> dict[str, dict]:
+    """GPTConfig changes per variant: the key/value heads (multi-head, grouped, multi-query), latent
+    attention with a latent of 4 d_k (DeepSeek-V2's d_c, a cache about GQA's with 2.25 groups at 4
+    heads) and of 2 d_k, each with a RoPE key of d_k / 2, the escape slot on multi-head, and sigmoid
+    attention, which only the explicit kernel runs: beside it softmax on that same kernel
+    (``softmax_scaled``), the reference its own cost is read against."""
     return {
         "mha": {},
         "gqa": {"n_kv_head": n_head // 2},
         "mqa": {"n_kv_head": 1},
+        "mla_4dk": {"attention": {"latent": {"d_c": 4 * d_k, "d_rope": d_k // 2}}},
+        "mla_2dk": {"attention": {"latent": {"d_c": 2 * d_k, "d_rope": d_k // 2}}},
         "escape_zero_logit": {"attention": {"escape": "zero_logit"}},
         "escape_learned": {"attention": {"escape": "learned"}},
         "softmax_scaled": {"attention": {"backend": "scaled"}},
@@ -181,7 +186,7 @@ def decode_section(
     log=print,
 ) -> dict:
     """Per variant and context T: prefill seconds, ms per decoded token, KV bytes per token (measured
-    and 2 x layers x n_kv_head x d_k x element size), the concurrency ceiling at ``budget_bytes``
+    and 2 x layers x n_kv_head x d_k x element size; layers x (d_c + d_rope) x element size with a latent), the concurrency ceiling at ``budget_bytes``
     and the tokens/s of B sequences decoded as one batch. Variants alternate within every repeat (the
     order flips each repeat) and each speed ratio against multi-head attention is taken within a repeat."""
     from ...model.gpt import GPT, GPTConfig
@@ -190,7 +195,7 @@ def decode_section(
     block = max(contexts) + new_tokens
     load_before = os.getloadavg()[0]
     models, refused = {}, {}
-    for name, change in decode_variants(dims["n_head"]).items():
+    for name, change in decode_variants(dims["n_head"], dims["d_model"] // dims["n_head"]).items():
         change = dict(change)
         attention = {"backend": backend, **change.pop("attention", {})}
         torch.manual_seed(0)
@@ -242,7 +247,7 @@ def decode_section(
             elem = next(model.parameters()).element_size()
             weights = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
             filled, allocated = measured[n]
-            formula = 2 * cfg.n_layer * cfg.n_kv_head * cfg.d_k * elem
+            formula = cfg.n_layer * kv_values_per_token(cfg.attention, cfg.n_kv_head, cfg.d_k) * elem
             p, base = per[n], per["mha"] if "mha" in per else per[n]
             ms = [1e3 * s / new_tokens for s in p["decode_s"]]
             ms_ratio = [a / m for a, m in zip(p["decode_s"], base["decode_s"])]
@@ -254,6 +259,8 @@ def decode_section(
                 "n_kv_head": cfg.n_kv_head,
                 "n_layer": cfg.n_layer,
                 "d_k": cfg.d_k,
+                "latent_d_c": cfg.attention.latent.d_c,
+                "latent_d_rope": cfg.attention.latent.d_rope,
                 "element_size": elem,
                 "escape": cfg.attention.escape,
                 "prefill_s": statistics.median(p["prefill_s"]),
@@ -357,7 +364,7 @@ def decode_table(section: dict) -> list[str]:
         f"random weights, batch 1 unless B says otherwise. Per context T: prefill = one forward of T tokens into empty "
         f"caches; ms/token = {s['new_tokens']} greedy steps after the T-token prefill, over {s['new_tokens']}; "
         f"KV B/token = the filled k and v of every layer's cache over its positions (formula 2 x layers x n_kv_head x "
-        f"d_k x element size); sequences = (budget - weights) // (KV B/token x T), vLLM's count; B=b tok/s = b "
+        f"d_k x element size; mla: layers x (d_c + d_rope) x element size, the latent and the RoPE key); sequences = (budget - weights) // (KV B/token x T), vLLM's count; B=b tok/s = b "
         f"sequences of T decoded as one batch, b x {s['new_tokens']} tokens over the time. {s['repeats']} repeats, "
         f"variants alternated (the order flips every repeat), medians; ratios to mha within a repeat. "
         f"{s['threads']} torch thread(s)"
