@@ -417,6 +417,8 @@ class AttentionLayer(nn.Module):
         pos_encoding: str = "learned",
         index: int = 0,
         context: int | None = None,
+        bias: bool = False,
+        rope_base: float = 10000.0,
     ):
         super().__init__()
         if pos_encoding not in POS_ENCODINGS:
@@ -428,8 +430,8 @@ class AttentionLayer(nn.Module):
         # projections on the 2-core CPU, docs/performance.md); its rows are q's, then k's, then v's
         # (grouped-query: n_kv_head heads of k and v). ``qkv_parts`` names the parts of a tensor of its rows.
         self.qkv_sizes = (inner, kv_inner, kv_inner)
-        self.qkv_proj = nn.Linear(d_model, sum(self.qkv_sizes), bias=False)
-        self.out_proj = nn.Linear(inner, d_model, bias=False)
+        self.qkv_proj = nn.Linear(d_model, sum(self.qkv_sizes), bias=bias)
+        self.out_proj = nn.Linear(inner, d_model, bias=bias)
         self.out_proj.is_residual = True
         # modules that would do nothing are None, not Identity or Dropout(0): a module call costs a few
         # microseconds of Python, and a tiny-preset forward makes dozens (docs/performance.md)
@@ -450,7 +452,7 @@ class AttentionLayer(nn.Module):
         )
         # RoPE rotates q and k before the kernel: every backend and every statistic recomputed from
         # the q, k recorded sees the rotated vectors
-        self.rotary = Rotary(d_k // 2 if cfg.differential else d_k) if pos_encoding == "rope" else None
+        self.rotary = Rotary(d_k // 2 if cfg.differential else d_k, rope_base) if pos_encoding == "rope" else None
         # the gate reads the layer input; a plain Linear, so it starts at the model's init std, not at
         # zero: a zero gate would be a constant 0.5 at init, and a test at init could not tell it from no gate
         self.gate_proj = (
