@@ -38,11 +38,6 @@ COMMANDS = {
     "bench": ("attnlab.tools.bench.__main__", "main", "kernel, memory and training-throughput benchmarks (--mode)"),
     "sample": ("attnlab.sample", "main", "generate text from a run's checkpoint (default: the latest run)"),
     "analyze": ("attnlab.analyze", "main", "head scores and head types of a run dir or checkpoint"),
-    "export": (
-        "attnlab.interop.hf_export",
-        "main",
-        "write a run's model as a Hugging Face dir (--format hf): GPT-2 or Llama, loadable offline by transformers",
-    ),
     "dashboard": (
         "attnlab.tools.dashboard",
         "main",
@@ -67,6 +62,11 @@ COMMANDS = {
         "attnlab.studies.report.streaming",
         "main",
         "every run of a sweep decoded with rolling KV caches: what dropping the first tokens costs -> reports/<study>/",
+    ),
+    "export": (
+        "attnlab.interop.hf_export",
+        "main",
+        "write a run's model as a Hugging Face dir (--format hf): GPT-2 or Llama, loadable offline by transformers",
     ),
 }
 ERROR_PREFIX = "attnlab: error: "
