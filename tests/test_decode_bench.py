@@ -76,6 +76,45 @@ def test_bench_decode_section_lands_in_bench_json_and_md(tmp_path):
     bench = json.loads((tmp_path / "bench.json").read_text())
     rows = bench["decode"]["rows"]
     assert rows and all({"n_kv_head", "n_layer", "d_k", "element_size", "kv_bytes_per_token"} <= set(r) for r in rows)
+    hf_rows = bench["decode"]["transformers"]["rows"]  # the hf extra is installed wherever the tests run
+    assert [r["batch"] for r in hf_rows] == list(decode.DECODE_HF["tiny"]["batches"])
     table = (tmp_path / "bench.md").read_text()
     assert "## Decoding with the KV cache" in table
     assert sum(line.startswith("| mqa |") for line in table.splitlines()) == len(bench["decode"]["setup"]["contexts"])
+
+
+# ------------------------------------------------------------------ transformers' generate() beside attnlab
+
+
+@pytest.fixture(scope="module")
+def hf_section():
+    pytest.importorskip("transformers")  # the hf extra, which CI installs
+    return decode.transformers_section(**decode.DECODE_HF["tiny"], log=lambda _: None)
+
+
+def test_transformers_rows_decode_the_same_tokens_from_the_same_weights(hf_section):
+    setup = hf_section["setup"]
+    assert [(r["shape"], r["batch"]) for r in hf_section["rows"]] == [("micro", b) for b in setup["batches"]]
+    assert all(r["identical_tokens"] for r in hf_section["rows"])
+
+
+def test_transformers_ratio_is_taken_within_the_repeats(hf_section):
+    setup = hf_section["setup"]
+    for r in hf_section["rows"]:
+        tps = {arm: [r["batch"] * setup["new_tokens"] / s for s in v] for arm, v in r["seconds"].items()}
+        assert [len(v) for v in tps.values()] == [setup["repeats"]] * 2
+        pairs = [a / t for a, t in zip(tps["attnlab"], tps["transformers"])]
+        assert r["ratio"] == pytest.approx(statistics.median(pairs), rel=1e-12)
+        assert r["ratio_range"] == [min(pairs), max(pairs)]
+        assert r["tokens_per_s"]["attnlab"] == pytest.approx(statistics.median(tps["attnlab"]), rel=1e-12)
+
+
+def test_attnlab_greedy_is_generate_with_top_k_1():
+    import torch
+
+    from attnlab.model.gpt import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**decode.HF_SHAPES["micro"], **decode.GPT2_BLOCK)).eval()
+    prompt = torch.randint(0, 61, (2, 4), generator=torch.Generator().manual_seed(0))
+    assert torch.equal(decode.attnlab_greedy(model, prompt, 9), model.generate(prompt, 9, top_k=1))

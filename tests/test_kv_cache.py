@@ -37,6 +37,17 @@ VARIANTS = {
         "pos_encoding": "rope",
         "attention": {"latent": {"d_c": 6, "d_rope": 4}, "normalize": "sigmoid"},
     },
+    # GPT-2's released block (projection biases, tanh GELU) and Llama's (conf/model/llama_tiny.yaml)
+    "gpt2_biases": {"bias": True, "mlp": "gelu_tanh"},
+    "llama": {"pos_encoding": "rope", "n_kv_head": 2, "norm": "rmsnorm", "mlp": "swiglu", "tie_embeddings": False},
+    "llama_learned_escape": {
+        "pos_encoding": "rope",
+        "n_kv_head": 2,
+        "norm": "rmsnorm",
+        "mlp": "swiglu",
+        "tie_embeddings": False,
+        "attention": {"escape": "learned"},
+    },
 }
 REFUSED = {("flash", "alibi"), ("flash", "alibi_escape_mqa")}  # forced flash takes no logit bias
 REFUSED |= {(b, v) for b in ("sdpa", "flash") for v in VARIANTS if v.startswith("sigmoid")}  # softmax kernels
@@ -319,7 +330,7 @@ def test_sample_and_its_timing_with_and_without_the_cache(make_cfg, capsys, tmp_
 # ------------------------------------------------------------------- rolling (streaming) cache
 
 CAPACITY, SINKS = 6, 2
-ROLLING_VARIANTS = ["rope", "alibi", "nope", "gqa_rope", "learned_escape_gqa_rope", "alibi_escape_mqa", "mla_rope"]
+ROLLING_VARIANTS = ["rope", "alibi", "nope", "gqa_rope", "learned_escape_gqa_rope", "alibi_escape_mqa", "mla_rope", "llama"]
 ROLLING_CASES = [(b, v) for b in backends.BACKENDS for v in ROLLING_VARIANTS if (b, v) not in REFUSED]
 PIECES = [(0, 3), *((i, i + 1) for i in range(3, 9)), (9, 12), *((i, i + 1) for i in range(12, 16))]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -43,9 +44,10 @@ def test_tiny_preset_is_nanogpt_cpu_preset(tmp_path):
     assert small.model.d_model > m.d_model and small.trainer.max_steps == 5000
 
 
+@pytest.mark.parametrize("model", ["tiny", "llama_tiny"])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_smoke_training_every_backend_writes_results(backend, make_cfg):
-    cfg = make_cfg(f"attention={backend}", "callbacks=none")
+def test_smoke_training_every_backend_writes_results(backend, model, make_cfg):
+    cfg = make_cfg(f"attention={backend}", f"model={model}", "callbacks=none")
     metrics = train(cfg)
     results = json.loads((Path(cfg.paths.output_dir) / "results.json").read_text())
     assert results["status"] == "ok" and results["error"] is None
@@ -59,6 +61,24 @@ def test_smoke_training_every_backend_writes_results(backend, make_cfg):
         assert key in results["metrics"] and results["metrics"][key] == pytest.approx(metrics[key])
     assert results["config"]["model"]["attention"]["backend"] == backend
     assert set(results) >= {"status", "error", "overrides", "config", "attention", "metrics", "wall_s", "git_sha"}
+
+
+def test_llama_preset_trains_with_the_default_callbacks(make_cfg):
+    """RMSNorm, SwiGLU, grouped-query RoPE attention and an untied head: the statistics and maps
+    measure it as they measure the GPT-2 block."""
+    cfg = make_cfg("model=llama_tiny")
+    metrics = train(cfg)
+    model = cfg.model
+    assert (model.norm, model.mlp, model.pos_encoding, model.n_kv_head, model.tie_embeddings) == (
+        "rmsnorm",
+        "swiglu",
+        "rope",
+        2,
+        False,
+    )
+    stats = {k: v for k, v in metrics.items() if k.startswith("attn/")}
+    assert stats and all(math.isfinite(v) for v in stats.values())
+    assert math.isfinite(metrics["val/loss"])
 
 
 def test_same_seed_same_loss(make_cfg):

@@ -22,8 +22,12 @@ from .errors import AttnlabError, CheckpointError, DataError
 
 
 def locate(path: str) -> tuple[Path, Path]:
-    """(checkpoint, run dir) from a run dir or a checkpoint file."""
+    """(checkpoint, run dir) from a run dir, a checkpoint file or a Hugging Face model dir (both the dir)."""
+    from .interop.hf_load import is_hf_dir
+
     p = Path(path).expanduser()
+    if is_hf_dir(p):  # a Hugging Face model dir: load_model reads it as a checkpoint
+        return p, p
     if p.is_dir():
         ckpt = p / "checkpoints" / "last.ckpt"
         if not ckpt.is_file():

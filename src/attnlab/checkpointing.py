@@ -124,9 +124,19 @@ def read_checkpoint(path) -> dict[str, Any]:
 
 
 def load_model(path):
-    """(GPTModule, checkpoint) from a checked checkpoint file, read once (for sample and analyze)."""
+    """(GPTModule, checkpoint) from a checked checkpoint file, read once (for sample and analyze), or
+    from a Hugging Face model dir of the GPT-2 or Llama family (interop.hf_load; step 0)."""
+    from .interop.hf_load import is_hf_dir
     from .module import GPTModule
 
+    if is_hf_dir(path):
+        from .interop.hf_load import model_from_hf
+
+        model, state = model_from_hf(path)
+        checkpoint = {"hyper_parameters": {"model": model, "optim": {}, "max_steps": 1}, "global_step": 0}
+        module = GPTModule(**checkpoint["hyper_parameters"])
+        module.model.load_state_dict(state)
+        return module, checkpoint
     checkpoint = read_checkpoint(path)
     try:
         module = GPTModule(**checkpoint["hyper_parameters"])

@@ -63,6 +63,11 @@ COMMANDS = {
         "main",
         "every run of a sweep decoded with rolling KV caches: what dropping the first tokens costs -> reports/<study>/",
     ),
+    "export": (
+        "attnlab.interop.hf_export",
+        "main",
+        "write a run's model as a Hugging Face dir (--format hf): GPT-2 or Llama, loadable offline by transformers",
+    ),
 }
 ERROR_PREFIX = "attnlab: error: "
 

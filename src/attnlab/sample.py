@@ -31,7 +31,11 @@ def resolve_checkpoint(run: str | None) -> Path:
         if ckpt is None:
             raise SystemExit("attnlab: error: no checkpoints/last.ckpt under logs/; run `make train` first")
         return ckpt
+    from .interop.hf_load import is_hf_dir
+
     path = Path(run)
+    if is_hf_dir(path):  # a Hugging Face model dir, read by load_model
+        return path
     ckpt = path if path.suffix == ".ckpt" else path / "checkpoints" / "last.ckpt"
     if not ckpt.is_file():
         raise SystemExit(f"attnlab: error: RUN={run!r} has no checkpoint at {ckpt}; expected a run dir or a .ckpt file")

@@ -298,6 +298,12 @@ def train(cfg: DictConfig) -> dict:
     try:
         check_config(cfg)
         typed = Schema.from_cfg(cfg)  # the keys attnlab reads, typed; cfg still feeds instantiate and the record
+        init_from = None
+        if typed.model.init_from:  # a bad dir is refused before any logger or data is built on it
+            from .interop.hf_load import HFCheckpoint
+
+            init_from = HFCheckpoint.open(typed.model.init_from)
+            init_from.check(OmegaConf.to_container(cfg.model, resolve=True))
         L.seed_everything(typed.seed, workers=True, verbose=False)
         max_steps = typed.trainer.max_steps
         ckpt_path, record.data["resumed_from"] = resume_checkpoint(typed, run_dir)
@@ -320,6 +326,8 @@ def train(cfg: DictConfig) -> dict:
         with timing.phase("model: build"):
             model_cfg = OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": dm.vocab_size}
             module = GPTModule(model_cfg, OmegaConf.to_container(cfg.optim, resolve=True), max_steps, vocab=dm.vocab())
+            if init_from is not None:
+                init_from.load_into(module.model)
         with timing.phase("callbacks: build"):
             callbacks = [
                 *build_callbacks(cfg),

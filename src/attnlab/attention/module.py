@@ -499,6 +499,8 @@ class AttentionLayer(nn.Module):
         pos_encoding: str = "learned",
         index: int = 0,
         context: int | None = None,
+        bias: bool = False,
+        rope_base: float = 10000.0,
     ):
         super().__init__()
         if pos_encoding not in POS_ENCODINGS:
@@ -516,8 +518,8 @@ class AttentionLayer(nn.Module):
         d_rope = self.latent.d_rope if self.latent is not None else 0
         if self.latent is not None:  # _latent_qkv
             self._build_latent(d_model, n_head, d_k)
-        self.qkv_proj = nn.Linear(d_model, sum(self.qkv_sizes), bias=False)
-        self.out_proj = nn.Linear(inner, d_model, bias=False)
+        self.qkv_proj = nn.Linear(d_model, sum(self.qkv_sizes), bias=bias)
+        self.out_proj = nn.Linear(inner, d_model, bias=bias)
         self.out_proj.is_residual = True
         # modules that would do nothing are None, not Identity or Dropout(0): a module call costs a few
         # microseconds of Python, and a tiny-preset forward makes dozens (docs/performance.md)
@@ -539,7 +541,7 @@ class AttentionLayer(nn.Module):
         # RoPE rotates q and k before the kernel: every backend and every statistic recomputed from
         # the q, k recorded sees the rotated vectors
         rope_dim = d_rope or (d_k // 2 if cfg.differential else d_k)
-        self.rotary = Rotary(rope_dim) if pos_encoding == "rope" else None
+        self.rotary = Rotary(rope_dim, rope_base) if pos_encoding == "rope" else None
         # the gate reads the layer input; a plain Linear, so it starts at the model's init std, not at
         # zero: a zero gate would be a constant 0.5 at init, and a test at init could not tell it from no gate
         self.gate_proj = (

@@ -318,6 +318,8 @@ def load_tokenizer(run: str | Path, vocab: list[str] | None = None):
         if "chars" in spec and "kind" not in spec:
             return CharTokenizer(spec["chars"])
         return tokenizer_from(spec, run_dir, int(spec.get("vocab_size") or 0))
+    if (run_dir / "tokenizer.json").is_file():  # a Hugging Face model dir (save_pretrained) ships its tokenizer
+        return BPETokenizer(json.loads((run_dir / "tokenizer.json").read_text()))
     if vocab:
         return CharTokenizer(vocab)
     raise DataError(

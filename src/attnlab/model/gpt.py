@@ -6,6 +6,10 @@ config value (a float, or ``fan_in`` for 1/sqrt(fan_in)), blocks may drop their 
 encoding is a choice (``pos_encoding``: learned, rope, alibi or none; attnlab.attention.position) and
 each head's softmax may have an escape slot (``attention.escape``; attnlab.attention.sink). The attention
 layer itself, and every variant of it, is attnlab.attention.AttentionLayer.
+
+The block is GPT-2's by default (LayerNorm, a GELU MLP, tied embeddings, no biases); ``norm``, ``mlp``,
+``bias`` and ``tie_embeddings`` make it Llama's (RMSNorm, SwiGLU, untied; conf/model/llama_tiny.yaml), so
+checkpoints of either family load into it and leave it (attnlab.interop).
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ from ..fields import (
     positive_number,
     probability,
 )
+
+NORMS = ("layernorm", "rmsnorm")
+MLPS = ("gelu", "gelu_tanh", "swiglu")
 
 # accepted by model.init_std: a float std, or fan_in for 1/sqrt(fan_in)
 INIT_STD = Check(lambda v: v == "fan_in" or positive_number.ok(v), "a positive number or fan_in")
@@ -63,6 +70,30 @@ class GPTConfig:
     pos_encoding: str = choice(
         "learned", POS_ENCODINGS, "learned, rope, alibi or none (attention/position.py)", axis=True
     )
+    norm: str = choice(
+        "layernorm", NORMS, "the blocks' and the final norm: layernorm (GPT-2) or rmsnorm (Llama)", axis=True
+    )
+    norm_eps: float = checked(1e-5, positive_number, "the norms' epsilon")
+    mlp: str = choice(
+        "gelu",
+        MLPS,
+        "the MLP: gelu, gelu_tanh (GPT-2's released weights) or swiglu (Llama: down(silu(gate x) * up x))",
+        axis=True,
+    )
+    mlp_hidden: int | None = checked(
+        None,
+        optional_positive_int,
+        "the MLP's hidden width; null: 4 d_model, or for swiglu 8/3 d_model rounded up to a multiple of 8",
+    )
+    bias: bool = checked(False, boolean, "biases on the attention and MLP projections (GPT-2 has them)")
+    tie_embeddings: bool = checked(True, boolean, "the LM head and the token embedding share one weight")
+    rope_base: float = checked(10000.0, positive_number, "RoPE's base (Llama's rope_theta)")
+    init_from: str | None = checked(
+        None,
+        None,
+        "a local Hugging Face model dir (GPT-2 or Llama family) the weights start from (docs/interop.md)",
+        accepted="null or a directory",
+    )
     compile: bool = checked(False, boolean, "torch.compile the training and validation forwards (GPTModule)")
     attention: AttentionConfig = field(
         default_factory=AttentionConfig, metadata={"doc": "the attention schema (AttentionConfig)"}
@@ -75,6 +106,15 @@ class GPTConfig:
             self.d_k = self.d_model // self.n_head
         if self.n_kv_head is None:
             self.n_kv_head = self.n_head
+        if self.mlp_hidden is None:  # SwiGLU's two input matrices: 2/3 of the width keeps GELU's parameter count
+            self.mlp_hidden = 4 * self.d_model if self.mlp != "swiglu" else -(-8 * self.d_model // 24) * 8
+
+
+def norm_layer(cfg: GPTConfig) -> nn.Module:
+    """LayerNorm (GPT-2; it keeps its bias whatever ``model.bias``) or RMSNorm (Llama), over d_model."""
+    if cfg.norm == "rmsnorm":
+        return nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+    return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
 
 
 def optional_dropout(p: float) -> nn.Dropout | None:
@@ -98,28 +138,41 @@ class CausalSelfAttention(AttentionLayer):
             pos_encoding=cfg.pos_encoding,
             index=index,
             context=cfg.block_size,
+            bias=cfg.bias,
+            rope_base=cfg.rope_base,
         )
 
 
 class MLP(nn.Module):
+    """gelu: proj(gelu(fc x)). swiglu: ``fc`` holds the gate's rows, then the up projection's (one
+    matmul, as qkv_proj), and proj(silu(gate x) * up x) is Llama's down(silu(gate x) * up x)."""
+
     def __init__(self, cfg: GPTConfig):
         super().__init__()
-        self.fc = nn.Linear(cfg.d_model, 4 * cfg.d_model, bias=False)
-        self.proj = nn.Linear(4 * cfg.d_model, cfg.d_model, bias=False)
+        self.kind = cfg.mlp
+        hidden = cfg.mlp_hidden
+        self.fc = nn.Linear(cfg.d_model, 2 * hidden if cfg.mlp == "swiglu" else hidden, bias=cfg.bias)
+        self.proj = nn.Linear(hidden, cfg.d_model, bias=cfg.bias)
         self.proj.is_residual = True
         self.dropout = optional_dropout(cfg.dropout)
 
     def forward(self, x):
-        y = self.proj(F.gelu(self.fc(x)))
+        h = self.fc(x)  # (B, T, hidden), swiglu (B, T, 2 hidden)
+        if self.kind == "swiglu":
+            gate, up = h.chunk(2, dim=-1)
+            h = F.silu(gate) * up
+        else:
+            h = F.gelu(h, approximate="tanh" if self.kind == "gelu_tanh" else "none")
+        y = self.proj(h)  # (B, T, d_model)
         return y if self.dropout is None else self.dropout(y)
 
 
 class Block(nn.Module):
     def __init__(self, cfg: GPTConfig, index: int = 0):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(cfg.d_model)
+        self.ln_1 = norm_layer(cfg)
         self.attn = CausalSelfAttention(cfg, index)
-        self.ln_2 = None if cfg.attn_only else nn.LayerNorm(cfg.d_model)
+        self.ln_2 = None if cfg.attn_only else norm_layer(cfg)
         self.mlp = None if cfg.attn_only else MLP(cfg)
 
     def forward(self, x, key_padding_mask=None, cache: KVCache | RollingKVCache | None = None):
@@ -140,14 +193,15 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(cfg.block_size, cfg.d_model) if cfg.pos_encoding == "learned" else None
         self.drop = optional_dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
-        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.ln_f = norm_layer(cfg)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        self.wte.weight = self.lm_head.weight  # weight tying, as in nanoGPT
+        if cfg.tie_embeddings:
+            self.wte.weight = self.lm_head.weight  # weight tying, as in nanoGPT
         self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module):
         """Linear layers: N(0, init_std^2) or N(0, 1/fan_in); residual projections further
-        divided by sqrt(2 n_layer) (GPT-2). Embeddings (tied with lm_head): N(0, 0.02^2)."""
+        divided by sqrt(2 n_layer) (GPT-2). Embeddings (tied with lm_head or not): N(0, 0.02^2)."""
         if isinstance(module, nn.Linear):
             fan_in = module.weight.shape[1]
             std = 1 / math.sqrt(fan_in) if self.cfg.init_std == "fan_in" else float(self.cfg.init_std)
@@ -158,7 +212,7 @@ class GPT(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=std)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding) and module is not self.wte:
+        elif isinstance(module, nn.Embedding) and module.weight is not self.lm_head.weight:
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def attention_layers(self) -> list[Attention]:

@@ -29,6 +29,7 @@ its ``machine`` record is kept too, and this run's threads, load and matmul yard
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -418,10 +419,12 @@ def main(argv: list[str] | None = None) -> int:
         section_s["compile"] = time.perf_counter() - t
         write_json(bench, out)
     if "decode" in sections:  # KV-cache decoding per key/value-head count (bench/decode.py)
-        from .decode import DECODE, decode_section
+        from .decode import DECODE, DECODE_HF, decode_section, transformers_section
 
         t = time.perf_counter()
         bench["decode"] = decode_section(**DECODE[args.mode], device=device)
+        if args.mode in DECODE_HF and importlib.util.find_spec("transformers"):  # the hf extra's yardstick
+            bench["decode"]["transformers"] = transformers_section(**DECODE_HF[args.mode], device=device)
         section_s["decode"] = time.perf_counter() - t
     if "kernels" in sections:
         bench["machine"]["load_after"] = list(os.getloadavg())

@@ -8,6 +8,10 @@ produce the same text (checked every repeat): the cache changes the cost, not th
 ``--stream CAPACITY:SINKS`` adds a third arm, rolling caches (``attnlab sample --stream``), in the
 same alternation, for checkpoints whose positions can take them (rope, alibi, none); its text is
 its own once the cache evicts.
+
+The bench's decode section also holds transformers' ``generate()`` as a yardstick
+(``transformers_section``): the same weights in GPT2LMHeadModel or LlamaForCausalLM, greedy with its
+KV cache, beside attnlab's cached greedy decode, as a ratio of tokens/s within alternated repeats.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import platform
 import statistics
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -319,6 +324,163 @@ def decode_section(
     }
 
 
+# transformers' generate() beside attnlab's cached decode: the tiny preset's shape and GPT-2 124M's,
+# with the GPT-2 block (learned positions, projection biases, tanh GELU) so both load GPT-2's weights
+HF_SHAPES = {
+    "tiny": dict(n_layer=4, n_head=4, d_model=128, vocab_size=65, block_size=256),
+    "gpt2_124m": dict(n_layer=12, n_head=12, d_model=768, vocab_size=50257, block_size=1024),
+    "micro": dict(n_layer=2, n_head=4, d_model=32, vocab_size=61, block_size=32),
+}
+GPT2_BLOCK = dict(pos_encoding="learned", bias=True, mlp="gelu_tanh")
+DECODE_HF = {
+    "full": dict(shapes=("tiny", "gpt2_124m"), prompt=64, new_tokens=64, repeats=7, batches=(1, 8)),
+    "fast": dict(shapes=("tiny",), prompt=32, new_tokens=32, repeats=3, batches=(1, 8)),
+    "tiny": dict(shapes=("micro",), prompt=4, new_tokens=6, repeats=2, batches=(1, 2)),
+}
+
+
+@torch.no_grad()
+def attnlab_greedy(model, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
+    """(B, T + new_tokens): the prompt prefilled into fresh caches, then one argmax token per step."""
+    caches = model.kv_caches()
+    last = model.next_logits(prompt, caches).argmax(-1, keepdim=True)
+    out = [prompt, last]
+    for _ in range(new_tokens - 1):
+        last = model.next_logits(last, caches).argmax(-1, keepdim=True)
+        out.append(last)
+    return torch.cat(out, dim=1)
+
+
+@torch.no_grad()
+def transformers_greedy(hf_model, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
+    """transformers' greedy ``generate`` with its KV cache; every step runs (no end-of-text stop)."""
+    return hf_model.generate(
+        prompt,
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=False,
+        use_cache=True,
+        pad_token_id=0,
+        eos_token_id=None,
+        attention_mask=torch.ones_like(prompt),
+    )
+
+
+def transformers_twin(model):
+    """transformers' model (GPT2LMHeadModel or LlamaForCausalLM) holding ``model``'s weights."""
+    import transformers
+
+    from ...interop.families import family_of, hf_config
+    from ...interop.weights import to_hf
+
+    config = asdict(model.cfg)
+    kwargs, family = hf_config(config), family_of(config)
+    kwargs.pop("model_type")
+    hf_cls = {"gpt2": transformers.GPT2Config, "llama": transformers.LlamaConfig}[family]
+    hf_model = transformers.AutoModelForCausalLM.from_config(hf_cls(**kwargs))
+    hf_model.load_state_dict(to_hf(family, model.state_dict(), model.cfg), strict=False)
+    if model.cfg.tie_embeddings:
+        hf_model.tie_weights()
+    return hf_model.to(next(model.parameters()).device).eval()
+
+
+def transformers_section(
+    shapes: tuple[str, ...],
+    prompt: int,
+    new_tokens: int,
+    repeats: int,
+    batches: tuple[int, ...],
+    device: torch.device | str = "cpu",
+    log=print,
+) -> dict:
+    """Per shape and batch: tokens/s of attnlab's cached greedy decode and of transformers'
+    ``generate()`` on the same weights (a random GPT-2-block model), the prompt's prefill included
+    in both; the two arms alternate within every repeat (which goes first flips) and the ratio
+    attnlab / transformers is taken within a repeat. The tokens both produce are compared."""
+    from ...model.gpt import GPT, GPTConfig
+
+    load_before = os.getloadavg()[0]
+    rows = []
+    for name in shapes:
+        dims = HF_SHAPES[name]
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(**dims, **GPT2_BLOCK, attention={"backend": "sdpa"})).to(device).eval()
+        hf_model = transformers_twin(model)
+        for b in batches:
+            ids = torch.randint(0, dims["vocab_size"], (b, prompt), generator=torch.Generator().manual_seed(b))
+            ids = ids.to(device)
+            arms = {"attnlab": (attnlab_greedy, model), "transformers": (transformers_greedy, hf_model)}
+            outputs = {arm: run(m, ids, new_tokens) for arm, (run, m) in arms.items()}  # warm-up; the tokens compared
+            seconds: dict[str, list[float]] = {arm: [] for arm in arms}
+            for r in range(repeats):
+                for arm in list(arms) if r % 2 == 0 else list(arms)[::-1]:
+                    _sync(ids.device)
+                    t0 = time.perf_counter()
+                    run, m = arms[arm]
+                    run(m, ids, new_tokens)
+                    _sync(ids.device)
+                    seconds[arm].append(time.perf_counter() - t0)
+            tps = {arm: [b * new_tokens / s for s in v] for arm, v in seconds.items()}
+            ratios = [a / t for a, t in zip(tps["attnlab"], tps["transformers"])]
+            rows.append(
+                {
+                    "shape": name,
+                    **dims,
+                    "batch": b,
+                    "seconds": seconds,
+                    "tokens_per_s": {arm: statistics.median(v) for arm, v in tps.items()},
+                    "ratio": statistics.median(ratios),
+                    "ratio_range": _spread(ratios),
+                    "identical_tokens": torch.equal(outputs["attnlab"], outputs["transformers"]),
+                }
+            )
+            log(f"  transformers {name} B={b}: attnlab / generate() tokens/s {rows[-1]['ratio']:.2f}")
+    import transformers
+
+    return {
+        "setup": {
+            "block": "gpt2 (learned positions, biases, tanh GELU), sdpa, random weights",
+            "prompt": prompt,
+            "new_tokens": new_tokens,
+            "repeats": repeats,
+            "batches": list(batches),
+            "device": str(device),
+            "transformers": transformers.__version__,
+            "threads": torch.get_num_threads(),
+            "load_avg_1m": [load_before, os.getloadavg()[0]],
+        },
+        "rows": rows,
+    }
+
+
+def transformers_table(section: dict) -> list[str]:
+    """bench.md's transformers rows."""
+    from ...markdown import markdown_table
+
+    s = section["setup"]
+    body = [
+        [
+            r["shape"],
+            f"{r['n_layer']}x{r['d_model']}",
+            r["batch"],
+            f"{r['tokens_per_s']['attnlab']:.0f}",
+            f"{r['tokens_per_s']['transformers']:.0f}",
+            f"{r['ratio']:.2f} ({r['ratio_range'][0]:.2f}-{r['ratio_range'][1]:.2f})",
+            "yes" if r["identical_tokens"] else "no",
+        ]
+        for r in section["rows"]
+    ]
+    header = ["shape", "layers x d_model", "B", "attnlab tok/s", "generate() tok/s", "ratio (min-max)", "same tokens"]
+    return [
+        f"transformers {s['transformers']} generate() (greedy, its KV cache) beside attnlab's cached greedy decode on "
+        f"the same weights ({s['block']}): a {s['prompt']}-token prompt and {s['new_tokens']} new tokens per sequence, "
+        f"prefill included; {s['repeats']} repeats, arms alternated, ratio attnlab / transformers within a repeat, "
+        f"medians; {s['threads']} torch thread(s).",
+        "",
+        *markdown_table(header, body, align="lrrrrrl").splitlines(),
+    ]
+
+
 def decode_table(section: dict) -> list[str]:
     """bench.md's decode section."""
     from ...markdown import markdown_table
@@ -384,6 +546,8 @@ def decode_table(section: dict) -> list[str]:
         ]
     if section.get("refused"):
         lines += ["", "Refused: " + "; ".join(f"{n}: {why}" for n, why in section["refused"].items())]
+    if section.get("transformers"):
+        lines += ["", *transformers_table(section["transformers"])]
     return lines
 
 

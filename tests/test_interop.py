@@ -1,0 +1,378 @@
+"""Hugging Face checkpoints in and out: attnlab's GPT and transformers' GPT2LMHeadModel /
+LlamaForCausalLM compute the same logits on the same weights (float32 rounding), both ways; greedy
+decoding gives the same tokens; what the target cannot express, and a bad checkpoint, is one line."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from attnlab.errors import AttnlabError
+from attnlab.interop.families import hf_config, refusal
+from attnlab.interop.hf_export import char_tokenizer_json, write_hf
+from attnlab.interop.hf_load import HFCheckpoint, model_from_hf
+from attnlab.model.gpt import GPT, GPTConfig
+
+transformers = pytest.importorskip("transformers")  # the hf extra, which CI installs
+
+VOCAB, BLOCK = 29, 16
+LLAMA = {"pos_encoding": "rope", "norm": "rmsnorm", "mlp": "swiglu", "tie_embeddings": False}
+EXPORTABLE = {
+    "gpt2": {},
+    "gpt2_tanh_biases_untied": {"mlp": "gelu_tanh", "bias": True, "tie_embeddings": False},
+    "gpt2_wide_mlp": {"mlp_hidden": 40, "norm_eps": 1e-6},
+    "llama_gqa": {**LLAMA, "n_kv_head": 2},
+    "llama_mqa_tied_biases": {**LLAMA, "n_kv_head": 1, "tie_embeddings": True, "bias": True},
+    "llama_head_dim_rope_base": {**LLAMA, "d_k": 6, "rope_base": 500.0, "mlp_hidden": 24},
+}
+# every attention variant and block the target architecture lacks, and the field the refusal names
+REFUSED = {
+    "escape": ({"attention": {"escape": "zero_logit"}}, "model.attention.escape=zero_logit"),
+    "learned_escape": ({**LLAMA, "attention": {"escape": "learned"}}, "model.attention.escape=learned"),
+    "gate": ({"attention": {"gate": "headwise"}}, "model.attention.gate=headwise"),
+    "sigmoid": ({"attention": {"normalize": "sigmoid"}}, "model.attention.normalize=sigmoid"),
+    "differential": ({**LLAMA, "attention": {"differential": True}}, "model.attention.differential=True"),
+    "window": ({**LLAMA, "attention": {"window": 4}}, "model.attention.window=4"),
+    "qk_norm": ({"attention": {"qk_norm": True}}, "model.attention.qk_norm=True"),
+    "unscaled": ({"attention": {"scaling": "none"}}, "model.attention.scaling=none"),
+    "learned_scale": ({**LLAMA, "attention": {"scaling": "learned"}}, "model.attention.scaling=learned"),
+    "alibi": ({"pos_encoding": "alibi"}, "model.pos_encoding=alibi"),
+    "nope": ({"pos_encoding": "none"}, "model.pos_encoding=none"),
+    "rope_layernorm": ({**LLAMA, "norm": "layernorm"}, "model.norm=layernorm"),
+    "learned_swiglu": ({"mlp": "swiglu"}, "model.mlp=swiglu"),
+    "gpt2_gqa": ({"n_kv_head": 2}, "model.n_kv_head=2"),
+    "gpt2_head_dim": ({"d_k": 8}, "model.d_k=8"),
+    "attn_only": ({"attn_only": True}, "model.attn_only=True"),
+}
+
+
+def attnlab_model(spec: dict, seed: int = 0) -> GPT:
+    """A 2-layer GPT with every parameter at std 0.3 (biases and norm gains too): far from init."""
+    torch.manual_seed(seed)
+    cfg = GPTConfig(vocab_size=VOCAB, block_size=BLOCK, n_layer=2, n_head=4, d_model=16, **spec)
+    model = GPT(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            nn.init.normal_(p, std=0.3)
+    return model
+
+
+def hf_model(kind: str, seed: int = 0, **overrides):
+    """A tiny random transformers model, every parameter at std 0.3 (biases and norm gains too)."""
+    torch.manual_seed(seed)
+    if kind == "gpt2":
+        base = dict(vocab_size=VOCAB, n_positions=BLOCK, n_embd=16, n_layer=2, n_head=4)
+        cfg = transformers.GPT2Config(**(base | overrides))
+    else:
+        base = dict(vocab_size=VOCAB, hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4)
+        base |= dict(num_key_value_heads=2, max_position_embeddings=BLOCK, rms_norm_eps=1e-5)
+        cfg = transformers.LlamaConfig(**(base | overrides))
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            nn.init.normal_(p, std=0.3)
+    return model
+
+
+def ids(t: int = BLOCK, b: int = 2, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (b, t), generator=torch.Generator().manual_seed(seed))
+
+
+def hf_greedy(model, prompt: torch.Tensor, n: int) -> torch.Tensor:
+    return model.generate(prompt, max_new_tokens=n, do_sample=False, pad_token_id=0, eos_token_id=None)
+
+
+# ------------------------------------------------------------------------------------ export
+
+
+@pytest.mark.parametrize("name", EXPORTABLE)
+def test_export_loads_in_transformers_with_equal_logits_and_greedy_text(name, tmp_path):
+    model = attnlab_model(EXPORTABLE[name])
+    family = write_hf(model, tmp_path / "out")
+    assert family == ("llama" if "llama" in name else "gpt2")
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+    assert loaded.config.model_type == family
+    x = ids()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x).logits, model(x)[0], atol=2e-5, rtol=1e-5)
+    prompt = ids(t=3)
+    ours = model.generate(prompt, BLOCK - 3, top_k=1)
+    assert torch.equal(hf_greedy(loaded, prompt, BLOCK - 3), ours)
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_a_configuration_the_target_lacks_is_refused_naming_the_field(name, tmp_path):
+    spec, field = REFUSED[name]
+    model = attnlab_model(spec)
+    with pytest.raises(AttnlabError) as err:
+        write_hf(model, tmp_path / "out")
+    assert str(err.value).startswith(field) and "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists() and list(tmp_path.iterdir()) == []
+    assert refusal(asdict(model.cfg)) == str(err.value)
+
+
+def test_every_exportable_configuration_has_no_refusal():
+    for spec in EXPORTABLE.values():
+        cfg = asdict(attnlab_model(spec).cfg)
+        assert refusal(cfg) is None and hf_config(cfg)["vocab_size"] == VOCAB
+
+
+def test_char_tokenizer_round_trips_through_transformers(tmp_path):
+    chars = ["\n", " ", "!", "A", "a", "b", "é"]
+    (tmp_path / "tokenizer.json").write_text(json.dumps(char_tokenizer_json(chars)))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    text = "Ab a!\né b"
+    assert tok(text)["input_ids"] == [chars.index(c) for c in text]
+    assert tok.decode(tok(text)["input_ids"]) == text
+
+
+# ------------------------------------------------------------------------------------ import
+
+
+IMPORTS = {
+    "gpt2_gelu_new": ("gpt2", {}),
+    "gpt2_exact_gelu_untied": ("gpt2", {"activation_function": "gelu", "tie_word_embeddings": False}),
+    "llama_gqa": ("llama", {}),
+    "llama_mqa_tied_biases_theta": (
+        "llama",
+        {
+            "num_key_value_heads": 1,
+            "tie_word_embeddings": True,
+            "attention_bias": True,
+            "mlp_bias": True,
+            "rope_theta": 500.0,
+        },
+    ),
+    "llama_head_dim": ("llama", {"head_dim": 8, "rms_norm_eps": 1e-6}),
+}
+
+
+def load_attnlab(path) -> GPT:
+    fields, state = model_from_hf(path)
+    model = GPT(GPTConfig(**fields)).eval()
+    model.load_state_dict(state)
+    return model
+
+
+@pytest.mark.parametrize("name", IMPORTS)
+def test_a_saved_transformers_model_loads_with_equal_logits_and_greedy_text(name, tmp_path):
+    kind, overrides = IMPORTS[name]
+    theirs = hf_model(kind, **overrides)
+    theirs.save_pretrained(tmp_path / "hf")
+    ours = load_attnlab(tmp_path / "hf")
+    x = ids()
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x)[0], theirs(x).logits, atol=2e-5, rtol=1e-5)
+    prompt = ids(t=3)
+    assert torch.equal(ours.generate(prompt, BLOCK - 3, top_k=1), hf_greedy(theirs, prompt, BLOCK - 3))
+
+
+def test_hub_gpt2_names_without_the_transformer_prefix_load(tmp_path):
+    """openai's gpt2 on the hub names its tensors h.0.attn.c_attn.weight, wte.weight, ... (and holds
+    the causal-mask buffers attn.bias): the same model either way."""
+    from safetensors.torch import load_file, save_file
+
+    theirs = hf_model("gpt2")
+    theirs.save_pretrained(tmp_path / "hf")
+    state = load_file(tmp_path / "hf" / "model.safetensors")
+    hub = {k.removeprefix("transformer."): v for k, v in state.items()}
+    hub |= {f"h.{i}.attn.bias": torch.ones(1, 1, BLOCK, BLOCK) for i in range(2)}
+    save_file(hub, tmp_path / "hf" / "model.safetensors")
+    x = ids()
+    with torch.no_grad():
+        torch.testing.assert_close(load_attnlab(tmp_path / "hf")(x)[0], theirs(x).logits, atol=2e-5, rtol=1e-5)
+
+
+def test_export_then_import_is_the_same_model(tmp_path):
+    model = attnlab_model(EXPORTABLE["llama_gqa"])
+    write_hf(model, tmp_path / "out")
+    again = load_attnlab(tmp_path / "out")
+    for (name, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def write_config(path: Path, config: dict) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+@pytest.mark.parametrize(
+    "case,match",
+    [
+        ("missing_dir", "directory"),
+        ("no_config", "config.json"),
+        ("other_family", "model_type='bert'"),
+        ("no_weights", "model.safetensors"),
+        ("truncated_weights", "model.safetensors"),
+        ("missing_tensor", "model.layers.1.mlp.down_proj.weight"),
+        ("rope_scaling", "rope_type='llama3'"),
+        ("activation", "activation_function='relu'"),
+    ],
+)
+def test_a_bad_checkpoint_is_one_line(case, match, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    path = tmp_path / "hf"
+    if case == "no_config":
+        path.mkdir()
+    elif case == "other_family":
+        write_config(path, {"model_type": "bert", "hidden_size": 16})
+    elif case in ("no_weights", "rope_scaling", "activation"):
+        kind = "gpt2" if case == "activation" else "llama"
+        hf_model(kind).save_pretrained(path)
+        config = json.loads((path / "config.json").read_text())
+        if case == "rope_scaling":
+            config["rope_parameters"] = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0}
+        if case == "activation":
+            config["activation_function"] = "relu"
+        write_config(path, config)
+        if case == "no_weights":
+            (path / "model.safetensors").unlink()
+    elif case in ("truncated_weights", "missing_tensor"):
+        hf_model("llama").save_pretrained(path)
+        weights = path / "model.safetensors"
+        if case == "truncated_weights":
+            weights.write_bytes(weights.read_bytes()[:300])
+        else:
+            state = load_file(weights)
+            del state["model.layers.1.mlp.down_proj.weight"]
+            save_file(state, weights)
+    with pytest.raises(AttnlabError, match=match) as err:
+        model_from_hf(path)
+    assert "\n" not in str(err.value) and str(err.value).startswith(f"model.init_from={path}")
+
+
+def test_a_run_of_another_shape_or_vocabulary_is_refused_naming_the_key(tmp_path):
+    hf_model("llama").save_pretrained(tmp_path / "hf")
+    ckpt = HFCheckpoint.open(tmp_path / "hf")
+    run = asdict(GPTConfig(vocab_size=VOCAB, block_size=8, n_layer=3, n_head=4, d_model=16, n_kv_head=2, **LLAMA))
+    run["mlp_hidden"] = 24
+    with pytest.raises(AttnlabError, match=r"model.n_layer=2.*model.n_layer=3"):
+        ckpt.check(run)
+    run["n_layer"] = 2
+    ckpt.check(run)  # a shorter context than the checkpoint's is fine with RoPE
+    model = GPT(GPTConfig(**(run | {"vocab_size": VOCAB + 1})))
+    with pytest.raises(AttnlabError, match=f"{VOCAB}.*{VOCAB + 1}"):
+        ckpt.load_into(model)
+
+
+# ------------------------------------------------------------------------- runs, end to end
+
+
+@pytest.mark.parametrize("preset", ["tiny", "llama_tiny"])
+def test_attnlab_export_of_a_run_matches_its_checkpoint_and_its_sample(preset, make_cfg, tmp_path, capsys):
+    """`attnlab export RUN --format hf OUT`: the logits of the run's last.ckpt, and `attnlab sample
+    --top-k 1`'s text from transformers' greedy generate() through the exported tokenizer."""
+    from attnlab.checkpointing import load_model
+    from attnlab.cli import main
+    from attnlab.sample import sample
+    from attnlab.train import train
+
+    cfg = make_cfg(f"model={preset}", "trainer.max_steps=3")
+    train(cfg)
+    run = Path(cfg.paths.output_dir)
+    out = tmp_path / "hf"
+    assert main(["export", str(run), "--format", "hf", str(out)]) == 0
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    assert loaded.config.model_type == ("llama" if preset == "llama_tiny" else "gpt2")
+    model = load_model(run / "checkpoints" / "last.ckpt")[0].model.eval()
+    x = torch.randint(0, model.cfg.vocab_size, (2, model.cfg.block_size), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x).logits, model(x)[0], atol=2e-5, rtol=1e-5)
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    ours = sample(run / "checkpoints" / "last.ckpt", "ROMEO:", tokens=40, top_k=1)
+    prompt = torch.tensor([tok("ROMEO:")["input_ids"]])
+    assert tok.decode(hf_greedy(loaded, prompt, 40)[0]) == ours
+
+
+def test_export_of_a_gated_run_is_refused_and_writes_nothing(make_cfg, tmp_path, capsys):
+    from attnlab.cli import main
+    from attnlab.train import train
+
+    cfg = make_cfg("trainer.max_steps=2", "model.attention.gate=headwise")
+    train(cfg)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main(["export", cfg.paths.output_dir, "--format", "hf", str(tmp_path / "hf")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "model.attention.gate=headwise" in err[0]
+    assert not (tmp_path / "hf").exists() and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def tiny_gpt2_for_the_tiny_preset(path: Path) -> torch.nn.Module:
+    """GPT-2 at the tiny preset's shape (4 layers, 4 heads, d_model 128) over Shakespeare's 84 characters."""
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=84, n_positions=128, n_embd=128, n_layer=4, n_head=4)
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            nn.init.normal_(p, std=0.1)
+    model.save_pretrained(path)
+    return model
+
+
+def test_training_starts_from_init_from(make_cfg, tmp_path):
+    """One step at a learning rate of 1e-12 leaves the checkpoint's function: the run's last.ckpt
+    computes transformers' logits (its 64-token context is the first 64 of GPT-2's 128 positions)."""
+    from attnlab.checkpointing import load_model
+    from attnlab.train import train
+
+    theirs = tiny_gpt2_for_the_tiny_preset(tmp_path / "hf")
+    gpt2_block = ["model.bias=true", "model.mlp=gelu_tanh", f"model.init_from={tmp_path / 'hf'}"]
+    cfg = make_cfg(*gpt2_block, "trainer.max_steps=1", "optim.lr=1e-12", "optim.min_lr=0")
+    train(cfg)
+    ours = load_model(Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt")[0].model.eval()
+    x = torch.randint(0, 84, (2, 64), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x)[0], theirs(x).logits, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "overrides,match",
+    [
+        (["model.bias=true", "model.mlp=gelu_tanh", "model.n_layer=2"], "model.n_layer"),
+        (["model.mlp=gelu_tanh"], "model.bias"),
+        (["model.bias=true", "model.mlp=gelu_tanh", "model.block_size=256"], "model.block_size=256"),
+        (["model=llama_tiny"], "model.pos_encoding"),
+    ],
+)
+def test_init_from_a_checkpoint_of_another_shape_is_one_line_and_trains_nothing(overrides, match, make_cfg, tmp_path):
+    from attnlab.train import train
+
+    tiny_gpt2_for_the_tiny_preset(tmp_path / "hf")
+    cfg = make_cfg(*overrides, f"model.init_from={tmp_path / 'hf'}", "callbacks=none")
+    with pytest.raises(AttnlabError, match=match) as err:
+        train(cfg)
+    assert "\n" not in str(err.value)
+    run = Path(cfg.paths.output_dir)
+    assert not (run / "checkpoints").exists()
+    assert json.loads((run / "results.json").read_text())["status"] == "failed"
+
+
+def test_analyze_stream_and_sample_read_a_hugging_face_dir(tmp_path, capsys):
+    from attnlab.analyze import analyze
+    from attnlab.sample import sample
+    from attnlab.stream import main as stream
+
+    chars = sorted(set("the quick brown fox jumps over the lazy dog\n"))
+    model = hf_model("llama", vocab_size=len(chars))
+    model.save_pretrained(tmp_path / "hf")
+    (tmp_path / "hf" / "tokenizer.json").write_text(json.dumps(char_tokenizer_json(chars)))
+    heads, _, out = analyze(str(tmp_path / "hf"), out=str(tmp_path / "heads"), n_probe=4, plot=False)
+    assert len(heads) == 2 * 4 and (out / "heads.json").is_file()
+    text = tmp_path / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog\n" * 3)
+    stream([str(tmp_path / "hf"), "--cache", "8", "--sinks", "0,2", "--text", str(text), "--tokens", "60", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["model"]["n_kv_head"] == 2 and report["source"] == str(text)
+    greedy = sample(tmp_path / "hf", "the ", tokens=8, top_k=1)
+    prompt = torch.tensor([[chars.index(c) for c in "the "]])
+    assert greedy == "".join(chars[i] for i in hf_greedy(model, prompt, 8)[0])
