@@ -62,7 +62,7 @@ sweep: $(STAMP) ## Hydra multirun of a study (SWEEP=dk_scaling|backends|..., SEE
 table: $(STAMP) ## aggregate sweeps into reports/<study>/: 95 % intervals over seeds, Welch tests with Holm (DIR="a b c" merges dirs; default the latest)
 	$(BIN)/attnlab table $(DIR)
 
-repro: $(STAMP) ## reproduce and check the source articles' claims (REPRO=fast skips training claims)
+repro: $(STAMP) ## reproduce and check the source articles' claims into reports/repro/ (REPRO=fast: no training claims, writes reports/repro/fast/)
 	$(BIN)/attnlab repro --mode $(REPRO) $(ARGS)
 
 bench: $(STAMP) ## kernels, memory, throughput, callback cost, end to end, long context, compile, decoding -> reports/bench/ (BENCH=fast: every section, < 3 min, -> reports/bench/fast/)

@@ -10,7 +10,7 @@ from torch import nn
 
 from ...attention import attend
 from ...errors import KernelUnavailable
-from .verdict import Claim, Finding, Table, either, fmt, grade
+from .verdict import DETAIL, Check, Claim, Table
 
 
 def manual_attention(Q, K, V, causal_mask=None):
@@ -61,59 +61,34 @@ def backends_vs_reference(seed: int = 42) -> list[dict]:
 def claim_4() -> Claim:
     m = equivalence_as_written()
     rows = backends_vs_reference()
-    equal, causal, moves = m["max_diff_sdpa"] < 1e-5, m["diff_before_5"] == 0.0, m["diff_from_5"] > 0.0
-    v, reason = grade(
-        {
-            "hand-written == SDPA to ~1e-7": equal,
-            "outputs before position 5 unchanged": causal,
-            "outputs from position 5 do change": moves,
-        }
-    )
+    sdpa, before, after = m["max_diff_sdpa"], m["diff_before_5"], m["diff_from_5"]
+    checks = [
+        Check("hand-written attention equals SDPA (is_causal) to ~1e-7 (max |diff|)", sdpa, 1e-5, sdpa < 1e-5),
+        Check("outputs before position 5 unchanged after changing V[5:] (max |diff|)", before, 0.0, before == 0.0),
+        Check("outputs from position 5 on do change (max |diff|)", after, "> 0", after > 0.0),
+    ]
     t1 = Table(
         "A, experiment 2, as written (seed 42, b=2, h=4, seq=8, d=16, fp32)",
-        ["quantity", "source", "ours"],
+        "quantity | source | ours",
         [
-            ["max |manual - SDPA(is_causal)|", "~1e-7 ('identical')", fmt(m["max_diff_sdpa"])],
-            ["max |out diff| at positions < 5 after changing V[5:]", "0 ('unaffected')", fmt(m["diff_before_5"])],
-            ["max |out diff| at positions >= 5", "changes", fmt(m["diff_from_5"], 2)],
+            ["max |manual - SDPA(is_causal)|", "~1e-7 ('identical')", sdpa],
+            ["max |out diff| at positions < 5 after changing V[5:]", "0 ('unaffected')", before],
+            ["max |out diff| at positions >= 5", "changes", after],
         ],
     )
     t2 = Table(
         "attnlab's backends on the same shapes vs a float64 reference",
-        ["backend", "kernel", "max |diff|"],
-        [[r["backend"], r["kernel"], fmt(r["max_diff"])] for r in rows],
-    )
-    finding = Finding(
-        either(
-            equal,
-            f"Hand-written attention matches SDPA to {m['max_diff_sdpa']:.1e}",
-            f"Hand-written attention differs from SDPA by {m['max_diff_sdpa']:.1e}",
-        )
-        + "; changing V from position 5 on "
-        + either(
-            causal,
-            "leaves the earlier outputs exactly unchanged",
-            f"changes the earlier outputs by up to {m['diff_before_5']:.3g}",
-        )
-        + either(
-            moves,
-            f" and moves the later ones by up to {m['diff_from_5']:.3g}.",
-            " and leaves the later ones unchanged too.",
-        ),
-        {"matches_sdpa": equal, "causal": causal, "later_outputs_move": moves},
-        {"max_diff_sdpa": m["max_diff_sdpa"], "diff_before_5": m["diff_before_5"], "diff_from_5": m["diff_from_5"]},
+        "backend | kernel | max |diff|",
+        [[r["backend"], r["kernel"], r["max_diff"]] for r in rows],
     )
     return Claim(
         4,
         "Hand-written attention equals F.scaled_dot_product_attention (is_causal) to ~1e-7; changing V after position 5 leaves earlier outputs unchanged",
         {"max_diff": 1e-7, "diff_before_5": 0.0},
         {**m, "backends": rows},
-        v,
-        reason,
-        f"max |manual - SDPA| = {m['max_diff_sdpa']:.1e}; positions < 5 change by {m['diff_before_5']:g} and "
-        f"positions >= 5 by up to {m['diff_from_5']:.3g}.",
+        checks,
         [t1, t2],
-        finding=finding,
+        method="The source's experiment re-run as printed; attnlab's backends on the same shapes.",
     )
 
 
@@ -153,64 +128,31 @@ def claim_5(trials: int) -> Claim:
     hit = sum(m["hit_rate"] for m in many) / trials
     src_w = sum(m["source_weight"] for m in many) / trials
     max_w = sum(m["max_weight"] for m in many) / trials
-    # keys come in 4 identical pairs, so a random map peaks on the right pair 1 time in 4
-    chance = 0.25
-    points = hit > chance + 0.15 and src_w > 0.25
-    v, reason = grade({"rows 4..7 point at columns 0..3 (clearly above chance)": points})
-    flat = max_w < 0.25
-    finding = Finding(
-        either(
-            points,
-            f"Even with random projections the copy rows pick out their source columns: over {trials} seeds they peak there "
-            f"{hit:.0%} of the time (chance {chance:.0%}), with weight {src_w:.3f}.",
-            f"With untrained random projections the copy rows do not pick out their source columns: over {trials} seeds they peak "
-            f"there {hit:.0%} of the time, "
-            + either(abs(hit - chance) < 0.05, f"chance level ({chance:.0%})", f"against a chance of {chance:.0%}")
-            + f", on a {either(flat, 'near-uniform', 'peaked')} map (weight {src_w:.3f} on the source, uniform {1 / 8:.3f}).",
-        ),
-        {"points_at_source": points, "near_uniform": flat},
-        {"hit_rate": hit, "source_weight": src_w, "max_weight": max_w, "chance": chance},
-    )
+    chance = 0.25  # keys come in 4 identical pairs, so a random map peaks on the right pair 1 time in 4
+    checks = [
+        Check(f"rows 4..7 peak on columns 0..3 clearly above chance ({chance} + 0.15), over {trials} seeds", hit,
+              chance + 0.15, hit > chance + 0.15),
+        Check("the copy rows put more than a quarter of their weight on the source column", src_w, 0.25, src_w > 0.25),
+        Check("a source column ties exactly with the copy's own column (identical keys; |gap|, as written)",
+              as_written["twin_gap"], 0.0, as_written["twin_gap"] == 0, DETAIL),
+    ]  # fmt: skip
     t = Table(
         "A, experiment 3: rows 4..7 (copies) vs columns 0..3 (their sources)",
-        ["case", "share of copy rows peaking on their source", "mean weight on source", "mean max weight", "chance"],
+        "case | share of copy rows peaking on their source | mean weight on source | mean max weight | chance",
         [
-            [
-                "as written (after experiment 2, seed 42)",
-                fmt(as_written["hit_rate"], 2),
-                fmt(as_written["source_weight"], 3),
-                fmt(as_written["max_weight"], 3),
-                "0.25",
-            ],
-            [f"{trials} seeds", fmt(hit, 3), fmt(src_w, 3), fmt(max_w, 3), "0.25"],
+            ["as written (after experiment 2, seed 42)", *(as_written[k] for k in ("hit_rate", "source_weight", "max_weight")), chance],
+            [f"{trials} seeds", hit, src_w, max_w, chance],
         ],
-        note="A copy token has the same key as its source (k_i = k_{i-4}), so columns i-4 and i get the same weight (measured "
-        f"|gap| {as_written['twin_gap']:.1e}); with untrained W_Q != W_K nothing makes q_i . k_i the largest score. Uniform "
-        f"weight would be {1 / 8:.3f}.",
-    )
+        note="A copy token has the same key as its source (k_i = k_{i-4}), so columns i-4 and i get the same weight; "
+        f"with untrained W_Q != W_K nothing makes q_i . k_i the largest score. Uniform weight would be {1 / 8:.3f}.",
+    )  # fmt: skip
+    over_seeds = {"trials": trials, "hit_rate": hit, "source_weight": src_w, "max_weight": max_w}
     return Claim(
         5,
         "A sequence whose second half copies the first: rows 4..7 of the attention map point at columns 0..3",
         {"rows_4_7_point_at": "columns 0..3"},
-        {
-            "as_written": as_written,
-            "over_seeds": {"trials": trials, "hit_rate": hit, "source_weight": src_w, "max_weight": max_w},
-        },
-        v,
-        reason,
-        f"With random projections the copy rows peak on their source column {hit:.0%} of the time over {trials} seeds "
-        f"(chance {chance:.0%}), with weight {src_w:.3f} there (uniform {1 / 8:.3f}, max {max_w:.3f}): "
-        + (
-            "content matching appears even with random projections. "
-            if points
-            else f"the map is {'near-uniform' if max_w < 0.25 else 'peaked, but not on the source'} and content matching does not appear without training. "
-        )
-        + (
-            "Each source column also ties exactly with the copy's own column"
-            if as_written["twin_gap"] == 0
-            else "The source column and the copy's own column differ"
-        )
-        + f" (|gap| {as_written['twin_gap']:.1e}).",
+        {"as_written": as_written, "over_seeds": over_seeds},
+        checks,
         [t],
-        finding=finding,
+        method="The source's experiment re-run as printed (untrained random projections), then over many seeds.",
     )

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .verdict import Claim, Finding, Table, depends, either, grade
+from .verdict import DETAIL, Check, Claim, Table
 
 CAST = "-1e9 cast"  # -1e9 in an fp32 mask, cast to the logits' dtype
 FILLS = ("-inf", "finfo.min", "-1e9", CAST, "-1e4")
@@ -128,18 +128,8 @@ def mask_grid(seed: int = 0) -> list[dict]:
                         else attention_rows(path, fill, dtype, seed)
                     )
                 except Exception as err:  # a refusal is a measured outcome, not a failure of the repro
-                    msg = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-                    for r in ROWS:
-                        out.append(
-                            {
-                                "path": path,
-                                "dtype": dname,
-                                "fill": fill,
-                                "row": r,
-                                "outcome": "error",
-                                "message": f"{type(err).__name__}: {msg}",
-                            }
-                        )
+                    msg = f"{type(err).__name__}: " + (str(err).strip().splitlines() or [""])[0]
+                    out += [dict(path=path, dtype=dname, fill=fill, row=r, outcome="error", message=msg) for r in ROWS]
                     continue
                 for r, i in (("partial", 0), ("full", 1)):
                     outcome = row_outcome(rows[i], allowed[i], ref_masked[i], ref_unmasked[i], TOL[dtype])
@@ -156,11 +146,11 @@ def safe_combinations(grid: list[dict], full_ok=SAFE) -> list[str]:
     out = []
     for path in PATHS:
         for fill in FILLS + ("bool mask",):
+            measured = [d for d in DTYPES if any((g["path"], g["fill"], g["dtype"]) == (path, fill, d) for g in grid)]
             dtypes = [
                 d
-                for d in DTYPES
-                if any(g["path"] == path and g["fill"] == fill and g["dtype"] == d for g in grid)
-                and lookup(grid, path=path, dtype=d, fill=fill, row="partial") == "ok"
+                for d in measured
+                if lookup(grid, path=path, dtype=d, fill=fill, row="partial") == "ok"
                 and lookup(grid, path=path, dtype=d, fill=fill, row="full") in full_ok
             ]
             if dtypes:
@@ -189,55 +179,29 @@ def claim_7(grid: list[dict]) -> Claim:
     fp16_1e9 = {p: lookup(grid, path=p, dtype="fp16", fill="-1e9", row="partial") for p in PATHS}
     cast_value = float(cast_mask(torch.tensor([False]), torch.float16)[0])  # what -1e9 becomes in the cast mask
     fp16_cast = {r: {p: lookup(grid, path=p, dtype="fp16", fill=CAST, row=r) for p in PATHS} for r in ROWS}
+    inf_partial = [g["outcome"] for g in grid if g["fill"] == "-inf" and g["row"] == "partial"]
     inf_full = {p: lookup(grid, path=p, dtype="fp32", fill="-inf", row="full") for p in PATHS}
-    inf_partial_ok = all(g["outcome"] == "ok" for g in grid if g["fill"] == "-inf" and g["row"] == "partial")
-    inf_full_safe = all(g["outcome"] in SAFE for g in grid if g["fill"] == "-inf" and g["row"] == "full")
-    # "-1e9 goes beyond fp16's range and becomes -inf or NaN", per way of building the mask
-    silent = {
-        "masked_fill with a Python scalar": any(o == "NaN" for o in fp16_1e9.values()),
-        "an fp32 mask cast to fp16": math.isinf(cast_value) or "NaN" in fp16_cast["full"].values(),
-    }
-    parts = {"-inf is right for partly masked rows": inf_partial_ok}
-    details = {"-inf is safe for fully masked rows": inf_full_safe}
-    if all(silent.values()) or not any(silent.values()):
-        v, reason = grade({"-1e9 becomes -inf or NaN in fp16": all(silent.values()), **parts}, details)
-    else:
-        v, reason = depends(
-            "-1e9 becomes -inf or NaN in fp16",
-            "with " + ", ".join(k for k, ok in silent.items() if ok),
-            "with " + ", ".join(k for k, ok in silent.items() if not ok),
-        )
-        reason += (
-            " -inf is "
-            + ("right" if inf_partial_ok else "wrong")
-            + " for partly masked rows and "
-            + ("safe" if inf_full_safe else "not safe")
-            + " for fully masked rows."
-        )
-    finding = _claim_7_finding(silent, fp16_1e9, cast_value, inf_partial_ok, inf_full_safe, inf_full)
-    safe = safe_combinations(grid)
-    nan_free = safe_combinations(grid, full_ok=SAFE | {"uniform", "unmasked", "other"})
-    inf_full_explicit = {d: lookup(grid, path="explicit softmax", dtype=d, fill="-inf", row="full") for d in DTYPES}
-    inf_full_explicit = (
-        inf_full_explicit if len(set(inf_full_explicit.values())) > 1 else {"all": inf_full["explicit softmax"]}
+    overflow, inf_full_safe = (
+        "-1e9 becomes -inf or NaN in fp16",
+        all(g["outcome"] in SAFE for g in grid if g["fill"] == "-inf" and g["row"] == "full"),
     )
-    safe_keys = {
-        (g["path"], g["fill"], g["dtype"])
-        for g in grid
-        if g["row"] == "full"
-        and g["outcome"] in SAFE
-        and lookup(grid, path=g["path"], dtype=g["dtype"], fill=g["fill"], row="partial") == "ok"
-    }
-    others = {}
-    for g in grid:
-        if g["row"] == "full" and (g["path"], g["fill"], g["dtype"]) not in safe_keys:
-            others[g["outcome"]] = others.get(g["outcome"], 0) + 1
+    checks = [
+        Check(overflow, fp16_1e9, "-inf or NaN", "NaN" in fp16_1e9.values(), condition="masked_fill with a Python scalar"),
+        Check(overflow, cast_value, "-inf", math.isinf(cast_value) or "NaN" in fp16_cast["full"].values(),
+              condition="an fp32 mask cast to fp16"),
+        Check("-inf is right for partly masked rows (paths x dtypes ok)", inf_partial.count("ok"), len(inf_partial),
+              inf_partial.count("ok") == len(inf_partial)),
+        Check("-inf is safe for fully masked rows (fp32, per path)", inf_full, "ok or zeros", inf_full_safe, DETAIL),
+    ]  # fmt: skip
     tables = grid_tables(grid)
     tables[0].note = (
         "Partial row: keys 0-2 visible. Full row: every key masked. Explicit softmax replaces masked logits by the fill "
         f"(masked_fill with a Python scalar); '{CAST}' adds -1e9 from a mask built in fp32 and cast to the dtype "
         f"(in fp16 it becomes {cast_value}); SDPA gets the fill as an additive float mask in the same dtype, or a boolean "
-        "mask. NaN-free (full row finite, possibly attending to masked keys): " + "; ".join(nan_free) + "."
+        "mask. Outcomes: ok (masked keys 0, visible keys as a float64 reference), zeros, uniform, unmasked, leak, wrong, "
+        "NaN, error. Safe (partly masked row right, fully masked row zeros): "
+        + "; ".join(safe_combinations(grid))
+        + "."
     )
     return Claim(
         7,
@@ -247,154 +211,33 @@ def claim_7(grid: list[dict]) -> Claim:
             "fp16_-1e9": fp16_1e9,
             "fp16_-1e9_cast": fp16_cast,
             "cast_value_fp16": cast_value,
-            "silent_overflow": silent,
             "-inf_fully_masked_row_fp32": inf_full,
-            "safe": safe,
-            "nan_free": nan_free,
             "grid": grid,
         },
-        v,
-        reason,
-        _claim_7_fp16(fp16_1e9, grid)
-        + " "
-        + _claim_7_cast(cast_value, fp16_cast)
-        + (" -inf is right for partly masked rows" if inf_partial_ok else " -inf is wrong for some partly masked rows")
-        + f"; a fully masked row (e.g. a padding query) gives {inf_full['explicit softmax']} through an explicit softmax "
-        + (
-            "in every dtype"
-            if len(inf_full_explicit) == 1
-            else "(" + ", ".join(f"{d}: {o}" for d, o in inf_full_explicit.items()) + ")"
-        )
-        + f"; SDPA math/flash return {inf_full['SDPA math']}/{inf_full['SDPA flash']} for it. Safe (partly masked row right, "
-        "fully masked row zeros): "
-        + ("; ".join(safe) or "none")
-        + ". The other combinations' fully masked rows: "
-        + ", ".join(f"{o} {n}" for o, n in sorted(others.items()))
-        + " (uniform or unmasked: finite, but wrong unless that row's output "
-        "is discarded).",
+        checks,
         tables,
-        finding=finding,
-    )
-
-
-def _claim_7_finding(
-    silent: dict, fp16_1e9: dict, cast_value: float, inf_partial_ok: bool, inf_full_safe: bool, inf_full: dict
-) -> Finding:
-    """The summary: in which way of building the mask -1e9 turns into -inf or NaN in fp16, then what -inf does."""
-    fill, cast = silent["masked_fill with a Python scalar"], silent["an fp32 mask cast to fp16"]
-    outcomes = set(fp16_1e9.values())
-    filled = "raises an error" if outcomes == {"error"} else "gives NaN" if "NaN" in outcomes else "stays finite"
-    if fill and cast:
-        first = "-1e9 turns into -inf or NaN in fp16 whichever way the mask is built"
-    elif cast:
-        first = f"-1e9 silently becomes {cast_value:g} in fp16 only when an fp32 mask is cast to fp16; masked_fill with -1e9 on fp16 logits {filled} instead"
-    elif fill:
-        first = f"-1e9 turns into NaN in fp16 through masked_fill, while an fp32 mask cast to fp16 holds {cast_value:g}"
-    else:
-        first = f"-1e9 does not silently become -inf or NaN in fp16: masked_fill {filled} and an fp32 mask cast to fp16 holds {cast_value:g}"
-    second = either(
-        inf_partial_ok, "-inf is right for partly masked rows", "-inf is wrong for some partly masked rows"
-    ) + either(
-        inf_full_safe,
-        " and for fully masked rows too.",
-        f", but a fully masked row gives {inf_full['explicit softmax']} through an explicit softmax "
-        f"(SDPA math/flash: {inf_full['SDPA math']}/{inf_full['SDPA flash']}).",
-    )
-    return Finding(
-        f"{first}. {second}",
-        {
-            "masked_fill_overflows": bool(fill),
-            "cast_mask_overflows": bool(cast),
-            "inf_partial_ok": bool(inf_partial_ok),
-            "inf_full_safe": bool(inf_full_safe),
-        },
-        {"fp16_masked_fill": sorted(outcomes), "cast_value_fp16": cast_value, "inf_full_row": inf_full},
-    )
-
-
-def _claim_7_fp16(fp16_1e9: dict, grid: list[dict]) -> str:
-    """What masked_fill(-1e9) does in fp16, as measured: refused, NaN, or something else."""
-    outcomes = set(fp16_1e9.values())
-    if outcomes == {"error"}:
-        message = next(
-            g["message"] for g in grid if g["fill"] == "-1e9" and g["dtype"] == "fp16" and g["outcome"] == "error"
-        )
-        return f"masked_fill with -1e9 on fp16 logits does not silently become -inf or NaN: PyTorch refuses it ({message})."
-    return "masked_fill with -1e9 on fp16 logits gives " + ", ".join(f"{o} ({p})" for p, o in fp16_1e9.items()) + "."
-
-
-def _claim_7_cast(value: float, outcomes: dict) -> str:
-    """What the fp32-built, fp16-cast -1e9 mask does, as measured."""
-    rows = "; ".join(f"{r} row " + ", ".join(f"{o} ({p})" for p, o in outcomes[r].items()) for r in ROWS)
-    return (
-        f"A -1e9 mask built in fp32 and cast to fp16 holds {value}"
-        + (", as the source says" if math.isinf(value) else "")
-        + f": {rows}."
+        method=f"Every fill x dtype x path x row type on torch {torch.__version__}, CPU; v is the identity, so the "
+        "output row is the attention row.",
     )
 
 
 def claim_11(grid: list[dict]) -> Claim:
     bf16 = {p: lookup(grid, path=p, dtype="bf16", fill="-1e9", row="full") for p in PATHS}
-    nan = bf16["explicit softmax"] == "NaN"
-    v, reason = grade({"-1e9 in bf16, fully masked row -> NaN": nan})
     nan_cases = sorted({f"{g['path']} / {g['dtype']} / {g['fill']}" for g in grid if g["outcome"] == "NaN"})
-    nan_fills = {g["fill"] for g in grid if g["outcome"] == "NaN"}
-    # a fill that is -inf by the time the softmax sees it: written so, or -1e9 cast to a dtype without it
-    inf_masked = all(
-        g["fill"] == "-inf"
-        or (g["fill"] == CAST and math.isinf(float(cast_mask(torch.tensor([False]), DTYPES[g["dtype"]])[0])))
-        for g in grid
-        if g["outcome"] == "NaN"
+    table = Table(
+        "Fully masked bf16 row with -1e9, and every combination of the grid that gives NaN",
+        "case | outcome",
+        [[f"bf16 / -1e9 / {p}", o] for p, o in bf16.items()] + [[c, "NaN"] for c in nan_cases],
+        note="uniform: every logit of the row is the same -1e9, so after the max is subtracted each key gets exp(0) = 1 "
+        "(equal weights, finite).",
     )
-    if not nan_fills:
-        nan_text = "No combination gives NaN."
-    elif inf_masked:
-        nan_text = (
-            "The NaN comes from a fill that is -inf when the softmax sees it (-inf, the fill both articles recommend"
-            + (", or -1e9 cast to fp16" if CAST in nan_fills else "")
-            + f"); NaN cases: {', '.join(nan_cases)}."
-        )
-    else:
-        nan_text = f"NaN cases: {', '.join(nan_cases)}."
-    kernels = f"SDPA math/flash: {bf16['SDPA math']}/{bf16['SDPA flash']}"
-    finding = Finding(
-        either(
-            nan,
-            f"A fully masked bf16 row with -1e9 does give NaN through an explicit softmax ({kernels}).",
-            f"A fully masked bf16 row with -1e9 is {bf16['explicit softmax']}, not NaN, through an explicit softmax ({kernels})"
-            + either(
-                bf16["explicit softmax"] == "uniform",
-                ": every logit is the same -1e9, so each key gets weight 1/n.",
-                ".",
-            ),
-        )
-        + either(
-            nan_fills and inf_masked,
-            " The NaNs measured come from fills that are -inf when the softmax sees them.",
-            "" if not nan_fills else " Other fills give NaN too.",
-        ),
-        {"bf16_full_row_nan": nan, "nan_from_inf_fills": bool(nan_fills and inf_masked)},
-        {"bf16_full_row": bf16, "nan_cases": nan_cases},
-    )
+    explicit = bf16["explicit softmax"]
     return Claim(
         11,
         "-1e9 in BF16 with a fully masked row gives NaN, not 0",
         {"bf16 -1e9 fully masked row": "NaN"},
         {"bf16_-1e9_full_row": bf16, "nan_cases": nan_cases},
-        v,
-        reason,
-        f"Measured on torch {torch.__version__}: a fully masked row with -1e9 in bf16 is {bf16['explicit softmax']} through an explicit softmax"
-        + (
-            " (every entry is the same -1e9, so after the max is subtracted each is exp(0) = 1: equal weights, finite)"
-            if bf16["explicit softmax"] == "uniform"
-            else ""
-        )
-        + f" and {bf16['SDPA math']}/{bf16['SDPA flash']} in SDPA math/flash"
-        + (
-            " (bf16 cannot hold -1e9 + a logit more finely than -1e9 itself)"
-            if "uniform" in (bf16["SDPA math"], bf16["SDPA flash"])
-            else ""
-        )
-        + f". {nan_text}",
-        finding=finding,
+        [Check("-1e9 in bf16, fully masked row, explicit softmax -> NaN", explicit, "NaN", explicit == "NaN")],
+        [table],
+        method="Read off claim 7's grid.",
     )

@@ -1,4 +1,8 @@
-"""Runs every reproduction for a mode and writes the reports."""
+"""Runs every reproduction for a mode and writes the report.
+
+Full mode writes reports/repro/ (the committed report); fast mode, which leaves the training claims
+out, writes beside it (reports/repro/fast/, ignored by git), so a quick check never replaces it.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +12,6 @@ from pathlib import Path
 
 import torch
 
-from ...analysis import plot_heads
-from ...data.text import VAL_SEED
-from ..report.baseline import attention_free_levels
 from . import equivalence, jacobian, masks, memory, numerics, plots, streaming
 from .report import write_reports
 from .verdict import Claim
@@ -20,25 +21,18 @@ MODES = {
     "fast": dict(
         samples=20_000, trials=50, copy_trials=200, mem_ts=(128, 256, 512, 1024), jac_rows=1000, training=False
     ),
-    "full": dict(
-        samples=100_000,
-        trials=200,
-        copy_trials=1000,
-        mem_ts=(256, 512, 1024, 2048, 4096),
-        jac_rows=2000,
-        training=True,
-        ablation_steps=150,
-        heads_steps=800,
-    ),
-}
+    "full": dict(samples=100_000, trials=200, copy_trials=1000, mem_ts=(256, 512, 1024, 2048, 4096), jac_rows=2000,
+                 training=True, ablation_steps=150, heads_steps=800),
+}  # fmt: skip
+OUT = {"full": Path("reports/repro"), "fast": Path("reports/repro/fast")}
 TRAINING_IDS = (8, 12, 13)
 JAC_STDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 11.3, 16.0, 32.0)
 JAC_N = 64
 
 
 def reproduce(mode: str, out: Path, log=print, reports: Path | None = None) -> tuple[list[Claim], dict]:
-    """All claims the mode covers, figures written into ``out``; returns (claims, meta). Claims 12,
-    13 and 16 cite the studies' reports under ``reports`` (default: reports/)."""
+    """All claims the mode covers, figures written into ``out``; returns (claims, meta). Claims 8, 12, 13
+    and 16 cite the studies' reports under ``reports`` (default: reports/)."""
     reports = Path("reports") if reports is None else Path(reports)
     cfg = MODES[mode]
     # Shared CPUs: one thread is faster than two fighting over a busy core, and nothing here is timed.
@@ -46,7 +40,6 @@ def reproduce(mode: str, out: Path, log=print, reports: Path | None = None) -> t
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    claims: list[Claim] = []
 
     def step(name, fn):
         t = time.perf_counter()
@@ -54,34 +47,35 @@ def reproduce(mode: str, out: Path, log=print, reports: Path | None = None) -> t
         log(f"{name}: {time.perf_counter() - t:.1f} s")
         return result
 
-    claims.append(step("claim 1", lambda: numerics.claim_1(cfg["samples"])))
-    claims.append(step("claim 2", numerics.claim_2))
-    claims.append(step("claim 3", lambda: numerics.claim_3(cfg["trials"])))
-    claims.append(step("claim 4", equivalence.claim_4))
-    claims.append(step("claim 5", lambda: equivalence.claim_5(cfg["copy_trials"])))
-    claims.append(step("claim 9", lambda: numerics.claim_9(cfg["samples"])))
+    claims = [
+        step("claim 1", lambda: numerics.claim_1(cfg["samples"])),
+        step("claim 2", numerics.claim_2),
+        step("claim 3", lambda: numerics.claim_3(cfg["trials"])),
+        step("claim 4", equivalence.claim_4),
+        step("claim 5", lambda: equivalence.claim_5(cfg["copy_trials"])),
+        step("claim 9", lambda: numerics.claim_9(cfg["samples"])),
+    ]
     grid = step("mask grid (claims 7, 11)", masks.mask_grid)
     claims += [masks.claim_7(grid), masks.claim_11(grid)]
     mem = step(
         "memory (claims 6, 14, 15)",
         lambda: memory.memory_measurements(list(cfg["mem_ts"]), bench=reports / "bench" / "bench.json"),
     )
-    for c in (memory.claim_6(mem), memory.claim_14(mem), memory.claim_15(mem)):
-        c.tables.insert(0, memory.memory_table(mem)) if c.id == 14 else None
-        claims.append(c)
-    next(c for c in claims if c.id == 14).figures.append(plots.memory(mem["rows"], out / "memory.png"))
+    claims += [memory.claim_6(mem), memory.claim_14(mem), memory.claim_15(mem)]
+    plots.memory(mem["rows"], out / "memory.png")
     claims.append(step("claim 16 (the streaming studies' reports)", lambda: streaming.claim_16(reports)))
-
-    # figures of the fast claims
     stds = [2 ** (i / 2) for i in range(-4, 11)]
-    curves = {n: numerics.saturation_curve(n, stds) for n in (4, 16, 64, 256)}
-    plots.saturation(curves, stds, out / "saturation.png")
-    c1 = next(c for c in claims if c.id == 1)
+    plots.saturation({n: numerics.saturation_curve(n, stds) for n in (4, 16, 64, 256)}, stds, out / "saturation.png")
+    c1 = claims[0]
     big = {int(d): v for d, v in c1.measured[next(k for k in c1.measured if k.startswith("large_sample"))].items()}
     c1.figures.append(plots.dot_std(c1.measured["as_written"], big, out / "dot_std.png"))
 
+    training_10 = None
     if cfg["training"]:
-        from . import training
+        from ...analysis import plot_heads
+        from ...data.text import VAL_SEED
+        from ..report.baseline import attention_free_levels
+        from . import studies, training
 
         jac_rows = step(
             "softmax Jacobian (claim 8)",
@@ -96,32 +90,33 @@ def reproduce(mode: str, out: Path, log=print, reports: Path | None = None) -> t
             "attention-free level (claim 8)",
             lambda: attention_free_levels(window_seeds=(VAL_SEED,), batches=training.probe_batches()),
         )
+        study = studies.dk_scaling_measurements(reports)
         claims += [
-            training.claim_8(res, jac_rows, JAC_N, level, reports),
-            training.claim_10_full(res, cfg["samples"]),
-            training.claim_12(res, reports),
-            training.claim_13(res, reports),
+            training.claim_8(training.claim_8_measurements(res, jac_rows, JAC_N, level, study)),
+            training.claim_12(training.claim_12_measurements(res, reports)),
+            training.claim_13(training.claim_13_measurements(res, reports)),
         ]
+        training_10 = training.claim_10_training(res)
         plot_heads(res["heads"]["heads"], out / "heads.png", "Head scores and types, tiny GPT (claim 12)")
         plots.jacobian(jac_rows, out / "jacobian.png")
-    else:
-        claims.append(step("claim 10 (math)", lambda: numerics.claim_10_fast(cfg["samples"])))
+    claims.append(step("claim 10", lambda: numerics.claim_10(cfg["samples"], training_10)))
     claims.sort(key=lambda c: c.id)
     meta = {
         "mode": mode,
         "torch": torch.__version__,
         "device": "CPU",
         "threads": torch.get_num_threads(),
-        "wall_s": time.perf_counter() - t0,
+        "wall_s": round(time.perf_counter() - t0, 1),
         "omitted": [] if cfg["training"] else list(TRAINING_IDS),
     }
     return claims, meta
 
 
-def main(mode: str, out: Path, log=print, reports: Path | None = None) -> list[Claim]:
+def main(mode: str, out: Path | None = None, log=print, reports: Path | None = None) -> list[Claim]:
+    out = OUT[mode] if out is None else Path(out)
     claims, meta = reproduce(mode, out, log, reports)
     paths = write_reports(claims, out, meta)
     for c in claims:
-        log(f"claim {c.id:>2}: {c.verdict:<8} {c.claim}\n           {c.summary}")
-    log(f"wrote {paths['md']}, {paths['json']}, {paths['readme']} ({meta['wall_s']:.0f} s)")
+        log(f"claim {c.id:>2}: {c.verdict:<8} {c.claim}")
+    log(f"wrote {', '.join(map(str, paths))} ({meta['wall_s']:.0f} s)")
     return claims

@@ -51,12 +51,3 @@ WHERE: dict[int, tuple[tuple[str, str], ...]] = {
 def where(claim_id: int) -> str:
     """'A, experiment 1' or 'A, §3.3 and question 3; B, §3'; '' for a claim not listed."""
     return "; ".join(f"{label}, {section}" for label, section in WHERE.get(claim_id, ()))
-
-
-def sources_paragraph() -> str:
-    """The report's opening citation: each article's title, translation and short label."""
-    parts = [f'**{a.label}**: {a.title} ("{a.english}"{", " + a.note if a.note else ""})' for a in ARTICLES.values()]
-    return (
-        "Sources: two Chinese articles on attention, " + "; ".join(parts) + ". Each claim below is stated in this "
-        "repository's words, with the article and section it comes from (A, B: the labels above)."
-    )

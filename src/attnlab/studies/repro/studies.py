@@ -12,41 +12,25 @@ A missing report leaves that part of the claim untested, and says which command 
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
-from ..report.aggregate import short
-from ..report.tables import read_csv
+from ..stats import holm
+from .judge import BB_BASE, BB_GATE, BB_SGD, BB_SIGMOID, BB_SLOTS, BB_WINDOW, BB_WINDOW_SIZE
 
 INDUCTION, SINKS, DK_SCALING, SINKS_BB = "induction_heads", "sinks", "dk_scaling", "sinks_bb"
-# the testbed's arms as its merged sweeps name them (experiment x escape slot x normalisation)
-BB_BASE, BB_SGD = "AdamW, softmax", "SGD, softmax"
-BB_SLOTS = ("AdamW, softmax + 1 (zero_logit slot)", "AdamW, a learned escape logit")
-BB_SIGMOID = "AdamW, sigmoid attention (no row normalisation)"
-BB_GATE = "AdamW, softmax with a per-head output gate"
-# the window arms' window, as their sweep set it (model.attention.window=16; the report keeps only the swept axis)
-BB_WINDOW_SIZE = 16
-BB_WINDOW = (
-    f"AdamW, softmax in a {BB_WINDOW_SIZE}-token window, the first token not kept in view",
-    f"AdamW, softmax in a {BB_WINDOW_SIZE}-token window, the first token kept in view",
-)
 # the arms trained after the merged report, each a report of its own: (report, axes of its cell) -> arm
 BB_OWN_REPORTS = {
     ("sinks_bb_gate", ()): BB_GATE,
     ("sinks_bb_window", (("model.attention.window_sinks", "0"),)): BB_WINDOW[0],
     ("sinks_bb_window", (("model.attention.window_sinks", "1"),)): BB_WINDOW[1],
 }
-BB_METRICS = (
-    ("dormant", "attn/L0/sink_mass_dormant"),
-    ("active", "attn/L0/sink_mass_active"),
-    ("escape", "attn/L0/escape_mass"),
-    ("row_mass", "attn/L0/row_mass"),
-    ("value_drain", "attn/L0/value_drain"),
-    ("copy_acc", "val/copy/acc"),
-    ("max_prob", "attn/L0/max_prob"),
-    ("entropy_norm", "attn/L0/entropy_norm"),
-    ("val_loss", "val/loss"),
-)
+BB_METRICS = {
+    "dormant": "attn/L0/sink_mass_dormant", "active": "attn/L0/sink_mass_active", "escape": "attn/L0/escape_mass",
+    "row_mass": "attn/L0/row_mass", "value_drain": "attn/L0/value_drain", "copy_acc": "val/copy/acc",
+    "max_prob": "attn/L0/max_prob", "entropy_norm": "attn/L0/entropy_norm", "val_loss": "val/loss",
+}  # fmt: skip
 BB_ARMS = {
     ("sinks_bb", "none", "softmax"): BB_BASE,
     ("sinks_bb", "zero_logit", "softmax"): BB_SLOTS[0],
@@ -61,8 +45,18 @@ def study_cells(reports: Path, study: str) -> list[dict] | None:
     path = Path(reports) / study / "ablation.csv"
     if not path.is_file():
         return None
-    header, rows = read_csv(path.read_text())
-    return [dict(zip(header, row)) for row in rows]
+    with path.open(newline="") as f:
+        return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def _number(text: str):
+    """A CSV cell as the number it holds, else as text ('' as None)."""
+    if text == "":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 def study_head_types(reports: Path, study: str, axes: dict) -> list[dict[str, list[int]]] | None:
@@ -71,15 +65,10 @@ def study_head_types(reports: Path, study: str, axes: dict) -> list[dict[str, li
     path = Path(reports) / study / "summary.json"
     if not path.is_file():
         return None
-    cell = next(
-        (
-            c
-            for c in json.loads(path.read_text()).get("head_types", [])
-            if all(c["axes"].get(k, str(v)) == str(v) for k, v in axes.items())
-        ),
-        None,
-    )
-    return cell["layers"] if cell and any(cell["layers"]) else None
+    for cell in json.loads(path.read_text()).get("head_types", []):
+        if all(cell["axes"].get(k, str(v)) == str(v) for k, v in axes.items()):
+            return cell["layers"] if any(cell["layers"]) else None
+    return None
 
 
 def _cell(cells: list[dict], axes: dict) -> dict | None:
@@ -111,18 +100,14 @@ def induction_measurements(reports: Path) -> dict | None:
     two = _cell(cells or [], TWO_LAYER)
     if two is None or _stat(two, "heads/L1/induction_max") is None:
         return None
-    out = {
-        "source": f"reports/{INDUCTION}",
-        "seeds": int(two["n_ok"]),
-        "two_layer": {
-            "types": study_head_types(reports, INDUCTION, TWO_LAYER),
-            "previous_token_L0": _stat(two, "heads/L0/previous_token_max"),
-            "induction_L1": _stat(two, "heads/L1/induction_max"),
-            "control": _stat(two, "heads/induction_control_max"),
-            "knockout_L1": _stat(two, "heads/L1/induction_knockout_all_heads"),
-            "repeat_acc": _stat(two, "heads/repeat_acc"),
-        },
+    keys = {"previous_token_L0": "heads/L0/previous_token_max", "induction_L1": "heads/L1/induction_max",
+            "control": "heads/induction_control_max", "knockout_L1": "heads/L1/induction_knockout_all_heads",
+            "repeat_acc": "heads/repeat_acc"}  # fmt: skip
+    two_layer = {
+        "types": study_head_types(reports, INDUCTION, TWO_LAYER),
+        **{k: _stat(two, c) for k, c in keys.items()},
     }
+    out = {"source": f"reports/{INDUCTION}", "seeds": int(two["n_ok"]), "two_layer": two_layer}
     one = _cell(cells, ONE_LAYER)
     if one is not None:
         out["one_layer"] = {
@@ -149,14 +134,12 @@ def sinks_measurements(reports: Path, uniform: float) -> dict | None:
     out = {"source": f"reports/{SINKS}", "uniform": uniform, "cells": {}}
     for cell in cells:
         axes = {k: cell[k] for k in ("data.bos", escape_axis(cell))}
-        per_layer = {
-            name: [cell.get(f"{template.format(i=i)}_mean") for i in range(layers)]
-            for name, template in (
-                ("sink_max", "heads/L{i}/sink_max"),
-                ("sink_mass", "attn/L{i}/sink_mass"),
-                ("escape_mass", "attn/L{i}/escape_mass"),
-            )
+        templates = {
+            "sink_max": "heads/L{i}/sink_max",
+            "sink_mass": "attn/L{i}/sink_mass",
+            "escape_mass": "attn/L{i}/escape_mass",
         }
+        per_layer = {name: [cell.get(f"{t.format(i=i)}_mean") for i in range(layers)] for name, t in templates.items()}
         key = f"bos={str(cell['data.bos']).lower()}, sink={cell[escape_axis(cell)]}"
         out["cells"][key] = {"seeds": int(cell["n_ok"]), "types": study_head_types(reports, SINKS, axes), **per_layer}
     return out
@@ -166,7 +149,7 @@ def _bb_arm(cell: dict) -> dict:
     """One testbed arm from a summary.json per_seed cell: its seeds and every seed's final values."""
     return {
         "seeds": [r["seed"] for r in cell["runs"]],
-        **{key: [r["metrics"].get(metric) for r in cell["runs"]] for key, metric in BB_METRICS},
+        **{key: [r["metrics"].get(metric) for r in cell["runs"]] for key, metric in BB_METRICS.items()},
     }
 
 
@@ -233,8 +216,6 @@ def dk_scaling_measurements(reports: Path) -> dict | None:
     """Per (init_std, d_k): the unscaled and scaled cells' final val loss (mean, std, seeds), the Welch p of
     the pair and its Holm-corrected p over the study's pairs (recomputed from the raw p when the summary
     predates it), and the seed ids when the summary lists them. None without the report."""
-    from ..report.significance import holm
-
     cells = study_cells(reports, DK_SCALING)
     path = Path(reports) / DK_SCALING / "summary.json"
     if not cells or not path.is_file():
@@ -268,7 +249,10 @@ def dk_scaling_measurements(reports: Path) -> dict | None:
             unscaled, scaled = (_cell(cells, {**axes, "model.attention.scaling": s}) for s in ("none", "inv_sqrt_d"))
             if unscaled is None or scaled is None:
                 continue
-            pair = next((p for p in pairs if all(p["at"].get(short(k), str(v)) == str(v) for k, v in axes.items())), {})
+            pair = next(
+                (p for p in pairs if all(p["at"].get(k.rsplit(".", 1)[-1], str(v)) == str(v) for k, v in axes.items())),
+                {},
+            )
             out["cells"].append(
                 {
                     "init_std": init,

@@ -26,10 +26,9 @@ from ...console import quiet_lightning
 from ...data import TextDataModule
 from ...model import GPT, GPTConfig
 from ...train import train
-from ..report.numbers import mean_pm_std
 from . import studies
-from .judge import SINK_THRESHOLD, finding_8, finding_10, finding_12, finding_13, judge_8, judge_10, judge_12, judge_13
-from .verdict import Claim, Table, fmt
+from .judge import COPY_SOLVED, cells_8, checks_8, checks_12, checks_13
+from .verdict import Claim, Table, fmt, span
 
 SEED = 1337
 
@@ -71,18 +70,10 @@ def train_run(label: str, overrides: list[str], steps: int, work_dir: Path) -> T
     """One short training run through the project's own entry point."""
     out = Path(work_dir) / label
     keep = out / "weights"
-    base = [
-        "logger=none",
-        "callbacks=none",
-        f"trainer.max_steps={steps}",
-        f"trainer.val_check_interval={steps}",
-        "trainer.enable_progress_bar=false",
-        "data.val_batches=4",
-        f"optim.warmup_steps={max(steps // 10, 1)}",
-        f"seed={SEED}",
-        "+callbacks.keep_weights._target_=attnlab.studies.repro.training.KeepWeights",
-        f"+callbacks.keep_weights.path={keep}",
-    ]
+    base = ["logger=none", "callbacks=none", f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps}",
+            "trainer.enable_progress_bar=false", "data.val_batches=4", f"optim.warmup_steps={max(steps // 10, 1)}",
+            f"seed={SEED}", "+callbacks.keep_weights._target_=attnlab.studies.repro.training.KeepWeights",
+            f"+callbacks.keep_weights.path={keep}"]  # fmt: skip
     cfg = compose_config(base + list(overrides), out)
     t0 = time.perf_counter()
     with quiet_lightning(silence_output=True):
@@ -92,15 +83,8 @@ def train_run(label: str, overrides: list[str], steps: int, work_dir: Path) -> T
     model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
     state = torch.load(keep / "final.pt", weights_only=True)
     model_cfg["vocab_size"] = state["wte.weight"].shape[0]
-    return TrainedRun(
-        label,
-        list(overrides),
-        metrics,
-        model_cfg,
-        _load(model_cfg, keep / "init.pt"),
-        _load(model_cfg, keep / "final.pt"),
-        time.perf_counter() - t0,
-    )
+    init, final = _load(model_cfg, keep / "init.pt"), _load(model_cfg, keep / "final.pt")
+    return TrainedRun(label, list(overrides), metrics, model_cfg, init, final, time.perf_counter() - t0)
 
 
 def probe_batches(block_size: int = 64, n: int = 4) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -209,14 +193,8 @@ def run_all(work: Path, ablation_steps: int, heads_steps: int, ablation_layers: 
         "sink_init": [s["per_head"]["sink_mass"] for s in layer_stats(run.init, probe)],
         "block_size": run.model_cfg["block_size"],
     }
-    settings = {
-        "seed": SEED,
-        "ablation_steps": ablation_steps,
-        "ablation_layers": ablation_layers,
-        "heads_steps": heads_steps,
-        "batch": "12 x 64 characters of Shakespeare",
-        "probe": "4 fixed validation batches",
-    }
+    settings = {"seed": SEED, "ablation_steps": ablation_steps, "ablation_layers": ablation_layers,
+                "heads_steps": heads_steps, "batch": "12 x 64 characters of Shakespeare", "probe": "4 fixed validation batches"}  # fmt: skip
     return {"ablation": ablation, "heads": heads, "settings": settings}
 
 
@@ -225,218 +203,135 @@ def _by_label(res: dict) -> dict:
     return {a["label"]: a for a in res["ablation"]}
 
 
-def training_table(res: dict, level: dict) -> Table:
-    s = res["settings"]
-    return Table(
-        f"Training runs: tiny GPT with {s['ablation_layers']} layers, {s['ablation_steps']} steps, seed {s['seed']}, {s['batch']}; "
-        f"measured on {s['probe']}",
-        [
-            "run",
-            "logit std init",
-            "max p init",
-            "|dL/dW_qk| init",
-            "|dL/dW_qk| final",
-            "logit std final",
-            "max p final",
-            "loss init",
-            "loss final",
-        ],
-        [
-            [
-                a["label"],
-                fmt(a["init"]["logit_std"], 3),
-                fmt(a["init"]["max_prob"], 3),
-                fmt(a["init"]["grad"]["qk_mean"]),
-                fmt(a["final"]["grad"]["qk_mean"]),
-                fmt(a["final"]["logit_std"], 2),
-                fmt(a["final"]["max_prob"], 3),
-                fmt(a["init"]["loss"], 3),
-                fmt(a["final"]["loss"], 3),
-            ]
-            for a in res["ablation"]
-        ],
-        note="naive = no scaling, scaled = 1/sqrt(d_k), sigma = 1/(sigma_q sigma_k sqrt d_k) with sigma the q/k component std at init; "
-        "fanin = weights N(0, 1/fan_in), which gives unit-variance q, k (logit std sqrt(d_k) unscaled). |dL/dW_qk|: Frobenius norm of "
-        "the loss gradient on W_q and W_k, mean over layers, one probe batch. Loss: mean cross-entropy (nats); chance is "
-        f"ln {level['vocab']} = {level['chance']:.2f}, the attention-free (bigram) level on these batches {level['probe']:.3f}.",
-    )
+def _ms(stat: dict | None) -> str:
+    return "-" if stat is None else f"{stat['mean']:.3f} ± {stat['std']:.3f}"
 
 
 def claim_8_measurements(res: dict, jac_rows: list[dict], jac_n: int, level: dict, study: dict | None) -> dict:
-    """The plain numbers judge.judge_8 reads, from the runs, the Jacobian table, the attention-free level
-    (baseline.attention_free_levels on the probe batches) and the dk_scaling study (or None)."""
+    """What checks_8 reads, from the runs, the Jacobian table, the attention-free level (on the probe batches and
+    the val split) and the dk_scaling study (or None); with the runs and Jacobian rows the tables print."""
     runs = _by_label(res)
-    j1 = next(r for r in jac_rows if r["logit_std"] == 1.0)
-    jbig = max(jac_rows, key=lambda r: r["logit_std"])
     jpeak = max(jac_rows, key=lambda r: r["jac_fro"])
-    j11 = min(jac_rows, key=lambda r: abs(r["logit_std"] - 11.3))
     sat, sat_scaled = runs["naive-dk128-fanin"], runs["scaled-dk128-fanin"]
-    return {
-        "jacobian": {
-            "n": jac_n,
-            "at_1": j1["jac_fro"],
-            "peak": jpeak["jac_fro"],
-            "peak_std": jpeak["logit_std"],
-            "at_11": j11["jac_fro"],
-            "at_max": jbig["jac_fro"],
-            "max_std": jbig["logit_std"],
-        },
-        "level": {k: level[k] for k in ("bigram", "unigram", "chance", "vocab")}
-        | {"windows": list(level.get("windows", {}).values())},
-        "runs": {
-            "steps": res["settings"]["ablation_steps"],
-            "probe_level": level["probe"],
-            "pairs": {
-                f"{u} vs {s}": {"unscaled": runs[u]["final"]["loss"], "scaled": runs[s]["final"]["loss"]}
-                for u, s in PAIRS
-            },
-        },
-        "study": study,
-        "init_002": {
-            "logit_std": runs["naive-dk128"]["init"]["logit_std"],
-            "max_prob": runs["naive-dk128"]["init"]["max_prob"],
-        },
-        "fanin": {
-            "logit_std": sat["init"]["logit_std"],
-            "max_prob": sat["init"]["max_prob"],
-            "grad_ratio": sat["init"]["grad"]["qk_mean"] / sat_scaled["init"]["grad"]["qk_mean"],
-        },
+    pairs = {
+        f"{u} vs {s}": {"unscaled": runs[u]["final"]["loss"], "scaled": runs[s]["final"]["loss"]} for u, s in PAIRS
     }
+    judged = {
+        "jacobian": {"n": jac_n, "at_1": next(r for r in jac_rows if r["logit_std"] == 1.0)["jac_fro"],
+                     "peak": jpeak["jac_fro"], "peak_std": jpeak["logit_std"],
+                     "at_11": min(jac_rows, key=lambda r: abs(r["logit_std"] - 11.3))["jac_fro"]},
+        "level": {k: level[k] for k in ("bigram", "unigram", "chance", "vocab")},
+        "runs": {"steps": res["settings"]["ablation_steps"], "probe_level": level["probe"], "pairs": pairs},
+        "study": study,
+        "init_002": {k: runs["naive-dk128"]["init"][k] for k in ("logit_std", "max_prob")},
+        "fanin": {"logit_std": sat["init"]["logit_std"], "max_prob": sat["init"]["max_prob"],
+                  "grad_ratio": sat["init"]["grad"]["qk_mean"] / sat_scaled["init"]["grad"]["qk_mean"]},
+    }  # fmt: skip
+    return {"judged": judged, "runs": res["ablation"], "jacobian": jac_rows, "settings": res["settings"]}
 
 
-def claim_8(res: dict, jac_rows: list[dict], jac_n: int, level: dict, reports: Path) -> Claim:
-    from ..report.baseline import CLEARLY_BELOW
+def claim_8(measured: dict) -> Claim:
+    """Claim 8 from claim_8_measurements' dict (what repro.json keeps, so the claim re-renders from it)."""
     from .jacobian import jacobian_table
-    from .judge import gain_share
 
-    m = claim_8_measurements(res, jac_rows, jac_n, level, studies.dk_scaling_measurements(reports))
-    probe = m["runs"]["probe_level"]
-    tables = [jacobian_table(jac_rows, jac_n), training_table(res, level)]
-    tables.append(
+    m, s, lv = measured["judged"], measured["settings"], measured["judged"]["level"]
+    own = cells_8({**m, "study": None})
+    tables = [
+        jacobian_table(measured["jacobian"], m["jacobian"]["n"]),
+        Table(
+            f"Training runs: tiny GPT with {s['ablation_layers']} layers, {s['ablation_steps']} steps, seed {s['seed']}, "
+            f"{s['batch']}; measured on {s['probe']}",
+            "run | logit std init | max p init | dL/dW_qk init | dL/dW_qk final | logit std final | max p final | loss init | loss final",
+            [[a["label"], a["init"]["logit_std"], a["init"]["max_prob"], a["init"]["grad"]["qk_mean"], a["final"]["grad"]["qk_mean"],
+              a["final"]["logit_std"], a["final"]["max_prob"], a["init"]["loss"], a["final"]["loss"]] for a in measured["runs"]],
+            note="naive = no scaling, scaled = 1/sqrt(d_k), sigma = 1/(sigma_q sigma_k sqrt d_k); fanin = weights "
+            "N(0, 1/fan_in). dL/dW_qk: Frobenius norm of the loss gradient on W_q and W_k, mean over layers. Loss in "
+            f"nats; chance ln {lv['vocab']} = {lv['chance']:.2f}, the attention-free (bigram) level on these batches "
+            f"{m['runs']['probe_level']:.3f}, on the val split {lv['bigram']:.3f}.",
+        ),
         Table(
             f"The repro's own unscaled/scaled pairs ({m['runs']['steps']} steps, one seed) against the attention-free level",
-            ["pair", "unscaled loss", "scaled loss", "bigram level", "share of the scaled gain"],
-            [
-                [
-                    k,
-                    fmt(p["unscaled"], 3),
-                    fmt(p["scaled"], 3),
-                    fmt(probe, 3),
-                    fmt(share, 3)
-                    if (share := gain_share(p["unscaled"], p["scaled"], probe)) is not None
-                    else f"- (scaled not {CLEARLY_BELOW} below the level)",
-                ]
-                for k, p in m["runs"]["pairs"].items()
-            ],
-        )
-    )
+            "pair | unscaled loss | scaled loss | share of the scaled gain",
+            [[k, p["unscaled"], p["scaled"], c["share"]] for (k, p), c in zip(m["runs"]["pairs"].items(), own)],
+            note="Share of the scaled gain: (level - unscaled loss) / (level - scaled loss); 1 = as good as scaled, 0 = no "
+            "better than a model without attention; '-' where the scaled run is not clearly below the level.",
+        ),
+    ]  # fmt: skip
     if m["study"]:
-        st, b = m["study"], m["level"]["bigram"]
+        st = m["study"]
         tables.append(
             Table(
-                f"The dk_scaling study ({st['source']}, {st['seeds']} seeds per cell): final val loss against the attention-free level {b:.3f}",
-                ["init_std", "d_k", "unscaled", "scaled", "share of the scaled gain", "p", "p (Holm)"],
-                [
-                    [
-                        c["init_std"],
-                        c["d_k"],
-                        mean_pm_std(c["unscaled"]["mean"], c["unscaled"]["std"], c["unscaled"]["n"]),
-                        mean_pm_std(c["scaled"]["mean"], c["scaled"]["std"], c["scaled"]["n"]),
-                        fmt(share, 3)
-                        if (share := gain_share(c["unscaled"]["mean"], c["scaled"]["mean"], b)) is not None
-                        else "-",
-                        f"{c['p']:.2g}" if c["p"] is not None else "-",
-                        f"{c['p_holm']:.2g}" if c["p_holm"] is not None else "-",
-                    ]
-                    for c in st["cells"]
-                ],
-                note="Share of the scaled gain: (bigram level - unscaled loss) / (bigram level - scaled loss); 1 = as good as scaled, "
-                "0 = no better than a model without attention. The level is the bigram cross-entropy of the whole val split, fitted "
-                "on the train split (attnlab.studies.report.baseline).",
+                f"The dk_scaling study ({st['source']}, {st['seeds']} seeds per cell): final val loss (mean ± std) against "
+                f"the attention-free level {lv['bigram']:.3f}",
+                "init_std | d_k | unscaled | scaled | share of the scaled gain | Welch p | Holm p",
+                [[c["init_std"], c["d_k"], _ms(c["unscaled"]), _ms(c["scaled"]), j["share"], c["p"], c["p_holm"]]
+                 for c, j in zip(st["cells"], cells_8(m))],
             )
-        )
+        )  # fmt: skip
     return Claim(
         8,
         "Without scaling, training fails through softmax saturation and vanishing gradients (Jacobian diag(p) - pp^T -> 0)",
         {"unscaled_training": "fails", "mechanism": "saturated softmax, vanishing gradient"},
-        {"judged": m, "runs": res["ablation"], "jacobian": jac_rows, "settings": res["settings"]},
-        *judge_8(m),
+        measured,
+        checks_8(m),
         tables,
         ["jacobian.png"],
-        finding=finding_8(m),
+        method="Judged on the dk_scaling study (d_k x init x scaling, several seeds); the repro's own short runs and the "
+        "softmax Jacobian measure the mechanism.",
     )
 
 
-def claim_10_full(res: dict, samples: int) -> Claim:
-    from ...attention import qk_component_std
-    from .numerics import CLAIM_10, SOURCE_10, claim_10_math
-
-    measured, tables, facts = claim_10_math(samples)
+def claim_10_training(res: dict) -> dict:
     runs = _by_label(res)
-    sig, sc = runs["sigma-dk128"], runs["scaled-dk128"]
-    sigma = qk_component_std(facts["init_std"], facts["d_model"], qk_norm=False)
-    measured["training"] = {"sigma-dk128": sig, "scaled-dk128": sc}
-    tables.append(
-        Table(
-            f"Training with the sigma rule vs 1/sqrt(d_k) (init std 0.02, d_k 128, {res['settings']['ablation_steps']} steps, seed {res['settings']['seed']})",
-            ["run", "scale", "logit std init", "max p init", "loss final", "logit std final", "max p final"],
-            [
-                [
-                    a["label"],
-                    "1/(sigma^2 sqrt d)" if a is sig else "1/sqrt d",
-                    fmt(a["init"]["logit_std"], 3),
-                    fmt(a["init"]["max_prob"], 3),
-                    fmt(a["final"]["loss"], 3),
-                    fmt(a["final"]["logit_std"], 2),
-                    fmt(a["final"]["max_prob"], 3),
-                ]
-                for a in (sig, sc)
-            ],
-            note=f"sigma = q/k component std at init = {facts['init_std']:g} sqrt({facts['d_model']}) = {sigma:.3f}, so the sigma rule "
-            f"multiplies 1/sqrt(d) by 1/sigma^2 = {sigma**-2:.1f}.",
-        )
-    )
-    training = {
-        "sigma_init_logit_std": sig["init"]["logit_std"],
-        "scaled_init_logit_std": sc["init"]["logit_std"],
-        "sigma_final_loss": sig["final"]["loss"],
-        "scaled_final_loss": sc["final"]["loss"],
-        "sigma_final_logit_std": sig["final"]["logit_std"],
-        "steps": res["settings"]["ablation_steps"],
-        "seeds": 1,
-    }
-    judged = {**facts, "training": training}
-    return Claim(10, CLAIM_10, SOURCE_10, measured, *judge_10(judged), tables, finding=finding_10(judged))
+    return {"steps": res["settings"]["ablation_steps"], "runs": [runs["sigma-dk128"], runs["scaled-dk128"]]}
 
 
-def claim_12(res: dict, reports: Path) -> Claim:
+def claim_12_measurements(res: dict, reports: Path) -> dict:
     h, settings = res["heads"], res["settings"]
     heads = h["heads"]
     n_layer = max(x["layer"] for x in heads) + 1
-    m = {
+    return {
         "text": {
             "n_layer": n_layer,
             "steps": settings["heads_steps"],
             "val_loss": h["summary"]["final"]["loss"],
             "seed": settings["seed"],
             "types": types_by_layer([heads], n_layer),
+            "block_size": h["block_size"],
+            "heads_columns": table_columns(heads),
+            "heads_rows": [[fmt(v, 3) if isinstance(v, float) else v for v in row] for row in table_rows(heads)],
         },
         "induction": studies.induction_measurements(reports),
         "sinks": studies.sinks_measurements(reports, sinks_uniform()),
         "sinks_bb": studies.sinks_bb_measurements(reports, testbed_uniform(), testbed_block_size()),
     }
-    t = Table(
-        f"Head scores and types after {settings['heads_steps']} steps (tiny GPT: {n_layer} layers x {len(heads) // n_layer} heads, "
-        f"seed {settings['seed']}, Shakespeare)",
-        table_columns(heads),
-        [[fmt(v, 3) if isinstance(v, float) else v for v in row] for row in table_rows(heads)],
-        note="Scores and types as `attnlab.analysis.heads` defines them (docs/metrics.md): type = the first rule that holds, in "
-        "the order "
-        + ", ".join(f"{k} >= {v}" for k, v in THRESHOLDS.items())
-        + "; otherwise content. The article's positional "
-        "heads are our previous_token and positional types; its syntactic heads cannot be scored on characters. Uniform causal "
-        f"attention gives a sink score of {uniform_sink_mass(h['block_size']):.3f}.",
-    )
+
+
+def claim_12(m: dict) -> Claim:
+    t, ind = m["text"], m.get("induction")
+    tables = [
+        Table(
+            f"Head scores and types after {t['steps']} steps (tiny GPT: {t['n_layer']} layers, seed {t['seed']}, "
+            f"Shakespeare, val loss {t['val_loss']:.2f})",
+            t["heads_columns"],
+            t["heads_rows"],
+            note="Scores and types as `attnlab.analysis.heads` defines them (docs/metrics.md): type = the first rule "
+            "that holds, in the order " + ", ".join(f"{k} >= {v}" for k, v in THRESHOLDS.items()) + "; otherwise "
+            "content. The article's positional heads are our previous_token and positional types. Uniform causal "
+            f"attention gives a sink score of {uniform_sink_mass(t['block_size']):.3f}.",
+        )
+    ]
+    if ind is not None:
+        two, one = ind["two_layer"], ind.get("one_layer", {})
+        tables.append(
+            Table(
+                f"The induction_heads study ({ind['source']}, {ind['seeds']} seeds, 2 attention-only layers; mean ± std)",
+                "layer 0 best previous-token | layer 1 best induction | best control | knockout of layer 1's induction "
+                "edges | copying accuracy | 1-layer model's best induction",
+                [[_ms(two[k]) for k in ("previous_token_L0", "induction_L1", "control", "knockout_L1", "repeat_acc")]
+                 + [_ms(one.get("induction_L0"))]],
+            )
+        )  # fmt: skip
     return Claim(
         12,
         "Head types in trained models: positional (layers 1-4), syntactic (5-16), induction (middle-late), sink (every layer)",
@@ -447,23 +342,22 @@ def claim_12(res: dict, reports: Path) -> Claim:
             "sink": "every layer",
         },
         m,
-        *judge_12(m),
-        [t],
+        checks_12(m),
+        tables,
         ["heads.png"],
-        finding=finding_12(m),
+        method="A 4-layer character model trained here (one seed), with the committed induction_heads, sinks and "
+        "sinks testbed studies (several seeds each).",
     )
 
 
 @functools.cache
 def sinks_uniform() -> float:
-    """Uniform attention's sink mass at the sinks study's block size (its config, as `make sweep`
-    composes it; composed once for claims 12 and 13)."""
+    """Uniform attention's sink mass at the sinks study's block size (its config, as `make sweep` composes it)."""
     return uniform_sink_mass(int(compose_config([f"experiment={studies.SINKS}"]).model.block_size))
 
 
 @functools.cache
 def testbed_block_size() -> int:
-    """The sinks testbed's block size (its config, as `make sweep` composes it)."""
     return int(compose_config([f"experiment={studies.SINKS_BB}"]).model.block_size)
 
 
@@ -473,59 +367,73 @@ def testbed_uniform() -> float:
     return uniform_sink_mass(testbed_block_size())
 
 
-def claim_13(res: dict, reports: Path) -> Claim:
+def claim_13_measurements(res: dict, reports: Path) -> dict:
+    from .streaming import streaming_measurements
+
     h = res["heads"]
-    base = uniform_sink_mass(h["block_size"])
-    final = [float(x.mean()) for x in h["sink_final"]]
-    init = [float(x.mean()) for x in h["sink_init"]]
-    top = max(float(x.max()) for x in h["sink_final"])
-    m = {
+    return {
         "text": {
-            "init": init,
-            "final": final,
-            "top": top,
-            "uniform": base,
+            "init": [float(x.mean()) for x in h["sink_init"]],
+            "final": [float(x.mean()) for x in h["sink_final"]],
+            "max_final": [float(x.max()) for x in h["sink_final"]],
+            "top": max(float(x.max()) for x in h["sink_final"]),
+            "uniform": uniform_sink_mass(h["block_size"]),
             "steps": res["settings"]["heads_steps"],
-            "n_sink_heads": sum(int((x > SINK_THRESHOLD).sum()) for x in h["sink_final"]),
         },
         "sinks": studies.sinks_measurements(reports, sinks_uniform()),
         "sinks_bb": studies.sinks_bb_measurements(reports, testbed_uniform(), testbed_block_size()),
+        "streaming_bb": streaming_measurements(reports)["studies"].get("streaming_bb"),
     }
+
+
+BB_COLUMNS = ("dormant", "active", "escape", "row_mass", "copy_acc", "max_prob", "entropy_norm", "val_loss")
+
+
+def claim_13(m: dict) -> Claim:
+    from .judge import bb_sinks, k_of_n
+
+    t, snk, bb = m["text"], m.get("sinks"), m.get("sinks_bb")
     tables = [
         Table(
-            f"Sink mass (mean weight on position 0) per layer, tiny GPT, {res['settings']['heads_steps']} steps",
-            ["layer", "at init", "after training", "max over heads after", "uniform attention"],
-            [
-                [i, fmt(a, 3), fmt(b, 3), fmt(float(x.max()), 3), fmt(base, 3)]
-                for i, (a, b, x) in enumerate(zip(init, final, h["sink_final"]))
-            ],
+            f"Sink mass (mean weight on position 0) per layer, tiny GPT, {t['steps']} steps, one seed",
+            "layer | at init | after training | max over heads after | uniform attention",
+            [[i, a, b, x, t["uniform"]] for i, (a, b, x) in enumerate(zip(t["init"], t["final"], t["max_final"]))],
             note="Training windows start at random offsets, so position 0 is an arbitrary character, not a BOS token.",
         )
     ]
-    if m["sinks"]:
-        s = m["sinks"]
+    if snk:
         tables.append(
             Table(
-                f"The sinks study ({s['source']}): per cell, each layer's largest head first-token weight, sink mass and escape mass",
-                ["cell", "seeds", "best sink head per layer", "sink mass per layer", "escape mass per layer"],
-                [
-                    [
-                        name,
-                        c["seeds"],
-                        *(" / ".join(fmt(x, 3) for x in c[k]) for k in ("sink_max", "sink_mass", "escape_mass")),
-                    ]
-                    for name, c in s["cells"].items()
-                ],
-                note=f"Uniform attention's sink mass at the study's block size: {s['uniform']:.3f}; a sink head: > {SINK_THRESHOLD} "
-                "(Gu et al. 2024). Escape mass: the weight an escape slot (model.attention.sink) sends nowhere.",
+                f"The sinks study ({snk['source']}): per cell, each layer's largest head first-token weight, sink mass and "
+                "escape mass (means over seeds)",
+                "cell | seeds | best sink head per layer | sink mass per layer | escape mass per layer",
+                [[name, c["seeds"], *(" / ".join(fmt(x, 3) for x in c[k]) for k in ("sink_max", "sink_mass", "escape_mass"))]
+                 for name, c in snk["cells"].items()],
+                note=f"Uniform attention's sink mass at the study's block size: {snk['uniform']:.3f}.",
             )
-        )
+        )  # fmt: skip
+    if bb:
+        loss = bb.get("window_loss")
+        tables.append(
+            Table(
+                f"The sinks testbed ({bb['source']}: one layer, one head; trigger queries need the previous token, the "
+                "dormant ones nothing): per arm, the range over seeds",
+                ["arm", "sink in", *BB_COLUMNS],
+                [[name, k_of_n(bb_sinks(a))["seeds"], *(span(a.get(k, [])) for k in BB_COLUMNS)] for name, a in bb["arms"].items()],
+                note=f"dormant / active: the first-token weight of the queries that need no attention / that do; uniform "
+                f"attention gives {bb['uniform']:.3f}. max_prob and entropy_norm are over all queries. SGD reaching a copy "
+                f"accuracy under {COPY_SOLVED} does not separate the optimiser from how far training got."
+                + (f" Window arms' val loss (kept in view - not): {loss['diff']:+.2g} nats, 95 % interval "
+                   f"{loss['ci95'][0]:+.2g} to {loss['ci95'][1]:+.2g}, Holm p {loss['p_holm']:.2g}." if loss else ""),
+            )
+        )  # fmt: skip
     return Claim(
         13,
         "Attention sink: the first token absorbs weight because softmax must sum to 1",
         {"sink": "first token absorbs a large share of attention", "cause": "softmax sums to 1"},
         m,
-        *judge_13(m),
+        checks_13(m),
         tables,
-        finding=finding_13(m),
+        method="The character model trained here (one seed), the committed sinks study (BOS x escape slot) and the "
+        "sinks testbed, with learned positions and with RoPE (the streaming_bb study).",
     )

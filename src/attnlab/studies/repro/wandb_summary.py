@@ -9,7 +9,7 @@ from .verdict import VERDICTS
 
 def log_repro_summary(results: list[dict], logs: Path, mode: str = "offline", project: str = "attnlab") -> Path | None:
     """The repro's verdicts as one W&B run (``repro``, group ``repro``, job type ``summary``): a Table of every
-    claim with its verdict and reason, and the tally (``verdicts/<value>``: claims with that verdict) as the
+    claim with its verdict and its checks that did not hold, and the tally (``verdicts/<value>``: claims with that verdict) as the
     run's summary. Files under ``logs`` (``make sync`` uploads offline runs); returns the run dir, or None when
     W&B failed (the report files are complete without it)."""
     import wandb
@@ -28,8 +28,16 @@ def log_repro_summary(results: list[dict], logs: Path, mode: str = "offline", pr
         )
         try:
             table = wandb.Table(
-                columns=["id", "claim", "verdict", "reason"],
-                data=[[r["id"], r["claim"], r["verdict"], r["reason"]] for r in results],
+                columns=["id", "claim", "verdict", "not holding"],
+                data=[
+                    [
+                        r["id"],
+                        r["claim"],
+                        r["verdict"],
+                        "; ".join(k["name"] for k in r["checks"] if k["passed"] is not True),
+                    ]
+                    for r in results
+                ],
             )
             run.log({"verdicts": table})
             for v in VERDICTS:
