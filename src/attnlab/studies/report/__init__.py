@@ -64,7 +64,7 @@ def baseline_of(runs) -> dict | None:
 
 def build_report(sweep_dirs, reports: Path = Path("reports"), replace: bool = False, draw: bool = True) -> dict:
     """Add the runs of ``sweep_dirs`` to their study's runs.csv (or, with ``replace``, start it from them) and
-    rebuild the report; returns the summary of the default budget's report (else the last one written).
+    rebuild the report; returns the summary of the last report written.
     ``draw=False``: the pages and data without redrawing the figures."""
     sweep_dirs = [Path(d) for d in ([sweep_dirs] if isinstance(sweep_dirs, (str, Path)) else sweep_dirs)]
     runs = load_sweeps(sweep_dirs)
@@ -83,7 +83,9 @@ def build_report(sweep_dirs, reports: Path = Path("reports"), replace: bool = Fa
     baseline = baseline_of(runs)
     summary = {}
     for budget, rows in frame.groupby("budget", sort=False):
-        out = reports / name if budget == DEFAULT_BUDGET else reports / name / re.sub(r"[^\w.=-]+", "_", budget)
+        out = reports / name
+        if (out / "summary.json").is_file() and budget != study_budget(out):  # another budget: beside the study's own
+            out = out / re.sub(r"[^\w.=-]+", "_", budget)
         committed = None
         if (out / "runs.csv").is_file():
             committed = read_runs(out / "runs.csv")
@@ -127,9 +129,14 @@ def build_report(sweep_dirs, reports: Path = Path("reports"), replace: bool = Fa
         print(
             f"attnlab: {len(merged)} runs ({len(rows) - len(duplicates)} added) -> {out}/runs.csv, ablation.md, index.html"
         )
-        if budget == DEFAULT_BUDGET:
-            break
     return summary
+
+
+def study_budget(out: Path) -> str:
+    """The budget of a committed report's runs (a report written before runs.csv: the default one)."""
+    if not (out / "runs.csv").is_file():
+        return DEFAULT_BUDGET
+    return str(pd.read_csv(out / "runs.csv", usecols=["budget"], dtype=str, keep_default_na=False)["budget"].iloc[0])
 
 
 def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict:
@@ -290,7 +297,7 @@ def summary_json(view: dict, frame, cells, effects, arms, out: Path) -> dict:
         "cells": len(cells),
         "failed": sum(c.n_failed for c in cells),
         "seeds_per_cell": view["seeds"],
-        "out": f"reports/{out.name}" if out.parent.name == "reports" else out.name,
+        "out": f"reports/{view['study']}" + ("" if out.name == view["study"] else f"/{out.name}"),
         "question": {**vars(view["question"])},
         "headline": " ".join(TEMPLATES.get_template("headline.j2").render(**view, words=render.WORDS).split()),
         "contrasts": {m: [_contrast(c) for c in f] for m, f in families.items()},
@@ -412,6 +419,8 @@ def summary_json(view: dict, frame, cells, effects, arms, out: Path) -> dict:
 
 
 def _json_default(value):
+    if value is pd.NA:  # a run without a seed id
+        return None
     if hasattr(value, "item"):
         return value.item()
     if isinstance(value, tuple):
