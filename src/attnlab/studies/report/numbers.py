@@ -72,3 +72,13 @@ def k_of_n_text(k: int, n: int, unit: str = "seeds") -> str:
     """'8 of 10 seeds (95 % Wilson interval 0.49-0.94)': a bimodal outcome as a count with its uncertainty."""
     lo, hi = wilson(k, n)
     return f"{k} of {n} {unit} (95 % Wilson interval {lo:.2f}-{hi:.2f})"
+
+
+def head_type_text(counts: dict[str, list[int]]) -> str:
+    """{type: heads per seed} -> 'induction 1 (2/3 seeds), content 1' (mean heads per seed), as the claims quote it."""
+    parts = []
+    for kind, per_seed in sorted(counts.items(), key=lambda kv: -sum(kv[1])):
+        having = sum(n > 0 for n in per_seed)
+        share = f" ({having}/{len(per_seed)} seeds)" if having < len(per_seed) else ""
+        parts.append(f"{kind} {sum(per_seed) / len(per_seed):.3g}{share}")
+    return ", ".join(parts) or "-"
