@@ -17,6 +17,7 @@ JOBS   ?= 2
 LAUNCHER ?= local
 PARTITION ?=
 STUDY  ?=
+REPLACE ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help install lock lint wheelhouse offline-check train test test-all sweep table repro bench sample gpu-check dashboard sync clean
@@ -59,8 +60,8 @@ test-all: $(STAMP) ## run every test, the slow ones too
 sweep: $(STAMP) ## Hydra multirun of a study (SWEEP=dk_scaling|backends|..., SEEDS=n, JOBS=2 parallel jobs of 1 thread; LAUNCHER=slurm [PARTITION=p]: as SLURM jobs), then make table
 	$(BIN)/attnlab sweep --study $(SWEEP) --seeds $(SEEDS) --jobs $(JOBS) --launcher $(LAUNCHER) $(if $(PARTITION),--partition $(PARTITION)) $(ARGS)
 
-table: $(STAMP) ## aggregate sweeps into reports/<study>/: 95 % intervals over seeds, Welch tests with Holm (DIR="a b c" merges dirs; default the latest)
-	$(BIN)/attnlab table $(DIR)
+table: $(STAMP) ## add sweeps' runs to reports/<study>/runs.csv and rebuild its report (DIR="a b c"; default the latest; REPLACE=1: from these runs alone)
+	$(BIN)/attnlab table $(DIR) $(if $(REPLACE),--replace)
 
 repro: $(STAMP) ## reproduce and check the source articles' claims into reports/repro/ (REPRO=fast: no training claims, writes reports/repro/fast/)
 	$(BIN)/attnlab repro --mode $(REPRO) $(ARGS)

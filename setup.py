@@ -8,5 +8,5 @@ from setuptools import find_packages, setup
 setup(
     packages=[*find_packages("src"), "attnlab.conf"],
     package_dir={"": "src", "attnlab.conf": "conf"},
-    package_data={"attnlab.conf": ["**/*.yaml"]},
+    package_data={"attnlab.conf": ["**/*.yaml"], "attnlab.studies.report": ["templates/*.j2"]},
 )

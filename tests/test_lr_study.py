@@ -1,5 +1,5 @@
-"""The LR-sensitivity report: per-seed sensitivities over the grid, the critical rate, qk-norm's difference
-judged against the seed-to-seed spread, the sentences' choices and the Fig. 1 plot, on fabricated runs."""
+"""The LR-sensitivity report on fabricated runs: per-seed sensitivities over the grid, the critical rate,
+qk-norm's effect tested per size, and the size x qk-norm interaction as the difference of two differences."""
 
 from __future__ import annotations
 
@@ -9,16 +9,10 @@ import statistics
 
 import pytest
 
+from attnlab.studies import stats
 from attnlab.studies.report import build_report
-from attnlab.studies.report.aggregate import group_cells, load_runs, swept_axes
-from attnlab.studies.report.lr import (
-    arms,
-    critical_sentences,
-    qk_norm_findings,
-    qk_sentence,
-    size_trend,
-    trend_sentence,
-)
+from attnlab.studies.report.data import read_runs
+from attnlab.studies.report.lr import arms
 
 LRS = ["1e-3", "1e-2", "1e-1"]
 VOCAB = 50  # initial loss ln 50 = 3.91
@@ -40,8 +34,9 @@ def fake(root, size, qk, lr, seed, loss, logit):
 
 
 def losses(size, qk, lr, seed):
-    """Without qk-norm the large model comes apart at 1e-1 (diverges for seed 2); everything else is flat."""
-    base = {"1e-3": 2.5, "1e-2": 2.0, "1e-1": 2.2}[lr] + 0.01 * seed
+    """Without qk-norm the large model comes apart at 1e-1 (diverges for seed 2); everything else is flat but
+    for a seed-dependent wobble."""
+    base = {"1e-3": 2.5, "1e-2": 2.0, "1e-1": 2.2}[lr] + 0.01 * seed + (0.02 * seed if lr == "1e-3" else 0)
     if size == "big" and qk == "false" and lr == "1e-1":
         return None if seed == 2 else 3.6 + 0.01 * seed
     return base
@@ -55,69 +50,61 @@ def study(tmp_path):
                 for seed in range(3):
                     logit = 500.0 if qk == "false" and lr == "1e-1" else 8.0
                     fake(tmp_path / "sweep", size, qk, lr, seed, losses(size, qk, lr, seed), logit)
-    runs = load_runs(tmp_path / "sweep")
-    axes = swept_axes(runs)
-    return tmp_path, arms(group_cells(runs, axes), axes)
+    summary = build_report(tmp_path / "sweep", reports=tmp_path / "reports", draw=False)
+    frame = read_runs(tmp_path / "reports" / "lrfake" / "runs.csv")
+    return summary, arms(frame, list(frame.columns[:3]))
 
 
 def test_per_seed_sensitivity_and_critical_rate(study):
     _, found = study
-    big_off = next(a for a in found if a.size == "model=big" and a.arm == "qk_norm=false")
+    big_off = next(a for a in found if a.size_label == "model=big" and a.label == "qk_norm=false")
     init = math.log(VOCAB)
     expected = [
-        statistics.fmean([2.5 + 0.01 * s, 2.0 + 0.01 * s, init if s == 2 else 3.6 + 0.01 * s]) - (2.0 + 0.01 * s)
+        statistics.fmean([2.5 + 0.03 * s, 2.0 + 0.01 * s, init if s == 2 else 3.6 + 0.01 * s]) - (2.0 + 0.01 * s)
         for s in range(3)
     ]
-    assert big_off.per_seed() == pytest.approx(expected)
-    assert big_off.critical_lr() == 1e-1 and big_off.failed[1e-1] == 1
-    small_on = next(a for a in found if a.size == "model=small" and a.arm == "qk_norm=true")
-    assert small_on.critical_lr() is None and small_on.best_lr == 1e-2
-    assert big_off.ceiling == pytest.approx(init)  # no unigram level known: the initial loss
+    assert big_off.initial == pytest.approx(init) and big_off.per_seed() == pytest.approx(expected)
+    assert big_off.critical_lr(None) == 1e-1 and big_off.failed[1e-1] == 1
+    small_on = next(a for a in found if a.size_label == "model=small" and a.label == "qk_norm=true")
+    assert small_on.critical_lr(None) is None and small_on.best_lr == 1e-2
     assert big_off.logits[1e-1] == [pytest.approx(500.0), pytest.approx(250.0)]  # the failed seed has none
+    assert [a.size_label for a in found][:2] == ["model=small"] * 2  # ordered by size
 
 
-def test_the_critical_rate_is_measured_towards_the_unigram_level(tmp_path):
-    """A loss that comes apart falls back to the unigram level: halfway there is the critical rate, even when
-    it is far from halfway back to the initial loss."""
-    for lr, loss in {"1e-3": 2.0, "1e-2": 2.2, "1e-1": 2.7}.items():
-        fake(tmp_path / "s", "m", "false", lr, 0, loss, 8.0)
-    runs = load_runs(tmp_path / "s")
-    cells = group_cells(runs, ["optim.lr"])
-    (plain_arm,) = arms(cells, ["optim.lr"])
-    (arm,) = arms(cells, ["optim.lr"], context_free=2.75)
-    assert plain_arm.critical_lr() is None  # 2.7 < 2.0 + 0.5 (ln 50 - 2.0) = 2.96
-    assert arm.critical_lr() == 1e-1  # 2.7 >= 2.0 + 0.5 (2.75 - 2.0)
-    assert "1 of 1 arms end within" in critical_sentences([arm])[1]
-
-
-def test_qk_norm_and_size_are_judged_against_the_seed_spread(study):
+def test_the_critical_rate_is_measured_towards_the_unigram_level(study):
     _, found = study
-    qk = {f["size"]: f for f in qk_norm_findings(found)}
-    assert qk["model=big"]["beyond_spread"] and qk["model=big"]["difference"] > 0.4
-    assert not qk["model=small"]["beyond_spread"]  # identical per-seed values: nothing to tell apart
-    trend = {t["arm"]: t for t in size_trend(found)}
-    assert trend["qk_norm=false"]["beyond_spread"] and trend["qk_norm=false"]["large"] > trend["qk_norm=false"]["small"]
-    assert not trend["qk_norm=true"]["beyond_spread"]
-    said = qk_sentence(found)
-    assert "lowers the LR sensitivity in 1 of 2" in said and "raises" not in said
-    said = trend_sentence(found)
-    assert "grows for qk_norm=false" in said and "the other 1" in said
-    upper = {f["size"]: f for f in qk_norm_findings(found, upper=True)}
-    assert upper["model=big"]["beyond_spread"] and not upper["model=small"]["beyond_spread"]
-    flat = [a for a in found if a.arm == "qk_norm=true"]  # 2.0 at the best rate, 2.2 above it
-    assert all(v == pytest.approx(0.1) for a in flat for v in a.per_seed(upper=True))
+    arm = next(a for a in found if a.size_label == "model=small" and a.label == "qk_norm=false")
+    assert arm.critical_lr(None) is None  # 2.2 < 2.0 + 0.5 (ln 50 - 2.0)
+    assert arm.critical_lr(2.3) == 1e-1  # 2.2 >= 2.0 + 0.5 (2.3 - 2.0)
 
 
-def test_the_report_carries_the_section_and_the_plot(study):
-    root, _ = study
-    summary = build_report(root / "sweep", reports=root / "reports")
-    lr = summary["lr_sensitivity"]
-    assert {(a["size"], a["arm"]) for a in lr["arms"]} == {
-        (s, f"qk_norm={q}") for s in ("model=small", "model=big") for q in ("false", "true")
-    }
-    assert (root / "reports" / "lrfake" / "lr_sensitivity.png").stat().st_size > 0
-    md = (root / "reports" / "lrfake" / "ablation.md").read_text()
-    assert "LR sensitivity (Wortsman et al. 2023)" in md
+def test_qk_norm_is_tested_per_size_and_its_change_across_sizes(study):
+    summary, found = study
+    family = {c["where"]: c for c in summary["contrasts"]["lr_sensitivity"]}
+    assert family["model=big"]["verdict"] == "lower" and family["model=big"]["diff"] < -0.4
+    assert family["model=small"]["verdict"] == "none"  # same values with and without qk-norm
+    by = {(a.size_label, a.label): a.per_seed() for a in found}
+    effect = {s: (by[(f"model={s}", "qk_norm=true")], by[(f"model={s}", "qk_norm=false")]) for s in ("small", "big")}
+    (cross,) = [x for x in summary["interactions"] if x["metric"] == "lr_sensitivity"]
+    expected = sum(statistics.fmean(on) - statistics.fmean(off) for on, off in [effect["big"]]) - sum(
+        statistics.fmean(on) - statistics.fmean(off) for on, off in [effect["small"]]
+    )
+    assert (cross["first"], cross["last"]) == ("small", "big") and cross["diff"] == pytest.approx(expected)
+    cells = [
+        (statistics.fmean(v), statistics.stdev(v), 3, sign)
+        for v, sign in zip([*effect["big"], *effect["small"]], (1, -1, -1, 1))
+    ]
+    assert cross["p"] == pytest.approx(stats.interaction(cells).p) and cross["verdict"] == "smaller"
+
+
+def test_one_seed_is_untested_not_no_difference(tmp_path):
+    for size in ("small", "big"):
+        for qk in ("false", "true"):
+            for lr in LRS:
+                fake(tmp_path / "one", size, qk, lr, 0, losses(size, qk, lr, 0), 8.0)
+    summary = build_report(tmp_path / "one", reports=tmp_path / "reports", draw=False)
+    assert {c["verdict"] for c in summary["contrasts"]["lr_sensitivity"]} == {"untested"}
+    assert {x["verdict"] for x in summary["interactions"]} == {"untested"}
 
 
 def test_token_corpus_levels(tmp_path):
@@ -134,14 +121,3 @@ def test_token_corpus_levels(tmp_path):
     assert level["unigram"] == pytest.approx(math.log(3), abs=1e-3)
     assert level["bigram_add_k"] == min(SMOOTHING) and level["bigram"] < 0.01
     assert token_levels(tmp_path / "missing", vocab=3) is None
-
-
-def test_one_seed_is_untested_not_no_difference(tmp_path):
-    for size in ("small", "big"):
-        for qk in ("false", "true"):
-            for lr in LRS:
-                fake(tmp_path / "one", size, qk, lr, 0, losses(size, qk, lr, 0), 8.0)
-    runs = load_runs(tmp_path / "one")
-    axes = swept_axes(runs)
-    found = arms(group_cells(runs, axes), axes)
-    assert "untested" in qk_sentence(found) and "untested" in trend_sentence(found)

@@ -17,15 +17,17 @@ import pytest
 import torch
 import yaml
 from omegaconf import OmegaConf
-from test_report_layout import ci, md_tables, table_with
+from scipy import stats as scipy_stats
 
 from attnlab.config import CONF_DIR, compose_config
 from attnlab.profiling import UNKNOWN_BLOCK
+from attnlab.studies import stats
 from attnlab.studies.report import build_report
 from attnlab.studies.report.aggregate import group_cells, load_runs, swept_axes
+from attnlab.studies.report.analysis import cells_from_runs, pooled
+from attnlab.studies.report.data import read_runs
 from attnlab.studies.report.lr import arms as lr_arms
-from attnlab.studies.report.numbers import mean_interval, mean_pm_std
-from attnlab.studies.report.significance import welch
+from attnlab.studies.report.numbers import mean_pm_std
 from attnlab.studies.sweep import SweepProgress, studies, sweep_axes
 from attnlab.tools.dashboard import main as dashboard_main
 
@@ -99,30 +101,17 @@ def test_default_sweep_path_end_to_end(tmp_path):
     spans = [((r.parent / ".hydra" / "config.yaml").stat().st_mtime, r.stat().st_mtime) for r in ok]
     assert any(a0 < b1 and b0 < a1 for i, (a0, a1) in enumerate(spans) for b0, b1 in spans[i + 1 :])
 
-    report = tmp_path / "reports" / "smoke"
-    lines = (report / "ablation.csv").read_text().splitlines()
-    header, rows = lines[0].split(","), [r.split(",") for r in lines[1:]]
-    assert len(rows) == 4  # 2 d_k x 2 scalings, one row per cell, the seed left out
-    col = {name: i for i, name in enumerate(header)}
-    for row in rows:
-        if row[col["model.d_k"]] == "-1":
-            assert row[col["n_failed"]] == "2" and "model.d_k" in row[col["errors"]]
-        else:
-            assert (
-                row[col["n_ok"]] == "2"
-                and float(row[col["val/loss_mean"]]) < 10
-                and float(row[col["val/loss_std"]]) > 0
-            )
-            assert float(row[col["attn/L0/entropy_norm_mean"]]) > 0
-    md = (report / "ablation.md").read_text()
-    _, main = md_tables(md)[0]
-    main = [r for r in main if r["seeds"] != "-"]  # the cells, not the attention-free row
-    assert sorted(r["seeds"] for r in main) == ["0, FAILED 2", "0, FAILED 2", "2", "2"] and "## Failed runs" in md
-    assert all(ci(r["val loss"]) for r in main if r["seeds"] == "2")  # mean [95 % interval] over the 2 seeds
-    assert "## Scaled vs unscaled" in md and table_with(md, "difference [95 % CI]")[1][0]["seeds"] == "2, 2"
-    assert (report / "index.html").read_text().count('class="failed"') == 2
+    (runs_csv,) = (tmp_path / "reports" / "smoke").glob("**/runs.csv")  # the sweep's overrides: its own budget
+    report = runs_csv.parent
+    runs = read_runs(runs_csv)
+    failed = runs[runs["status"] == "failed"]
+    assert len(runs) == 8 and set(failed["model.d_k"]) == {"-1"} and failed["error"].str.contains("model.d_k").all()
+    ok = runs[runs["status"] == "ok"]
+    assert len(ok) == 4 and (ok["val/loss"] < 10).all() and (ok["attn/L0/entropy_norm"] > 0).all()
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["failed"] == 4 and summary["seeds_per_cell"] == "0-2"
     assert (report / "val_loss_vs_dk.png").exists() and (report / "max_logit_over_training.png").exists()
-    (pair,) = json.loads((report / "summary.json").read_text())["scaled_vs_unscaled"]
+    (pair,) = summary["scaled_vs_unscaled"]
     assert pair["where"] == "d_k=16" and pair["n"] == [2, 2] and 0 <= pair["p"] <= 1
 
 
@@ -264,12 +253,12 @@ def test_aggregation_means_and_std_over_seeds(tmp_path):
         assert cells[key].mean("val/loss") == pytest.approx(statistics.fmean(values))
         assert cells[key].std("val/loss") == pytest.approx(statistics.stdev(values))
     assert len(cells[("32", "inv_sqrt_d")].failed) == 1 and cells[("32", "inv_sqrt_d")].mean("val/loss") is None
-    summary = build_report(tmp_path / "sweep", reports=tmp_path / "reports")
+    summary = build_report(tmp_path / "sweep", reports=tmp_path / "reports", draw=False)
     assert summary["cells"] == 4 and summary["failed"] == 1
-    md = (tmp_path / "reports" / "fake" / "ablation.md").read_text()
-    row = next(r for r in md_tables(md)[0][1] if (r["d_k"], r["scaling"]) == ("16", "none"))
-    lo, hi = mean_interval(statistics.fmean(losses[("16", "none")]), statistics.stdev(losses[("16", "none")]), 3)
-    assert ci(row["val loss"]) == pytest.approx((2.27, lo, hi), abs=0.01) and row["seeds"] == "3"
+    cell = next(c for c in summary["cells_ci95"] if c["axes"] == {"model.d_k": "16", "model.attention.scaling": "none"})
+    mean, lo, hi = stats.t_interval(losses[("16", "none")])
+    assert cell["n"] == 3 and cell["metrics"]["val/loss"]["mean"] == pytest.approx(mean)
+    assert cell["metrics"]["val/loss"]["ci95"] == pytest.approx([lo, hi])
     assert summary["seeds_per_cell"] == "0-3"  # the failed cell has none
 
 
@@ -289,15 +278,6 @@ def test_aggregation_means_and_std_over_seeds(tmp_path):
 )
 def test_mean_pm_std_shows_the_std_to_two_significant_digits(mean, std, n, text):
     assert mean_pm_std(mean, std, n) == text
-
-
-def test_welch_t_test_against_the_closed_form_for_two_degrees_of_freedom():
-    # a = [0, 2], b = [3, 5]: both variances 2, so t = 3 / sqrt(2), df = 2, and for df = 2 the
-    # t distribution's tail is closed-form: p = 1 - |t| / sqrt(2 + t^2)
-    w = welch([0.0, 2.0], [3.0, 5.0])
-    t = 3 / math.sqrt(2)
-    assert w.t == pytest.approx(t) and w.df == pytest.approx(2.0) and w.p == pytest.approx(1 - t / math.sqrt(2 + t * t))
-    assert welch([1.0], [2.0, 3.0]) is None and welch([1.0, 1.0], [2.0, 2.0]) is None
 
 
 def fake_study(root: Path, seeds: list[int], losses: dict) -> list[Path]:
@@ -339,31 +319,24 @@ def test_report_merges_sweep_dirs_and_marks_differences_beyond_seed_noise(tmp_pa
 
     dirs = fake_study(tmp_path, [0, 1, 2], STUDY)
     assert report_main([*map(str, dirs), "--reports", str(tmp_path / "r")]) == 0
-    md = (tmp_path / "r" / "fake" / "ablation.md").read_text()
-    header, main = md_tables(md)[0]
-    assert header[:4] == ["d_k", "scaling", "init_std", "seeds"]  # every varying axis, the seed left out
-    assert [r["seeds"] for r in main] == ["3"] * 8
-    _, pairs = table_with(md, "difference [95 % CI]")
-    direction = {r["where"]: r["direction"] for r in pairs}
-    assert direction == {
-        "d_k=16, init_std=0.02": "scaled higher",
-        "d_k=16, init_std=fan_in": "scaled lower",
-        "d_k=32, init_std=0.02": "no difference beyond seed noise",
-        "d_k=32, init_std=fan_in": "no difference beyond seed noise",
-    }
+    runs = read_runs(tmp_path / "r" / "fake" / "runs.csv")
+    assert list(runs.columns[:4]) == ["model.d_k", "model.attention.scaling", "model.init_std", "seed"]
+    assert len(runs) == 24 and set(runs["seed"]) == {0, 1, 2}
     summary = json.loads((tmp_path / "r" / "fake" / "summary.json").read_text())
-    for r, p in zip(
-        pairs, summary["scaled_vs_unscaled"]
-    ):  # the interval contains the difference, and holds 0 when within noise
-        d, lo, hi = ci(r["difference [95 % CI]"])
-        assert lo < d < hi and p["ci95"][0] < p["diff"] < p["ci95"][1]
-        assert (p["ci95"][0] < 0 < p["ci95"][1]) == (not p["beyond_noise"]) or p["p"] < 0.05
-    expected = welch(STUDY[("16", "none", "0.02")], STUDY[("16", "inv_sqrt_d", "0.02")])
+    assert {p["where"]: p["verdict"] for p in summary["scaled_vs_unscaled"]} == {
+        "d_k=16, init_std=0.02": "higher",
+        "d_k=16, init_std=fan_in": "lower",
+        "d_k=32, init_std=0.02": "none",
+        "d_k=32, init_std=fan_in": "none",
+    }
+    for p in summary["scaled_vs_unscaled"]:  # the interval holds the difference, and 0 when within noise
+        assert p["ci95"][0] < p["diff"] < p["ci95"][1]
+        assert (p["ci95"][0] < 0 < p["ci95"][1]) == (p["p"] >= 0.05)
+    expected = stats.welch(STUDY[("16", "none", "0.02")], STUDY[("16", "inv_sqrt_d", "0.02")])
     pair = next(p for p in summary["scaled_vs_unscaled"] if p["where"] == "d_k=16, init_std=0.02")
     assert pair["p"] == pytest.approx(expected.p) and pair["beyond_noise"] and len(summary["sweep_dirs"]) == 3
     raw = sorted(p["p"] for p in summary["scaled_vs_unscaled"])
     assert min(p["p_holm"] for p in summary["scaled_vs_unscaled"]) == pytest.approx(4 * raw[0])
-    # per-seed values with their seed ids: what a per-seed range in the docs is quoted from
     cell = next(
         c
         for c in summary["per_seed"]
@@ -374,11 +347,9 @@ def test_report_merges_sweep_dirs_and_marks_differences_beyond_seed_noise(tmp_pa
 
 def test_one_seed_claims_no_significance(tmp_path):
     dirs = fake_study(tmp_path, [0], STUDY)
-    build_report(dirs, reports=tmp_path / "r")
-    md = (tmp_path / "r" / "fake" / "ablation.md").read_text()
-    assert all("[" not in r["val loss"] for r in md_tables(md)[0][1])  # one seed: no interval
-    summary = json.loads((tmp_path / "r" / "fake" / "summary.json").read_text())
-    assert [p["direction"] for p in summary["scaled_vs_unscaled"]] == ["untested (1 seed)"] * 4
+    summary = build_report(dirs, reports=tmp_path / "r", draw=False)
+    assert all(c["metrics"]["val/loss"]["ci95"] is None for c in summary["cells_ci95"])  # one seed: no interval
+    assert [p["verdict"] for p in summary["scaled_vs_unscaled"]] == ["untested"] * 4
     assert not any(p["beyond_noise"] for p in summary["scaled_vs_unscaled"])
 
 
@@ -420,17 +391,13 @@ def test_head_columns_appear_only_when_the_runs_logged_them(tmp_path):
     (tmp_path / "tasks" / "a" / "heads.json").write_text(json.dumps({"heads": [], "history": history}))
     build_report(tmp_path / "tasks", reports=tmp_path / "r1")
     assert (tmp_path / "r1" / "fake" / "heads_over_training.png").stat().st_size > 0
-    build_report(tmp_path / "text", reports=tmp_path / "r2")
-    md = (tmp_path / "r1" / "fake" / "ablation.md").read_text()
-    assert {"repeat acc (probe)", "induction control (best head)"} <= set(md_tables(md)[0][0])
-    _, knockout = table_with(md, "L1", after="### induction_knockout_all_heads")
-    assert (knockout[0]["L0"], knockout[0]["L1"]) == ("0.780", "-0.001")  # knockout per layer, L0 then L1 (one seed)
-    csv_header = (tmp_path / "r1" / "fake" / "ablation.csv").read_text().splitlines()[0]
-    assert "heads/L1/induction_knockout_all_heads_mean" in csv_header
-    _, phase = table_with(md, "step: median")
-    assert (phase[0]["step: median"], phase[0]["step: range"]) == ("5", "5-5")  # copying reaches 0.5 at step 5
-    plain = (tmp_path / "r2" / "fake" / "ablation.md").read_text()
-    assert "repeat acc" not in plain and "knockout" not in plain and "Phase change" not in plain
+    summary = build_report(tmp_path / "text", reports=tmp_path / "r2", draw=False)
+    runs = read_runs(tmp_path / "r1" / "fake" / "runs.csv")
+    assert runs["heads/L0/induction_knockout_all_heads"].tolist() == [0.78]
+    assert runs["heads/L1/induction_knockout_all_heads"].tolist() == [-0.001]
+    assert runs["phase/step"].tolist() == [5]  # copying reaches 0.5 at step 5
+    assert not any(c.startswith(("heads/", "phase/")) for c in read_runs(tmp_path / "r2" / "fake" / "runs.csv"))
+    assert summary["phase_change_steps"] == [] or summary["phase_change_steps"][0]["steps"] == []
     assert not (tmp_path / "r2" / "fake" / "heads_over_training.png").exists()
 
 
@@ -438,17 +405,14 @@ def test_recording_only_overrides_do_not_split_cells(tmp_path):
     fake_run(tmp_path / "a", "0", ["model.d_k=16", "seed=0", "logger=csv", "~callbacks.checkpoint=null"], 1.0)
     fake_run(tmp_path / "b", "1", ["model.d_k=16", "seed=1"], 1.2)
     fake_run(tmp_path / "b", "2", ["model.d_k=32", "seed=1"], 1.4)
-    build_report([tmp_path / "a", tmp_path / "b"], reports=tmp_path / "r")
-    md = (tmp_path / "r" / "fake" / "ablation.md").read_text()
-    header, rows = md_tables(md)[0]
-    assert (
-        header[:2] == ["d_k", "seeds"] and rows[0]["seeds"] == "2" and ci(rows[0]["val loss"])[0] == pytest.approx(1.1)
-    )
-    summary = json.loads((tmp_path / "r" / "fake" / "summary.json").read_text())
+    summary = build_report([tmp_path / "a", tmp_path / "b"], reports=tmp_path / "r", draw=False)
+    cells = cells_from_runs(read_runs(tmp_path / "r" / "fake" / "runs.csv"))
+    assert [c.axes for c in cells] == [{"model.d_k": "16"}, {"model.d_k": "32"}] and cells[0].n_ok == 2
+    assert cells[0].mean("val/loss") == pytest.approx(1.1)
     assert summary["recording_differences"] == ["callbacks.checkpoint ((default), null)", "logger ((default), csv)"]
     fake_run(tmp_path / "c", "3", ["model.d_k=16", "seed=2", "model.n_head=8"], 1.0)  # a real difference stays an axis
-    build_report([tmp_path / "b", tmp_path / "c"], reports=tmp_path / "r2")
-    assert md_tables((tmp_path / "r2" / "fake" / "ablation.md").read_text())[0][0][:3] == ["d_k", "n_head", "seeds"]
+    build_report([tmp_path / "b", tmp_path / "c"], reports=tmp_path / "r2", draw=False)
+    assert list(read_runs(tmp_path / "r2" / "fake" / "runs.csv").columns[:3]) == ["model.d_k", "model.n_head", "seed"]
 
 
 def test_head_types_per_layer_counted_per_seed(tmp_path):
@@ -463,33 +427,27 @@ def test_head_types_per_layer_counted_per_seed(tmp_path):
         path = tmp_path / "sweep" / f"s{seed}" / "results.json"
         path.write_text(json.dumps({**json.loads(path.read_text()), "heads": analysed}))
     fake_run(tmp_path / "sweep", "other", ["model.n_layer=1", "seed=0"], 1.0)  # no head analysis in this cell
-    summary = build_report(tmp_path / "sweep", reports=tmp_path / "r")
+    summary = build_report(tmp_path / "sweep", reports=tmp_path / "r", draw=False)
     types = {json.dumps(c["axes"]): c["layers"] for c in summary["head_types"]}
     assert types['{"model.n_layer": "2"}'] == [
         {"previous_token": [2, 2, 2]},
         {"content": [1, 0, 2], "induction": [1, 2, 0]},
     ]
     assert types['{"model.n_layer": "1"}'] == [{}, {}]
-    md = (tmp_path / "r" / "fake" / "ablation.md").read_text()
-    _, rows = table_with(md, "types in some seeds only")
-    two = next(r for r in rows if r["cell"] == "n_layer=2")
-    assert two["L0"] == "previous_token 2" and two["L1"] == "content 1 (2/3 seeds), induction 1 (2/3 seeds)"
-    assert [r["cell"] for r in rows] == ["n_layer=2"]  # the cell without a head analysis has no row
 
 
 def test_lr_sensitivity_definition(tmp_path):
     """Wortsman et al.: mean over LRs of min(loss, initial loss) - best loss; a diverged LR counts as the initial loss."""
-    import math
-
     grid = {"1e-3": 2.0, "1e-2": 3.0, "1e-1": None}
     for lr, loss in grid.items():
         fake_run(tmp_path / "s", f"lr{lr}", [f"optim.lr={lr}"], loss, vocab=100)
-    cells = group_cells(load_runs(tmp_path / "s"), ["optim.lr"])
+    build_report(tmp_path / "s", reports=tmp_path / "r", draw=False)
+    frame = read_runs(tmp_path / "r" / "fake" / "runs.csv")
     expected = statistics.fmean([2.0, 3.0, math.log(100)]) - 2.0
-    (arm,) = lr_arms(cells, ["optim.lr"])
+    (arm,) = lr_arms(frame, ["optim.lr"])
     assert arm.per_seed() == [pytest.approx(expected)]
     assert arm.best_lr == 1e-3 and arm.failed == {1e-3: 0, 1e-2: 0, 1e-1: 1}
-    assert arm.critical_lr() == 1e-1  # 4.6 is past halfway from 2.0 back to ln 100; 3.0 is not
+    assert arm.critical_lr(None) == 1e-1  # 4.6 is past halfway from 2.0 back to ln 100; 3.0 is not
 
 
 @pytest.mark.parametrize("study", studies())
@@ -550,35 +508,10 @@ def test_a_pair_with_one_seed_on_one_side_is_left_untested(tmp_path):
     dirs = fake_study(tmp_path, [0, 1, 2], STUDY)
     for d in dirs[1:]:
         shutil.rmtree(d / "16-none-0.02")  # that cell still runs: only seed 0 has finished
-    build_report(dirs, reports=tmp_path / "r")
-    md = (tmp_path / "r" / "fake" / "ablation.md").read_text()
-    row = next(r for r in md_tables(md)[0][1] if (r["d_k"], r["scaling"], r["init_std"]) == ("16", "none", "0.02"))
-    assert row["seeds"] == "1" and row["val loss"] == "1.800"
-    summary = json.loads((tmp_path / "r" / "fake" / "summary.json").read_text())
+    summary = build_report(dirs, reports=tmp_path / "r", draw=False)
     pairs = {p["where"]: p for p in summary["scaled_vs_unscaled"]}
-    assert pairs["d_k=16, init_std=0.02"]["direction"] == "untested (1 seed)" and pairs["d_k=16, init_std=0.02"][
-        "n"
-    ] == [1, 3]
+    assert pairs["d_k=16, init_std=0.02"]["verdict"] == "untested" and pairs["d_k=16, init_std=0.02"]["n"] == [1, 3]
     assert sum(p["beyond_noise"] for p in pairs.values()) == 1 and summary["seeds_per_cell"] == "1-3"
-
-
-def test_holm_adjusts_the_family_and_keeps_the_order():
-    from attnlab.studies.report.significance import holm
-
-    # m = 4: 4 x 0.01, 3 x 0.02, 2 x 0.03 (kept monotone), 1 x 0.5; untested pairs stay None
-    adjusted = holm([0.03, 0.01, None, 0.5, 0.02])
-    assert adjusted[2] is None and adjusted[1] == pytest.approx(0.04) and adjusted[4] == pytest.approx(0.06)
-    assert adjusted[0] == pytest.approx(0.06) and adjusted[3] == pytest.approx(0.5)
-    assert holm([0.4, 0.9]) == pytest.approx([0.8, 0.9])
-
-
-def test_wilson_interval_for_a_mechanism_that_forms_in_some_seeds():
-    from attnlab.studies.report.significance import k_of_n_text, wilson
-
-    lo, hi = wilson(8, 10)
-    assert (round(lo, 3), round(hi, 3)) == (0.49, 0.943)  # the closed form at z = 1.96
-    assert wilson(0, 3)[0] == 0.0 and wilson(3, 3)[1] == 1.0 and 0 < wilson(3, 3)[0] < 1
-    assert k_of_n_text(8, 10) == "8 of 10 seeds (95 % Wilson interval 0.49-0.94)"
 
 
 CROSSED = {  # (bos, sink) -> val loss per seed: BOS helps by 0.1 in every stratum, the sink axis does nothing
@@ -602,39 +535,28 @@ def _crossed_study(root: Path, losses: dict) -> Path:
 
 
 def test_a_crossed_study_reports_each_axis_pooled_over_the_other(tmp_path):
-    build_report(_crossed_study(tmp_path / "s", CROSSED), reports=tmp_path / "r")
-    md = (tmp_path / "r" / "fake" / "ablation.md").read_text()
-    _, rows = table_with(md, "pooled difference [95 % CI]")
-    assert [(r["axis"], r["direction"]) for r in rows] == [
-        ("bos", "True lower"),
-        ("escape", "no difference beyond seed noise"),
-    ]
-    bos, sink = json.loads((tmp_path / "r" / "fake" / "summary.json").read_text())["pooled_effects"]
+    summary = build_report(_crossed_study(tmp_path / "s", CROSSED), reports=tmp_path / "r", draw=False)
+    bos, sink = summary["pooled_effects"]
     assert bos["ci95"][0] < -0.1 < bos["ci95"][1] < 0 and sink["ci95"][0] < 0 < sink["ci95"][1]
     assert bos["axis"] == "data.bos" and bos["diff"] == pytest.approx(-0.1) and bos["beyond_noise"]
     assert sink["level"] == "learned" and sink["reference"] == "none" and not sink["beyond_noise"]
-    # the opposite measurement: BOS does nothing either, and the text says so
-    flat = {k: [v - 0.1 * (k[0] == "False") for v in vals] for k, vals in CROSSED.items()}
-    build_report(_crossed_study(tmp_path / "flat", flat), reports=tmp_path / "r2")
-    bos2 = json.loads((tmp_path / "r2" / "fake" / "summary.json").read_text())["pooled_effects"][0]
+    flat = {k: [v - 0.1 * (k[0] == "False") for v in vals] for k, vals in CROSSED.items()}  # BOS does nothing either
+    bos2 = build_report(_crossed_study(tmp_path / "flat", flat), reports=tmp_path / "r2", draw=False)["pooled_effects"][
+        0
+    ]
     assert not bos2["beyond_noise"] and abs(bos2["diff"]) < 0.01
 
 
-def test_pooled_effect_matches_a_stratified_welch_by_hand():
-    from attnlab.studies.report.aggregate import Cell
-    from attnlab.studies.report.significance import factor_effects
-
-    def cell(bos, sink, values):
-        c = Cell({"data.bos": bos, "model.attention.escape": sink})
-        c.values = lambda key, v=values: v  # what the test reads
-        return c
-
-    cells = [cell(b, s, v) for (b, s), v in CROSSED.items()]
-    effect = factor_effects(cells, ["data.bos", "model.attention.escape"])[0]
+def test_pooled_effect_matches_a_stratified_welch_by_hand(tmp_path):
+    build_report(_crossed_study(tmp_path / "s", CROSSED), reports=tmp_path / "r", draw=False)
+    cells = cells_from_runs(read_runs(tmp_path / "r" / "fake" / "runs.csv"))
+    effect = pooled(cells, ["data.bos", "model.attention.escape"], "val/loss")[0]
     v = [statistics.variance(x) / 3 for x in CROSSED.values()]
     se = math.sqrt(sum(v)) / 2
-    assert effect.diff == pytest.approx(-0.1) and effect.test.t == pytest.approx(-0.1 / se)
-    assert effect.test.df == pytest.approx(sum(v) ** 2 / sum(x**2 / 2 for x in v))
+    assert effect["diff"] == pytest.approx(-0.1) and effect["test"].p == pytest.approx(
+        2 * scipy_stats.t.sf(0.1 / se, sum(v) ** 2 / sum(x**2 / 2 for x in v))
+    )
+    assert effect["test"].df == pytest.approx(sum(v) ** 2 / sum(x**2 / 2 for x in v))
 
 
 def test_text_val_windows_do_not_depend_on_the_training_seed():
@@ -659,30 +581,3 @@ def test_task_val_stream_does_not_depend_on_the_training_seed():
         dm.setup("fit")
         sets.append((dm.val_set.sequences(0)[0], dm.train_set.sequences(0)[0]))
     assert (sets[0][0] == sets[1][0]).all() and not (sets[0][1] == sets[1][1]).all()
-
-
-def test_restat_from_the_csv_alone_gives_the_tests_the_runs_give(tmp_path):
-    """A report's significance recomputed from ablation.csv's means, stds and counts equals the one made from the runs."""
-    from attnlab.studies.report.restat import restat, standins
-
-    vals = standins(1.5, 0.2, 4)
-    assert statistics.fmean(vals) == pytest.approx(1.5) and statistics.stdev(vals) == pytest.approx(0.2)
-    build_report(fake_study(tmp_path, [0, 1, 2], STUDY), reports=tmp_path / "r")
-    out = tmp_path / "r" / "fake"
-    before = json.loads((out / "summary.json").read_text())
-    (out / "summary.json").write_text(
-        json.dumps({k: v for k, v in before.items() if k != "per_seed"})
-    )  # as a committed table
-    after = restat(out)
-    for a, b in zip(before["scaled_vs_unscaled"], after["pairs"]):
-        assert (a["where"], a["beyond_noise"], a["direction"]) == (b["where"], b["beyond_noise"], b["direction"])
-        assert b["p"] == pytest.approx(a["p"], rel=1e-9) and b["p_holm"] == pytest.approx(a["p_holm"], rel=1e-9)
-    for a, b in zip(before["pooled_effects"], after["pooled_effects"]):
-        assert b["p"] == pytest.approx(a["p"], rel=1e-9) and b["diff"] == pytest.approx(a["diff"])
-    md = (out / "ablation.md").read_text()
-    assert md.count("## Scaled vs unscaled") == 1 and md.count("## Each axis pooled over the others") == 1
-    assert "per_seed" not in json.loads((out / "summary.json").read_text())  # stand-ins are never written as seeds
-    page = (out / "index.html").read_text()
-    assert page.count("<table>") == len(md_tables(md)) and page.count("<tr") == sum(
-        1 + len(rows) for _, rows in md_tables(md)
-    )

@@ -177,3 +177,30 @@ def holm(pvalues: Sequence[float | None]) -> list[float | None]:
         running = max(running, min(1.0, (len(idx) - rank) * pvalues[i]))
         out[i] = running
     return out
+
+
+def interaction(
+    cells: Sequence[tuple[float, float, int, int]], alpha: float = ALPHA, power: float = POWER
+) -> Contrast | None:
+    """A contrast of cell means, sum of sign * mean over (mean, sample std, count, sign) cells, e.g. the
+    difference of two differences (+1, -1, -1, +1): Welch's t with the Welch-Satterthwaite df of the
+    cells' variances, the t interval and the detectable size. None when a cell has under two values."""
+    if any(n < 2 for _, _, n, _ in cells):
+        return None
+    terms = [std**2 / n for _, std, n, _ in cells]
+    se = math.sqrt(sum(terms))
+    diff = float(sum(sign * mean for mean, _, _, sign in cells))
+    if se == 0:
+        return None
+    df = sum(terms) ** 2 / sum(v**2 / (n - 1) for v, (_, _, n, _) in zip(terms, cells))
+    half = float(stats.t.ppf(1 - alpha / 2, df) * se)
+    return Contrast(
+        diff=diff,
+        lo=diff - half,
+        hi=diff + half,
+        p=float(2 * stats.t.sf(abs(diff / se), df)),
+        df=float(df),
+        n_ref=sum(n for _, _, n, sign in cells if sign < 0),
+        n_level=sum(n for _, _, n, sign in cells if sign > 0),
+        detectable=float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * se),
+    )

@@ -1,44 +1,29 @@
-"""Results of runs -> Markdown/CSV/HTML tables and PNG plots under reports/<study>/."""
+"""A study's runs -> reports/<study>/: runs.csv (one row per run and seed), and from it alone ablation.md,
+index.html, ablation.csv (per cell), summary.json and the plots of final values.
+
+A sweep of a study that already has a report adds its runs to runs.csv: a cell and seed already there is
+kept as it was and listed, runs of another budget (extra overrides such as ``debug=smoke``) go to
+``reports/<study>/<budget>/``; ``replace=True`` writes the report from these sweeps alone.
+"""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
-from ...analysis.phase import phase_change_step
-from .aggregate import (
-    group_cells,
-    load_sweeps,
-    n_layers,
-    recording_differences,
-    seeds_per_cell,
-    short,
-    swept_axes,
-)
-from .layout import (
-    HEAD_TYPES_NOTE,
-    attention_free_level,
-    head_type_seeds,
-    head_type_text,
-    phase_text,
-    study_from_runs,
-    text_corpus,
-    token_corpus_level,
-    write,
-)
-from .lr import LR_AXIS, arms
-from .lr import plot as lr_plot
-from .plots import (
-    extreme_tokens_over_training,
-    heads_over_training,
-    layer_stat_vs_axis,
-    max_logit_over_training,
-    metric_vs_axis,
-)
-from .tables import csv_keys, csv_text
-from .tables import read_raw as read_csv_text
+import pandas as pd
+from omegaconf import OmegaConf
+
+from ...analysis.phase import head_history
+from ...results import atomic_write_text
+from . import analysis, lr, plots, render
+from .aggregate import group_cells, load_sweeps, recording_differences, short, swept_axes
+from .data import DEFAULT_BUDGET, axes_of, frame_from_committed, frame_from_runs, merge, read_runs, write_runs
+from .numbers import head_type_text  # noqa: F401 - the claims quote head types with it
 from .wandb_summary import log_summary_run
 
-__all__ = ["HEAD_TYPES_NOTE", "build_report", "head_type_seeds", "head_type_text", "latest_sweep", "phase_text"]
+__all__ = ["build_report", "head_type_text", "latest_sweep", "write_report"]
 
 
 def latest_sweep(root: Path = Path("logs")) -> Path | None:
@@ -47,105 +32,398 @@ def latest_sweep(root: Path = Path("logs")) -> Path | None:
     return max(dirs, key=lambda p: p.stat().st_mtime) if dirs else None
 
 
-def study_name(sweep_dir: Path, runs) -> str:
-    for run in runs:
-        study = run.results.get("config", {}).get("study")
-        if study:
-            return study
-    return sweep_dir.name
+def shown(path) -> str:
+    """A sweep dir as a report names it: from its logs/ folder on, wherever the checkout is."""
+    parts = Path(path).parts
+    return str(Path(*parts[parts.index("logs") :])) if "logs" in parts else Path(path).name
 
 
-def build_report(sweep_dirs: Path | list[Path], reports: Path = Path("reports")) -> dict:
-    """Write ablation.md/.csv, plots, index.html and summary.json for a study run as one or several sweep dirs
-    (merged: e.g. one dir per seed); return the summary."""
+def declared_axes(study: str) -> list[str]:
+    """The axes the study's experiment file sweeps (hydra.sweeper.params), with those of the experiments it extends."""
+    from ...config import CONF_DIR
+
+    path = CONF_DIR / "experiment" / f"{study}.yaml"
+    if not path.is_file():
+        return []
+    cfg = OmegaConf.to_container(OmegaConf.load(path))
+    own = list(((cfg.get("hydra") or {}).get("sweeper") or {}).get("params") or {})
+    parents = [d for d in cfg.get("defaults", []) if isinstance(d, str) and d != "_self_"]
+    return list(dict.fromkeys([*own, *(a for p in parents for a in declared_axes(p))]))
+
+
+def baseline_of(runs) -> dict | None:
+    """The attention-free level of the runs' corpus (character text or a readable token corpus)."""
+    from .baseline import attention_free_levels, text_corpus, token_corpus_level
+
+    data = next((d for r in runs if (d := r.results.get("config", {}).get("data"))), None)
+    if not text_corpus(data):
+        return token_corpus_level(data)
+    level = attention_free_levels()
+    keep = ("bigram", "unigram", "chance", "vocab")
+    return {**{k: level[k] for k in keep}, "split": "val", "source": "attnlab.studies.report.baseline"}
+
+
+def build_report(sweep_dirs, reports: Path = Path("reports"), replace: bool = False, draw: bool = True) -> dict:
+    """Add the runs of ``sweep_dirs`` to their study's runs.csv (or, with ``replace``, start it from them) and
+    rebuild the report; returns the summary of the last report written.
+    ``draw=False``: the pages and data without redrawing the figures."""
     sweep_dirs = [Path(d) for d in ([sweep_dirs] if isinstance(sweep_dirs, (str, Path)) else sweep_dirs)]
     runs = load_sweeps(sweep_dirs)
     if not runs:
         raise SystemExit(
             f"attnlab: error: DIR={' '.join(map(str, sweep_dirs))!r} holds no results.json; expected sweep dirs under logs/"
         )
-    axes = swept_axes(runs)
-    cells = group_cells(runs, axes)
-    layers = n_layers(runs)
-    name = study_name(sweep_dirs[0], runs)
-    out = reports / name
-    out.mkdir(parents=True, exist_ok=True)
-    keys = csv_keys(cells, layers)
-    study = study_from_runs(name, cells, axes, keys, layers)
-    study.sources = [str(d) for d in sweep_dirs]
-    study.runs, study.failed = len(runs), sum(len(c.failed) for c in cells)
-    study.recording = recording_differences(runs)
-    study.failures = [f"- {r.dir.name}: {r.results.get('error')}" for c in cells for r in c.failed]
-    data_cfg = next(
-        (r.results.get("config", {}).get("data") for r in runs if r.results.get("config", {}).get("data")), None
+    name = next((s for r in runs if (s := r.results.get("config", {}).get("study"))), sweep_dirs[0].name)
+    committed_axes = (
+        axes_of(pd.read_csv(reports / name / "runs.csv", nrows=0)) if (reports / name / "runs.csv").is_file() else []
     )
-    study.baseline = attention_free_level() if text_corpus(data_cfg) else token_corpus_level(data_cfg)
-
-    if LR_AXIS in axes:
-        study.lr_arms = arms(cells, axes, (study.baseline or {}).get("unigram"))
-    histories = {cell.label: cell.head_histories() for cell in cells}
-    plots = final_value_plots(study, out)
-    if study.lr_arms:
-        plots.append(lr_plot(study.lr_arms, out / "lr_sensitivity.png"))
-    plots.append(max_logit_over_training(cells, out / "max_logit_over_training.png"))
-    plots.append(extreme_tokens_over_training(cells, out / "sink_formation.png"))
-    plots.append(heads_over_training(histories, out / "heads_over_training.png"))
-    study.plots = [p for p in plots if p is not None]
-    types = {cell.label: cell.head_types(layers) for cell in cells}
-    phases = {label: [phase_change_step(h) for h in runs] for label, runs in histories.items()}
-    study.head_types = [{"axes": c.axes, "layers": types[c.label]} for c in cells]
-    study.phases = [{"axes": c.axes, "steps": phases[c.label]} for c in cells if phases[c.label]]
-
-    header, body = read_csv_text(csv_text(cells, axes, layers))
-    summary = {
-        "study": name,
-        "sweep_dirs": [str(d) for d in sweep_dirs],
-        "runs": len(runs),
-        "cells": len(cells),
-        "failed": study.failed,
-        "seeds_per_cell": seeds_per_cell(cells),
-        "out": str(out),
-        "per_seed": [{"axes": c.axes, "runs": [per_seed_values(r, keys) for r in c.ok_runs]} for c in cells],
-        "head_types": study.head_types,
-        "phase_change_steps": study.phases,
-    }
-    summary = write(study, out, header, body, summary)
-    log_summary_run(name, out, study.plots, runs, sweep_dirs[0])
-    print(f"attnlab: {len(cells)} cells ({study.failed} failed runs) -> {out}/ablation.md, index.html")
+    frame = frame_from_runs(runs, [*declared_axes(name), *committed_axes])
+    axes = axes_of(frame)
+    if lr.LR_AXIS in axes:
+        frame = frame.join(pd.DataFrame([lr.run_columns(r) for r in runs]))
+    baseline = baseline_of(runs)
+    summary = {}
+    for budget, rows in frame.groupby("budget", sort=False):
+        out = reports / name
+        if (out / "summary.json").is_file() and budget != study_budget(out):  # another budget: beside the study's own
+            out = out / re.sub(r"[^\w.=-]+", "_", budget)
+        committed = None
+        if (out / "runs.csv").is_file():
+            committed = read_runs(out / "runs.csv")
+        elif (out / "summary.json").is_file():
+            committed = frame_from_committed(out)
+            if committed is None and not replace:  # only cell means were kept: a report of these runs, beside it
+                print(
+                    f"attnlab: {out}/ keeps only each cell's mean and std; these runs go to {out}/new_runs/ (--replace: over it)"
+                )
+                out = out / "new_runs"
+                committed = read_runs(out / "runs.csv") if (out / "runs.csv").is_file() else None
+        fresh = replace or committed is None
+        merged, duplicates = (rows.reset_index(drop=True), rows.iloc[0:0]) if fresh else merge(committed, rows)
+        for _, d in duplicates.iterrows():
+            cell = ", ".join(f"{short(a)}={d[a]}" for a in axes)
+            print(
+                f"attnlab: {cell} seed {d['seed']} is already in {out}/runs.csv: kept as it was, run {d['run']} left out"
+            )
+        meta = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() and not fresh else {}
+        meta.update(
+            study=name,
+            sweep_dirs=list(dict.fromkeys([*map(shown, meta.get("sweep_dirs") or []), *map(shown, sweep_dirs)])),
+            attention_free_level=baseline,
+            recording_differences=recording_differences(runs),
+        )
+        out.mkdir(parents=True, exist_ok=True)
+        ids = set(rows["run"])
+        if (
+            fresh and draw
+        ):  # the plots over training need the runs' histories: drawn when the report is these runs alone
+            cells = group_cells([r for r in runs if r.dir.name in ids], swept_axes(runs))
+            plots.max_logit_over_training(cells, out / "max_logit_over_training.png")
+            plots.extreme_tokens_over_training(cells, out / "sink_formation.png")
+            plots.heads_over_training(
+                {c.label: [h for r in c.ok_runs if len(h := head_history(r.dir)) > 1] for c in cells},
+                out / "heads_over_training.png",
+            )
+        write_runs(merged, out / "runs.csv")
+        summary = write_report(out, meta, draw)
+        log_summary_run(name, out, sorted(out.glob("*.png")), runs, sweep_dirs[0])
+        print(
+            f"attnlab: {len(merged)} runs ({len(rows) - len(duplicates)} added) -> {out}/runs.csv, ablation.md, index.html"
+        )
     return summary
 
 
-def final_value_plots(study, out: Path) -> list[Path]:
-    """The plots of final values against a numeric axis (with the attention-free level where there is one):
-    drawn from the table alone, so a committed report redraws them too."""
-    level = study.baseline["bigram"] if study.baseline else None
-    plots = []
-    if "model.d_k" in study.axes:
-        plots.append(
-            metric_vs_axis(
-                study.cells,
-                "model.d_k",
-                "val/loss",
-                out / "val_loss_vs_dk.png",
-                ylabel="final val loss",
-                baseline=level,
-            )
-        )
-        plots.append(
-            layer_stat_vs_axis(study.cells, "model.d_k", "entropy_norm", study.layers, out / "entropy_norm_vs_dk.png")
-        )
-    for axis in study.axes:
-        if axis not in ("model.d_k", "optim.lr"):
-            plots.append(
-                metric_vs_axis(study.cells, axis, "val/loss", out / f"val_loss_vs_{short(axis)}.png", baseline=level)
-            )
-    return [p for p in plots if p is not None]
+def study_budget(out: Path) -> str:
+    """The budget of a committed report's runs (a report written before runs.csv: the default one)."""
+    if not (out / "runs.csv").is_file():
+        return DEFAULT_BUDGET
+    return str(pd.read_csv(out / "runs.csv", usecols=["budget"], dtype=str, keep_default_na=False)["budget"].iloc[0])
 
 
-def per_seed_values(run, keys: list[str]) -> dict:
-    """One finished run's seed id, run dir and final metrics (the table's keys): what per-seed ranges are quoted from."""
-    return {
-        "seed": run.seed,
-        "dir": run.dir.name,
-        "metrics": {k: v for k in keys if (v := run.metric(k)) is not None},
+def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict:
+    """Render ``out``'s report from its runs.csv (or, for a study whose per-seed values were never kept,
+    from its ablation.csv's cells); ``meta``: summary.json's study-level entries (default: the file's)."""
+    meta = meta if meta is not None else json.loads((out / "summary.json").read_text())
+    meta["sweep_dirs"] = [
+        shown(d) for d in meta.get("sweep_dirs") or ([meta["sweep_dir"]] if meta.get("sweep_dir") else [])
+    ]
+    if meta.get("sweep_dir"):
+        meta["sweep_dir"] = shown(meta["sweep_dir"])
+    study = meta.get("study") or out.name
+    frame = read_runs(out / "runs.csv") if (out / "runs.csv").is_file() else None
+    if frame is not None:
+        frame = frame[frame["budget"] == frame["budget"].iloc[0]]
+        axes, cells = axes_of(frame), analysis.cells_from_runs(frame)
+    else:
+        axes, cells = analysis.cells_from_summaries(pd.read_csv(out / "ablation.csv", dtype=str, keep_default_na=False))
+    baseline = meta.get("attention_free_level")
+    level = (baseline or {}).get("bigram")
+    tested_axes, tested, arms = axes, cells, []
+    if lr.LR_AXIS in axes and frame is not None:  # the question is asked of each arm's sensitivity over the grid
+        arms = lr.arms(frame, axes)
+        derived = lr.sensitivity_frame(arms)
+        tested_axes, tested = axes_of(derived), analysis.cells_from_runs(derived, sort=False)
+        if draw:
+            lr.plot(arms, (baseline or {}).get("unigram"), out / "lr_sensitivity.png")
+    question = analysis.question_of(study, tested_axes)
+    if arms and not question.declared:  # each setting's effect at every size, and its change across sizes
+        sizes = [a for a in tested_axes if a in lr.SIZE_AXES]
+        question.metrics, question.across = list(lr.METRICS), sizes[0] if sizes else None
+        question.compare = [(a, r) for a, r in question.compare if a not in sizes] or question.compare
+    families = {}
+    for metric in question.metrics:
+        family = analysis.contrasts(tested, tested_axes, question, metric)
+        analysis.reference_gap(family, cells, level)
+        if family:
+            families[metric] = family
+    crossed = (
+        [x for m, f in families.items() for x in analysis.interactions(tested, tested_axes, f, question.across)]
+        if question.across
+        else []
+    )
+    effects = analysis.pooled(cells, axes, "val/loss") if not arms else []
+    if draw:
+        final_value_plots(cells, axes, level, out)
+    view = {
+        "study": study,
+        "axes": axes,
+        "question": question,
+        "families": families,
+        "interactions": crossed,
+        "level": level,
+        "unigram": (baseline or {}).get("unigram"),
+        "gaps": [c.below for f in families.values() for c in f if c.below is not None],
+        "runs": len(frame) if frame is not None else sum(c.n_ok + c.n_failed for c in cells),
+        "cells": cells,
+        "seeds": seeds_text(cells),
+        "per_seed_kept": frame is not None,
+        "figures": [p.name for p in render.figures(out)],
+        "out": out,
+        "main": render.main_table(cells, axes, level),
+        "comparisons": [render.comparisons_table(f) for f in families.values()],
+        "pooled": render.pooled_table(effects) if effects else None,
+        "layers": render.layer_tables(cells, axes),
+        "lr": render.lr_tables(arms, (baseline or {}).get("unigram")) if arms else [],
+        "head_types": render.head_types_table(frame, axes) if frame is not None else None,
+        "phase": render.phase_table(frame, axes) if frame is not None else None,
+        "per_seed": render.per_seed_table(frame, axes, [*render.MAIN_METRICS, *question.metrics])
+        if frame is not None
+        else None,
+        "machine": render.machine_table(cells, axes),
+        "failures": [f"{r['run']}: {r['error']}" for _, r in frame[frame["status"] != "ok"].iterrows()]
+        if frame is not None
+        else [],
+        "recording": meta.get("recording_differences") or [],
+        "alpha": analysis.stats.ALPHA,
     }
+    pages = render.render(view)
+    atomic_write_text(out / "ablation.md", pages["ablation.md"])
+    atomic_write_text(out / "index.html", pages["index.html"])
+    if frame is not None:
+        atomic_write_text(out / "ablation.csv", cells_csv(cells, axes))
+    summary = {**meta, **summary_json(view, frame, cells, effects, arms, out)}
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, default=_json_default) + "\n")
+    return summary
+
+
+def seeds_text(cells) -> str:
+    counts = sorted({c.n_ok for c in cells}) or [0]
+    return f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+
+
+def final_value_plots(cells, axes: list[str], level: float | None, out: Path) -> None:
+    """Final values against a numeric axis (with the attention-free level where known), from the cells alone."""
+    if "model.d_k" in axes:
+        plots.metric_vs_axis(
+            cells, "model.d_k", "val/loss", out / "val_loss_vs_dk.png", ylabel="final val loss", baseline=level
+        )
+        layers = 1 + max(
+            (int(k.split("/")[1][1:]) for c in cells for k in (*c.samples, *c.summaries) if k.startswith("attn/L")),
+            default=-1,
+        )
+        plots.layer_stat_vs_axis(cells, "model.d_k", "entropy_norm", layers, out / "entropy_norm_vs_dk.png")
+    for axis in axes:
+        if axis not in ("model.d_k", lr.LR_AXIS):
+            plots.metric_vs_axis(cells, axis, "val/loss", out / f"val_loss_vs_{short(axis)}.png", baseline=level)
+
+
+def cells_csv(cells, axes: list[str]) -> str:
+    """ablation.csv: per cell the seed counts and every metric's mean, sample std and 95 % t interval."""
+    keys = list(dict.fromkeys(k for c in cells for k in c.samples))
+    rows = []
+    for c in cells:
+        row = {**c.axes, "n_ok": c.n_ok, "n_failed": c.n_failed, "errors": c.errors}
+        for k in keys:
+            s, ci = c.stats(k), c.interval(k)
+            row.update(
+                {
+                    f"{k}_mean": s and s[0],
+                    f"{k}_std": s and s[1],
+                    f"{k}_ci95_lo": ci and ci[0],
+                    f"{k}_ci95_hi": ci and ci[1],
+                }
+            )
+        rows.append(row)
+    return pd.DataFrame(rows).to_csv(index=False)
+
+
+def _contrast(c) -> dict:
+    t = c.test
+    return {
+        "axis": c.axis,
+        "level": c.level,
+        "reference": c.reference,
+        "where": c.where,
+        "diff": c.diff,
+        "ci95": [t.lo, t.hi] if t else None,
+        "n": list(c.n),
+        "df": t.df if t else None,
+        "p": t.p if t else None,
+        "p_holm": c.p_holm,
+        "detectable": t.detectable if t else None,
+        "below_attention_free": c.below,
+        "beyond_noise": c.verdict in ("higher", "lower"),
+        "verdict": c.verdict,
+    }
+
+
+def summary_json(view: dict, frame, cells, effects, arms, out: Path) -> dict:
+    """summary.json's data entries (its keys as other code reads them), from the same analysis as the pages."""
+    from .render import TEMPLATES
+
+    families, axes = view["families"], view["axes"]
+    ok = frame[frame["status"] == "ok"] if frame is not None else None
+    data = {
+        "runs": view["runs"],
+        "cells": len(cells),
+        "failed": sum(c.n_failed for c in cells),
+        "seeds_per_cell": view["seeds"],
+        "out": f"reports/{view['study']}" + ("" if out.name == view["study"] else f"/{out.name}"),
+        "question": {**vars(view["question"])},
+        "headline": " ".join(TEMPLATES.get_template("headline.j2").render(**view, words=render.WORDS).split()),
+        "contrasts": {m: [_contrast(c) for c in f] for m, f in families.items()},
+        "interactions": [
+            {
+                "metric": x.metric,
+                "across": x.across,
+                "first": x.first,
+                "last": x.last,
+                "at": x.at,
+                "diff": x.test and x.test.diff,
+                "ci95": x.test and [x.test.lo, x.test.hi],
+                "p": x.test and x.test.p,
+                "p_holm": x.p_holm,
+                "detectable": x.test and x.test.detectable,
+                "verdict": x.verdict,
+            }
+            for x in view["interactions"]
+        ],
+        "scaled_vs_unscaled": [
+            {**_contrast(c), "scaling": c.level}
+            for c in families.get("val/loss", [])
+            if c.axis == analysis.SCALING_AXIS
+        ],
+        "pooled_effects": [
+            {
+                "axis": e["axis"],
+                "level": e["level"],
+                "reference": e["reference"],
+                "diff": e["diff"],
+                "strata": e["strata"],
+                "df": e["test"] and e["test"].df,
+                "p": e["test"] and e["test"].p,
+                "p_holm": e["p_holm"],
+                "beyond_noise": e["p_holm"] is not None and e["p_holm"] < analysis.stats.ALPHA,
+                "ci95": e["test"] and [e["test"].lo, e["test"].hi],
+            }
+            for e in effects
+        ],
+        "cells_ci95": [
+            {
+                "axes": c.axes,
+                "n": c.n_ok,
+                "metrics": {
+                    k: {"mean": c.mean(k), "std": c.stats(k)[1], "ci95": c.interval(k)}
+                    for k in render.MAIN_METRICS
+                    if c.stats(k)
+                },
+            }
+            for c in cells
+        ],
+    }
+    if ok is not None:
+        metrics = [
+            m
+            for m in frame.columns[list(frame.columns).index("run") + 1 :]
+            if not m.startswith(("head_type/", "phase/"))
+        ]
+        groups = ok.groupby(axes, sort=False) if axes else [((), ok)]
+        data["per_seed"], data["head_types"], data["phase_change_steps"] = [], [], []
+        for key, rows in groups:
+            cell = dict(zip(axes, map(str, key if isinstance(key, tuple) else (key,))))
+            data["per_seed"].append(
+                {
+                    "axes": cell,
+                    "runs": [
+                        {"seed": r["seed"], "dir": r["run"], "metrics": {m: r[m] for m in metrics if pd.notna(r[m])}}
+                        for _, r in rows.iterrows()
+                    ],
+                }
+            )
+            kinds = [c for c in frame.columns if c.startswith("head_type/")]
+            layers = 1 + max((int(c.split("/")[1][1:]) for c in kinds), default=-1)
+            typed = rows.dropna(subset=kinds, how="all") if kinds else rows.iloc[0:0]
+            data["head_types"].append(
+                {
+                    "axes": cell,
+                    "layers": [
+                        {
+                            c.rsplit("/", 1)[1]: [int(v) for v in typed[c].fillna(0)]
+                            for c in kinds
+                            if c.startswith(f"head_type/L{i}/") and typed[c].fillna(0).any()
+                        }
+                        for i in range(layers)
+                    ],
+                }
+            )
+            if "phase/measured" in rows:
+                steps = rows[rows["phase/measured"] == 1]["phase/step"]
+                data["phase_change_steps"].append(
+                    {"axes": cell, "steps": [None if pd.isna(s) else int(s) for s in steps]}
+                )
+        data.pop("per_seed_note", None)
+    else:
+        data["per_seed_note"] = (
+            "Per-seed values were not kept for this study: ablation.csv holds each cell's mean, sample std and seed count."
+        )
+    if arms:
+        data["lr_sensitivity"] = {
+            "arms": [
+                {
+                    "size": a.size_label,
+                    "arm": a.label,
+                    "params_non_embedding": a.params,
+                    "initial_loss": a.initial,
+                    "seeds": len(a.seeds),
+                    "sensitivity_per_seed": a.per_seed(),
+                    "upper_sensitivity_per_seed": a.per_seed(upper=True),
+                    "best_lr": a.best_lr,
+                    "critical_lr": a.critical_lr(view["unigram"]),
+                    "loss": {f"{lr_:g}": a.mean_loss(lr_) for lr_ in a.lrs},
+                    "max_logit": {f"{lr_:g}": a.logits.get(lr_) for lr_ in a.lrs},
+                }
+                for a in arms
+            ],
+            "critical_fraction": lr.CRITICAL_FRACTION,
+        }
+    return data
+
+
+def _json_default(value):
+    if value is pd.NA:  # a run without a seed id
+        return None
+    if hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, tuple):
+        return list(value)
+    raise TypeError(type(value))

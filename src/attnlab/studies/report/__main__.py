@@ -1,18 +1,20 @@
-"""``python -m attnlab.studies.report [SWEEP_DIR ...]``: aggregate a sweep (default: the latest under logs/);
-several dirs (a study run in parts, e.g. one per seed) are merged into one report.
+"""``python -m attnlab.studies.report [SWEEP_DIR ...] [--replace]``: add a sweep's runs (default: the latest
+under logs/) to reports/<study>/runs.csv and rebuild the report from it; several dirs (a study run in parts)
+go in together. ``--replace`` writes the report from these sweeps alone.
 
-``python -m attnlab.studies.report --compare LABEL=RUN_DIR ...``: per-layer entropy_norm, max logit and sink
-mass over training of a few runs side by side, into reports/compare/stats_over_training.png.
+``--render REPORT_DIR ...``: rebuild committed reports from their runs.csv (a report written before runs.csv
+gets one from its summary.json's per-seed values first).
 
-``python -m attnlab.studies.report --restat REPORT_DIR ...``: re-lay a committed report (tables, intervals, tests,
-headline, plots of final values) from its ablation.csv and summary.json, without its runs (attnlab.studies.report.restat).
+``--compare LABEL=RUN_DIR ...``: per-layer entropy_norm, max logit and sink mass over training of a few runs
+side by side, into reports/compare/stats_over_training.png.
 """
 
 import sys
 from pathlib import Path
 
 from ...cli import command_parser
-from . import build_report, latest_sweep
+from . import build_report, latest_sweep, write_report
+from .data import frame_from_committed, write_runs
 from .plots import stats_over_training
 
 
@@ -31,42 +33,45 @@ def compare(pairs: list[str], out: Path = Path("reports/compare")) -> int:
     return 0
 
 
+def render_committed(report: Path) -> None:
+    if not (report / "runs.csv").is_file():
+        frame = frame_from_committed(report)
+        if frame is not None:
+            write_runs(frame, report / "runs.csv")
+    write_report(report)
+    print(f"attnlab: {report}/ablation.md, index.html, summary.json rebuilt from its data")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = command_parser("table", "Aggregate a sweep dir into reports/<study>/, or compare runs over training.")
+    parser = command_parser("table", "Add a sweep's runs to reports/<study>/ and rebuild the report, or compare runs.")
     parser.add_argument(
-        "sweep_dirs",
-        nargs="*",
-        metavar="SWEEP_DIR",
-        help="sweep dirs under logs/, merged into one report (default: the latest)",
+        "sweep_dirs", nargs="*", metavar="SWEEP_DIR", help="sweep dirs under logs/ (default: the latest)"
     )
     parser.add_argument(
         "--reports", type=Path, default=Path("reports"), help="write into REPORTS/<study>/ (default reports)"
     )
     parser.add_argument(
-        "--compare", nargs="+", metavar="LABEL=RUN_DIR", help="plot these runs' statistics side by side"
+        "--replace", action="store_true", help="write the report from these sweeps alone, over its runs.csv"
     )
     parser.add_argument(
-        "--restat",
-        nargs="+",
-        type=Path,
-        metavar="REPORT_DIR",
-        help="re-lay these committed reports from their ablation.csv and summary.json",
+        "--render", nargs="+", type=Path, metavar="REPORT_DIR", help="rebuild these reports from their data"
+    )
+    parser.add_argument(
+        "--compare", nargs="+", metavar="LABEL=RUN_DIR", help="plot these runs' statistics side by side"
     )
     args = parser.parse_args(argv)
     if args.compare:
         return compare(args.compare)
-    if args.restat:
-        from .restat import restat
-
-        for report in args.restat:
-            if not (report / "ablation.csv").is_file():
+    if args.render:
+        for report in args.render:
+            if not (report / "summary.json").is_file():
                 print(
-                    f"attnlab: error: {report}/ablation.csv not found; expected a report dir written by make table",
+                    f"attnlab: error: {report}/summary.json not found; expected a report dir written by make table",
                     file=sys.stderr,
                 )
                 return 2
-            restat(report)
-            print(f"attnlab: re-laid {report}/ablation.md, index.html, ablation.csv and summary.json from its files")
+        for report in args.render:
+            render_committed(report)
         return 0
     targets = [Path(d) for d in args.sweep_dirs] or [latest_sweep()]
     if targets == [None]:
@@ -79,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-    build_report(targets, args.reports)
+    build_report(targets, args.reports, replace=args.replace)
     return 0
 
 

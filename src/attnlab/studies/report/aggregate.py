@@ -8,8 +8,6 @@ import statistics
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from ...analysis.heads import types_by_layer
-from ...analysis.phase import head_history
 from ...attention import AttentionConfig
 
 # run-level metrics shown in the table (the per-layer ones come from attention.stats.METRICS)
@@ -93,14 +91,6 @@ class Cell:
     def label(self) -> str:
         return ", ".join(f"{short(k)}={v}" for k, v in self.axes.items()) or "all"
 
-    def head_types(self, layers: int) -> list[dict[str, list[int]]]:
-        """Per layer, {type: heads of that type per finished seed that ran the head analysis}."""
-        return types_by_layer([r.results["heads"] for r in self.ok_runs if r.results.get("heads")], layers)
-
-    def head_histories(self) -> list[list[dict]]:
-        """The head analysis over training (heads.json "history") of each finished seed that has one."""
-        return [h for run in self.ok_runs if len(h := head_history(run.dir)) > 1]
-
 
 def short(key: str) -> str:
     """model.attention.scaling -> scaling: the last name of a key is what people call the axis."""
@@ -148,12 +138,6 @@ def load_sweeps(sweep_dirs: list[Path]) -> list[RunResult]:
             seen[key] = run.dir
             runs.append(run)
     return runs
-
-
-def seeds_per_cell(cells: list[Cell]) -> str:
-    """'3' when every cell has 3 finished seeds, '1-3' when they differ, '0' when none finished."""
-    counts = sorted({len(c.ok_runs) for c in cells}) or [0]
-    return f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
 
 
 def swept_axes(runs: list[RunResult]) -> list[str]:

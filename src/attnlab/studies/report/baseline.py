@@ -108,3 +108,29 @@ def token_levels(directory, vocab: int, dtype: str = "uint16") -> dict | None:
         out[name] = _smoothed_loss(_counts(train, vocab, pairs), val, k)
         out[f"{name}_add_k"] = k
     return out
+
+
+def text_corpus(data_cfg: dict | None) -> bool:
+    """Whether a run's data config is the default text corpus, the one ``attention_free_levels`` fits the bigram on."""
+    return bool(data_cfg) and (
+        str(data_cfg.get("_target_", "")).endswith("TextDataModule")
+        and data_cfg.get("source", "shakespeare") == "shakespeare"
+        and not data_cfg.get("path")
+    )
+
+
+def token_corpus_level(data_cfg: dict | None) -> dict | None:
+    """The attention-free levels of a ``data=tokens`` run's corpus, where its directory is readable from here
+    (a relative ``data.dir`` is taken from the current directory, as the run took it)."""
+    if not data_cfg or not str(data_cfg.get("_target_", "")).endswith("TokenDataModule"):
+        return None
+    from ...data.tokens import read_meta
+
+    directory = Path(data_cfg.get("dir") or "")
+    try:
+        meta = read_meta(directory)
+    except Exception:  # noqa: BLE001 - an unreadable corpus: a report without the level, not no report
+        return None
+    vocab = data_cfg.get("vocab_size") or meta.get("vocab_size")
+    dtype = data_cfg.get("dtype") or meta.get("dtype") or "uint16"
+    return token_levels(directory, int(vocab), dtype) if vocab else None

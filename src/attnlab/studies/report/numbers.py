@@ -1,12 +1,15 @@
-"""Numbers for a results table: mean ± std over seeds, printed to the precision the seeds support.
+"""How a report prints numbers: a mean to the precision its seeds support, an interval, a p value.
 
-The std is shown to two significant digits and the mean rounded to the same decimal place, so a
-reader never sees digits that seed noise makes meaningless ("9597 ± 357.879" reads "9600 ± 360").
+The std (or an interval's half-width) is shown to two significant digits and the mean rounded to the
+same decimal place, so a reader never sees digits that seed noise makes meaningless ("9600 ± 360").
+These are the templates' filters; the statistics themselves are attnlab.studies.stats.
 """
 
 from __future__ import annotations
 
 import math
+
+from ..stats import wilson
 
 
 def plain(value: float | None, digits: int = 3) -> str:
@@ -26,8 +29,8 @@ def std_decimals(std: float) -> int:
     return places
 
 
-def _fixed(value: float, places: int) -> str:
-    return f"{round(value, places) + 0.0:.{max(places, 0)}f}"  # + 0.0 turns -0.0 into 0.0
+def _fixed(value: float, places: int, sign: str = "") -> str:
+    return f"{round(value, places) + 0.0:{sign}.{max(places, 0)}f}"  # + 0.0 turns -0.0 into 0.0
 
 
 def mean_pm_std(mean: float | None, std: float | None, n: int) -> str:
@@ -42,48 +45,40 @@ def mean_pm_std(mean: float | None, std: float | None, n: int) -> str:
     return f"{_fixed(mean, places)} ± {_fixed(std, places)}"
 
 
-T_LEVEL = 0.975  # two-sided 95 %
-
-
-def t_quantile(df: float, level: float = T_LEVEL) -> float:
-    """Student's t quantile (scipy): t_{0.975, df} for a two-sided 95 % interval."""
-    from scipy.stats import t as student_t
-
-    return float(student_t.ppf(level, df))
-
-
-def mean_interval(mean: float | None, std: float | None, n: int) -> tuple[float, float] | None:
-    """The t-based 95 % interval of a mean over n seeds: mean ± t_{0.975, n-1} · s / √n; None below 2 seeds."""
-    if mean is None or std is None or n < 2 or not math.isfinite(mean) or not math.isfinite(std):
-        return None
-    half = t_quantile(n - 1) * std / math.sqrt(n)
-    return mean - half, mean + half
-
-
-def interval_decimals(lo: float, hi: float) -> int | None:
-    """Decimal places that show the interval's half-width to two significant digits (None: no width)."""
-    half = (hi - lo) / 2
-    return std_decimals(half) if half > 0 and math.isfinite(half) else None
-
-
-def mean_ci(mean: float | None, interval: tuple[float, float] | None, scale: float = 1.0) -> str:
-    """ "mean [lo, hi]": the interval's half-width to two significant digits and the mean and bounds to the same
-    place; the mean alone without an interval (one seed), "-" without a value."""
+def mean_ci(mean: float | None, interval: tuple[float, float] | None = None, scale: float = 1.0) -> str:
+    """ "mean [lo, hi]" to the interval's precision; the mean alone without an interval, "-" without a value."""
     if mean is None or not math.isfinite(mean):
         return "-"
-    if interval is None:
+    if interval is None or not interval[1] > interval[0]:
         return plain(mean * scale)
     lo, hi = interval[0] * scale, interval[1] * scale
-    places = interval_decimals(lo, hi)
-    if places is None:  # every seed gave the same value
-        return f"{plain(mean * scale)} [all seeds equal]"
+    places = std_decimals((hi - lo) / 2)
     return f"{_fixed(mean * scale, places)} [{_fixed(lo, places)}, {_fixed(hi, places)}]"
 
 
-def signed_ci(diff: float, interval: tuple[float, float] | None) -> str:
+def signed_ci(diff: float, lo: float | None = None, hi: float | None = None) -> str:
     """A difference with its 95 % interval, "+0.115 [+0.103, +0.127]"; the difference alone without one."""
-    if interval is None or not all(map(math.isfinite, interval)) or interval[1] <= interval[0]:
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
         return f"{diff:+.3f}"
-    places = max(interval_decimals(*interval), 0)
-    sign = lambda v: f"{round(v, places) + 0.0:+.{places}f}"  # noqa: E731
-    return f"{sign(diff)} [{sign(interval[0])}, {sign(interval[1])}]"
+    places = max(std_decimals((hi - lo) / 2), 0)
+    return f"{_fixed(diff, places, '+')} [{_fixed(lo, places, '+')}, {_fixed(hi, places, '+')}]"
+
+
+def p_text(p: float | None) -> str:
+    return "-" if p is None else "< 0.001" if p < 0.001 else f"{p:.2g}"
+
+
+def k_of_n_text(k: int, n: int, unit: str = "seeds") -> str:
+    """'8 of 10 seeds (95 % Wilson interval 0.49-0.94)': a bimodal outcome as a count with its uncertainty."""
+    lo, hi = wilson(k, n)
+    return f"{k} of {n} {unit} (95 % Wilson interval {lo:.2f}-{hi:.2f})"
+
+
+def head_type_text(counts: dict[str, list[int]]) -> str:
+    """{type: heads per seed} -> 'induction 1 (2/3 seeds), content 1' (mean heads per seed), as the claims quote it."""
+    parts = []
+    for kind, per_seed in sorted(counts.items(), key=lambda kv: -sum(kv[1])):
+        having = sum(n > 0 for n in per_seed)
+        share = f" ({having}/{len(per_seed)} seeds)" if having < len(per_seed) else ""
+        parts.append(f"{kind} {sum(per_seed) / len(per_seed):.3g}{share}")
+    return ", ".join(parts) or "-"

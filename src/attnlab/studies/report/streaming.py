@@ -21,8 +21,8 @@ from pathlib import Path
 
 from ...cli import command_parser
 from ...results import atomic_write_text, json_safe
+from ..stats import ALPHA, holm, one_sample
 from .aggregate import RunResult, group_cells, load_sweeps, swept_axes
-from .significance import ALPHA, holm, one_sample
 
 DEFAULT_TOKENS = 2048
 
@@ -98,7 +98,7 @@ def summarise(records: list[dict], sinks: list[int]) -> list[dict]:
                     "per_seed": diffs,
                     "raised": sum(d > CHANGE_NATS for d in diffs),
                     "changed": sum(abs(d) > CHANGE_NATS for d in diffs),
-                    **one_sample(diffs),
+                    **_one_sample(diffs),
                 }
                 if diffs
                 else None,
@@ -110,6 +110,15 @@ def summarise(records: list[dict], sinks: list[int]) -> list[dict]:
             a["drop_cost"]["p_holm"] = p
             a["drop_cost"]["beyond_noise"] = p is not None and p < ALPHA
     return out
+
+
+def _one_sample(diffs: list[float]) -> dict:
+    """The mean per-seed difference with its 95 % t interval, p against 0 and detectable size (scipy's
+    ttest_1samp); no p where there is no spread to test (one seed, or every seed the same)."""
+    test, mean = one_sample(diffs), statistics.fmean(diffs)
+    if test is None or statistics.stdev(diffs) == 0:
+        return {"mean": mean, "ci": [mean, mean], "p": None, "n": len(diffs)}
+    return {"mean": test.diff, "ci": [test.lo, test.hi], "p": test.p, "n": len(diffs), "detectable": test.detectable}
 
 
 def pct(nats: float) -> str:

@@ -1,0 +1,314 @@
+"""A study's answer as data: its cells, the contrasts its question declares, each with Welch's test,
+the Holm-corrected p over its family, the smallest difference its seeds could detect, and whether the
+reference arm was below the attention-free level (else the question is untested at that budget).
+
+The question comes from the study's experiment file (``question:``, read by ``question_of``): the
+axis compared, its reference level, the metrics, the axis across which the effect itself is compared
+(an interaction), and the difference the study is meant to resolve. A study without one compares every
+level of each axis with the axis's reference level.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from omegaconf import OmegaConf
+
+from .. import stats
+from .aggregate import RENAMED_KEYS, short
+from .data import axes_of
+
+SCALING_AXIS = "model.attention.scaling"
+REFERENCES = ("none", "false", "False", "0", "baseline")
+
+
+@dataclass
+class Cell:
+    """One setting of the axes: its finished and failed run counts and, per metric, the seeds' values
+    (or only their mean, std and count, for a study whose per-seed values were never kept)."""
+
+    axes: dict[str, str]
+    n_ok: int
+    n_failed: int = 0
+    errors: str = ""
+    samples: dict[str, np.ndarray] = field(default_factory=dict)
+    summaries: dict[str, tuple[float, float, int]] = field(default_factory=dict)
+    seeds: list = field(default_factory=list)
+
+    def stats(self, key: str) -> tuple[float, float, int] | None:
+        if key in self.samples:
+            a = self.samples[key]
+            return (float(a.mean()), float(a.std(ddof=1)) if len(a) > 1 else 0.0, len(a)) if len(a) else None
+        return self.summaries.get(key)
+
+    def mean(self, key: str) -> float | None:
+        s = self.stats(key)
+        return None if s is None else s[0]
+
+    def values(self, key: str) -> list[float]:
+        return list(self.samples.get(key, []))
+
+    def interval(self, key: str) -> tuple[float, float] | None:
+        s = self.stats(key)
+        if s is None or s[2] < 2:
+            return None
+        return stats.t_interval_from_stats(*s)
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{short(k)}={v}" for k, v in self.axes.items()) or "all"
+
+
+def _sort_key(value: str):
+    try:
+        return (0, float(value), "")
+    except ValueError:
+        return (1, 0.0, value)
+
+
+def cells_from_runs(frame: pd.DataFrame, axes: list[str] | None = None, sort: bool = True) -> list[Cell]:
+    axes = axes_of(frame) if axes is None else axes
+    metrics = [c for c in frame.columns[list(frame.columns).index("run") + 1 :] if c in frame]
+    out = []
+    groups = frame.groupby(axes, sort=False, dropna=False) if axes else [((), frame)]
+    for key, rows in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        ok = rows[rows["status"] == "ok"]
+        failed = rows[rows["status"] != "ok"]
+        samples = {m: ok[m].dropna().to_numpy(float) for m in metrics if ok[m].notna().any()}
+        out.append(
+            Cell(
+                dict(zip(axes, map(str, key))),
+                len(ok),
+                len(failed),
+                " | ".join(sorted(set(failed["error"].fillna("?")))),
+                samples,
+                seeds=list(ok["seed"]),
+            )
+        )
+    return sorted(out, key=lambda c: [_sort_key(c.axes[a]) for a in axes]) if sort else out
+
+
+def cells_from_summaries(table: pd.DataFrame) -> tuple[list[str], list[Cell]]:
+    """Cells from ablation.csv's mean, std and seed count, for a study whose per-seed values were not kept."""
+    table = table.rename(columns=RENAMED_KEYS)
+    axes = list(table.columns[: list(table.columns).index("n_ok")])
+    keys = [c[: -len("_mean")] for c in table.columns if c.endswith("_mean")]
+    cells = []
+    for _, row in table.iterrows():
+        n = int(float(row["n_ok"] or 0))
+        summaries = {
+            k: (float(row[f"{k}_mean"]), float(row[f"{k}_std"] or 0), n) for k in keys if row[f"{k}_mean"] != ""
+        }
+        cells.append(Cell({a: row[a] for a in axes}, n, int(float(row["n_failed"] or 0)), row["errors"], {}, summaries))
+    return axes, cells
+
+
+# ---------------------------------------------------------------- the question
+@dataclass
+class Question:
+    ask: str
+    metrics: list[str]
+    compare: list[tuple[str, str]]  # (axis, reference level)
+    across: str | None = None  # the axis across which the compared effect itself is tested
+    difference: float | None = None  # the difference the study is meant to resolve, in the metric's unit
+    declared: bool = True
+
+
+def question_of(study: str, axes: list[str], conf_dir=None) -> Question:
+    """The question declared in conf/experiment/<study>.yaml (or an experiment it extends), when its axes are
+    the study's; else every level of each axis against the axis's reference."""
+    from ...config import CONF_DIR
+
+    path = (conf_dir or CONF_DIR) / "experiment" / f"{study}.yaml"
+    declared = None
+    while declared is None and path.is_file():
+        cfg = OmegaConf.to_container(OmegaConf.load(path))
+        declared = cfg.get("question")
+        parents = [d for d in cfg.get("defaults", []) if isinstance(d, str) and d != "_self_"]
+        path = path.parent / f"{parents[0]}.yaml" if parents else path.parent / "-"
+    if declared and declared["axis"] in axes:
+        return Question(
+            declared["ask"],
+            list(declared.get("metrics", ["val/loss"])),
+            [(declared["axis"], str(declared["reference"]))],
+            declared.get("across") if declared.get("across") in axes else None,
+            declared.get("difference"),
+        )
+    compared = [SCALING_AXIS] if SCALING_AXIS in axes else axes
+    return Question("", ["val/loss"], [(a, "") for a in compared], declared=False)
+
+
+def reference_level(levels: list[str], declared: str = "") -> str:
+    if declared in levels:
+        return declared
+    return next((r for r in REFERENCES if r in levels), levels[0])
+
+
+# ---------------------------------------------------------------- contrasts
+@dataclass
+class Comparison:
+    metric: str
+    axis: str
+    level: str
+    reference: str
+    at: dict[str, str]  # the other axes' values
+    test: stats.Contrast | None
+    ref_mean: float
+    level_mean: float
+    ref_interval: tuple[float, float] | None
+    level_interval: tuple[float, float] | None
+    n: tuple[int, int]
+    below: float | None = None  # how far the reference arm ends below the attention-free level
+    p_holm: float | None = None
+
+    @property
+    def diff(self) -> float:
+        return self.level_mean - self.ref_mean
+
+    @property
+    def verdict(self) -> str:
+        """higher | lower (beyond seed noise after Holm) | none | untested (no seed spread, or a reference
+        arm that is not below the attention-free level: its models do not use their attention)."""
+        if self.test is None or (self.below is not None and self.below <= 0):
+            return "untested"
+        if self.p_holm is not None and self.p_holm < stats.ALPHA:
+            return "higher" if self.diff > 0 else "lower"
+        return "none"
+
+    @property
+    def where(self) -> str:
+        return ", ".join(f"{short(k)}={v}" for k, v in self.at.items()) or "all"
+
+
+def compare(ref: Cell, lvl: Cell, metric: str):
+    """Welch's test of two cells: from the seeds' values where kept, else from the cells' mean, std and count."""
+    if metric in ref.samples and metric in lvl.samples:
+        return stats.welch(ref.samples[metric], lvl.samples[metric])
+    a, b = ref.stats(metric), lvl.stats(metric)
+    return stats.welch_from_stats(*a, *b) if a and b else None
+
+
+def contrasts(cells: list[Cell], axes: list[str], question: Question, metric: str) -> list[Comparison]:
+    """Each compared level against the reference at every setting of the other axes; Holm over the family."""
+    by_key = {tuple(c.axes[a] for a in axes): c for c in cells}
+    out = []
+    for axis, declared in question.compare:
+        i = axes.index(axis)
+        levels = list(dict.fromkeys(c.axes[axis] for c in cells))
+        if len(levels) < 2:
+            continue
+        ref = reference_level(levels, declared)
+        for cell in cells:
+            key = tuple(cell.axes[a] for a in axes)
+            twin = by_key.get(key[:i] + (ref,) + key[i + 1 :])
+            if cell.axes[axis] == ref or twin is None or twin.stats(metric) is None or cell.stats(metric) is None:
+                continue
+            out.append(
+                Comparison(
+                    metric,
+                    axis,
+                    cell.axes[axis],
+                    ref,
+                    {a: cell.axes[a] for a in axes if a != axis},
+                    compare(twin, cell, metric),
+                    twin.mean(metric),
+                    cell.mean(metric),
+                    twin.interval(metric),
+                    cell.interval(metric),
+                    (twin.stats(metric)[2], cell.stats(metric)[2]),
+                )
+            )
+    for c, p in zip(out, stats.holm([c.test.p if c.test else None for c in out])):
+        c.p_holm = p
+    return out
+
+
+@dataclass
+class Interaction:
+    """The compared effect at the last level of ``across`` minus the effect at its first, the others fixed."""
+
+    metric: str
+    across: str
+    first: str
+    last: str
+    at: dict[str, str]
+    test: stats.Contrast | None
+    below: float | None = None  # the smaller of its two reference arms' distances below the attention-free level
+    p_holm: float | None = None
+
+    @property
+    def verdict(self) -> str:
+        if self.test is None or (self.below is not None and self.below <= 0):
+            return "untested"
+        return ("larger" if self.test.diff > 0 else "smaller") if (self.p_holm or 1) < stats.ALPHA else "none"
+
+
+def interactions(cells: list[Cell], axes: list[str], family: list[Comparison], across: str) -> list[Interaction]:
+    family = [c for c in family if across in c.at]
+    levels = list(dict.fromkeys(c.at[across] for c in family))  # the cells' order: numeric, or by model size
+    by_key = {tuple(c.axes[a] for a in axes): c for c in cells}
+    if len(levels) < 2:
+        return []
+    out = []
+    for last in (c for c in family if c.at[across] == levels[-1]):
+        first = next((c for c in family if c.at == {**last.at, across: levels[0]} and c.level == last.level), None)
+        if first is None:
+            continue
+        parts = []
+        for comparison, sign in ((last, 1), (first, -1)):
+            for level, s in ((comparison.level, sign), (comparison.reference, -sign)):
+                values = {**comparison.at, comparison.axis: level}
+                parts.append((*by_key[tuple(values[a] for a in axes)].stats(last.metric), s))
+        rest = {k: v for k, v in last.at.items() if k != across}
+        gaps = [g for g in (first.below, last.below) if g is not None]
+        test = stats.interaction(parts)
+        out.append(Interaction(last.metric, across, levels[0], levels[-1], rest, test, min(gaps) if gaps else None))
+    for x, p in zip(out, stats.holm([x.test.p if x.test else None for x in out])):
+        x.p_holm = p
+    return out
+
+
+def pooled(cells: list[Cell], axes: list[str], metric: str) -> list[dict]:
+    """Each axis's levels against its reference, the difference averaged over every setting of the other
+    axes (a contrast of cell means with Welch-Satterthwaite df), Holm-corrected over all of them."""
+    if len(axes) < 2:
+        return []
+    by_key = {tuple(c.axes[a] for a in axes): c for c in cells}
+    out = []
+    for i, axis in enumerate(axes):
+        levels = list(dict.fromkeys(c.axes[axis] for c in cells))
+        ref = reference_level(levels)
+        strata = sorted({tuple(c.axes[a] for a in axes if a != axis) for c in cells})
+        for level in (lv for lv in levels if lv != ref):
+            parts = []
+            for stratum in strata:
+                pair = [by_key.get(stratum[:i] + (lv,) + stratum[i:]) for lv in (level, ref)]
+                if any(c is None or c.stats(metric) is None for c in pair):
+                    break
+                parts += [(*pair[0].stats(metric), 1), (*pair[1].stats(metric), -1)]
+            else:
+                k = len(strata)
+                test = stats.interaction([(m / k, s / k, n, sign) for m, s, n, sign in parts])
+                diff = sum(sign * m for m, _, _, sign in parts) / k
+                out.append({"axis": axis, "level": level, "reference": ref, "strata": k, "diff": diff, "test": test})
+    for e, p in zip(out, stats.holm([e["test"].p if e["test"] else None for e in out])):
+        e["p_holm"] = p
+    return out
+
+
+def reference_gap(family: list[Comparison], grid: list[Cell], level: float | None) -> None:
+    """Set each comparison's ``below``: the attention-free level minus the reference arm's best val loss (over
+    the grid cells that share the arm's axes, e.g. every learning rate of an LR-sensitivity arm)."""
+    if level is None:
+        return
+    for c in family:
+        arm = {**c.at, c.axis: c.reference}
+        losses = [
+            m
+            for g in grid
+            if all(g.axes.get(k, v) == v for k, v in arm.items()) and (m := g.mean("val/loss")) is not None
+        ]
+        c.below = level - min(losses) if losses else None

@@ -1,0 +1,166 @@
+"""A study's runs as one table, runs.csv: one row per run and seed, the only input of its report.
+
+Columns: the swept axes (the config keys that differ between runs, as the override spelled them),
+then ``seed``, ``budget`` (``default``, or the extra overrides a sweep ran with, e.g. ``debug=smoke``),
+``status``, ``error``, ``run`` (the run dir's name), then every final metric the run logged (per-layer
+ones included), each run's head types per layer (``head_type/L{i}/{type}``: heads of that type) and the
+step of its phase change (``phase/step``, where ``phase/measured`` is 1). A notebook opens it with
+``pandas.read_csv``; ``read_runs`` keeps the axes as text (``0.02`` and ``fan_in`` in one column).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from ...analysis.heads import types_by_layer
+from ...analysis.phase import head_history, phase_change_step
+from .aggregate import IGNORED_AXES, RENAMED_KEYS, RunResult, swept_axes
+
+META = ["seed", "budget", "status", "error", "run"]
+DEFAULT_BUDGET = "default"
+# per-step values and bookkeeping that results.json keeps beside the final metrics
+SKIPPED = ("train/", "step", "epoch", "lr-")
+
+
+def axes_of(frame: pd.DataFrame) -> list[str]:
+    """The axis columns: those before ``seed``."""
+    return list(frame.columns[: list(frame.columns).index("seed")])
+
+
+def metrics_of(frame: pd.DataFrame) -> list[str]:
+    return list(frame.columns[list(frame.columns).index("run") + 1 :])
+
+
+def read_runs(path: Path) -> pd.DataFrame:
+    header = pd.read_csv(path, nrows=0).columns
+    axes = list(header[: list(header).index("seed")])
+    text = {c: str for c in [*axes, "budget", "status", "error", "run"]}
+    frame = pd.read_csv(path, dtype=text, keep_default_na=False, na_values={c: [""] for c in header if c not in text})
+    frame["seed"] = pd.to_numeric(frame["seed"], errors="coerce").astype("Int64")
+    return frame
+
+
+def write_runs(frame: pd.DataFrame, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    frame.to_csv(tmp, index=False)
+    tmp.replace(path)
+
+
+def _head_columns(layers: list[dict[str, list[int]]], j: int) -> dict[str, int]:
+    return {f"head_type/L{i}/{kind}": counts[j] for i, layer in enumerate(layers) for kind, counts in layer.items()}
+
+
+def budget_of(run: RunResult, axes: list[str]) -> str:
+    """The overrides a run shares with its sweep but not with the study's own runs: what it was trained for."""
+    extra = sorted(
+        f"{k}={v}" for k, v in run.overrides.items() if k not in axes and k not in IGNORED_AXES and k != "experiment"
+    )
+    return ",".join(extra) or DEFAULT_BUDGET
+
+
+def _number(value) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def frame_from_runs(runs: list[RunResult], declared_axes: list[str] = ()) -> pd.DataFrame:
+    """runs.csv's rows from the runs' results.json (and heads.json for the head types over training)."""
+    axes = swept_axes(runs)
+    axes += [a for a in declared_axes if a not in axes and any(a in r.overrides for r in runs)]
+    rows = []
+    for run in runs:
+        row = {a: run.overrides.get(a, "-") for a in axes}
+        row.update(
+            seed=run.seed,
+            budget=budget_of(run, axes),
+            status=run.results.get("status") or "unknown",
+            error=run.results.get("error") or "",
+            run=run.dir.name,
+        )
+        if run.ok:
+            metrics = run.results.get("metrics", {})
+            row.update({k: v for k, v in metrics.items() if not k.startswith(SKIPPED) and _number(v) is not None})
+            layers = run.results.get("config", {}).get("model", {}).get("n_layer", 0)
+            if run.results.get("heads"):
+                row.update(_head_columns(types_by_layer([run.results["heads"]], layers), 0))
+            if len(history := head_history(run.dir)) > 1:
+                step = phase_change_step(history)
+                row.update({"phase/measured": 1, "phase/step": step})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def frame_from_committed(report: Path) -> pd.DataFrame | None:
+    """runs.csv's rows from a report written before runs.csv: summary.json's per-seed values, or
+    ablation.csv's cells where each holds one seed (its mean is that run's value). None when the
+    report keeps only each cell's mean and std over several seeds."""
+    summary = json.loads((report / "summary.json").read_text())
+    cells = summary.get("per_seed") or []
+    rename = lambda axes: {RENAMED_KEYS.get(k, k): v for k, v in axes.items()}  # noqa: E731
+    types = {json.dumps(rename(c["axes"])): c["layers"] for c in summary.get("head_types", [])}
+    phases = {json.dumps(rename(c["axes"])): c["steps"] for c in summary.get("phase_change_steps", [])}
+    rows = []
+    if cells and all(c.get("runs") for c in cells):
+        for cell in cells:
+            axes, runs = rename(cell["axes"]), cell["runs"]
+            layers, steps = types.get(json.dumps(axes), []), phases.get(json.dumps(axes), [])
+            for j, run in enumerate(runs):
+                row = {**axes, "seed": run["seed"], "budget": DEFAULT_BUDGET, "status": "ok", "error": ""}
+                row.update(run=str(run.get("dir", "")), **run["metrics"])
+                if layers and all(len(v) == len(runs) for layer in layers for v in layer.values()):
+                    row.update(_head_columns(layers, j))
+                if len(steps) == len(runs):
+                    row.update({"phase/measured": 1, "phase/step": steps[j]})
+                rows.append(row)
+        return with_lr_columns(pd.DataFrame(rows), summary.get("lr_sensitivity"))
+    table = pd.read_csv(report / "ablation.csv", dtype=str, keep_default_na=False)
+    if table.empty or (table["n_ok"].astype(float) != 1).any() or (table["n_failed"].astype(float) != 0).any():
+        return None
+    axes = [RENAMED_KEYS.get(a, a) for a in table.columns[: list(table.columns).index("n_ok")]]
+    keys = [c[: -len("_mean")] for c in table.columns if c.endswith("_mean")]
+    for _, cell in table.iterrows():
+        values = dict(zip(axes, cell.iloc[: len(axes)]))
+        row = {**values, "seed": summary.get("seed", 1337), "budget": DEFAULT_BUDGET, "status": "ok", "error": ""}
+        row.update(run="", **{k: float(cell[f"{k}_mean"]) for k in keys if cell[f"{k}_mean"] != ""})
+        layers = types.get(json.dumps(values), [])
+        if layers and all(len(v) == 1 for layer in layers for v in layer.values()):
+            row.update(_head_columns(layers, 0))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def with_lr_columns(frame: pd.DataFrame, lr_summary: dict | None) -> pd.DataFrame:
+    """An LR-sensitivity study's initial loss and size per run, from the arms its summary.json kept."""
+    if not lr_summary:
+        return frame
+    from .lr import SIZE_AXES
+
+    sizes = {a["size"]: a for a in lr_summary["arms"]}
+    size_axes = [a for a in SIZE_AXES if a in frame]
+    labels = frame[size_axes].apply(lambda r: ", ".join(f"{a}={r[a]}" for a in size_axes), axis=1)
+    frame["initial_loss"] = [sizes[s]["initial_loss"] for s in labels]
+    frame["params_non_embedding"] = [sizes[s]["params_non_embedding"] for s in labels]
+    return frame
+
+
+def merge(committed: pd.DataFrame | None, new: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """committed + the new rows whose cell and seed it does not hold yet; returns (merged, the duplicates left out)."""
+    if committed is None or committed.empty:
+        return new.reset_index(drop=True), new.iloc[0:0]
+    axes = list(dict.fromkeys([*axes_of(committed), *axes_of(new)]))
+    both = [
+        f.reindex(columns=[*axes, *f.columns.difference(axes, sort=False)]).fillna({a: "-" for a in axes})
+        for f in (committed, new)
+    ]
+    key = [*axes, "seed"]
+    seen = both[0][key].astype(str).apply(tuple, axis=1)
+    dup = both[1][key].astype(str).apply(tuple, axis=1).isin(set(seen))
+    merged = pd.concat([both[0], both[1][~dup]], ignore_index=True)
+    metrics = [c for c in merged.columns if c not in axes and c not in META]
+    return merged[[*axes, *META, *metrics]], both[1][dup]
