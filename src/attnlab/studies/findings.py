@@ -21,6 +21,7 @@ from pathlib import Path
 import jinja2
 
 from attnlab.analysis.heads import THRESHOLDS
+from attnlab.analysis.phase import PHASE_LEVEL
 from attnlab.studies import stats
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -123,7 +124,12 @@ def induction_heads(reports: Path) -> dict:
             }
         )
     rows.sort(key=lambda r: r["order"])
-    return {"formed": [r for r in rows if r["k"]], "none": [r for r in rows if not r["k"]]}
+    return {
+        "level": PHASE_LEVEL,
+        "seeds": sorted({r["n"] for r in rows}),
+        "formed": [r for r in rows if r["k"]],
+        "none": [r for r in rows if not r["k"]],
+    }
 
 
 def _arm_label(axes: dict) -> str:
@@ -286,8 +292,8 @@ smallest difference its seeds detect with 80 % power. This block is rendered fro
   with `init_std={{ init }}` it{{ grouped(groups, "d_k", "the loss")|replace(" at ", " at d_k ") }}{{ "." if loop.last else ";" }}
 {%- endfor %}
   [dk_scaling](reports/dk_scaling/ablation.md)
-- **Induction heads** (2-layer attention-only model, one head per layer, RoPE, 3000 steps): copying
-  crosses the phase-change level in
+- **Induction heads** (attention-only, one head per layer, RoPE, 3000 steps, {{ induction.seeds|join("-") }} seeds
+  per cell): copying on the repeated probe reaches {{ induction.level }} (the phase change) in
 {%- for c in induction.formed %} {{ c.k }} of {{ c.n }} seeds with {{ c.cell }} (Wilson {{ c.lo|num(2) }}-{{ c.hi|num(2) }},
   median step {{ c.median_step|int }}){{ ";" if not loop.last }}{% endfor %}
 {%- if induction.none %} and in 0 of {{ induction.none[0].n }} seeds (Wilson {{ induction.none[0].lo|num(2) }}-{{ induction.none[0].hi|num(2) }}) with
