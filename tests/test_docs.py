@@ -106,3 +106,30 @@ def test_results_index_links_every_report():
         d.name for d in (ROOT / "reports").iterdir() if d.is_dir() and (any(d.glob("*.md")) or any(d.glob("*.png")))
     }
     assert not reports - linked, f"reports docs/results.md does not link: {sorted(reports - linked)}"
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    text = FENCE.sub("", page.read_text(encoding="utf-8"))
+    return {slug(h) for h in re.findall(r"^#+ (.*)$", text, re.MULTILINE)}
+
+
+def test_slug_follows_github():
+    assert slug("Long context: the default callbacks against `callbacks=none`") == (
+        "long-context-the-default-callbacks-against-callbacksnone"
+    )
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_anchor_into_a_page_exists(page):
+    broken = []
+    for target in relative_links(page):
+        path, _, anchor = target.partition("#")
+        if anchor and path.endswith(".md") and (page.parent / path).exists():
+            if anchor not in anchors(page.parent / path):
+                broken.append(target)
+    assert not broken, f"{page.relative_to(ROOT)} links to headings that do not exist: {broken}"
