@@ -49,6 +49,15 @@ def test_missing_markers_are_an_error(tmp_path):
         findings.main(["--check", "--readme", str(readme)])
 
 
+def test_a_missing_report_or_key_is_one_line_and_exit_2(reports, capsys):
+    (reports / "repro" / "repro.json").unlink()
+    assert findings.main(["--check", "--reports", str(reports)]) == 2
+    assert "repro.json is missing" in capsys.readouterr().err
+    edit(reports, "dk_scaling/summary.json", lambda data: data.pop("cells_ci95"))
+    assert findings.main(["--check", "--reports", str(reports)]) == 2
+    assert "cells_ci95" in capsys.readouterr().err
+
+
 def dk_row(reports: Path, init: str, d_k: int) -> dict:
     groups = dict(findings.dk_scaling(reports)["by_init"])[init]
     return next(r for _, rows in groups for r in rows if r["d_k"] == d_k)

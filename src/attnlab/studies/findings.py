@@ -42,8 +42,15 @@ INPUTS = (
 
 
 # ---------------------------------------------------------------- reading
+class ReportMissing(Exception):
+    """A committed report, or a key in it, that the findings read is not there."""
+
+
 def _json(reports: Path, rel: str):
-    return json.loads((reports / rel).read_text(encoding="utf-8"))
+    path = reports / rel
+    if not path.is_file():
+        raise ReportMissing(f"{path} is missing; the findings read {', '.join(INPUTS)} under {reports}")
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def _short(axis: str) -> str:
@@ -357,7 +364,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reports", type=Path, default=ROOT / "reports")
     args = parser.parse_args(argv)
     current = args.readme.read_text(encoding="utf-8")
-    fresh = splice(current, render(args.reports))
+    try:
+        fresh = splice(current, render(args.reports))
+    except KeyError as err:
+        print(f"attnlab findings: error: a report under {args.reports} lacks the key {err}", file=sys.stderr)
+        return 2
+    except ReportMissing as err:
+        print(f"attnlab findings: error: {err}", file=sys.stderr)
+        return 2
     if args.write:
         if fresh != current:
             args.readme.write_text(fresh, encoding="utf-8")
