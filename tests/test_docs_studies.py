@@ -53,21 +53,6 @@ def test_the_table_parser_reads_axes_and_values():
     assert AXIS.findall("`a.b` ∈ {1, 2} × `c` ∈ {x}") == [("a.b", "1, 2"), ("c", "x")]
 
 
-def test_metrics_page_states_the_cadences_the_configs_set():
-    """docs/metrics.md's "every N steps" for the statistics, the head scores and each study's head
-    scores are the values conf/ sets."""
-    from attnlab.config import compose_config
-
-    text = re.sub(r"\s+", " ", (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8"))
-    default = compose_config([])
-    assert f"The statistics run every {default.callbacks.attention_stats.every_n_steps} steps" in text
-    assert f"scores logged as `heads/*` every {default.callbacks.heads.every_n_steps} steps" in text
-    for study in ("induction_heads", "sinks"):
-        every = compose_config([f"experiment={study}"]).callbacks.heads.every_n_steps
-        line = text[text.index(f"`experiment={study}`") :][:200]
-        assert f"head scores every {every} steps" in line, (study, line)
-
-
 def test_the_default_cadence_table_is_the_config():
     from omegaconf import OmegaConf
 

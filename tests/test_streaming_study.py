@@ -138,27 +138,3 @@ def test_stream_study_bad_input_is_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as err:
         streaming.main([str(tmp_path), "--cache", "8", "--sinks", "0,9"])
     assert err.value.code == 2 and "--sinks" in capsys.readouterr().err
-
-
-def test_the_inference_page_quotes_the_committed_streaming_reports():
-    """docs/inference.md's streaming figures are what reports/streaming*/stream.json hold."""
-    import re
-
-    root = Path(__file__).resolve().parents[1]
-    text = re.sub(r"\s+", " ", (root / "docs" / "inference.md").read_text())
-    bb = json.loads((root / "reports" / "streaming_bb" / "stream.json").read_text())
-    txt = json.loads((root / "reports" / "streaming" / "stream.json").read_text())
-    arms = {a["arm"].split(" ")[0]: a for a in bb["arms"]}
-    for arm in bb["arms"] + txt["arms"]:
-        sentence = streaming.drop_sentence(arm).split(": ", 1)[1]
-        assert sentence in text, sentence
-    base = [r for r in bb["runs"] if r["arm"].startswith("baseline")]
-    worst = max(base, key=lambda r: r["stream"]["oracle"]["ppl"])
-    others = {f"{r['stream']['oracle']['ppl']:.2f}" for r in base if r is not worst}
-    assert f"({worst['stream']['oracle']['ppl']:.2f} against {others.pop()} for the other two)" in text and not others
-    slots = [w for k in ("escape", "softmax_one") for w in arms[k]["dormant_first_token_weight"]]
-    assert f"dormant first-token weight at most {max(slots):.4f}" in text
-    weights = [w for a in txt["arms"] for w in a["first_token_weight"]]
-    assert f"first-token weight {min(weights):.3f}-{max(weights):.3f}" in text
-    dormant = arms["baseline"]["dormant_first_token_weight"]
-    assert f"parks {min(dormant):.2f}-{max(dormant):.2f} of its dormant queries' weight" in text

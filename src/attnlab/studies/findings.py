@@ -1,0 +1,388 @@
+"""The README's findings block, rendered from the committed reports so that no result there is typed by hand.
+
+Each finding reads one report's data, recomputes its test with ``attnlab.studies.stats`` and hands the
+template a verdict with the numbers behind it; the template only prints them. A difference whose Holm p is
+not below alpha reads "no difference beyond seed noise" with the smallest difference its seeds could detect.
+
+    python -m attnlab.studies.findings --check   # exit 1 when README.md differs from a fresh render
+    python -m attnlab.studies.findings --write   # rewrite the block between the markers
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from collections import Counter
+from pathlib import Path
+
+import jinja2
+
+from attnlab.analysis.heads import THRESHOLDS
+from attnlab.analysis.phase import PHASE_LEVEL
+from attnlab.studies import stats
+
+ROOT = Path(__file__).resolve().parents[3]
+START, END = "<!-- findings:start -->", "<!-- findings:end -->"
+SINK = THRESHOLDS["sink"]
+# the committed files the block reads, relative to reports/
+INPUTS = (
+    "dk_scaling/summary.json",
+    "induction_heads/summary.json",
+    "sinks_bb/summary.json",
+    "sinks_bb_gate/summary.json",
+    "streaming_bb/summary.json",
+    "streaming_bb/stream.json",
+    "streaming/stream.json",
+    "lr_sensitivity/summary.json",
+    "repro/repro.json",
+)
+
+
+# ---------------------------------------------------------------- reading
+class ReportMissing(Exception):
+    """A committed report, or a key in it, that the findings read is not there."""
+
+
+def _json(reports: Path, rel: str):
+    path = reports / rel
+    if not path.is_file():
+        raise ReportMissing(f"{path} is missing; the findings read {', '.join(INPUTS)} under {reports}")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _short(axis: str) -> str:
+    return axis.rsplit(".", 1)[-1]
+
+
+def _verdict(c: stats.Contrast | None, p_adjusted: float | None) -> dict:
+    """What the template prints for one contrast: 'raises', 'lowers', 'none' (inside seed noise) or
+    'untested' (under two seeds a side)."""
+    if c is None:
+        return {"verdict": "untested"}
+    resolved = c.resolved(p_adjusted)
+    return {
+        "verdict": ("raises" if c.diff > 0 else "lowers") if resolved else "none",
+        "diff": c.diff,
+        "lo": c.lo,
+        "hi": c.hi,
+        "p": p_adjusted if p_adjusted is not None else c.p,
+        "detectable": c.detectable,
+        "n": min(c.n_ref, c.n_level) if c.n_ref else c.n_level,
+    }
+
+
+def _holm_verdicts(contrasts: list[stats.Contrast | None]) -> list[dict]:
+    adjusted = stats.holm([c.p if c else None for c in contrasts])
+    return [_verdict(c, p) for c, p in zip(contrasts, adjusted)]
+
+
+def dk_scaling(reports: Path) -> dict:
+    """Removing the scale (none minus inv_sqrt_d) in each d_k x init_std cell, from the cells' mean, std, n."""
+    cells = _json(reports, "dk_scaling/summary.json")["cells_ci95"]
+    by_key = {}
+    for cell in cells:
+        axes = cell["axes"]
+        key = (axes["model.init_std"], int(axes["model.d_k"]))
+        by_key.setdefault(key, {})[axes["model.attention.scaling"]] = cell
+    keys = sorted(k for k, v in by_key.items() if {"none", "inv_sqrt_d"} <= set(v))
+    contrasts = []
+    for key in keys:
+        scaled, unscaled = (by_key[key][s]["metrics"]["val/loss"] for s in ("inv_sqrt_d", "none"))
+        n_s, n_u = by_key[key]["inv_sqrt_d"]["n"], by_key[key]["none"]["n"]
+        contrasts.append(
+            stats.welch_from_stats(scaled["mean"], scaled["std"], n_s, unscaled["mean"], unscaled["std"], n_u)
+        )
+    rows = [{"init_std": k[0], "d_k": k[1], **v} for k, v in zip(keys, _holm_verdicts(contrasts))]
+    inits = sorted({r["init_std"] for r in rows}, key=lambda s: s != "fan_in")
+    return {
+        "by_init": [(i, _by_verdict([r for r in rows if r["init_std"] == i])) for i in inits],
+        "seeds": sorted({c["n"] for c in cells}),
+        "tests": len(rows),
+    }
+
+
+def _by_verdict(rows: list[dict]) -> list[tuple[str, list[dict]]]:
+    """Rows grouped by verdict, in the order a reader wants them: effects first, then no difference."""
+    order = ("raises", "lowers", "none", "untested")
+    return [(v, [r for r in rows if r["verdict"] == v]) for v in order if any(r["verdict"] == v for r in rows)]
+
+
+def induction_heads(reports: Path) -> dict:
+    """Seeds whose copying crosses the phase-change level, per cell, with a Wilson interval."""
+    summary = _json(reports, "induction_heads/summary.json")
+    rows = []
+    for cell in summary["phase_change_steps"]:
+        steps = [s for s in cell["steps"] if s is not None]
+        n_layer = int(cell["axes"]["model.n_layer"])
+        scaled = cell["axes"]["model.attention.scaling"] != "none"
+        lo, hi = stats.wilson(len(steps), len(cell["steps"]))
+        rows.append(
+            {
+                "cell": f"{n_layer} layer{'s' if n_layer > 1 else ''}" + ("" if scaled else " without the scale"),
+                "k": len(steps),
+                "n": len(cell["steps"]),
+                "lo": lo,
+                "hi": hi,
+                "median_step": statistics.median(steps) if steps else None,
+                "order": (-n_layer, not scaled),
+            }
+        )
+    rows.sort(key=lambda r: r["order"])
+    return {
+        "level": PHASE_LEVEL,
+        "seeds": sorted({r["n"] for r in rows}),
+        "formed": [r for r in rows if r["k"]],
+        "none": [r for r in rows if not r["k"]],
+    }
+
+
+def _arm_label(axes: dict) -> str:
+    """A cell's name from the axes that differ from plain softmax with AdamW."""
+    if axes.get("experiment") == "sinks_bb_sgd":
+        return "SGD"
+    parts = [f"{_short(k)}={v}" for k, v in axes.items() if k != "experiment" and v not in ("-", "none", "baseline")]
+    return ", ".join(p.removeprefix("variant=") for p in parts) or "softmax"
+
+
+def _sink_arms(reports: Path, study: str, label: str | None = None) -> list[dict]:
+    """Per arm: the seeds whose dormant queries put at least the sink threshold on the first token."""
+    arms = []
+    for cell in _json(reports, f"{study}/summary.json")["per_seed"]:
+        weights = [r["metrics"]["attn/L0/sink_mass_dormant"] for r in cell["runs"]]
+        arms.append(
+            {
+                "arm": label or _arm_label(cell["axes"]),
+                "k": sum(w >= SINK for w in weights),
+                "n": len(weights),
+                "max": max(weights),
+            }
+        )
+    return sorted(arms, key=lambda a: (a["arm"] != "softmax", -a["k"], a["arm"]))
+
+
+def sinks(reports: Path) -> dict:
+    learned = _sink_arms(reports, "sinks_bb") + _sink_arms(reports, "sinks_bb_gate", "per-head output gate")
+    return {"threshold": SINK, "learned_pos": learned, "rope": _sink_arms(reports, "streaming_bb")}
+
+
+def streaming(reports: Path, study: str) -> dict:
+    """What evicting the first tokens costs, per arm: the one-sample test of the per-seed change in NLL,
+    Holm over arms; arms split by whether a sink formed in any seed."""
+    data = _json(reports, f"{study}/stream.json")
+    arms = data["arms"]
+    contrasts = [stats.one_sample(a["drop_cost"]["per_seed"]) for a in arms]
+    rows = []
+    for arm, verdict in zip(arms, _holm_verdicts(contrasts)):
+        per_seed = arm["drop_cost"]["per_seed"]
+        weights = arm["dormant_first_token_weight"] or arm["first_token_weight"]
+        total = sum(abs(x) for x in per_seed)
+        rows.append(
+            {
+                "arm": arm["arm"].split(" (", 1)[-1].rstrip(")"),
+                "per_seed": per_seed,
+                # one seed carries the mean when it holds more than the others together
+                "one_seed_carries": len(per_seed) > 2 and total > 0 and max(abs(x) for x in per_seed) > total / 2,
+                "sink_seeds": sum(w >= SINK for w in weights),
+                **verdict,
+            }
+        )
+    rest = [r for r in rows if not r["sink_seeds"]]
+    return {
+        "setup": data["setup"],
+        "sink": [r for r in rows if r["sink_seeds"]],
+        "rest": rest,
+        "rest_moved": [r for r in rest if r["verdict"] != "none"],
+        "rest_largest": max((abs(r["diff"]) for r in rest), default=math.nan),
+        "rest_detectable": max((r["detectable"] for r in rest), default=math.nan),
+    }
+
+
+def lr_sensitivity(reports: Path) -> dict:
+    """qk-norm's effect on the LR sensitivity at each size and scaling (with minus without), Holm over them."""
+    arms = _json(reports, "lr_sensitivity/summary.json")["lr_sensitivity"]["arms"]
+    by_key = {(a["size"], a["arm"]): a for a in arms}
+    params = {a["size"]: a["params_non_embedding"] for a in arms}
+    pairs, contrasts = [], []
+    for size in sorted(params, key=params.get):
+        for scaling in sorted({a["arm"].split(",")[0] for a in arms}):
+            without = by_key.get((size, f"{scaling}, qk_norm=False"))
+            with_ = by_key.get((size, f"{scaling}, qk_norm=True"))
+            if without and with_:
+                name = f"{size.removeprefix('model=')} ({scaling.removeprefix('scaling=')})"
+                pairs.append({"setting": name})
+                contrasts.append(stats.welch(without["sensitivity_per_seed"], with_["sensitivity_per_seed"]))
+    rows = [{**p, **v} for p, v in zip(pairs, _holm_verdicts(contrasts))]
+
+    def largest_logit(qk_norm: bool) -> float:
+        return max(
+            x
+            for a in arms
+            if a["arm"].endswith(f"qk_norm={qk_norm}")
+            for per_layer in a["max_logit"].values()
+            for x in per_layer
+            if x is not None and math.isfinite(x)
+        )
+
+    return {
+        "groups": _by_verdict(rows),
+        "tests": len(rows),
+        "rates": len(arms[0]["loss"]),
+        "seeds": sorted({a["seeds"] for a in arms}),
+        "max_logit_without": largest_logit(False),
+        "max_logit_with": largest_logit(True),
+    }
+
+
+VERDICTS = ("agrees", "partly", "depends", "differs", "untested")
+
+
+def repro(reports: Path) -> dict:
+    claims = _json(reports, "repro/repro.json")
+    counts = Counter(c["verdict"] for c in claims)
+    unknown = set(counts) - set(VERDICTS)
+    if unknown:
+        raise ValueError(f"repro.json: verdict {sorted(unknown)} is not one of {list(VERDICTS)}")
+    return {"claims": len(claims), "tally": [(v, counts[v]) for v in VERDICTS if counts[v]]}
+
+
+def findings(reports: Path = ROOT / "reports") -> dict:
+    return {
+        "dk": dk_scaling(reports),
+        "induction": induction_heads(reports),
+        "sinks": sinks(reports),
+        "stream_bb": streaming(reports, "streaming_bb"),
+        "stream_text": streaming(reports, "streaming"),
+        "lr": lr_sensitivity(reports),
+        "repro": repro(reports),
+        "alpha": stats.ALPHA,
+    }
+
+
+# ---------------------------------------------------------------- rendering
+def num(x: float | None, sig: int = 2, sign: bool = False) -> str:
+    """x to ``sig`` significant digits in fixed notation (0.0023, 0.33, 599470)."""
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    digits = 0 if x == 0 else max(0, sig - 1 - math.floor(math.log10(abs(x))))
+    text = f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
+    return text.replace("-", "−")
+
+
+def pval(p: float) -> str:
+    return "< 0.001" if p < 0.001 else num(p, 2)
+
+
+WORDS = {"raises": "raises", "lowers": "lowers", "none": "no difference beyond seed noise", "untested": "untested"}
+
+TEMPLATE = """\
+{%- macro diff(v) -%}
+{{ v.diff|num(2, True) }} [{{ v.lo|num(2, True) }}, {{ v.hi|num(2, True) }}]
+{%- endmacro -%}
+{%- macro grouped(groups, name, noun) -%}
+{%- for verdict, rows in groups %} {{ words[verdict] }}{{ " " ~ noun if verdict in ("raises", "lowers") }} at {{ rows|map(attribute=name)|join(", ") }} (
+  {%- for r in rows %}{{ diff(r) }}, Holm p {{ r.p|pval }}
+  {%- if verdict == "none" %}, seeds detect {{ r.detectable|num(2) }}{% endif %}{{ "; " if not loop.last }}{% endfor -%}
+){{ ";" if not loop.last }}
+{%- endfor %}
+{%- endmacro -%}
+Each finding names its setting and seeds. Brackets are 95 % intervals of the difference; a difference
+whose Holm-corrected p is not below {{ alpha }} reads "no difference beyond seed noise", followed by the
+smallest difference its seeds detect with 80 % power. This block is rendered from the reports' data
+(`python -m attnlab.studies.findings --write`).
+
+- **Removing the 1/√d_k scale** (tiny preset on Shakespeare, 2000 steps, {{ dk.seeds|join("-") }} seeds per
+  cell; val loss without minus with the scale in nats, Welch's t-test, Holm over {{ dk.tests }} cells):
+{%- for init, groups in dk.by_init %}
+  with `init_std={{ init }}` it{{ grouped(groups, "d_k", "the loss")|replace(" at ", " at d_k ") }}{{ "." if loop.last else ";" }}
+{%- endfor %}
+  [dk_scaling](reports/dk_scaling/ablation.md)
+- **Induction heads** (attention-only, one head per layer, RoPE, 3000 steps, {{ induction.seeds|join("-") }} seeds
+  per cell): copying on the repeated probe reaches {{ induction.level }} (the phase change) in
+{%- for c in induction.formed %} {{ c.k }} of {{ c.n }} seeds with {{ c.cell }} (Wilson {{ c.lo|num(2) }}-{{ c.hi|num(2) }},
+  median step {{ c.median_step|int }}){{ ";" if not loop.last }}{% endfor %}
+{%- if induction.none %} and in 0 of {{ induction.none[0].n }} seeds (Wilson {{ induction.none[0].lo|num(2) }}-{{ induction.none[0].hi|num(2) }}) with
+  {{ induction.none|map(attribute="cell")|join(", ") }}{% endif %}.
+  [induction_heads](reports/induction_heads/ablation.md)
+- **Where an attention sink forms** on the Bigram-Backcopy task (1 layer × 1 head; a sink: the queries
+  that need no attention put at least {{ sinks.threshold }} of their weight on the first token), seeds with a
+  sink per arm. With learned positions:
+  {%- for a in sinks.learned_pos %} {{ a.arm }} {{ a.k }} of {{ a.n }}{{ "," if not loop.last }}{% endfor %}.
+  With RoPE:
+  {%- for a in sinks.rope %} {{ a.arm }} {{ a.k }} of {{ a.n }} (largest weight {{ a.max|num(2) }}){{ "," if not loop.last }}{% endfor %}.
+  [sinks_bb](reports/sinks_bb/ablation.md), [gate](reports/sinks_bb_gate/ablation.md),
+  [streaming_bb](reports/streaming_bb/ablation.md)
+- **Evicting the first tokens from a rolling KV cache** (the RoPE models above, a {{ stream_bb.setup.cache }}-entry
+  cache; change in NLL per token, one-sample t-test over seeds, Holm over arms):
+  {%- for a in stream_bb.sink %} for {{ a.arm }}, which formed a sink in {{ a.sink_seeds }} of {{ a.per_seed|length }} seeds,
+  {% if a.verdict == "none" %}no difference beyond seed noise{% else %}it {{ words[a.verdict] }}{% endif %} ({{ diff(a) }},
+  Holm p {{ a.p|pval }}{% if a.verdict == "none" %}, seeds detect {{ a.detectable|num(2) }}{% endif %}; per seed
+  {{ a.per_seed|map("num", 2, True)|join(", ") }}{% if a.one_seed_carries %}: one seed carries it{% endif %});
+  {%- endfor %}
+  {%- if stream_bb.rest_moved %}{% for a in stream_bb.rest_moved %} for {{ a.arm }} it {{ words[a.verdict] }} ({{ diff(a) }}, Holm p {{ a.p|pval }});{% endfor %}
+  {%- else %} for the arms without a sink ({{ stream_bb.rest|map(attribute="arm")|join(", ") }}) no difference
+  beyond seed noise (at most {{ stream_bb.rest_largest|num(2) }}, seeds detect {{ stream_bb.rest_detectable|num(2) }}){% endif %}.
+  On Shakespeare at block {{ stream_text.setup.block_size }} with a {{ stream_text.setup.cache }}-entry cache
+  {%- if stream_text.sink or stream_text.rest_moved %}, see the report{% else %} no arm forms a sink and none
+  changes beyond seed noise (at most {{ stream_text.rest_largest|num(2) }}, seeds detect {{ stream_text.rest_detectable|num(2) }}){% endif %}.
+  [streaming_bb](reports/streaming_bb/stream.md), [streaming](reports/streaming/stream.md)
+- **qk-norm and the learning-rate sensitivity** (Wortsman et al.'s measure over {{ lr.rates }} rates at three
+  proxies on word pieces, 300 steps, {{ lr.seeds|join("-") }} seeds; sensitivity with minus without
+  qk-norm, Welch's t-test, Holm over {{ lr.tests }} size and scaling settings): qk-norm
+  {{- grouped(lr.groups, "setting", "the sensitivity") }}. The largest attention logit at any rate and layer is
+  {{ lr.max_logit_without|num(3) }} without qk-norm and {{ lr.max_logit_with|num(3) }} with it: the q/k LayerNorm's
+  learned gain does not bound the logits. [lr_sensitivity](reports/lr_sensitivity/ablation.md)
+- **The two source articles**: {{ repro.claims }} claims re-run by `make repro`; verdicts
+  {%- for verdict, count in repro.tally %} {{ verdict }} {{ count }}{{ "," if not loop.last }}{% endfor %}.
+  [repro](reports/repro/repro.md)
+"""
+
+
+def render(reports: Path = ROOT / "reports") -> str:
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    env.filters.update(num=num, pval=pval)
+    return env.from_string(TEMPLATE).render(words=WORDS, **findings(reports))
+
+
+def splice(readme: str, block: str) -> str:
+    """README text with the block between the markers replaced."""
+    if START not in readme or END not in readme:
+        raise SystemExit(f"README.md: the markers {START} and {END} are missing")
+    head, rest = readme.split(START, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{START}\n{block}{END}{tail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attnlab.studies.findings", description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--check", action="store_true", help="exit 1 when README.md differs from a fresh render")
+    mode.add_argument("--write", action="store_true", help="rewrite README.md's findings block")
+    parser.add_argument("--readme", type=Path, default=ROOT / "README.md")
+    parser.add_argument("--reports", type=Path, default=ROOT / "reports")
+    args = parser.parse_args(argv)
+    current = args.readme.read_text(encoding="utf-8")
+    try:
+        fresh = splice(current, render(args.reports))
+    except KeyError as err:
+        print(f"attnlab findings: error: a report under {args.reports} lacks the key {err}", file=sys.stderr)
+        return 2
+    except ReportMissing as err:
+        print(f"attnlab findings: error: {err}", file=sys.stderr)
+        return 2
+    if args.write:
+        if fresh != current:
+            args.readme.write_text(fresh, encoding="utf-8")
+        return 0
+    if fresh != current:
+        print(
+            f"{args.readme}: the findings block differs from a render of {args.reports}; run --write", file=sys.stderr
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

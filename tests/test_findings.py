@@ -1,0 +1,153 @@
+"""README.md's findings block is a render of the committed reports, and each verdict follows its data."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from attnlab.studies import findings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def reports(tmp_path) -> Path:
+    """A copy of the committed files the block reads, to edit."""
+    for rel in findings.INPUTS:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / "reports" / rel, tmp_path / rel)
+    return tmp_path
+
+
+def edit(reports: Path, rel: str, change) -> None:
+    data = json.loads((reports / rel).read_text())
+    change(data)
+    (reports / rel).write_text(json.dumps(data))
+
+
+def test_readme_block_is_the_render_of_the_committed_reports():
+    assert findings.main(["--check"]) == 0, "README.md's findings are stale: python -m attnlab.studies.findings --write"
+
+
+def test_check_fails_on_a_stale_block_and_write_repairs_it(tmp_path):
+    readme = tmp_path / "README.md"
+    text = (ROOT / "README.md").read_text()
+    head, rest = text.split(findings.START)
+    readme.write_text(head + findings.START + "\n- a typed finding\n" + findings.END + rest.split(findings.END)[1])
+    assert findings.main(["--check", "--readme", str(readme)]) == 1
+    assert findings.main(["--write", "--readme", str(readme)]) == 0
+    assert readme.read_text() == (ROOT / "README.md").read_text()
+
+
+def test_missing_markers_are_an_error(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# no block here\n")
+    with pytest.raises(SystemExit, match="markers"):
+        findings.main(["--check", "--readme", str(readme)])
+
+
+def test_a_missing_report_or_key_is_one_line_and_exit_2(reports, capsys):
+    (reports / "repro" / "repro.json").unlink()
+    assert findings.main(["--check", "--reports", str(reports)]) == 2
+    assert "repro.json is missing" in capsys.readouterr().err
+    edit(reports, "dk_scaling/summary.json", lambda data: data.pop("cells_ci95"))
+    assert findings.main(["--check", "--reports", str(reports)]) == 2
+    assert "cells_ci95" in capsys.readouterr().err
+
+
+def dk_row(reports: Path, init: str, d_k: int) -> dict:
+    groups = dict(findings.dk_scaling(reports)["by_init"])[init]
+    return next(r for _, rows in groups for r in rows if r["d_k"] == d_k)
+
+
+def test_dk_verdict_flips_when_the_unscaled_cell_matches_the_scaled_one(reports):
+    assert dk_row(reports, "fan_in", 128)["verdict"] == "raises"
+
+    def same_as_scaled(data):
+        cells = {
+            (c["axes"]["model.init_std"], c["axes"]["model.d_k"], c["axes"]["model.attention.scaling"]): c
+            for c in data["cells_ci95"]
+        }
+        scaled = cells[("fan_in", "128", "inv_sqrt_d")]["metrics"]["val/loss"]
+        cells[("fan_in", "128", "none")]["metrics"]["val/loss"].update(mean=scaled["mean"], std=scaled["std"])
+
+    edit(reports, "dk_scaling/summary.json", same_as_scaled)
+    row = dk_row(reports, "fan_in", 128)
+    assert row["verdict"] == "none" and row["diff"] == 0 and row["detectable"] > 0
+
+
+def test_eviction_cost_carried_by_one_seed_is_no_difference_and_consistent_seeds_raise_it(reports):
+    softmax = findings.streaming(reports, "streaming_bb")["sink"][0]
+    assert softmax["verdict"] == "none" and softmax["one_seed_carries"]
+    assert softmax["lo"] < 0 < softmax["hi"]
+
+    def every_seed_raises(data):
+        data["arms"][0]["drop_cost"]["per_seed"] = [0.50, 0.53, 0.51]
+
+    edit(reports, "streaming_bb/stream.json", every_seed_raises)
+    softmax = findings.streaming(reports, "streaming_bb")["sink"][0]
+    assert softmax["verdict"] == "raises" and not softmax["one_seed_carries"]
+    assert softmax["p"] < findings.stats.ALPHA
+
+
+def test_escape_arm_counts_as_a_sink_once_its_weight_crosses_the_threshold(reports):
+    arms = {a["arm"]: a for a in findings.sinks(reports)["rope"]}
+    assert arms["escape"]["k"] == 0 and arms["softmax"]["k"] == arms["softmax"]["n"]
+
+    def park_on_first_token(data):
+        cell = next(c for c in data["per_seed"] if c["axes"]["variant"] == "escape")
+        cell["runs"][0]["metrics"]["attn/L0/sink_mass_dormant"] = findings.SINK
+
+    edit(reports, "streaming_bb/summary.json", park_on_first_token)
+    assert {a["arm"]: a for a in findings.sinks(reports)["rope"]}["escape"]["k"] == 1
+
+
+def test_qk_norm_verdict_flips_when_its_seeds_are_swapped(reports):
+    def verdicts():
+        return {r["setting"]: v for v, rows in findings.lr_sensitivity(reports)["groups"] for r in rows}
+
+    assert verdicts()["proxy_l (none)"] == "lowers"
+
+    def swap(data):
+        arms = {(a["size"], a["arm"]): a for a in data["lr_sensitivity"]["arms"]}
+        off, on = (
+            arms[("model=proxy_l", "scaling=none, qk_norm=False")],
+            arms[("model=proxy_l", "scaling=none, qk_norm=True")],
+        )
+        off["sensitivity_per_seed"], on["sensitivity_per_seed"] = (
+            on["sensitivity_per_seed"],
+            off["sensitivity_per_seed"],
+        )
+
+    edit(reports, "lr_sensitivity/summary.json", swap)
+    assert verdicts()["proxy_l (none)"] == "raises"
+
+
+def test_induction_count_and_interval_follow_the_phase_change_steps(reports):
+    formed = findings.induction_heads(reports)["formed"]
+    assert [(c["k"], c["n"]) for c in formed] == [(8, 10)]
+
+    def stall_all_but_one(data):
+        cell = next(c for c in data["phase_change_steps"] if any(c["steps"]))
+        cell["steps"] = [1000] + [None] * (len(cell["steps"]) - 1)
+
+    edit(reports, "induction_heads/summary.json", stall_all_but_one)
+    (cell,) = findings.induction_heads(reports)["formed"]
+    assert (cell["k"], cell["median_step"]) == (1, 1000)
+    assert (cell["lo"], cell["hi"]) == pytest.approx(findings.stats.wilson(1, 10))
+
+
+def test_repro_tally_counts_verdicts_and_refuses_an_unknown_one(reports):
+    assert sum(n for _, n in findings.repro(reports)["tally"]) == findings.repro(reports)["claims"]
+    edit(reports, "repro/repro.json", lambda claims: claims[0].update(verdict="maybe"))
+    with pytest.raises(ValueError, match="maybe"):
+        findings.repro(reports)
+
+
+def test_number_format_keeps_significant_digits_in_fixed_notation():
+    assert [findings.num(x) for x in (0.0023, 0.33, 599470.2, 0)] == ["0.0023", "0.33", "599470", "0"]
+    assert findings.num(-0.048, 2, True) == "−0.048" and findings.num(0.5, 2, True) == "+0.50"
+    assert findings.pval(0.0004) == "< 0.001"
