@@ -330,7 +330,16 @@ def test_sample_and_its_timing_with_and_without_the_cache(make_cfg, capsys, tmp_
 # ------------------------------------------------------------------- rolling (streaming) cache
 
 CAPACITY, SINKS = 6, 2
-ROLLING_VARIANTS = ["rope", "alibi", "nope", "gqa_rope", "learned_escape_gqa_rope", "alibi_escape_mqa", "mla_rope", "llama"]
+ROLLING_VARIANTS = [
+    "rope",
+    "alibi",
+    "nope",
+    "gqa_rope",
+    "learned_escape_gqa_rope",
+    "alibi_escape_mqa",
+    "mla_rope",
+    "llama",
+]
 ROLLING_CASES = [(b, v) for b in backends.BACKENDS for v in ROLLING_VARIANTS if (b, v) not in REFUSED]
 PIECES = [(0, 3), *((i, i + 1) for i in range(3, 9)), (9, 12), *((i, i + 1) for i in range(12, 16))]
 

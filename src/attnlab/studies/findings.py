@@ -236,11 +236,11 @@ def lr_sensitivity(reports: Path) -> dict:
     }
 
 
-VERDICTS = ("agrees", "partly", "depends", "differs", "untested")
+from .repro.verdict import VERDICTS  # noqa: E402  (one list of verdicts, the repro's)
 
 
 def repro(reports: Path) -> dict:
-    claims = _json(reports, "repro/repro.json")
+    claims = _json(reports, "repro/repro.json")["claims"]
     counts = Counter(c["verdict"] for c in claims)
     unknown = set(counts) - set(VERDICTS)
     if unknown:
