@@ -126,6 +126,18 @@ def test_qk_norm_verdict_flips_when_its_seeds_are_swapped(reports):
     assert verdicts()["proxy_l (none)"] == "raises"
 
 
+def test_lr_finding_is_untested_until_a_model_beats_the_attention_free_level(reports):
+    lr = findings.lr_sensitivity(reports)
+    level = json.loads((reports / "lr_sensitivity/summary.json").read_text())["attention_free_level"]["bigram"]
+    assert lr["above_attention_free"] == pytest.approx(lr["best_loss"] - level)
+
+    def lower_the_bar(data):
+        data["attention_free_level"]["bigram"] = lr["best_loss"] + 0.1
+
+    edit(reports, "lr_sensitivity/summary.json", lower_the_bar)
+    assert findings.lr_sensitivity(reports)["above_attention_free"] is None
+
+
 def test_induction_count_and_interval_follow_the_phase_change_steps(reports):
     formed = findings.induction_heads(reports)["formed"]
     assert [(c["k"], c["n"]) for c in formed] == [(8, 10)]

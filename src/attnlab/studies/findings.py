@@ -202,7 +202,11 @@ def streaming(reports: Path, study: str) -> dict:
 
 def lr_sensitivity(reports: Path) -> dict:
     """qk-norm's effect on the LR sensitivity at each size and scaling (with minus without), Holm over them."""
-    arms = _json(reports, "lr_sensitivity/summary.json")["lr_sensitivity"]["arms"]
+    summary = _json(reports, "lr_sensitivity/summary.json")
+    arms = summary["lr_sensitivity"]["arms"]
+    # the budget rule: a model above the attention-free (bigram) level does not use its attention yet
+    best = min(min(a["loss"].values()) for a in arms)
+    above = best - summary["attention_free_level"]["bigram"]
     by_key = {(a["size"], a["arm"]): a for a in arms}
     params = {a["size"]: a["params_non_embedding"] for a in arms}
     pairs, contrasts = [], []
@@ -233,6 +237,8 @@ def lr_sensitivity(reports: Path) -> dict:
         "seeds": sorted({a["seeds"] for a in arms}),
         "max_logit_without": largest_logit(False),
         "max_logit_with": largest_logit(True),
+        "best_loss": best,
+        "above_attention_free": above if above >= 0 else None,
     }
 
 
@@ -330,8 +336,11 @@ smallest difference its seeds detect with 80 % power. This block is rendered fro
   [streaming_bb](reports/streaming_bb/stream.md), [streaming](reports/streaming/stream.md)
 - **qk-norm and the learning-rate sensitivity** (Wortsman et al.'s measure over {{ lr.rates }} rates at three
   proxies on word pieces, 300 steps, {{ lr.seeds|join("-") }} seeds; sensitivity with minus without
-  qk-norm, Welch's t-test, Holm over {{ lr.tests }} size and scaling settings): qk-norm
-  {{- grouped(lr.groups, "setting", "the sensitivity") }}. The largest attention logit at any rate and layer is
+  qk-norm, Welch's t-test, Holm over {{ lr.tests }} size and scaling settings):
+  {%- if lr.above_attention_free is not none %} untested at this budget: the best loss of any arm,
+  {{ lr.best_loss|num(3) }}, is {{ lr.above_attention_free|num(2) }} nats above the attention-free (bigram) level, so
+  these models do not yet use their attention{% else %} qk-norm
+  {{- grouped(lr.groups, "setting", "the sensitivity") }}{% endif %}. The largest attention logit at any rate and layer is
   {{ lr.max_logit_without|num(3) }} without qk-norm and {{ lr.max_logit_with|num(3) }} with it: the q/k LayerNorm's
   learned gain does not bound the logits. [lr_sensitivity](reports/lr_sensitivity/ablation.md)
 - **The two source articles**: {{ repro.claims }} claims re-run by `make repro`; verdicts
