@@ -99,6 +99,8 @@ def explicit_reference(q, k, scale):
         "max_prob_max": p[:, :, rows].amax(-1).amax((0, 2)),
         "max_logit": logits.masked_fill(~visible, -math.inf).amax((0, 2, 3)).float(),
         "sink_mass": p[:, :, rows, 0].mean((0, 2)),
+        # Gu et al.'s sink head: first-token weight over every query that sees it (all, causally) above 0.3
+        "sink_heads": (p[:, :, :, 0].mean((0, 2)) > 0.3).float(),
     }
 
 

@@ -154,7 +154,7 @@ def test_induction_count_and_interval_follow_the_phase_change_steps(reports):
 
 def test_repro_tally_counts_verdicts_and_refuses_an_unknown_one(reports):
     assert sum(n for _, n in findings.repro(reports)["tally"]) == findings.repro(reports)["claims"]
-    edit(reports, "repro/repro.json", lambda claims: claims[0].update(verdict="maybe"))
+    edit(reports, "repro/repro.json", lambda data: data["claims"][0].update(verdict="maybe"))
     with pytest.raises(ValueError, match="maybe"):
         findings.repro(reports)
 

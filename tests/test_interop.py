@@ -14,9 +14,9 @@ from torch import nn
 
 from attnlab.errors import AttnlabError
 from attnlab.interop.families import hf_config, refusal
-from attnlab.interop.hf_export import char_tokenizer_json, write_hf
 from attnlab.interop.hf_load import HFCheckpoint, model_from_hf
 from attnlab.model.gpt import GPT, GPTConfig
+from attnlab.tools.hf_export import char_tokenizer_json, write_hf
 
 transformers = pytest.importorskip("transformers")  # the hf extra, which CI installs
 

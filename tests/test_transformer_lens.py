@@ -22,9 +22,9 @@ from torch import nn
 
 from attnlab.analysis.heads import induction_score, previous_token_score
 from attnlab.analysis.probe import probe
-from attnlab.interop.hf_export import char_tokenizer_json
 from attnlab.interop.hf_load import model_from_hf
 from attnlab.model.gpt import GPT, GPTConfig
+from attnlab.tools.hf_export import char_tokenizer_json
 
 transformers = pytest.importorskip("transformers")  # the hf extra, which CI installs
 transformer_lens = pytest.importorskip("transformer_lens")

@@ -64,7 +64,7 @@ COMMANDS = {
         "every run of a sweep decoded with rolling KV caches: what dropping the first tokens costs -> reports/<study>/",
     ),
     "export": (
-        "attnlab.interop.hf_export",
+        "attnlab.tools.hf_export",
         "main",
         "write a run's model as a Hugging Face dir (--format hf): GPT-2 or Llama, loadable offline by transformers",
     ),

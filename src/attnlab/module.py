@@ -58,7 +58,7 @@ class GPTModule(L.LightningModule):
         self._step_rates: list[float] = []
         self._logged_step = False  # whether the loggers write this training step (set in training_step)
         self._masked: dict[str, MeanMetric] = {}  # val/<class>/loss|acc of a task's metric masks, made on first use
-        self.qk_clip = OptimConfig(**optim).qk_clip
+        self.qk_clip = optim.get("qk_clip")  # None (off) for a module built without an optim group
         self._step_max_logits: list[torch.Tensor] | None = None  # per layer (H,), over the step's micro-batches
 
     def forward(self, idx, targets=None):

@@ -298,7 +298,8 @@ def summary_json(view: dict, frame, cells, effects, arms, out: Path) -> dict:
         "cells": len(cells),
         "failed": sum(c.n_failed for c in cells),
         "seeds_per_cell": view["seeds"],
-        "out": f"reports/{view['study']}" + ("" if out.name == view["study"] else f"/{out.name}"),
+        # a budget's runs are written inside their study's dir; a report dir of its own stands under reports/
+        "out": f"reports/{view['study']}/{out.name}" if out.parent.name == view["study"] else f"reports/{out.name}",
         "question": {**vars(view["question"])},
         "headline": " ".join(TEMPLATES.get_template("headline.j2").render(**view, words=render.WORDS).split()),
         "contrasts": {m: [_contrast(c) for c in f] for m, f in families.items()},

@@ -17,8 +17,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import AttnlabError
-from .families import NAMES, InteropError, family_of, hf_config
-from .weights import to_hf
+from ..interop.families import NAMES, InteropError, family_of, hf_config
+from ..interop.weights import to_hf
 
 FORMATS = ("hf",)
 
