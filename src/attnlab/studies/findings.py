@@ -24,6 +24,8 @@ from attnlab.analysis.heads import THRESHOLDS
 from attnlab.analysis.phase import PHASE_LEVEL
 from attnlab.studies import stats
 
+from .repro.verdict import VERDICTS  # one list of verdicts, the repro's
+
 ROOT = Path(__file__).resolve().parents[3]
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 SINK = THRESHOLDS["sink"]
@@ -240,9 +242,6 @@ def lr_sensitivity(reports: Path) -> dict:
         "best_loss": best,
         "above_attention_free": above if above >= 0 else None,
     }
-
-
-from .repro.verdict import VERDICTS  # noqa: E402  (one list of verdicts, the repro's)
 
 
 def repro(reports: Path) -> dict:
