@@ -121,3 +121,32 @@ def test_token_corpus_levels(tmp_path):
     assert level["unigram"] == pytest.approx(math.log(3), abs=1e-3)
     assert level["bigram_add_k"] == min(SMOOTHING) and level["bigram"] < 0.01
     assert token_levels(tmp_path / "missing", vocab=3) is None
+
+
+def _verdicts(summary) -> dict:
+    return {r["statement"].split(" (")[0]: r["verdict"] for r in summary["lr_sensitivity"]["against_source"]}
+
+
+def test_the_source_statements_follow_the_data(study):
+    summary, _ = study
+    v = _verdicts(summary)
+    # the big model without qk-norm comes apart at 1e-1, the small one does not: sensitivity grows with size,
+    # qk-norm lowers it only where it comes apart, and its logits there are 500 against 8
+    assert v["without qk-layernorm, LR sensitivity grows with model size"] == "agrees"
+    assert v["qk-layernorm lowers LR sensitivity at every size"] == "untested"
+    assert v["qk-layernorm's benefit grows with model size"] == "agrees"
+    assert v["without qk-layernorm the attention logits grow many times larger at high rates"] == "agrees"
+
+
+def test_the_source_statements_flip_when_the_arms_do_not_come_apart(tmp_path):
+    for size in ("small", "big"):
+        for qk in ("false", "true"):
+            for lr in LRS:
+                for seed in range(3):
+                    wobble = {"small": (0.0, 0.03, 0.01), "big": (0.02, 0.0, 0.03)}[size][seed] if lr == "1e-3" else 0
+                    loss = {"1e-3": 2.5, "1e-2": 2.0, "1e-1": 2.2}[lr] + wobble + (0.3 if qk == "true" else 0)
+                    fake(tmp_path / "sweep", size, qk, lr, seed, loss, 8.0)
+    summary = build_report(tmp_path / "sweep", reports=tmp_path / "reports", draw=False)
+    v = _verdicts(summary)
+    assert v["without qk-layernorm, LR sensitivity grows with model size"] == "untested"
+    assert v["without qk-layernorm the attention logits grow many times larger at high rates"] == "disagrees"

@@ -61,3 +61,25 @@ def test_holm_step_down():
     assert adj[2] is None
     assert adj[0] == pytest.approx(0.03) and adj[3] == pytest.approx(0.06) and adj[1] == pytest.approx(0.06)
     assert all(math.isfinite(p) and p <= 1 for p in adj if p is not None)
+
+
+def test_seeds_needed_is_the_first_count_whose_detectable_difference_reaches_the_target():
+    for std_ref, std_level, target in [(0.1, 0.1, 0.1), (0.05, 0.2, 0.15), (0.3, 0.01, 0.5)]:
+        n = stats.seeds_needed(std_ref, std_level, target)
+        assert n is not None and n >= 2
+        assert stats.detectable_difference(std_ref, n, std_level, n) <= target
+        if n > 2:
+            assert stats.detectable_difference(std_ref, n - 1, std_level, n - 1) > target
+    # twice the spread needs about four times the seeds (the normal approximation's n ~ std^2)
+    small, large = stats.seeds_needed(0.05, 0.05, 0.05), stats.seeds_needed(0.1, 0.1, 0.05)
+    assert 3.3 < large / small < 4.7
+    assert stats.seeds_needed(float("nan"), 0.1, 0.1) is None
+    assert stats.seeds_needed(1.0, 1.0, 1e-3) > 10**6  # no cap: the count is reported, however large
+
+
+def test_a_contrast_carries_its_sides_spread_for_the_seeds_it_would_need():
+    rng = np.random.default_rng(0)
+    ref, lvl = rng.normal(0, 0.1, 4), rng.normal(0.05, 0.2, 4)
+    c = stats.welch(ref, lvl)
+    assert c.std_ref == pytest.approx(np.std(ref, ddof=1)) and c.std_level == pytest.approx(np.std(lvl, ddof=1))
+    assert c.seeds_needed(0.1) == stats.seeds_needed(c.std_ref, c.std_level, 0.1)

@@ -203,30 +203,39 @@ def streaming(reports: Path, study: str) -> dict:
 
 
 def lr_sensitivity(reports: Path) -> dict:
-    """qk-norm's effect on the LR sensitivity at each size and scaling (with minus without), Holm over them."""
+    """qk-norm's effect on the LR sensitivity at each size (with minus without) and its change across sizes,
+    as the report tested them (summary.json's contrasts and interactions)."""
     summary = _json(reports, "lr_sensitivity/summary.json")
     arms = summary["lr_sensitivity"]["arms"]
     # the budget rule: a model above the attention-free (bigram) level does not use its attention yet
-    best = min(min(a["loss"].values()) for a in arms)
+    best = max(min(a["loss"].values()) for a in arms)
     above = best - summary["attention_free_level"]["bigram"]
-    by_key = {(a["size"], a["arm"]): a for a in arms}
-    params = {a["size"]: a["params_non_embedding"] for a in arms}
-    pairs, contrasts = [], []
-    for size in sorted(params, key=params.get):
-        for scaling in sorted({a["arm"].split(",")[0] for a in arms}):
-            without = by_key.get((size, f"{scaling}, qk_norm=False"))
-            with_ = by_key.get((size, f"{scaling}, qk_norm=True"))
-            if without and with_:
-                name = f"{size.removeprefix('model=')} ({scaling.removeprefix('scaling=')})"
-                pairs.append({"setting": name})
-                contrasts.append(stats.welch(without["sensitivity_per_seed"], with_["sensitivity_per_seed"]))
-    rows = [{**p, **v} for p, v in zip(pairs, _holm_verdicts(contrasts))]
+    words = {"lower": "lowers", "higher": "raises", "none": "none", "untested": "untested", "smaller": "lowers"}
+
+    def row(c: dict, setting: str) -> dict:
+        if c.get("ci95") is None:
+            return {"setting": setting, "verdict": "untested"}
+        lo, hi = c["ci95"]
+        n = min(c["n"]) if "n" in c else None
+        return {
+            "setting": setting,
+            "verdict": words[c["verdict"]],
+            "diff": c["diff"],
+            "lo": lo,
+            "hi": hi,
+            "p": c["p_holm"],
+            "detectable": c["detectable"],
+            "n": n,
+        }
+
+    rows = [row(c, c["where"].split(",")[0].removeprefix("model=")) for c in summary["contrasts"]["lr_sensitivity"]]
+    crossed = [x for x in summary["interactions"] if x["metric"] == "lr_sensitivity"]
 
     def largest_logit(qk_norm: bool) -> float:
         return max(
             x
             for a in arms
-            if a["arm"].endswith(f"qk_norm={qk_norm}")
+            if f"qk_norm={qk_norm}" in a["arm"]
             for per_layer in a["max_logit"].values()
             for x in per_layer
             if x is not None and math.isfinite(x)
@@ -237,6 +246,8 @@ def lr_sensitivity(reports: Path) -> dict:
         "tests": len(rows),
         "rates": len(arms[0]["loss"]),
         "seeds": sorted({a["seeds"] for a in arms}),
+        "interaction": row(crossed[0], "size") if crossed else None,
+        "across": f"{crossed[0]['first']} to {crossed[0]['last']}" if crossed else "",
         "max_logit_without": largest_logit(False),
         "max_logit_with": largest_logit(True),
         "best_loss": best,
@@ -334,14 +345,15 @@ smallest difference its seeds detect with 80 % power. This block is rendered fro
   changes beyond seed noise (at most {{ stream_text.rest_largest|num(2) }}, seeds detect {{ stream_text.rest_detectable|num(2) }}){% endif %}.
   [streaming_bb](reports/streaming_bb/stream.md), [streaming](reports/streaming/stream.md)
 - **qk-norm and the learning-rate sensitivity** (Wortsman et al.'s measure over {{ lr.rates }} rates at three
-  proxies on word pieces, 300 steps, {{ lr.seeds|join("-") }} seeds; sensitivity with minus without
-  qk-norm, Welch's t-test, Holm over {{ lr.tests }} size and scaling settings):
-  {%- if lr.above_attention_free is not none %} untested at this budget: the best loss of any arm,
+  proxies on Shakespeare characters, 500 steps, {{ lr.seeds|join("-") }} seeds; sensitivity with minus without
+  qk-norm, Welch's t-test, Holm over {{ lr.tests }} sizes):
+  {%- if lr.above_attention_free is not none %} untested at this budget: an arm's best loss,
   {{ lr.best_loss|num(3) }}, is {{ lr.above_attention_free|num(2) }} nats above the attention-free (bigram) level, so
   these models do not yet use their attention{% else %} qk-norm
-  {{- grouped(lr.groups, "setting", "the sensitivity") }}{% endif %}. The largest attention logit at any rate and layer is
-  {{ lr.max_logit_without|num(3) }} without qk-norm and {{ lr.max_logit_with|num(3) }} with it: the q/k LayerNorm's
-  learned gain does not bound the logits. [lr_sensitivity](reports/lr_sensitivity/ablation.md)
+  {{- grouped(lr.groups, "setting", "the sensitivity") }}{% if lr.interaction and lr.interaction.verdict != "untested" %};
+  its effect changes from {{ lr.across }} by {{ diff(lr.interaction) }} (Holm p {{ lr.interaction.p|pval }}){% endif %}{% endif %}.
+  The largest attention logit at any rate and layer is {{ lr.max_logit_without|num(3) }} without qk-norm and
+  {{ lr.max_logit_with|num(3) }} with it: the q/k LayerNorm's learned gain does not bound the logits. [lr_sensitivity](reports/lr_sensitivity/ablation.md)
 - **The two source articles**: {{ repro.claims }} claims re-run by `make repro`; verdicts
   {%- for verdict, count in repro.tally %} {{ verdict }} {{ count }}{{ "," if not loop.last }}{% endfor %}.
   [repro](reports/repro/repro.md)

@@ -32,6 +32,12 @@ class Contrast:
     n_ref: int
     n_level: int
     detectable: float
+    std_ref: float = math.nan
+    std_level: float = math.nan
+
+    def seeds_needed(self, difference: float) -> int | None:
+        """Seeds a side at which a difference of ``difference`` is detectable, at these cells' spread."""
+        return seeds_needed(self.std_ref, self.std_level, difference)
 
     def resolved(self, p_adjusted: float | None = None, alpha: float = ALPHA) -> bool:
         """Beyond seed noise: the (adjusted, when given) p is below alpha."""
@@ -56,6 +62,23 @@ def detectable_difference(
     if not math.isfinite(se) or not math.isfinite(df):
         return math.nan
     return float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * se)
+
+
+def seeds_needed(
+    std_ref: float, std_level: float, difference: float, alpha: float = ALPHA, power: float = POWER
+) -> int | None:
+    """The fewest seeds a side (at least 2) whose detectable difference is at most ``difference``, were the
+    cells' spread what ``std_ref`` and ``std_level`` estimate; None where the spread is unknown.
+
+    The normal approximation's count is a lower bound (t quantiles exceed z), so the search starts there.
+    """
+    if not (math.isfinite(std_ref) and math.isfinite(std_level)) or difference <= 0:
+        return None
+    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
+    n = max(2, math.ceil(z**2 * (std_ref**2 + std_level**2) / difference**2))
+    while detectable_difference(std_ref, n, std_level, n, alpha, power) > difference:
+        n += 1
+    return n
 
 
 def _welch_se_df(s1: float, n1: int, s2: float, n2: int) -> tuple[float, float]:
@@ -85,6 +108,8 @@ def welch(reference: Sequence[float], level: Sequence[float], alpha: float = ALP
         n_ref=len(ref),
         n_level=len(lvl),
         detectable=detectable_difference(ref.std(ddof=1), len(ref), lvl.std(ddof=1), len(lvl), alpha),
+        std_ref=float(ref.std(ddof=1)),
+        std_level=float(lvl.std(ddof=1)),
     )
 
 
@@ -113,6 +138,8 @@ def welch_from_stats(
         n_ref=int(n_ref),
         n_level=int(n_level),
         detectable=detectable_difference(std_ref, n_ref, std_level, n_level, alpha),
+        std_ref=float(std_ref),
+        std_level=float(std_level),
     )
 
 

@@ -204,6 +204,8 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
         "pooled": render.pooled_table(effects) if effects else None,
         "layers": render.layer_tables(cells, axes),
         "lr": render.lr_tables(arms, (baseline or {}).get("unigram")) if arms else [],
+        "source": lr.against_source(arms, crossed, question.difference or 0.0) if arms else [],
+        "source_name": lr.SOURCE,
         "head_types": render.head_types_table(frame, axes) if frame is not None else None,
         "phase": render.phase_table(frame, axes) if frame is not None else None,
         "per_seed": render.per_seed_table(frame, axes, [*render.MAIN_METRICS, *question.metrics])
@@ -224,6 +226,10 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
     summary = {**meta, **summary_json(view, frame, cells, effects, arms, out)}
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, default=_json_default) + "\n")
     return summary
+
+
+def _measured(m) -> dict | str | None:
+    return {"diff": m.diff, "ci95": [m.lo, m.hi], "p": m.p, "n": [m.n_ref, m.n_level]} if hasattr(m, "diff") else m
 
 
 def seeds_text(cells) -> str:
@@ -281,6 +287,7 @@ def _contrast(c) -> dict:
         "p": t.p if t else None,
         "p_holm": c.p_holm,
         "detectable": t.detectable if t else None,
+        "seeds_needed": c.seeds_needed,
         "below_attention_free": c.below,
         "beyond_noise": c.verdict in ("higher", "lower"),
         "verdict": c.verdict,
@@ -416,6 +423,10 @@ def summary_json(view: dict, frame, cells, effects, arms, out: Path) -> dict:
                 for a in arms
             ],
             "critical_fraction": lr.CRITICAL_FRACTION,
+            "against_source": [
+                {"statement": r["statement"], "verdict": r["verdict"], "measured": _measured(r["measured"])}
+                for r in view["source"]
+            ],
         }
     return data
 

@@ -163,6 +163,7 @@ class Comparison:
     n: tuple[int, int]
     below: float | None = None  # how far the reference arm ends below the attention-free level
     p_holm: float | None = None
+    seeds_needed: int | None = None  # seeds a side to detect the question's difference at this spread
 
     @property
     def diff(self) -> float:
@@ -223,6 +224,8 @@ def contrasts(cells: list[Cell], axes: list[str], question: Question, metric: st
             )
     for c, p in zip(out, stats.holm([c.test.p if c.test else None for c in out])):
         c.p_holm = p
+        if c.test and question.difference and metric == question.metrics[0]:
+            c.seeds_needed = c.test.seeds_needed(question.difference)
     return out
 
 

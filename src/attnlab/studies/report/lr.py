@@ -20,6 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from .. import stats  # noqa: E402
 from .aggregate import RunResult, short  # noqa: E402
 
 LR_AXIS = "optim.lr"
@@ -181,3 +182,79 @@ def plot(arms: list[Arm], context_free: float | None, path: Path) -> Path | None
     fig.savefig(path, dpi=90, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+# Wortsman et al. 2023, Fig. 1, stated in our words; each is checked on the arms of the qk-norm axis.
+SOURCE = "Wortsman et al. 2023, Fig. 1"
+LOGIT_GROWTH = 10.0  # "many times": the no-qk-norm arm's largest logit at the top rate over the qk-norm arm's
+
+
+def against_source(arms: list[Arm], interactions: list, difference: float, axis: str = "model.attention.qk_norm"):
+    """The paper's four statements about qk-layernorm and scale, each with what these arms measure and a
+    verdict: agrees | disagrees | untested (a difference inside seed noise, or an axis these arms lack)."""
+    off = [a for a in arms if str(a.setting.get(axis)).lower() == "false"]
+    on = [a for a in arms if str(a.setting.get(axis)).lower() == "true"]
+    if len(off) < 2 or len(on) < 2 or len(off) != len(on):
+        return []
+    rows = []
+
+    def growth(group: list[Arm]):
+        return stats.welch(group[0].per_seed(), group[-1].per_seed())
+
+    sizes = f"{off[0].size_label} to {off[-1].size_label}"
+    grow = growth(off)
+    rows.append(
+        {
+            "statement": f"without qk-layernorm, LR sensitivity grows with model size ({sizes})",
+            "measured": grow,
+            "verdict": _sign_verdict(grow, +1),
+        }
+    )
+    lower = [stats.welch(a.per_seed(), b.per_seed()) for a, b in zip(off, on)]
+    shown = [t for t in lower if t and t.p < stats.ALPHA and t.diff < 0]
+    rows.append(
+        {
+            "statement": "qk-layernorm lowers LR sensitivity at every size",
+            "measured": f"lower beyond seed noise at {len(shown)} of {len(lower)} sizes (Welch, unadjusted)",
+            "verdict": "agrees" if len(shown) == len(lower) else ("disagrees" if not shown else "untested"),
+        }
+    )
+    flat = growth(on)
+    rows.append(
+        {
+            "statement": f"with qk-layernorm, LR sensitivity stays flat as the model grows (within the study's {difference})",
+            "measured": flat,
+            "verdict": "untested"
+            if flat is None
+            else "agrees"
+            if -difference <= flat.lo and flat.hi <= difference
+            else "disagrees"
+            if flat.p < stats.ALPHA
+            else "untested",
+        }
+    )
+    x = next((i for i in interactions if i.metric == METRICS[0] and i.test), None)
+    rows.append(
+        {
+            "statement": "qk-layernorm's benefit grows with model size (the size x qk-norm interaction)",
+            "measured": x.test if x else None,
+            "verdict": _sign_verdict(x.test if x else None, -1),
+        }
+    )
+    top = max(off[-1].lrs)
+    peak = [max((v for v in a.logits.get(top) or [] if v is not None), default=math.nan) for a in (off[-1], on[-1])]
+    ratio = peak[0] / peak[1] if peak[1] and math.isfinite(peak[1]) else math.nan
+    rows.append(
+        {
+            "statement": f"without qk-layernorm the attention logits grow many times larger at high rates (over {LOGIT_GROWTH:g}x at lr {top:g}, {off[-1].size_label})",
+            "measured": f"largest logit {peak[0]:.4g} without, {peak[1]:.4g} with: {ratio:.3g}x (mean over seeds)",
+            "verdict": "untested" if ratio != ratio else ("agrees" if ratio > LOGIT_GROWTH else "disagrees"),
+        }
+    )
+    return rows
+
+
+def _sign_verdict(test, sign: int) -> str:
+    if test is None or test.p >= stats.ALPHA:
+        return "untested"
+    return "agrees" if test.diff * sign > 0 else "disagrees"
