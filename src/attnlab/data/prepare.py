@@ -2,13 +2,15 @@
 
 Writes ``train.bin`` and ``val.bin`` (flat uint16 ids, uint32 past 65536 ids: nanoGPT's format),
 ``meta.json`` (vocabulary size, dtype, tokenizer, each split's length and largest id) and, for the
-default BPE, ``tokenizer.json``. The first (1 - val_fraction) of the text is the training split and the
-rest validation, as for character-level text. The BPE (Hugging Face ``tokenizers``, byte-level, GPT-2's
-pre-tokenizer) is trained on the training split only, so validation text is unseen by the tokenizer
-too. Nothing is downloaded: ``--encoding gpt2`` uses tiktoken's GPT-2 encoding where tiktoken and its
-files are already on the machine, and ``--tokenizer DIR`` the tokenizer a local Hugging Face model dir
-ships (transformers' AutoTokenizer, offline), so the ids index that model's embedding (``model.init_from``). Everything is written into a temporary directory beside ``--out``
-and renamed into place at the end: a failed or interrupted prepare leaves no partial directory.
+default BPE or ``--tokenizer``, ``tokenizer.json``. The first (1 - val_fraction) of the text is the
+training split and the rest validation, as for character-level text. The BPE (Hugging Face
+``tokenizers``, byte-level, GPT-2's pre-tokenizer) is trained on the training split only, so
+validation text is unseen by the tokenizer too. Nothing is downloaded: ``--encoding gpt2`` uses
+tiktoken's GPT-2 encoding where tiktoken and its files are already on the machine, and
+``--tokenizer DIR`` the tokenizer a local Hugging Face model dir ships (transformers' AutoTokenizer,
+offline), so the ids index that model's embedding (``model.init_from``). Everything is written into
+a temporary directory beside ``--out`` and renamed into place at the end: a failed or interrupted
+prepare leaves no partial directory.
 """
 
 from __future__ import annotations
