@@ -263,6 +263,77 @@ def test_a_run_of_another_shape_or_vocabulary_is_refused_naming_the_key(tmp_path
         ckpt.load_into(model)
 
 
+# ------------------------------------------------------------------- fine-tuning a variant
+
+# variants a checkpoint lacks, each with a neutral init (interop/neutral.py); the window is wider
+# than the test's context, where it has no effect
+NEUTRAL = {
+    "gate_headwise": {"gate": "headwise"},
+    "gate_elementwise": {"gate": "elementwise"},
+    "learned_escape": {"escape": "learned"},
+    "learned_escape_sdpa": {"escape": "learned", "backend": "sdpa"},
+    "unscaled": {"scaling": "none"},
+    "inv_d": {"scaling": "inv_d"},
+    "learned_scale": {"scaling": "learned"},
+    "window_sinks": {"window": BLOCK, "window_sinks": 2},
+    "gate_escape_unscaled": {"gate": "headwise", "escape": "learned", "scaling": "none"},
+}
+NOT_NEUTRAL = {
+    "qk_norm": ({"qk_norm": True}, "model.attention.qk_norm=True"),
+    "sigmoid": ({"normalize": "sigmoid"}, "model.attention.normalize=sigmoid"),
+    "zero_logit": ({"escape": "zero_logit"}, "model.attention.escape=zero_logit"),
+    "differential": ({"differential": True}, "model.attention.differential=True"),
+    "latent": ({"latent": {"d_c": 8}}, "model.attention.latent.d_c=8"),
+}
+
+
+def init_from_with(path, attention: dict) -> GPT:
+    """A GPT of the checkpoint's shape with ``attention`` switched on, loaded as model.init_from loads it."""
+    ckpt = HFCheckpoint.open(path)
+    run = dict(ckpt.fields) | {"attention": attention}
+    ckpt.check(run)
+    model = GPT(GPTConfig(**run)).eval()
+    ckpt.load_into(model)
+    return model
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+@pytest.mark.parametrize("name", NEUTRAL)
+def test_a_variant_switched_on_starts_at_the_checkpoints_logits(name, kind, tmp_path):
+    """float32, the tolerance of the plain import: the gate is exact up to the kernels' rounding, the
+    escape's mass sigmoid(-20 - lse) is far below it, the folded scale moves q by one rounding."""
+    theirs = hf_model(kind, bias=True) if kind == "gpt2" else hf_model(kind, attention_bias=True, mlp_bias=True)
+    theirs.save_pretrained(tmp_path / "hf")
+    ours = init_from_with(tmp_path / "hf", NEUTRAL[name])
+    plain = GPT(GPTConfig(**HFCheckpoint.open(tmp_path / "hf").fields))
+    assert sum(p.numel() for p in ours.parameters()) >= sum(p.numel() for p in plain.parameters())
+    x = ids()
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x)[0], theirs(x).logits, atol=2e-5, rtol=1e-5)
+
+
+def test_the_neutral_parameters_still_train(tmp_path):
+    """A zero gate and an escape logit at -20 have non-zero gradients: fine-tuning can move them."""
+    hf_model("llama").save_pretrained(tmp_path / "hf")
+    model = init_from_with(tmp_path / "hf", {"gate": "elementwise", "escape": "learned"})
+    x = ids()
+    _, loss = model(x[:, :-1], x[:, 1:])
+    loss.backward()
+    for block in model.blocks:
+        assert block.attn.gate_proj.weight.grad.abs().max() > 1e-6
+        assert block.attn.attention.escape.logit.grad.abs().min() > 0
+
+
+@pytest.mark.parametrize("name", NOT_NEUTRAL)
+def test_a_variant_with_no_neutral_init_is_refused_naming_the_field(name, tmp_path):
+    hf_model("llama").save_pretrained(tmp_path / "hf")
+    attention, field = NOT_NEUTRAL[name]
+    ckpt = HFCheckpoint.open(tmp_path / "hf")
+    with pytest.raises(AttnlabError) as err:
+        ckpt.check(dict(ckpt.fields) | {"attention": attention})
+    assert str(err.value).startswith(f"model.init_from={tmp_path / 'hf'}: {field}") and "\n" not in str(err.value)
+
+
 # ------------------------------------------------------------------------- runs, end to end
 
 

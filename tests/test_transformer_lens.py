@@ -1,4 +1,5 @@
-"""TransformerLens as an independent check of attnlab's head scores: the same GPT-2 checkpoint,
+"""TransformerLens as an independent check of attnlab's head scores: the same GPT-2 checkpoint
+(a random one, and one attnlab trained on the induction task and exported),
 loaded by attnlab (interop) and by TransformerLens's own weight conversion (TransformerBridge,
 offline from a local dir), gives the same attention patterns, and TransformerLens's head detector
 and attnlab's scores agree head by head once their definitions are put side by side.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -54,15 +56,20 @@ def models(tmp_path_factory):
     fields, state = model_from_hf(path)
     ours = GPT(GPTConfig(**fields)).eval()
     ours.load_state_dict(state)
+    return ours, bridge_of(path)
+
+
+def bridge_of(path):
+    """TransformerLens's own conversion of a local dir, offline, without a BOS (attnlab's probes have none)."""
     bridge = transformer_lens.TransformerBridge.boot_transformers(str(path), device="cpu")
-    bridge.cfg.default_prepend_bos = False  # attnlab's probes have no BOS; the char vocabulary has none either
-    return ours, bridge
+    bridge.cfg.default_prepend_bos = False
+    return bridge
 
 
-def patterns(models, text: str) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def patterns(models, text: str, chars: list[str] = CHARS) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Per layer (1, H, T, T): attnlab's weights (its probe) and TransformerLens's hook_pattern."""
     ours, bridge = models
-    ids = torch.tensor([[CHARS.index(c) for c in text]])
+    ids = torch.tensor([[chars.index(c) for c in text]])
     with torch.no_grad():
         mine = [r.layer.probabilities(r.q, r.k) for r in probe(ours, ids)]
         _, cache = bridge.run_with_cache(bridge.to_tokens(text, prepend_bos=False))
@@ -92,3 +99,58 @@ def test_induction_scores_agree_head_by_head(models):
     ours = torch.stack([induction_score(p, len(R), 0) for p in mine])
     torch.testing.assert_close(theirs.float(), ours * len(R) / len(REPEATED), atol=1e-5, rtol=0)
     assert ours.max() - ours.min() > 100 * 1e-5
+
+
+# ---------------------------------------------------------------- a model with learned heads
+
+# the induction task's vocabulary as characters, <bos> as "^", so TransformerLens reads the same ids from text
+TASK_CHARS = ["^", *CHARS[:26], "0", "1", "2", "3", "4"]
+# measured with these seeds: the best head's induction score 0.11 after 50 steps, 0.31 after 250, 0.37
+# after 400 (the runner-up 0.20); the previous-token scores stay at or below 0.21
+TRAIN_STEPS = 400
+TASK_PLAIN = "^thequickbrownfxjmpsvlazydg"  # no token twice: no head scores by copying
+TASK_REPEATED = "^" + R + R  # <bos>, then r r at start 1
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """(attnlab's GPT, TransformerLens's bridge) of a 2-layer GPT-2-block model trained on the
+    induction task (r r at varying lengths and offsets, data=induction), exported with its tokenizer."""
+    from attnlab.data.tasks import InductionDataModule, to_xy
+    from attnlab.tools.hf_export import write_hf
+
+    torch.manual_seed(0)
+    block = 32
+    cfg = GPTConfig(vocab_size=len(TASK_CHARS), block_size=block, n_layer=2, n_head=4, d_model=64, init_std="fan_in")
+    model = GPT(cfg)
+    task = InductionDataModule(vocab_size=len(TASK_CHARS), block_size=block, min_half=4, max_half=12)
+    optim = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    rng = np.random.default_rng(0)
+    for _ in range(TRAIN_STEPS):
+        _, loss = model(*to_xy(*task.generate(rng, 32)))
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+    model.eval()
+    path = tmp_path_factory.mktemp("trained") / "hf"
+    write_hf(model, path, char_tokenizer_json(TASK_CHARS))
+    return model, bridge_of(path)
+
+
+@pytest.mark.slow
+def test_a_trained_models_head_scores_agree_and_name_the_same_heads(trained):
+    """The definitions as above (TL = attnlab x (T - 1) / T; on <bos> r r, TL = attnlab x L / T with
+    T = 2L + 1); the head each ranks first is the same, and its induction score is learned: above
+    0.25, where the uniform weight over a second-copy query's keys is at most 1 / (L + 2) = 0.083."""
+    t = len(TASK_PLAIN)
+    mine, _ = patterns(trained, TASK_PLAIN, TASK_CHARS)
+    ours_prev = torch.stack([previous_token_score(p) for p in mine])
+    theirs_prev = detect_head(trained[1], TASK_PLAIN, "previous_token_head").float()
+    torch.testing.assert_close(theirs_prev, ours_prev * (t - 1) / t, atol=1e-5, rtol=0)
+    assert theirs_prev.argmax() == ours_prev.argmax()
+
+    mine, _ = patterns(trained, TASK_REPEATED, TASK_CHARS)
+    ours_ind = torch.stack([induction_score(p, len(R), 1) for p in mine])
+    theirs_ind = detect_head(trained[1], TASK_REPEATED, "induction_head").float()
+    torch.testing.assert_close(theirs_ind, ours_ind * len(R) / len(TASK_REPEATED), atol=1e-5, rtol=0)
+    assert theirs_ind.argmax() == ours_ind.argmax() and ours_ind.max() > 0.25

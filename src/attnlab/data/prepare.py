@@ -2,12 +2,15 @@
 
 Writes ``train.bin`` and ``val.bin`` (flat uint16 ids, uint32 past 65536 ids: nanoGPT's format),
 ``meta.json`` (vocabulary size, dtype, tokenizer, each split's length and largest id) and, for the
-default BPE, ``tokenizer.json``. The first (1 - val_fraction) of the text is the training split and the
-rest validation, as for character-level text. The BPE (Hugging Face ``tokenizers``, byte-level, GPT-2's
-pre-tokenizer) is trained on the training split only, so validation text is unseen by the tokenizer
-too. Nothing is downloaded: ``--encoding gpt2`` uses tiktoken's GPT-2 encoding where tiktoken and its
-files are already on the machine. Everything is written into a temporary directory beside ``--out``
-and renamed into place at the end: a failed or interrupted prepare leaves no partial directory.
+default BPE or ``--tokenizer``, ``tokenizer.json``. The first (1 - val_fraction) of the text is the
+training split and the rest validation, as for character-level text. The BPE (Hugging Face
+``tokenizers``, byte-level, GPT-2's pre-tokenizer) is trained on the training split only, so
+validation text is unseen by the tokenizer too. Nothing is downloaded: ``--encoding gpt2`` uses
+tiktoken's GPT-2 encoding where tiktoken and its files are already on the machine, and
+``--tokenizer DIR`` the tokenizer a local Hugging Face model dir ships (transformers' AutoTokenizer,
+offline), so the ids index that model's embedding (``model.init_from``). Everything is written into
+a temporary directory beside ``--out`` and renamed into place at the end: a failed or interrupted
+prepare leaves no partial directory.
 """
 
 from __future__ import annotations
@@ -65,6 +68,38 @@ def train_bpe(text: str, vocab_size: int):
     return tok
 
 
+def checkpoint_tokenizer(directory: str):
+    """(the ``tokenizers`` tokenizer, the vocabulary size) of a local Hugging Face dir. The size is
+    config.json's vocab_size where the dir holds a model (its embedding rows, which may outnumber the
+    tokenizer's ids), else the tokenizer's own, so the data's vocabulary is the model's."""
+    where = f"--tokenizer={directory}"
+    path = Path(directory).expanduser()
+    if not path.is_dir():
+        raise DataError(f"{where}: no such directory; expected a local Hugging Face dir (save_pretrained)")
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise DataError(f"{where} needs the 'transformers' package (the hf extra: pip install -e '.[hf]')") from None
+    try:
+        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as err:  # noqa: BLE001 - transformers raises OSError, ValueError, ... for a dir it cannot read
+        reason = " ".join(str(err).split())[:160] or type(err).__name__
+        raise DataError(
+            f"{where}: no tokenizer transformers loads ({reason}); expected a dir with tokenizer.json"
+        ) from None
+    if not tok.is_fast:
+        raise DataError(f"{where}: {type(tok).__name__} is not a fast tokenizer; expected a dir with tokenizer.json")
+    n_vocab = len(tok)  # the ids it can emit, added tokens included
+    config = path / "config.json"
+    model_vocab = json.loads(config.read_text()).get("vocab_size") if config.is_file() else None
+    if model_vocab is not None and n_vocab > model_vocab:
+        raise DataError(
+            f"{where}: the tokenizer has {n_vocab} ids, the model's config.json vocab_size={model_vocab}; "
+            "expected a tokenizer whose ids the model embeds"
+        )
+    return tok.backend_tokenizer, model_vocab or n_vocab
+
+
 def write_ids(path: Path, chunks: Iterator[list[int]], dtype: np.dtype) -> dict:
     """Append each chunk of ids to ``path``; return the split's length and largest id."""
     tokens, top = 0, 0
@@ -86,14 +121,18 @@ def prepare(
     vocab_size: int = 4096,
     val_fraction: float = 0.1,
     force: bool = False,
+    tokenizer: str | None = None,
 ) -> dict:
-    """Tokenize ``text`` into ``out``; return the meta.json written."""
+    """Tokenize ``text`` into ``out`` (with ``tokenizer``, a Hugging Face dir's, in place of ``encoding``);
+    return the meta.json written."""
     out = Path(out)
+    if tokenizer is not None and encoding != "bpe":
+        raise DataError(f"--encoding={encoding} with --tokenizer={tokenizer}; expected one of the two")
     if encoding not in ENCODINGS:
         raise DataError(f"--encoding={encoding} is not accepted; expected one of {', '.join(ENCODINGS)}")
     if not 0 < val_fraction < 1:
         raise DataError(f"--val-fraction={val_fraction} is not accepted; expected a number in (0, 1)")
-    if encoding == "bpe" and not 257 <= vocab_size <= 1 << 32:
+    if encoding == "bpe" and tokenizer is None and not 257 <= vocab_size <= 1 << 32:
         raise DataError(
             f"--vocab-size={vocab_size} is not accepted; expected an integer from 257 (the 256 bytes and "
             f"{END_OF_TEXT}) up"
@@ -106,6 +145,8 @@ def prepare(
         reason = tiktoken_missing("gpt2")
         if reason:
             raise DataError(f"--encoding gpt2: {reason}; --encoding bpe (the default) trains a tokenizer offline")
+    if tokenizer is not None:
+        tok, n_vocab = checkpoint_tokenizer(tokenizer)
     split = int(len(text) * (1 - val_fraction))
     split = text.find("\n", split) + 1 or split  # at a line end, where there is one
     train_text, val_text = text[:split], text[split:]
@@ -121,11 +162,12 @@ def prepare(
     tmp.chmod(0o777 & ~umask)  # mkdtemp's 0700 would make the corpus private to its writer
     try:
         t0 = time.perf_counter()
-        if encoding == "bpe":
-            tok = train_bpe(train_text, vocab_size)
+        if encoding == "bpe":  # a BPE trained here, or a checkpoint's tokenizer: read back by data.tokens.BPETokenizer
+            if tokenizer is None:
+                tok = train_bpe(train_text, vocab_size)
+                n_vocab = tok.get_vocab_size()
             tok.save(str(tmp / TOKENIZER))
-            n_vocab = tok.get_vocab_size()
-            spec = {"kind": "bpe", "file": TOKENIZER}
+            spec = {"kind": "bpe", "file": TOKENIZER} | ({"from": str(tokenizer)} if tokenizer else {})
 
             def encode(s: str) -> Iterator[list[int]]:
                 batch = list(pieces(s))
@@ -181,6 +223,12 @@ def main(argv: list[str] | None = None) -> int:
         "gpt2: GPT-2's encoding through tiktoken (its files must be in tiktoken's cache)",
     )
     parser.add_argument(
+        "--tokenizer",
+        metavar="DIR",
+        help="the tokenizer of a local Hugging Face model dir, in place of --encoding: data for model.init_from=DIR "
+        "(train it with data.vocab_multiple=1)",
+    )
+    parser.add_argument(
         "--vocab-size", type=int, default=4096, help="--encoding bpe: ids in all, bytes and merges (default 4096)"
     )
     parser.add_argument(
@@ -198,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             args.vocab_size,
             args.val_fraction,
             args.force,
+            args.tokenizer,
         )
     except DataError as err:
         message = (
@@ -209,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"attnlab: {args.out}: train.bin {s['train']['tokens']} and val.bin {s['val']['tokens']} {meta['dtype']} ids "
         f"(vocabulary {meta['vocab_size']}, {meta['seconds']} s); train with data=tokens data.dir={args.out}"
+        + (f" data.vocab_multiple=1 model.init_from={args.tokenizer}" if args.tokenizer else "")
     )
     return 0
 

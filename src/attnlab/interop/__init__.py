@@ -3,6 +3,7 @@
 families.py   which attnlab configurations GPT-2 and Llama express, and the config translation both ways
 weights.py    the tensors' names and layouts between attnlab's state dict and transformers'
 hf_load.py    a local Hugging Face model dir read, checked and loaded into a GPT (``model.init_from``)
+neutral.py    the parameters a checkpoint lacks (a variant switched on) set to compute the checkpoint's function
 The export (``attnlab export RUN --format hf OUT``) is tools/hf_export.py, a command above this package.
 
 attnlab's model is the reference implementation; transformers is needed to write a directory

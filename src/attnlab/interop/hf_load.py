@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from .families import InteropError, model_fields
+from .neutral import neutral_init, refusal
 from .weights import from_hf
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -55,7 +56,8 @@ class HFCheckpoint:
         return cls(p, hf["model_type"], fields, weights)
 
     def check(self, model: dict) -> None:
-        """A one-line error at the first field of ``model`` (GPTConfig's dict) the checkpoint fixes otherwise."""
+        """A one-line error at the first field of ``model`` (GPTConfig's dict) the checkpoint fixes otherwise,
+        or at an attention variant that cannot start at the checkpoint's function (neutral.py)."""
         first = ("pos_encoding", "norm", "mlp")  # the block's kind before its sizes: the more telling refusal
         for key in sorted(self.fields, key=lambda k: k not in first):
             theirs = self.fields[key]
@@ -74,6 +76,8 @@ class HFCheckpoint:
                 f"{self.where}: model.block_size={model['block_size']} exceeds the checkpoint's "
                 f"{self.fields['block_size']} learned positions; expected at most {self.fields['block_size']}"
             )
+        if problem := refusal(model.get("attention") or {}):
+            raise InteropError(f"{self.where}: {problem}")
 
     def _tensors(self) -> dict[str, torch.Tensor]:
         try:
@@ -96,12 +100,13 @@ class HFCheckpoint:
     def load_into(self, model) -> None:
         """Copy the checkpoint into a GPT built from a config ``check`` accepts. Its vocabulary is the
         data's: a checkpoint of another vocabulary is refused. Parameters the checkpoint lacks (an
-        attention variant switched on: a gate, an escape logit) keep attnlab's init."""
+        attention variant switched on: a gate, an escape logit) start neutral (neutral.py)."""
         cfg = model.cfg
         if cfg.vocab_size != self.fields["vocab_size"]:
             raise InteropError(
                 f"{self.where}: the checkpoint's vocabulary has {self.fields['vocab_size']} tokens, the data's "
-                f"{cfg.vocab_size}; expected data tokenized with the checkpoint's tokenizer"
+                f"{cfg.vocab_size}; expected data tokenized with it (attnlab prepare --tokenizer DIR) and "
+                "data.vocab_multiple=1"
             )
         state = self.state_dict()
         if "wpe.weight" in state:
@@ -117,6 +122,7 @@ class HFCheckpoint:
         with torch.no_grad():
             for name, tensor in state.items():
                 own[name].copy_(tensor)
+        neutral_init(model)
 
 
 def is_hf_dir(path) -> bool:

@@ -15,83 +15,61 @@ from .families import InteropError
 Tensors = dict[str, torch.Tensor]
 
 
-def _gpt2_layer(i: int) -> list[tuple[str, str, bool]]:
-    """(attnlab name, GPT-2 name, transposed) of layer i's tensors."""
-    a, h = f"blocks.{i}.", f"transformer.h.{i}."
-    pairs = [
-        ("ln_1.weight", "ln_1.weight", False),
-        ("ln_1.bias", "ln_1.bias", False),
-        ("attn.qkv_proj.weight", "attn.c_attn.weight", True),
-        ("attn.qkv_proj.bias", "attn.c_attn.bias", False),
-        ("attn.out_proj.weight", "attn.c_proj.weight", True),
-        ("attn.out_proj.bias", "attn.c_proj.bias", False),
-        ("ln_2.weight", "ln_2.weight", False),
-        ("ln_2.bias", "ln_2.bias", False),
-        ("mlp.fc.weight", "mlp.c_fc.weight", True),
-        ("mlp.fc.bias", "mlp.c_fc.bias", False),
-        ("mlp.proj.weight", "mlp.c_proj.weight", True),
-        ("mlp.proj.bias", "mlp.c_proj.bias", False),
-    ]
-    return [(a + x, h + y, t) for x, y, t in pairs]
+# (attnlab module, GPT-2's, Llama's modules whose rows it stacks, kind); in block i each name is
+# prefixed by blocks.{i}., transformer.h.{i}. and model.layers.{i}. A linear is GPT-2's Conv1D, its
+# weight stored transposed, and its bias always there; Llama's norms (RMSNorm) have no bias.
+TOP = (
+    ("wte", "transformer.wte", ("model.embed_tokens",), "embedding"),
+    ("wpe", "transformer.wpe", (), "embedding"),
+    ("ln_f", "transformer.ln_f", ("model.norm",), "norm"),
+    ("lm_head", "lm_head", ("lm_head",), "embedding"),
+)
+LAYER = (
+    ("ln_1", "ln_1", ("input_layernorm",), "norm"),
+    ("attn.qkv_proj", "attn.c_attn", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), "linear"),
+    ("attn.out_proj", "attn.c_proj", ("self_attn.o_proj",), "linear"),
+    ("ln_2", "ln_2", ("post_attention_layernorm",), "norm"),
+    ("mlp.fc", "mlp.c_fc", ("mlp.gate_proj", "mlp.up_proj"), "linear"),
+    ("mlp.proj", "mlp.c_proj", ("mlp.down_proj",), "linear"),
+)
 
 
-def _gpt2_names(n_layer: int) -> list[tuple[str, str, bool]]:
-    top = [
-        ("wte.weight", "transformer.wte.weight", False),
-        ("wpe.weight", "transformer.wpe.weight", False),
-        ("ln_f.weight", "transformer.ln_f.weight", False),
-        ("ln_f.bias", "transformer.ln_f.bias", False),
-        ("lm_head.weight", "lm_head.weight", False),
-    ]
-    return top + [n for i in range(n_layer) for n in _gpt2_layer(i)]
-
-
-# Llama's tensors that attnlab fuses: attnlab name -> the Llama names whose rows it stacks
-def _llama_layer(i: int) -> list[tuple[str, list[str]]]:
-    a, h = f"blocks.{i}.", f"model.layers.{i}."
-    pairs = [
-        ("ln_1.weight", ["input_layernorm.weight"]),
-        ("attn.qkv_proj.weight", ["self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"]),
-        ("attn.qkv_proj.bias", ["self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"]),
-        ("attn.out_proj.weight", ["self_attn.o_proj.weight"]),
-        ("attn.out_proj.bias", ["self_attn.o_proj.bias"]),
-        ("ln_2.weight", ["post_attention_layernorm.weight"]),
-        ("mlp.fc.weight", ["mlp.gate_proj.weight", "mlp.up_proj.weight"]),
-        ("mlp.fc.bias", ["mlp.gate_proj.bias", "mlp.up_proj.bias"]),
-        ("mlp.proj.weight", ["mlp.down_proj.weight"]),
-        ("mlp.proj.bias", ["mlp.down_proj.bias"]),
-    ]
-    return [(a + x, [h + y for y in ys]) for x, ys in pairs]
-
-
-def _llama_names(n_layer: int) -> list[tuple[str, list[str]]]:
-    top = [("wte.weight", ["model.embed_tokens.weight"]), ("ln_f.weight", ["model.norm.weight"])]
-    top.append(("lm_head.weight", ["lm_head.weight"]))
-    return top + [n for i in range(n_layer) for n in _llama_layer(i)]
+def tensor_names(family: str, n_layer: int, bias: bool) -> list[tuple[str, list[str], bool]]:
+    """(attnlab tensor, the family's tensors whose rows it stacks, stored transposed) for every tensor
+    a checkpoint of ``family`` holds (``bias``: Llama's attention_bias and mlp_bias)."""
+    gpt2 = family == "gpt2"
+    modules = [*TOP]
+    for i in range(n_layer):
+        a, g, ll = f"blocks.{i}.", f"transformer.h.{i}.", f"model.layers.{i}."
+        modules += [(a + ours, g + two, tuple(ll + n for n in llama), kind) for ours, two, llama, kind in LAYER]
+    names = []
+    for ours, two, llama, kind in modules:
+        theirs = (two,) if gpt2 else llama
+        if not theirs:  # Llama has no position table
+            continue
+        has_bias = kind != "embedding" and (gpt2 or (kind == "linear" and bias))
+        for part in ("weight", "bias") if has_bias else ("weight",):
+            transposed = gpt2 and kind == "linear" and part == "weight"
+            names.append((f"{ours}.{part}", [f"{n}.{part}" for n in theirs], transposed))
+    return names
 
 
 def to_hf(family: str, state: Tensors, cfg) -> Tensors:
     """transformers' state dict from attnlab's (``cfg`` the GPTConfig). A GPT-2 without biases gets
     zero ones (GPT-2 always has them); a tied head is left to transformers to tie."""
     out: Tensors = {}
-    if family == "gpt2":
-        for ours, theirs, transposed in _gpt2_names(cfg.n_layer):
-            if ours == "lm_head.weight" and cfg.tie_embeddings:
-                continue
-            if ours not in state:  # a projection bias of a bias-free model
-                rows = state[ours.replace(".bias", ".weight")].shape[0]
-                out[theirs] = torch.zeros(rows, dtype=state["wte.weight"].dtype)
-                continue
-            t = state[ours]
-            out[theirs] = t.t().contiguous() if transposed else t.clone()
-        return out
-    attention = cfg.n_head * cfg.d_k, cfg.n_kv_head * cfg.d_k, cfg.n_kv_head * cfg.d_k
-    for ours, theirs in _llama_names(cfg.n_layer):
-        if ours not in state or (ours == "lm_head.weight" and cfg.tie_embeddings):
+    kv = cfg.n_kv_head * cfg.d_k
+    fused = {3: (cfg.n_head * cfg.d_k, kv, kv), 2: (cfg.mlp_hidden,) * 2}  # by parts: Llama's q, k, v; gate, up
+    for ours, theirs, transposed in tensor_names(family, cfg.n_layer, cfg.bias):
+        if ours == "lm_head.weight" and cfg.tie_embeddings:
             continue
-        sizes = attention if "qkv_proj" in ours else (cfg.mlp_hidden,) * 2 if "mlp.fc" in ours else None
-        parts = state[ours].split(sizes, dim=0) if sizes else (state[ours],)
-        out.update({name: part.clone() for name, part in zip(theirs, parts, strict=True)})
+        if ours not in state:  # a projection bias of a bias-free model exported as GPT-2
+            rows = state[ours.replace(".bias", ".weight")].shape[0]
+            out[theirs[0]] = torch.zeros(rows, dtype=state["wte.weight"].dtype)
+            continue
+        t = state[ours].t() if transposed else state[ours]
+        parts = t.split(fused[len(theirs)], dim=0) if len(theirs) > 1 else (t,)
+        out.update({name: part.contiguous().clone() for name, part in zip(theirs, parts, strict=True)})
     return out
 
 
@@ -113,17 +91,9 @@ def from_hf(family: str, hf_state: Tensors, fields: dict, where: str) -> Tensors
         return state[name]
 
     out: Tensors = {}
-    tied = fields["tie_embeddings"]
-    if family == "gpt2":
-        for ours, theirs, transposed in _gpt2_names(fields["n_layer"]):
-            if ours == "lm_head.weight":
-                continue
-            t = take(theirs)
+    for ours, theirs, transposed in tensor_names(family, fields["n_layer"], fields["bias"]):
+        if ours != "lm_head.weight":
+            t = torch.cat([take(name) for name in theirs], dim=0)
             out[ours] = t.t().contiguous() if transposed else t
-    else:
-        for ours, theirs in _llama_names(fields["n_layer"]):
-            if ours == "lm_head.weight" or (ours.endswith(".bias") and not fields["bias"]):
-                continue
-            out[ours] = torch.cat([take(name) for name in theirs], dim=0)
-    out["lm_head.weight"] = out["wte.weight"] if tied else take("lm_head.weight")
+    out["lm_head.weight"] = out["wte.weight"] if fields["tie_embeddings"] else take("lm_head.weight")
     return out

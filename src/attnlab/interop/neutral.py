@@ -1,0 +1,65 @@
+"""Fine-tuning a checkpoint with an attention variant switched on (``model.init_from``): the
+parameters the checkpoint lacks start where each layer computes what the checkpoint computed.
+
+  gate (headwise, elementwise)  gate_proj at zero, so sigmoid(0) = 1/2 on every head, and out_proj's
+                                weight doubled: exact (both factors are powers of two)
+  escape=learned                the logit at NEUTRAL_ESCAPE_LOGIT: the escape mass of a row is
+                                sigmoid(-20 - lse), lse its logits' log-sum-exp (2e-9 where lse >= 0)
+  scaling (none, inv_d, sigma)  the checkpoint's 1/sqrt(d_k) over the rule's factor folded into the
+                                query rows of qkv_proj (and their bias); ``learned`` starts at 1/sqrt(d_k)
+  window, window_sinks          no parameters: nothing changes while T <= window
+A variant that no setting of its parameters makes compute the checkpoint's function is refused
+(``refusal``) rather than started silently elsewhere.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+# low enough that the escape mass is below float32 rounding of the weights on a row whose logits'
+# log-sum-exp is >= 0, high enough that the mass and its gradient are not exactly 0 in float32 (Adam
+# then moves the logit by about the learning rate per step while the gradient keeps its sign)
+NEUTRAL_ESCAPE_LOGIT = -20.0
+
+# model.attention values no parameter setting makes compute the checkpoint's softmax attention
+NOT_NEUTRAL = {
+    "qk_norm": (True, "LayerNorm'd q and k lose their norms, which the checkpoint's logits depend on; expected false"),
+    "normalize": ("sigmoid", "sigmoid weights are no softmax at any parameter; expected softmax"),
+    "escape": ("zero_logit", "its fixed logit 0 takes weight from every key; expected none or learned (starts at ~0)"),
+    "differential": (True, "the head-wise RMSNorm drops each head's output norm; expected false"),
+}
+
+
+def refusal(attention: dict) -> str | None:
+    """The first ``model.attention`` field (a dict) that cannot start at the checkpoint's function, as
+    one line naming it and what is accepted, or None."""
+    for key, (value, why) in NOT_NEUTRAL.items():
+        if attention.get(key) == value:
+            return f"model.attention.{key}={value}: no init reproduces the checkpoint ({why})"
+    d_c = (attention.get("latent") or {}).get("d_c")
+    if d_c is not None:
+        return (
+            f"model.attention.latent.d_c={d_c}: keys and values expanded from a latent are not the checkpoint's "
+            "projections; expected null"
+        )
+    return None
+
+
+@torch.no_grad()
+def neutral_init(model) -> None:
+    """Set the parameters of ``model`` (a GPT holding a checkpoint's weights) that the checkpoint lacks."""
+    for block in model.blocks:
+        layer, attention = block.attn, block.attn.attention
+        if attention.scale.rule != "learned":
+            fold = (1 / math.sqrt(layer.d_k)) / attention.scale.value
+            if fold != 1:
+                layer.qkv_parts(layer.qkv_proj.weight).q.mul_(fold)
+                if layer.qkv_proj.bias is not None:
+                    layer.qkv_parts(layer.qkv_proj.bias).q.mul_(fold)
+        if attention.escape is not None and attention.escape.kind == "learned":
+            attention.escape.logit.fill_(NEUTRAL_ESCAPE_LOGIT)
+        if layer.gate_proj is not None:
+            layer.gate_proj.weight.zero_()
+            layer.out_proj.weight.mul_(2)
