@@ -198,3 +198,9 @@ def test_stream_study_bad_input_is_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as err:
         streaming.main([str(tmp_path), "--cache", "8", "--sinks", "0,9"])
     assert err.value.code == 2 and "--sinks" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as err:
+        streaming.main([str(tmp_path)])
+    assert err.value.code == 2 and "--cache" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as err:  # a report dir without its stream.json: nothing is written
+        streaming.main(["--render", str(tmp_path)])
+    assert err.value.code == 2 and "--render=" in capsys.readouterr().err and not any(tmp_path.iterdir())
