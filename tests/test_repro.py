@@ -566,15 +566,16 @@ def test_the_committed_verdicts_follow_from_their_checks_and_the_checks_from_the
         assert json_safe([asdict(k) for k in checks], digits=6) == by_id[i]["checks"], i
 
 
-def test_evicting_the_first_tokens_is_judged_by_its_interval_not_by_the_seeds_that_rose():
+def test_evicting_the_first_tokens_is_judged_by_the_ratio_verdict_not_by_the_seeds_that_rose():
     c16 = next(c for c in _committed()["claims"] if c["id"] == 16)
     base = next(a for a in c16["measured"]["studies"]["streaming_bb"]["arms"] if a["sink"])
-    assert base["raised"] == base["n"] == 3 and base["ci"][0] < 0 < base["ci"][1] and base["p_holm"] == 1
+    e = base["eviction"]
+    assert min(e["ratio"]) > 1 and e["n"] == 3 and e["ci"][0] < 1 < 2 < e["ci"][1] and e["verdict"] == "untested"
     assert c16["verdict"] == UNTESTED
     flipped = json.loads(json.dumps(c16["measured"]))
     for a in flipped["studies"]["streaming_bb"]["arms"]:
         if a["sink"]:
-            a["ci"] = [0.1, 0.3]
+            a["eviction"]["verdict"] = "collapse"
     flipped["studies"].pop("streaming")  # the text study has no sink: untested there
     assert verdict_of(streaming.checks_16(flipped)) == AGREES
 

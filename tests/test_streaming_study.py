@@ -1,5 +1,6 @@
-"""The streaming study: a task's long validation sequence, the per-arm table of what dropping the
-first tokens costs (its sentence chosen by the measurements), and claim 16 checked against it."""
+"""The streaming study: a task's long validation sequence, the per-arm eviction measure (PPL(0 kept) /
+PPL(4 kept) over seeds) and its verdict turning with the data, the committed pages equal to a render
+of their stream.json, and claim 16 judged on the verdict."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from scipy import stats
 
+from attnlab.results import json_safe
 from attnlab.studies.report import streaming
 from attnlab.studies.repro.streaming import checks_16, claim_16, streaming_measurements
 from attnlab.studies.repro.verdict import AGREES, DEPENDS, DIFFERS, UNTESTED, verdict_of
@@ -46,26 +49,77 @@ def _arm(records, name):
     return next(a for a in streaming.summarise(records, SINKS) if a["arm"] == name)
 
 
-def test_the_drop_sentence_follows_the_measurements():
-    same = [_record("slot", s, 1.7, 1.7, 0.0) for s in range(3)]
-    steady = [_record("softmax", s, 1.7 * (1.05 + 0.001 * s), 1.7, 0.99) for s in range(3)]
-    uneven = [_record("uneven", s, p, 1.7, 0.99) for s, p in enumerate((1.71, 2.9, 1.72))]
-    mixed = [_record("mixed", s, p, 1.7, 0.5) for s, p in enumerate((1.8, 1.6, 1.75))]
-    records = same + steady + uneven + mixed
-    a = _arm(records, "slot")
-    assert a["drop_cost"]["changed"] == 0 and "less than 0.1 %" in streaming.drop_sentence(a)
-    a = _arm(records, "softmax")
-    assert a["drop_cost"]["beyond_noise"] and a["drop_cost"]["mean"] == pytest.approx(math.log(1.051), abs=1e-3)
-    assert " raises perplexity by +5.1 %" in streaming.drop_sentence(a)
-    a = _arm(records, "uneven")
-    assert not a["drop_cost"]["beyond_noise"] and a["drop_cost"]["raised"] == 3
-    assert "raises perplexity in 3 of 3 seeds" in streaming.drop_sentence(a)
-    a = _arm(records, "mixed")
-    assert a["drop_cost"]["raised"] == 2 and "no difference beyond seed noise" in streaming.drop_sentence(a)
-    # Holm over the four arms: the p values are adjusted upwards, never below the raw ones
-    for arm in streaming.summarise(records, SINKS):
-        c = arm["drop_cost"]
-        assert c["p"] is None or c["p_holm"] >= c["p"]
+def _ratios(name: str, ratios, weight: float = 0.99, dormant: float | None = None) -> list[dict]:
+    return [_record(name, s, 1.7 * r, 1.7, weight, dormant) for s, r in enumerate(ratios)]
+
+
+@pytest.mark.parametrize(
+    "ratios, verdict",
+    [
+        ((3, 4, 5), streaming.COLLAPSE),
+        ((1.001, 1.0, 1.002), streaming.NO_COST),
+        ((1.0, 1.7, 1.01), streaming.UNTESTED),
+        ((1.0, 1.0, 1.0), streaming.NO_COST),  # seeds that agree exactly: the interval is the point
+        ((5.0,), streaming.UNTESTED),  # one seed has no interval
+        ((1.5, 1.6, 1.55), streaming.UNTESTED),  # a steady cost below the doubling: neither verdict
+    ],
+)
+def test_the_eviction_verdict_follows_the_per_seed_ratios(ratios, verdict):
+    e = _arm(_ratios("arm", ratios), "arm")["eviction"]
+    assert e["ratio"] == pytest.approx(list(ratios)) and e["n"] == len(ratios) and e["kept"] == max(SINKS)
+    assert e["geomean"] == pytest.approx(math.prod(ratios) ** (1 / len(ratios)))
+    assert e["verdict"] == verdict
+    if len(ratios) > 1:  # the 95 % t interval of the log ratios, mapped back
+        logs = np.log(ratios)
+        half = stats.t.ppf(0.975, len(logs) - 1) * stats.sem(logs) if np.ptp(logs) else 0.0
+        assert e["ci"] == pytest.approx([math.exp(logs.mean() - half), math.exp(logs.mean() + half)])
+
+
+def test_the_eviction_interval_decides_at_its_bounds():
+    assert _arm(_ratios("arm", (3, 4, 5)), "arm")["eviction"]["ci"][0] >= streaming.COLLAPSE_RATIO
+    lo, hi = _arm(_ratios("arm", (1.001, 1.0, 1.002)), "arm")["eviction"]["ci"]
+    assert 1 / streaming.NO_COST_RATIO <= lo < 1 < hi <= streaming.NO_COST_RATIO
+    # the same cost over fewer, more uneven seeds: the lower bound falls below 2
+    assert _arm(_ratios("arm", (2.5, 6.0)), "arm")["eviction"]["verdict"] == streaming.UNTESTED
+
+
+@pytest.mark.parametrize("study", ["streaming", "streaming_bb"])
+def test_the_committed_report_is_a_render_of_its_stream_json(study):
+    out = Path(__file__).resolve().parents[1] / "reports" / study
+    report = json.loads((out / "stream.json").read_text())
+    assert (out / "stream.md").read_text() == streaming.markdown(report)
+    # every derived field is what the measured per-seed values give
+    assert json_safe(streaming.rerender(report), digits=6) == report
+    for arm in report["arms"]:
+        e = arm["eviction"]
+        assert e["ratio"] == pytest.approx([math.exp(d) for d in arm["drop_cost"]["per_seed"]], rel=1e-5)
+        assert e["ratio"] == pytest.approx([a / b for a, b in zip(arm["ppl"]["0"], arm["ppl"]["4"])], rel=1e-5)
+
+
+def test_render_rebuilds_the_pages_from_stream_json_and_turns_with_its_data(tmp_path, capsys):
+    records = _ratios("softmax", (1.0, 1.7, 1.01), dormant=0.99) + _ratios("sigmoid", (1.0, 1.0, 1.0), weight=0.0)
+    report = {
+        "study": "s",
+        "sweep_dirs": ["logs/x"],
+        "axes": ["variant"],
+        "setup": {"cache": 8, "sinks": SINKS, "tokens": 40, "source": "t", "block_size": 16, "oracle_positions": 8},
+        "arms": streaming.summarise(records, SINKS),
+        "runs": records,
+    }
+    report["setup"]["command"] = "attnlab stream-study"
+    (tmp_path / "stream.json").write_text(json.dumps(report))
+    streaming.main(["--render", str(tmp_path)])
+    rendered = json.loads((tmp_path / "stream.json").read_text())
+    assert [a["eviction"]["verdict"] for a in rendered["arms"]] == [streaming.UNTESTED, streaming.NO_COST]
+    assert (tmp_path / "stream.md").read_text() == streaming.markdown(rendered)
+    assert (tmp_path / "stream.png").is_file()
+    # the uneven seed replaced by a third steady collapse: the stored log ratios alone turn the verdict
+    rendered["arms"][0]["drop_cost"]["per_seed"] = [math.log(r) for r in (3, 4, 5)]
+    (tmp_path / "stream.json").write_text(json.dumps(rendered))
+    streaming.main(["--render", str(tmp_path)])
+    again = json.loads((tmp_path / "stream.json").read_text())
+    assert again["arms"][0]["eviction"]["verdict"] == streaming.COLLAPSE
+    assert again["arms"][1] == rendered["arms"][1]
 
 
 def _report(tmp_path: Path, study: str, records: list[dict], cache: int = 32) -> Path:
@@ -75,26 +129,32 @@ def _report(tmp_path: Path, study: str, records: list[dict], cache: int = 32) ->
     return tmp_path
 
 
-def test_claim_16_turns_with_the_measurements(tmp_path):
-    free = [_record(n, s, 1.7, 1.7, 0.0) for n in ("slot", "sigmoid") for s in range(3)]
-    costs = [_record("softmax", s, 1.8 + 0.01 * s, 1.7, 0.2, dormant=0.99) for s in range(3)]
-    no_cost = [_record("softmax", s, 1.7, 1.7, 0.2, dormant=0.99) for s in range(3)]
-    uneven = [_record("softmax", s, p, 1.7, 0.2, dormant=0.99) for s, p in enumerate((1.71, 2.9, 1.72))]
-    no_sink = [_record("softmax", s, 1.7, 1.7, 0.05, dormant=0.1) for s in range(3)]
+def test_claim_16_turns_with_the_eviction_verdict(tmp_path):
+    free = [r for n in ("slot", "sigmoid") for r in _ratios(n, (1.0, 1.0, 1.0), weight=0.0)]
+    collapse = _ratios("softmax", (3, 4, 5), weight=0.2, dormant=0.99)
+    no_cost = _ratios("softmax", (1.001, 1.0, 1.002), weight=0.2, dormant=0.99)
+    uneven = _ratios("softmax", (1.0, 1.7, 1.01), weight=0.2, dormant=0.99)
+    two_seeds = _ratios("softmax", (30, 40), weight=0.2, dormant=0.99)
+    no_sink = _ratios("softmax", (3, 4, 5), weight=0.05, dormant=0.1)
 
-    agrees = claim_16(_report(tmp_path / "a", "streaming_bb", costs + free))
+    agrees = claim_16(_report(tmp_path / "a", "streaming_bb", collapse + free))
     assert agrees.verdict == AGREES  # the missing text study leaves only that setting untested
     assert [k.passed for k in agrees.checks] == [True, True, True, None]
     assert verdict_of(checks_16(streaming_measurements(tmp_path / "a"))) == AGREES
 
+    # a sink whose eviction costs nothing refutes the claim's reason
     assert claim_16(_report(tmp_path / "d", "streaming_bb", no_cost + free)).verdict == DIFFERS
-    # every seed rose, but one seed carries the mean: its interval spans 0, so the data do not decide
+    # every seed rose, but one seed carries it: the interval spans both bounds, so the data do not decide
     spread = claim_16(_report(tmp_path / "s", "streaming_bb", uneven + free))
-    assert spread.verdict == UNTESTED and spread.checks[0].measured["seeds raised"] == "3 of 3"
+    assert spread.verdict == UNTESTED and spread.checks[0].measured["verdict"] == streaming.UNTESTED
+    # a collapse, but over two seeds: short of the three the claim asks for
+    short = claim_16(_report(tmp_path / "t", "streaming_bb", two_seeds + free))
+    assert short.checks[0].measured["verdict"] == streaming.COLLAPSE and short.verdict == UNTESTED
+    # no sink formed: a collapse there does not test the sink's role
     assert claim_16(_report(tmp_path / "u", "streaming_bb", no_sink + free)).verdict == UNTESTED
 
-    both = _report(tmp_path / "b", "streaming_bb", costs + free)
-    _report(both, "streaming", [_record("text softmax", s, 1.7, 1.7, 0.9) for s in range(3)], cache=128)
+    both = _report(tmp_path / "b", "streaming_bb", collapse + free)
+    _report(both, "streaming", _ratios("text softmax", (1.0, 1.0, 1.0), weight=0.9), cache=128)
     assert claim_16(both).verdict == DEPENDS
 
     nothing = claim_16(tmp_path / "empty")
@@ -138,3 +198,9 @@ def test_stream_study_bad_input_is_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as err:
         streaming.main([str(tmp_path), "--cache", "8", "--sinks", "0,9"])
     assert err.value.code == 2 and "--sinks" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as err:
+        streaming.main([str(tmp_path)])
+    assert err.value.code == 2 and "--cache" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as err:  # a report dir without its stream.json: nothing is written
+        streaming.main(["--render", str(tmp_path)])
+    assert err.value.code == 2 and "--render=" in capsys.readouterr().err and not any(tmp_path.iterdir())

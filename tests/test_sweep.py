@@ -27,7 +27,7 @@ from attnlab.studies.report.aggregate import group_cells, load_runs, swept_axes
 from attnlab.studies.report.analysis import cells_from_runs, pooled
 from attnlab.studies.report.data import read_runs
 from attnlab.studies.report.lr import arms as lr_arms
-from attnlab.studies.report.numbers import mean_pm_std
+from attnlab.studies.report.render import mean_ci
 from attnlab.studies.sweep import SweepProgress, studies, sweep_axes
 from attnlab.tools.dashboard import main as dashboard_main
 
@@ -263,21 +263,19 @@ def test_aggregation_means_and_std_over_seeds(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "mean, std, n, text",
+    "mean, half, text",
     [
-        (9597.0, 357.879, 3, "9600 ± 360"),  # a large std, a small one, a tiny one
-        (3.670, 0.00701, 3, "3.6700 ± 0.0070"),
-        (0.024, 7.07e-05, 2, "0.024000 ± 0.000071"),
-        (1.873, 0.0996, 3, "1.87 ± 0.10"),  # the std rounds up to a new power of ten: still two digits
-        (13501.0, 2000.0, 3, "13500 ± 2000"),
-        (-0.0004, 0.5, 3, "0.00 ± 0.50"),  # no "-0.00"
-        (1.8364, 0.0, 3, "1.836 ± 0"),
-        (1.8364, None, 1, "1.836"),  # one seed: the value alone
-        (None, None, 0, "-"),
+        (9597.0, 357.879, "9600 [9240, 9950]"),  # a large half-width, a small one
+        (3.670, 0.00701, "3.6700 [3.6630, 3.6770]"),
+        (1.873, 0.0996, "1.87 [1.77, 1.97]"),  # the half-width rounds up to a new power of ten: still two digits
+        (-0.0004, 0.5, "0.00 [-0.50, 0.50]"),  # no "-0.00"
+        (1.8364, 0.0, "1.836"),  # no spread: the value alone
+        (1.8364, None, "1.836"),  # one seed: the value alone
+        (None, None, "-"),
     ],
 )
-def test_mean_pm_std_shows_the_std_to_two_significant_digits(mean, std, n, text):
-    assert mean_pm_std(mean, std, n) == text
+def test_mean_ci_shows_the_half_width_to_two_significant_digits(mean, half, text):
+    assert mean_ci(mean, None if half is None or mean is None else (mean - half, mean + half)) == text
 
 
 def fake_study(root: Path, seeds: list[int], losses: dict) -> list[Path]:

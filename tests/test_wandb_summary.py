@@ -14,8 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from attnlab.studies.report.tables import read_csv
-from attnlab.studies.report.wandb_summary import wandb_target
+from attnlab.studies.report.wandb_summary import read_csv, wandb_target
 
 BLOCK = 32 * 1024
 HEADER = 7  # b":W&B", a 2-byte magic, a version byte
@@ -148,3 +147,62 @@ def test_make_table_logs_the_table_and_plots_to_one_run(sweep):
     plots = {k.removeprefix("plots/") for k in keys if k.startswith("plots/")}
     assert plots == {p.stem for p in out.glob("*.png")} and plots
     assert all(keys[f"plots/{p}"][0]["_type"] == "image-file" for p in plots)
+
+
+class FakeRun:
+    """What a W&B run is sent: the logged dicts and the summary."""
+
+    def __init__(self, root: Path, **kwargs):
+        self.kwargs, self.logged, self.summary = kwargs, [], {}
+        self.dir = str(root / "wandb" / "offline-run-x" / "files")
+
+    def log(self, data):
+        self.logged.append(data)
+
+    def finish(self):
+        pass
+
+
+def test_the_repro_run_holds_every_verdict_its_failing_checks_and_the_tally(tmp_path, monkeypatch):
+    import wandb
+
+    from attnlab.studies.repro.verdict import VERDICTS
+    from attnlab.studies.repro.wandb_summary import log_repro_summary
+
+    runs = []
+    monkeypatch.setattr(wandb, "init", lambda **kw: runs.append(FakeRun(tmp_path, **kw)) or runs[-1])
+    monkeypatch.setattr(wandb, "Table", lambda columns, data: {"columns": columns, "data": data})
+
+    def check(name, passed):
+        return {"name": name, "passed": passed}
+
+    claims = [
+        {"id": 1, "claim": "a", "verdict": "agrees", "checks": [check("x", True)]},
+        {"id": 2, "claim": "b", "verdict": "differs", "checks": [check("y", False), check("z", True)]},
+        {"id": 3, "claim": "c", "verdict": "untested", "checks": [check("u", None), check("v", False)]},
+        {"id": 4, "claim": "d", "verdict": "agrees", "checks": []},
+    ]
+    assert log_repro_summary(claims, tmp_path, mode="offline") == tmp_path / "wandb" / "offline-run-x"
+    (run,) = runs
+    assert run.kwargs["group"] == "repro" and run.kwargs["mode"] == "offline" and run.kwargs["dir"] == str(tmp_path)
+    (logged,) = run.logged
+    assert logged["verdicts"]["columns"] == ["id", "claim", "verdict", "not holding"]
+    assert logged["verdicts"]["data"] == [
+        [1, "a", "agrees", ""],
+        [2, "b", "differs", "y"],
+        [3, "c", "untested", "u; v"],
+        [4, "d", "agrees", ""],
+    ]
+    assert run.summary == {f"verdicts/{v}": {"agrees": 2, "differs": 1, "untested": 1}.get(v, 0) for v in VERDICTS}
+
+
+def test_a_failed_repro_run_leaves_none_and_says_so(tmp_path, monkeypatch, capsys):
+    import wandb
+
+    from attnlab.studies.repro.wandb_summary import log_repro_summary
+
+    def refuse(**kwargs):
+        raise RuntimeError("no W&B here")
+
+    monkeypatch.setattr(wandb, "init", refuse)
+    assert log_repro_summary([], tmp_path) is None and "no W&B here" in capsys.readouterr().out

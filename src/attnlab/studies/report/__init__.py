@@ -20,10 +20,9 @@ from ...results import atomic_write_text
 from . import analysis, lr, plots, render
 from .aggregate import group_cells, load_sweeps, recording_differences, short, swept_axes
 from .data import DEFAULT_BUDGET, axes_of, frame_from_committed, frame_from_runs, merge, read_runs, write_runs
-from .numbers import head_type_text  # noqa: F401 - the claims quote head types with it
 from .wandb_summary import log_summary_run
 
-__all__ = ["build_report", "head_type_text", "latest_sweep", "write_report"]
+__all__ = ["build_report", "latest_sweep", "write_report"]
 
 
 def latest_sweep(root: Path = Path("logs")) -> Path | None:

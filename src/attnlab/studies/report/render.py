@@ -5,6 +5,7 @@ level, the figure, the main table and the detail below; summary.json carries the
 from __future__ import annotations
 
 import base64
+import math
 import re
 from pathlib import Path
 
@@ -15,7 +16,61 @@ from ...data.tasks import QUERY_CLASSES
 from ...markdown import markdown_table
 from .. import stats
 from .aggregate import short
-from .numbers import k_of_n_text, mean_ci, p_text, plain, signed_ci
+
+# How a report prints numbers: an interval's half-width (or a std) to two significant digits and the
+# mean rounded to the same decimal place, so a reader never sees digits that seed noise makes
+# meaningless ("9600 [9240, 9950]"). The statistics themselves are attnlab.studies.stats.
+
+
+def plain(value: float | None, digits: int = 3) -> str:
+    """A single value (no spread known): fixed digits, scientific-style for tiny ones, none for big ones."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    return (
+        f"{value:.0f}" if abs(value) >= 1000 else f"{value:.{digits}g}" if abs(value) < 0.01 else f"{value:.{digits}f}"
+    )
+
+
+def std_decimals(std: float) -> int:
+    """Decimal places that show ``std`` to two significant digits (negative: round to tens, hundreds, ...)."""
+    places = 1 - math.floor(math.log10(abs(std)))
+    if abs(round(std, places)) >= 10 ** (2 - places):  # 0.0996 rounds to 0.10: one place fewer
+        places -= 1
+    return places
+
+
+def _fixed(value: float, places: int, sign: str = "") -> str:
+    return f"{round(value, places) + 0.0:{sign}.{max(places, 0)}f}"  # + 0.0 turns -0.0 into 0.0
+
+
+def mean_ci(mean: float | None, interval: tuple[float, float] | None = None, scale: float = 1.0) -> str:
+    """ "mean [lo, hi]" to the interval's precision; the mean alone without an interval, "-" without a value."""
+    if mean is None or not math.isfinite(mean):
+        return "-"
+    if interval is None or not interval[1] > interval[0]:
+        return plain(mean * scale)
+    lo, hi = interval[0] * scale, interval[1] * scale
+    places = std_decimals((hi - lo) / 2)
+    return f"{_fixed(mean * scale, places)} [{_fixed(lo, places)}, {_fixed(hi, places)}]"
+
+
+def signed_ci(diff: float, lo: float | None = None, hi: float | None = None) -> str:
+    """A difference with its 95 % interval, "+0.115 [+0.103, +0.127]"; the difference alone without one."""
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
+        return f"{diff:+.3f}"
+    places = max(std_decimals((hi - lo) / 2), 0)
+    return f"{_fixed(diff, places, '+')} [{_fixed(lo, places, '+')}, {_fixed(hi, places, '+')}]"
+
+
+def p_text(p: float | None) -> str:
+    return "-" if p is None else "< 0.001" if p < 0.001 else f"{p:.2g}"
+
+
+def k_of_n_text(k: int, n: int, unit: str = "seeds") -> str:
+    """'8 of 10 seeds (95 % Wilson interval 0.49-0.94)': a bimodal outcome as a count with its uncertainty."""
+    lo, hi = stats.wilson(k, n)
+    return f"{k} of {n} {unit} (95 % Wilson interval {lo:.2f}-{hi:.2f})"
+
 
 LABELS = {
     "val/loss": "val loss",

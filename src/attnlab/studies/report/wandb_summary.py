@@ -7,9 +7,23 @@ under the sweep dir (``<sweep dir>/wandb/offline-run-*``) so that ``make sync`` 
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
-from .tables import read_csv
+import pandas as pd
+
+
+def read_csv(text: str) -> tuple[list[str], list[list]]:
+    """ablation.csv as W&B's Table wants it, one type per column: a column whose cells all read as
+    numbers holds floats, any other strings (an axis such as init_std mixes 0.02 and fan_in); empty
+    cells are None."""
+    frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    columns = {}
+    for name, column in frame.items():
+        numbers = pd.to_numeric(column.where(column != ""), errors="coerce")
+        numeric = not (numbers.isna() & (column != "")).any()
+        columns[name] = [None if c == "" else float(n) if numeric else c for c, n in zip(column, numbers)]
+    return list(frame.columns), [list(row) for row in zip(*columns.values())] if columns else []
 
 
 def wandb_target(runs) -> dict | None:

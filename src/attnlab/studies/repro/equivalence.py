@@ -130,22 +130,35 @@ def claim_5(trials: int) -> Claim:
     max_w = sum(m["max_weight"] for m in many) / trials
     chance = 0.25  # keys come in 4 identical pairs, so a random map peaks on the right pair 1 time in 4
     checks = [
-        Check(f"rows 4..7 peak on columns 0..3 clearly above chance ({chance} + 0.15), over {trials} seeds", hit,
-              chance + 0.15, hit > chance + 0.15),
+        Check(
+            f"rows 4..7 peak on columns 0..3 clearly above chance ({chance} + 0.15), over {trials} seeds",
+            hit,
+            chance + 0.15,
+            hit > chance + 0.15,
+        ),
         Check("the copy rows put more than a quarter of their weight on the source column", src_w, 0.25, src_w > 0.25),
-        Check("a source column ties exactly with the copy's own column (identical keys; |gap|, as written)",
-              as_written["twin_gap"], 0.0, as_written["twin_gap"] == 0, DETAIL),
-    ]  # fmt: skip
+        Check(
+            "a source column ties exactly with the copy's own column (identical keys; |gap|, as written)",
+            as_written["twin_gap"],
+            0.0,
+            as_written["twin_gap"] == 0,
+            DETAIL,
+        ),
+    ]
     t = Table(
         "A, experiment 3: rows 4..7 (copies) vs columns 0..3 (their sources)",
         "case | share of copy rows peaking on their source | mean weight on source | mean max weight | chance",
         [
-            ["as written (after experiment 2, seed 42)", *(as_written[k] for k in ("hit_rate", "source_weight", "max_weight")), chance],
+            [
+                "as written (after experiment 2, seed 42)",
+                *(as_written[k] for k in ("hit_rate", "source_weight", "max_weight")),
+                chance,
+            ],
             [f"{trials} seeds", hit, src_w, max_w, chance],
         ],
         note="A copy token has the same key as its source (k_i = k_{i-4}), so columns i-4 and i get the same weight; "
         f"with untrained W_Q != W_K nothing makes q_i . k_i the largest score. Uniform weight would be {1 / 8:.3f}.",
-    )  # fmt: skip
+    )
     over_seeds = {"trials": trials, "hit_rate": hit, "source_weight": src_w, "max_weight": max_w}
     return Claim(
         5,

@@ -52,8 +52,16 @@ def cells_8(m: dict) -> list[dict]:
     scaled gain and ``passed``: fails (share under FAIL_RATIO, beyond seed noise by Holm), trains, or None."""
     if m.get("study") is None:
         level = m["runs"]["probe_level"]
-        return [dict(where=name, share=gain_share(p["unscaled"], p["scaled"], level), p_holm=None, passed=None, needs=ONE_SEED)
-                for name, p in m["runs"]["pairs"].items()]  # fmt: skip
+        return [
+            dict(
+                where=name,
+                share=gain_share(p["unscaled"], p["scaled"], level),
+                p_holm=None,
+                passed=None,
+                needs=ONE_SEED,
+            )
+            for name, p in m["runs"]["pairs"].items()
+        ]
     out = []
     for c in m["study"]["cells"]:
         share = gain_share(c["unscaled"]["mean"], c["scaled"]["mean"], m["level"]["bigram"])
@@ -68,17 +76,38 @@ def cells_8(m: dict) -> list[dict]:
 def checks_8(m: dict) -> list[Check]:
     j, i, f = m["jacobian"], m["init_002"], m["fanin"]
     return [
-        Check(FAILS, {"share": c["share"], "p_holm": c["p_holm"]}, f"share < {FAIL_RATIO}, Holm p < {ALPHA}", c["passed"],
-              condition=c["where"], needs=c["needs"])
+        Check(
+            FAILS,
+            {"share": c["share"], "p_holm": c["p_holm"]},
+            f"share < {FAIL_RATIO}, Holm p < {ALPHA}",
+            c["passed"],
+            condition=c["where"],
+            needs=c["needs"],
+        )
         for c in cells_8(m)
     ] + [
-        Check("the softmax Jacobian has all but vanished at the unscaled logit size (||J||_F at std 11.3 / its peak)",
-              j["at_11"] / j["peak"], 0.1, j["at_11"] < 0.1 * j["peak"], DETAIL),
-        Check("the q/k weight gradient at init is smaller without scaling (fan-in init, unscaled / scaled)",
-              f["grad_ratio"], 1, f["grad_ratio"] < 1, DETAIL),
-        Check("the unscaled softmax is saturated at init (init std 0.02, d_k 128, mean max p)",
-              i["max_prob"], NEAR_ONE_HOT, i["max_prob"] > NEAR_ONE_HOT, DETAIL),
-    ]  # fmt: skip
+        Check(
+            "the softmax Jacobian has all but vanished at the unscaled logit size (||J||_F at std 11.3 / its peak)",
+            j["at_11"] / j["peak"],
+            0.1,
+            j["at_11"] < 0.1 * j["peak"],
+            DETAIL,
+        ),
+        Check(
+            "the q/k weight gradient at init is smaller without scaling (fan-in init, unscaled / scaled)",
+            f["grad_ratio"],
+            1,
+            f["grad_ratio"] < 1,
+            DETAIL,
+        ),
+        Check(
+            "the unscaled softmax is saturated at init (init std 0.02, d_k 128, mean max p)",
+            i["max_prob"],
+            NEAR_ONE_HOT,
+            i["max_prob"] > NEAR_ONE_HOT,
+            DETAIL,
+        ),
+    ]
 
 
 # ---------------------------------------------------------------- claim 12
@@ -142,14 +171,30 @@ def checks_12(m: dict) -> list[Check]:
         return {k: k_of_n(v)["seeds"] for k, v in ev.items() if v}
 
     return [
-        _head_check("positional heads in the shallow layers", shown(pos), list(pos.values()), pos_else,
-                    "a model that attends by offset"),
-        _head_check("induction heads in the later layers", shown(ind_here), list(ind_here.values()), ind_else,
-                    "data with repeats to copy, as in the induction_heads study"),
+        _head_check(
+            "positional heads in the shallow layers",
+            shown(pos),
+            list(pos.values()),
+            pos_else,
+            "a model that attends by offset",
+        ),
+        _head_check(
+            "induction heads in the later layers",
+            shown(ind_here),
+            list(ind_here.values()),
+            ind_else,
+            "data with repeats to copy, as in the induction_heads study",
+        ),
         _head_check("sink heads in every layer", shown(sink_every), list(sink_every.values()), sink_else, sink_needs),
-        Check("syntactic heads in the middle layers", "-", "formed in most seeds", None, DETAIL,
-              needs="a word-level model of real text: characters and random tokens have no syntax"),
-    ]  # fmt: skip
+        Check(
+            "syntactic heads in the middle layers",
+            "-",
+            "formed in most seeds",
+            None,
+            DETAIL,
+            needs="a word-level model of real text: characters and random tokens have no syntax",
+        ),
+    ]
 
 
 # ---------------------------------------------------------------- claim 13
@@ -175,8 +220,13 @@ def bb_sinks(arm: dict) -> list[bool]:
 
 def _removed(flags: list[bool], condition: str, **measured) -> Check:
     """The cause under one way out of the sum to one: the arm keeps no sink in most seeds."""
-    return Check(CAUSE, {"sink in": k_of_n(flags)["seeds"], **measured}, "no sink in most seeds", not most(flags),
-                 condition=condition)  # fmt: skip
+    return Check(
+        CAUSE,
+        {"sink in": k_of_n(flags)["seeds"], **measured},
+        "no sink in most seeds",
+        not most(flags),
+        condition=condition,
+    )
 
 
 def checks_13(m: dict) -> list[Check]:
@@ -195,26 +245,55 @@ def checks_13(m: dict) -> list[Check]:
         Check(FORMS, evidence, "most seeds above the threshold", True if tb_forms or study_forms else None, needs=needs)
     ]
     # the cause, under each way out of the sum to one that a model with a sink was offered
-    # fmt: off
     if tb_forms:
-        checks += [_removed(bb_sinks(arms[name]), f"sinks testbed, learned positions: {name}")
-                   for name in (*BB_SLOTS, BB_SIGMOID) if name in arms]
+        checks += [
+            _removed(bb_sinks(arms[name]), f"sinks testbed, learned positions: {name}")
+            for name in (*BB_SLOTS, BB_SIGMOID)
+            if name in arms
+        ]
     elif study_forms:
         slots = {k: c for k in ESCAPES if (c := snk["cells"].get(f"bos=true, sink={k}")) is not None}
-        checks += [_removed([max(c["sink_max"]) > SINK_THRESHOLD], f"sinks study: the {k} slot",
-                            **{"largest first-token weight": max(c["sink_max"])}) for k, c in slots.items()]
+        checks += [
+            _removed(
+                [max(c["sink_max"]) > SINK_THRESHOLD],
+                f"sinks study: the {k} slot",
+                **{"largest first-token weight": max(c["sink_max"])},
+            )
+            for k, c in slots.items()
+        ]
     if rope is not None and any(a["sink"] for a in rope["arms"]):  # the arms offered a way out of the sum to one
-        checks += [_removed([w > SINK_THRESHOLD for w in a["weights"]], f"sinks testbed with RoPE: {a['arm']}",
-                            **{"largest first-token weight": max(a["weights"])})
-                   for a in rope["arms"] if not a["arm"].startswith("baseline")]
+        checks += [
+            _removed(
+                [w > SINK_THRESHOLD for w in a["weights"]],
+                f"sinks testbed with RoPE: {a['arm']}",
+                **{"largest first-token weight": max(a["weights"])},
+            )
+            for a in rope["arms"]
+            if not a["arm"].startswith("baseline")
+        ]
     if len(checks) == 1:
-        checks.append(Check(CAUSE, "-", "no sink in most seeds", None,
-                            needs="a model with a sink and an escape-slot or sigmoid arm (`make sweep SWEEP=sinks_bb`)"))
+        checks.append(
+            Check(
+                CAUSE,
+                "-",
+                "no sink in most seeds",
+                None,
+                needs="a model with a sink and an escape-slot or sigmoid arm (`make sweep SWEEP=sinks_bb`)",
+            )
+        )
     details = {
         "with rows still summing to one the sink stays (a per-head output gate; Qiu et al. 2025 find it goes)": BB_GATE,
         "a sink forms on the first token wherever it is visible (a window that keeps it in view)": BB_WINDOW[1],
     }
-    checks += [Check(name, {"sink in": k_of_n(bb_sinks(arms[arm]))["seeds"]}, "a sink in most seeds",
-                     most(bb_sinks(arms[arm])), DETAIL) for name, arm in details.items() if tb_forms and arm in arms]
-    # fmt: on
+    checks += [
+        Check(
+            name,
+            {"sink in": k_of_n(bb_sinks(arms[arm]))["seeds"]},
+            "a sink in most seeds",
+            most(bb_sinks(arms[arm])),
+            DETAIL,
+        )
+        for name, arm in details.items()
+        if tb_forms and arm in arms
+    ]
     return checks

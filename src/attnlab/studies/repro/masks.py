@@ -186,13 +186,24 @@ def claim_7(grid: list[dict]) -> Claim:
         all(g["outcome"] in SAFE for g in grid if g["fill"] == "-inf" and g["row"] == "full"),
     )
     checks = [
-        Check(overflow, fp16_1e9, "-inf or NaN", "NaN" in fp16_1e9.values(), condition="masked_fill with a Python scalar"),
-        Check(overflow, cast_value, "-inf", math.isinf(cast_value) or "NaN" in fp16_cast["full"].values(),
-              condition="an fp32 mask cast to fp16"),
-        Check("-inf is right for partly masked rows (paths x dtypes ok)", inf_partial.count("ok"), len(inf_partial),
-              inf_partial.count("ok") == len(inf_partial)),
+        Check(
+            overflow, fp16_1e9, "-inf or NaN", "NaN" in fp16_1e9.values(), condition="masked_fill with a Python scalar"
+        ),
+        Check(
+            overflow,
+            cast_value,
+            "-inf",
+            math.isinf(cast_value) or "NaN" in fp16_cast["full"].values(),
+            condition="an fp32 mask cast to fp16",
+        ),
+        Check(
+            "-inf is right for partly masked rows (paths x dtypes ok)",
+            inf_partial.count("ok"),
+            len(inf_partial),
+            inf_partial.count("ok") == len(inf_partial),
+        ),
         Check("-inf is safe for fully masked rows (fp32, per path)", inf_full, "ok or zeros", inf_full_safe, DETAIL),
-    ]  # fmt: skip
+    ]
     tables = grid_tables(grid)
     tables[0].note = (
         "Partial row: keys 0-2 visible. Full row: every key masked. Explicit softmax replaces masked logits by the fill "

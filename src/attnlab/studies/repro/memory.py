@@ -97,14 +97,25 @@ def memory_table(mem: dict) -> Table:
     return Table(
         f"Measured CPU peak memory (MiB), fwd+bwd of one causal attention, B=1, H={heads}, d={mem['d']}, fp32",
         "T | naive | SDPA | flash (forced) | one T x T fp32 matrix x H | naive / matrix | kernel benchmark naive",
-        [[r["T"], r["naive"] / MiB, r["sdpa"] / MiB, r["flash"] / MiB, matrix[r["T"]] / MiB, r["naive"] / matrix[r["T"]],
-          bench[r["T"]] / MiB if r["T"] in bench else None] for r in rows]
+        [
+            [
+                r["T"],
+                r["naive"] / MiB,
+                r["sdpa"] / MiB,
+                r["flash"] / MiB,
+                matrix[r["T"]] / MiB,
+                r["naive"] / matrix[r["T"]],
+                bench[r["T"]] / MiB if r["T"] in bench else None,
+            ]
+            for r in rows
+        ]
         + [["log-log slope", *slopes, 2.0, None, None]],
-        note=f"Naive peak at T={mem['t_by_d']} for d = " + ", ".join(f"{dd}: {b / MiB:.1f} MiB" for dd, b in mem["naive_by_d"].items())
+        note=f"Naive peak at T={mem['t_by_d']} for d = "
+        + ", ".join(f"{dd}: {b / MiB:.1f} MiB" for dd, b in mem["naive_by_d"].items())
         + ". Measured with cpu_peak_bytes (profiler allocation events in time order): the tensor memory a step allocates "
         "above q, k, v and the output gradient. The last column: the kernel benchmark's peak of the same step "
         "(reports/bench/bench.md, 'peak MiB (fwd+bwd)'), where it measured the same shape.",
-    )  # fmt: skip
+    )
 
 
 def claim_6(mem: dict) -> Claim:
@@ -130,12 +141,17 @@ def claim_6(mem: dict) -> Claim:
         {"per_layer_GB": 2.1, "all_layers_GB": 68},
         {"per_layer_GB": per_layer / GB, "all_layers_GB": total / GB, "naive_peak_over_one_matrix": held},
         [
-            Check("2 x 32 x 4096^2 x 2 B per layer (GB, within 0.05)", per_layer / GB, 2.1, within(2.1, per_layer / GB, abs_tol=0.05)),
+            Check(
+                "2 x 32 x 4096^2 x 2 B per layer (GB, within 0.05)",
+                per_layer / GB,
+                2.1,
+                within(2.1, per_layer / GB, abs_tol=0.05),
+            ),
             Check("over 32 layers (GB, within 1)", total / GB, 68, within(68, total / GB, abs_tol=1.0)),
         ],
         [t],
         method="The arithmetic, and the measured ratio of a naive step's peak to one matrix.",
-    )  # fmt: skip
+    )
 
 
 def claim_14(mem: dict) -> Claim:
@@ -161,14 +177,25 @@ def claim_14(mem: dict) -> Claim:
         {"matrix_per_head_MB": 128, "time": "O(n^2 d)", "memory": "O(n^2 d)"},
         {"matrix_per_head_MiB": head_mib, "naive_peak_exponent_T": slope, "naive_peak_ratio_d256_over_d16": d_ratio},
         [
-            Check("an n = 8192 fp16 matrix is 128 MB per head (MiB, within 0.5)", head_mib, 128, within(128, head_mib, abs_tol=0.5)),
+            Check(
+                "an n = 8192 fp16 matrix is 128 MB per head (MiB, within 0.5)",
+                head_mib,
+                128,
+                within(128, head_mib, abs_tol=0.5),
+            ),
             Check("naive memory grows as n^2 (measured exponent of T, within 0.25)", slope, 2, abs(slope - 2) < 0.25),
-            Check("naive memory grows with d, O(n^2 d) (peak ratio d = 256 / d = 16, above)", d_ratio, 4, d_ratio > 4, DETAIL),
+            Check(
+                "naive memory grows with d, O(n^2 d) (peak ratio d = 256 / d = 16, above)",
+                d_ratio,
+                4,
+                d_ratio > 4,
+                DETAIL,
+            ),
         ],
         [memory_table(mem), t],
         ["memory.png"],
         method="The matrix size counted; naive fwd+bwd peak memory measured against T and d.",
-    )  # fmt: skip
+    )
 
 
 def bound_exponents(n: int = 8192, d: int = 128, m: int = 192 * 1024 // 2) -> dict:
@@ -212,18 +239,40 @@ def claim_15(mem: dict, sram_elems: int = 192 * 1024 // 2) -> Claim:
         15,
         "FlashAttention never materialises the attention matrix; HBM traffic drops from O(n^2) to O(n^2/M)",
         {"materialises": False, "hbm": "O(n^2) -> O(n^2/M)"},
-        {"flash_peak_exponent_T": slope, "flash_peak_MiB_at_Tmax": last["flash"] / MiB,
-         "naive_peak_MiB_at_Tmax": last["naive"] / MiB, "bound_exponents": exps, "reduction_n8192_d128_M192KB": reduction},
+        {
+            "flash_peak_exponent_T": slope,
+            "flash_peak_MiB_at_Tmax": last["flash"] / MiB,
+            "naive_peak_MiB_at_Tmax": last["naive"] / MiB,
+            "bound_exponents": exps,
+            "reduction_n8192_d128_M192KB": reduction,
+        },
         [
             Check("no T x T matrix: flash peak memory linear in T (measured exponent, below)", slope, 1.3, slope < 1.3),
-            Check("HBM traffic scales as n^2 / M (exponents of the published bound in n, M)", [exps["n"], exps["M"]], [2, -1],
-                  abs(exps["n"] - 2) < 1e-9 and abs(exps["M"] + 1) < 1e-9),
-            Check("the traffic bound has no factor of d (its exponent in d)", exps["d"], 0, abs(exps["d"]) < 1e-9, DETAIL),
-            Check("the saving is about M-fold (bound's reduction at n = 8192, d = 128)", reduction, sram_elems / 2,
-                  reduction >= sram_elems / 2, DETAIL),
-            Check("HBM traffic measured", "-", "O(n^2 / M)", None, DETAIL,
-                  needs="a CUDA machine with a memory-traffic profiler; a CPU has no HBM to count"),
+            Check(
+                "HBM traffic scales as n^2 / M (exponents of the published bound in n, M)",
+                [exps["n"], exps["M"]],
+                [2, -1],
+                abs(exps["n"] - 2) < 1e-9 and abs(exps["M"] + 1) < 1e-9,
+            ),
+            Check(
+                "the traffic bound has no factor of d (its exponent in d)", exps["d"], 0, abs(exps["d"]) < 1e-9, DETAIL
+            ),
+            Check(
+                "the saving is about M-fold (bound's reduction at n = 8192, d = 128)",
+                reduction,
+                sram_elems / 2,
+                reduction >= sram_elems / 2,
+                DETAIL,
+            ),
+            Check(
+                "HBM traffic measured",
+                "-",
+                "O(n^2 / M)",
+                None,
+                DETAIL,
+                needs="a CUDA machine with a memory-traffic profiler; a CPU has no HBM to count",
+            ),
         ],
         [t],
         method="Peak memory of the forced flash kernel measured against T; the HBM bound evaluated from Dao et al. 2022.",
-    )  # fmt: skip
+    )

@@ -234,35 +234,58 @@ def claim_3(trials: int, entries: int = 500) -> Claim:
     low = min(r["max_p_unscaled"] for r in fixed)
     checks = [
         printed("the max prob figures are what the code prints", [v for s in src for v in s[:2]], ours, 4),
-        Check("the 'entropy' column is an entropy of the distribution (scaled entropies, corrected)",
-              [r["entropy_scaled"] for r in fixed], [s[2] for s in src], not scalar, DETAIL),
-        Check(f"'uniform entropy' log d is the uniform entropy of the softmax over {entries} entries",
-              math.log(entries), [r["uniform"] for r in rows], all(within(r["uniform"], math.log(entries), 1e-9) for r in rows), DETAIL),
+        Check(
+            "the 'entropy' column is an entropy of the distribution (scaled entropies, corrected)",
+            [r["entropy_scaled"] for r in fixed],
+            [s[2] for s in src],
+            not scalar,
+            DETAIL,
+        ),
+        Check(
+            f"'uniform entropy' log d is the uniform entropy of the softmax over {entries} entries",
+            math.log(entries),
+            [r["uniform"] for r in rows],
+            all(within(r["uniform"], math.log(entries), 1e-9) for r in rows),
+            DETAIL,
+        ),
         Check("unscaled max p is 0.9999 at every d (smallest mean over d, corrected)", low, 0.999, low > 0.999, DETAIL),
-    ]  # fmt: skip
+    ]
     t1 = Table(
         f"As written (torch.manual_seed(0) right before the loop): one softmax over {entries} (q, k) pairs per d",
         "d | source max p unscaled | ours | source max p scaled | ours | source 'entropy' | ours | 'uniform' = log d",
-        [[r["d"], s[0], r["max_p_unscaled"], s[1], r["max_p_scaled"], s[2], r["entropy"], r["uniform"]] for r, s in zip(rows, src)],
+        [
+            [r["d"], s[0], r["max_p_unscaled"], s[1], r["max_p_scaled"], s[2], r["entropy"], r["uniform"]]
+            for r, s in zip(rows, src)
+        ],
         note="Run in the printed order (after experiment 1's first loop, no reseed) the same code gives max p "
-        "unscaled/scaled = " + ", ".join(f"{r['max_p_unscaled']:.4f}/{r['max_p_scaled']:.4f}" for r in script_order)
+        "unscaled/scaled = "
+        + ", ".join(f"{r['max_p_unscaled']:.4f}/{r['max_p_scaled']:.4f}" for r in script_order)
         + ": each figure is one draw of one softmax. Its 'entropy' is -b log b of the scalar b = mean max p.",
-    )  # fmt: skip
+    )
     t2 = Table(
         f"Corrected: mean over {trials} independent softmaxes over {entries} dot products; entropy of the distribution (nats)",
         f"d | max p unscaled | max p scaled | entropy unscaled | entropy scaled | uniform = log {entries}",
-        [[r["d"], *(r[k] for k in ("max_p_unscaled", "max_p_scaled", "entropy_unscaled", "entropy_scaled", "uniform"))] for r in fixed],
-    )  # fmt: skip
+        [
+            [
+                r["d"],
+                *(r[k] for k in ("max_p_unscaled", "max_p_scaled", "entropy_unscaled", "entropy_scaled", "uniform")),
+            ]
+            for r in fixed
+        ],
+    )
     return Claim(
         3,
         "Unscaled vs scaled max prob for d_k in {16, 64, 256, 1024} (0.7267/0.0319, 0.9990/0.0350, ...), with an entropy column vs log(d)",
-        {str(d): dict(zip(("max_p_unscaled", "max_p_scaled", "entropy", "uniform_entropy"), v)) for d, v in SOURCE_UNSCALED.items()},
+        {
+            str(d): dict(zip(("max_p_unscaled", "max_p_scaled", "entropy", "uniform_entropy"), v))
+            for d, v in SOURCE_UNSCALED.items()
+        },
         {"as_written": rows, "script_order": script_order, "corrected": fixed},
         checks,
         [t1, t2],
         method="The source's second loop re-run as printed (each softmax runs over its pairs), then measured over "
         "independent softmaxes with the entropy of the whole distribution.",
-    )  # fmt: skip
+    )
 
 
 # ---------------------------------------------------------------- claim 9
@@ -307,7 +330,7 @@ def claim_9(samples: int) -> Claim:
         checks,
         [Table("softmax([2, 1, 0.5, 0]) and x11, with article B's numpy code", " | source | ours", rows)],
         method="Article B's numpy softmax re-run as printed; the logit sizes over a large sample of q.k.",
-    )  # fmt: skip
+    )
 
 
 # ---------------------------------------------------------------- claim 10 (math part)
@@ -368,9 +391,13 @@ def checks_10(measured: dict) -> list[Check]:
     }
     ratios = {c: [r["logit_std"] / r[k] for r in measured["model_init"]] for c, k in reading.items()}
     return [
-        Check("dividing q.k by sigma^2 sqrt(d) gives std 1 for N(0, sigma^2) components (smallest, largest)",
-              [min(after), max(after)], "1 +- 0.03", all(abs(a - 1) < 0.03 for a in after)),
-    ] + [Check(rule, x, "1 +- 0.15", all(abs(v - 1) <= 0.15 for v in x), condition=c) for c, x in ratios.items()]  # fmt: skip
+        Check(
+            "dividing q.k by sigma^2 sqrt(d) gives std 1 for N(0, sigma^2) components (smallest, largest)",
+            [min(after), max(after)],
+            "1 +- 0.03",
+            all(abs(a - 1) < 0.03 for a in after),
+        ),
+    ] + [Check(rule, x, "1 +- 0.15", all(abs(v - 1) <= 0.15 for v in x), condition=c) for c, x in ratios.items()]
 
 
 def claim_10(samples: int, training: dict | None = None) -> Claim:
@@ -382,23 +409,37 @@ def claim_10(samples: int, training: dict | None = None) -> Claim:
     measured = {"sigma_rule": rows, "model_init": model, "training": training}
     sigma = qk_component_std(INIT_10, D_MODEL_10, qk_norm=False)
     tables = [
-        Table(f"std(q.k) for q, k with N(0, sigma^2) components ({samples:,} pairs)",
-              "sigma | d | std(q.k) | sigma^2 sqrt(d) | std after / (sigma^2 sqrt d)",
-              [[r["sigma"], r["d"], r["std"], r["predicted"], r["after_rule"]] for r in rows]),
-        Table(f"In the GPT at init (init_std {INIT_10:g}, d_model {D_MODEL_10}, LayerNorm'd input): layer-0 unscaled logit std",
-              f"d_k | q component std | logit std | pred. sigma = q std ({sigma:.3f}) | pred. sigma = weight std {INIT_10:g}",
-              [[r["d_k"], r["q_std"], r["logit_std"], r["pred_component"], r["pred_weight"]] for r in model]),
-    ]  # fmt: skip
+        Table(
+            f"std(q.k) for q, k with N(0, sigma^2) components ({samples:,} pairs)",
+            "sigma | d | std(q.k) | sigma^2 sqrt(d) | std after / (sigma^2 sqrt d)",
+            [[r["sigma"], r["d"], r["std"], r["predicted"], r["after_rule"]] for r in rows],
+        ),
+        Table(
+            f"In the GPT at init (init_std {INIT_10:g}, d_model {D_MODEL_10}, LayerNorm'd input): layer-0 unscaled logit std",
+            f"d_k | q component std | logit std | pred. sigma = q std ({sigma:.3f}) | pred. sigma = weight std {INIT_10:g}",
+            [[r["d_k"], r["q_std"], r["logit_std"], r["pred_component"], r["pred_weight"]] for r in model],
+        ),
+    ]
     if training:
         tables.append(
             Table(
                 f"Training with the sigma rule vs 1/sqrt(d_k) (init std {INIT_10:g}, d_k 128, {training['steps']} steps, one seed)",
                 "run | scale | logit std init | max p init | loss final | logit std final | max p final",
-                [[a["label"], scale, a["init"]["logit_std"], a["init"]["max_prob"], a["final"]["loss"], a["final"]["logit_std"],
-                  a["final"]["max_prob"]] for a, scale in zip(training["runs"], ("1/(sigma^2 sqrt d)", "1/sqrt d"))],
+                [
+                    [
+                        a["label"],
+                        scale,
+                        a["init"]["logit_std"],
+                        a["init"]["max_prob"],
+                        a["final"]["loss"],
+                        a["final"]["logit_std"],
+                        a["final"]["max_prob"],
+                    ]
+                    for a, scale in zip(training["runs"], ("1/(sigma^2 sqrt d)", "1/sqrt d"))
+                ],
                 note=f"The sigma rule multiplies 1/sqrt(d) by 1/sigma^2 = {sigma**-2:.1f}.",
             )
-        )  # fmt: skip
+        )
     return Claim(
         10,
         "With init variance sigma^2 the right scale is 1/(sigma^2 sqrt d)",
@@ -407,8 +448,12 @@ def claim_10(samples: int, training: dict | None = None) -> Claim:
         checks_10(measured),
         tables,
         method="The rule on sampled q, k, then in a freshly initialised GPT under both readings of sigma^2"
-        + ("; one training run per rule illustrates it (one seed: not a test of which rule trains better)." if training else "."),
-    )  # fmt: skip
+        + (
+            "; one training run per rule illustrates it (one seed: not a test of which rule trains better)."
+            if training
+            else "."
+        ),
+    )
 
 
 INIT_10, D_MODEL_10 = 0.02, 128  # the default preset's init std and width

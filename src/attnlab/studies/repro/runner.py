@@ -21,9 +21,17 @@ MODES = {
     "fast": dict(
         samples=20_000, trials=50, copy_trials=200, mem_ts=(128, 256, 512, 1024), jac_rows=1000, training=False
     ),
-    "full": dict(samples=100_000, trials=200, copy_trials=1000, mem_ts=(256, 512, 1024, 2048, 4096), jac_rows=2000,
-                 training=True, ablation_steps=150, heads_steps=800),
-}  # fmt: skip
+    "full": dict(
+        samples=100_000,
+        trials=200,
+        copy_trials=1000,
+        mem_ts=(256, 512, 1024, 2048, 4096),
+        jac_rows=2000,
+        training=True,
+        ablation_steps=150,
+        heads_steps=800,
+    ),
+}
 OUT = {"full": Path("reports/repro"), "fast": Path("reports/repro/fast")}
 TRAINING_IDS = (8, 12, 13)
 JAC_STDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 11.3, 16.0, 32.0)

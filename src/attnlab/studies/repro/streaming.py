@@ -5,17 +5,18 @@ Read back from the committed streaming studies (``attnlab stream-study``, report
 RoPE models trained with softmax, softmax + 1, a learned escape logit and sigmoid attention, decoded
 past their block with rolling caches that keep 0..k first tokens. An arm "has a sink" when its
 first-token weight (the dormant queries' on the sinks testbed, else the largest layer's) is above
-Gu et al.'s 0.3 in most seeds. Where an arm has one, evicting the first tokens must raise the mean
-NLL beyond seed noise: the study's one-sample test of the per-seed differences (mean, 95 % interval,
-Holm p) decides it, not the count of seeds that rose.
+Gu et al.'s 0.3 in most seeds. The study's eviction verdict decides (StreamingLLM's PPL(0 kept) /
+PPL(4 kept), the 95 % interval of its geometric mean over seeds): an arm with a sink confirms the
+claim on "collapse" over at least three seeds and refutes it on "no cost"; anything else leaves it
+untested.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
+from ..report.streaming import COLLAPSE, COLLAPSE_RATIO, NO_COST, NO_COST_RATIO
 from .verdict import DETAIL, Check, Claim, Table, fmt, span
 
 STUDIES = {
@@ -29,21 +30,20 @@ STUDIES = {
     ),
 }
 SINK_THRESHOLD = 0.3  # Gu et al. 2024's sink-head threshold, as in claim 13
-CHANGE_NATS = 1e-3  # the stream study's smallest change of mean NLL it counts (0.1 % perplexity)
+MIN_SEEDS = 3  # a collapse over fewer seeds is not yet evidence
 CLAIM_16 = "Streaming inference must not drop the first KV entries: the first token is the attention sink"
-COSTS = "evicting the first tokens raises mean NLL (0 kept - most kept; 95 % interval of the mean over seeds)"
-FREE = f"without a sink, evicting them changes mean NLL by less than {CHANGE_NATS} nats (95 % interval)"
+COSTS = "with a sink, evicting the first tokens collapses perplexity (PPL(0 kept) / PPL(most kept), 95 % interval)"
+FREE = "without a sink, evicting them costs nothing (the ratio's interval within 1 %)"
 
 
 def arm_measurements(arm: dict) -> dict:
     weights = arm["dormant_first_token_weight"] or arm["first_token_weight"]
-    cost = arm["drop_cost"] or {}
     return {
         "arm": arm["arm"],
         "weights": weights,
         "dormant": bool(arm["dormant_first_token_weight"]),
         "sink": bool(weights) and 2 * sum(w > SINK_THRESHOLD for w in weights) > len(weights),
-        **{k: cost.get(k) for k in ("kept", "per_seed", "raised", "n", "mean", "ci", "p_holm")},
+        "eviction": arm["eviction"],
     }
 
 
@@ -66,63 +66,91 @@ def streaming_measurements(reports: Path) -> dict:
 
 
 def _test(a: dict) -> dict:
-    return {"mean": a["mean"], "ci95": a["ci"], "p_holm": a["p_holm"], "seeds raised": f"{a['raised']} of {a['n']}"}
-
-
-def _interval(a: dict) -> tuple[float, float] | None:
-    """The arm's 95 % interval of the mean change; a point where the seeds agree exactly (no spread, no interval)."""
-    if a["mean"] is None:
-        return None
-    lo, hi = a["ci"] or (math.nan, math.nan)
-    return (a["mean"], a["mean"]) if math.isnan(lo) or math.isnan(hi) else (lo, hi)
+    e = a["eviction"] or {}
+    return {k: e.get(k) for k in ("ratio", "geomean", "ci", "n", "verdict")}
 
 
 def _costs(a: dict) -> bool | None:
-    """Evicting costs: the interval lies above 0 (True), below the smallest change counted (False), else None."""
-    ci = _interval(a)
-    return None if ci is None else True if ci[0] > 0 else False if ci[1] < CHANGE_NATS else None
+    """A sink arm: collapse over enough seeds confirms, no cost refutes, anything else is untested."""
+    e = a["eviction"] or {}
+    if e.get("verdict") == COLLAPSE and e["n"] >= MIN_SEEDS:
+        return True
+    return False if e.get("verdict") == NO_COST else None
+
+
+def _free(a: dict) -> bool | None:
+    """An arm without a sink: no cost agrees with the claim's reason, collapse does not."""
+    verdict = (a["eviction"] or {}).get("verdict")
+    return True if verdict == NO_COST else False if verdict == COLLAPSE else None
 
 
 def checks_16(m: dict) -> list[Check]:
-    """Per study: each arm with a sink, does evicting the first tokens cost (its interval above 0; across 0:
-    untested); each arm without one, does it cost nothing (a detail). A study with no sink, or missing, leaves
-    the claim untested there."""
-    # fmt: off
+    """Per study: each arm with a sink, does evicting the first tokens collapse perplexity; each arm without
+    one, does it cost nothing (a detail). A study with no sink, or missing, leaves the claim untested there."""
     checks = []
     for st in m["studies"].values():
         sinks = [a for a in st["arms"] if a["sink"]]
-        checks += [Check(COSTS, _test(a), f"interval above 0 (wholly below {CHANGE_NATS}: no cost)", _costs(a),
-                         condition=f"{st['setting']}: {a['arm']}", needs="more seeds: the interval spans 0") for a in sinks]
+        for a in sinks:
+            checks.append(
+                Check(
+                    COSTS,
+                    _test(a),
+                    f"{COLLAPSE} over >= {MIN_SEEDS} seeds ({NO_COST}: refuted)",
+                    _costs(a),
+                    condition=f"{st['setting']}: {a['arm']}",
+                    needs=f"a {COLLAPSE} or {NO_COST} verdict over >= {MIN_SEEDS} seeds",
+                )
+            )
         if not sinks:
             top = max((w for a in st["arms"] for w in a["weights"]), default=None)
-            checks.append(Check(COSTS, {"largest first-token weight": top}, f"a sink (> {SINK_THRESHOLD})", None,
-                                condition=st["setting"], needs="an arm in which a sink forms"))
-        for a in st["arms"]:
-            if not a["sink"] and (ci := _interval(a)) is not None:
-                inside, outside = -CHANGE_NATS < ci[0] and ci[1] < CHANGE_NATS, ci[0] > CHANGE_NATS or ci[1] < -CHANGE_NATS
-                checks.append(Check(FREE, _test(a), f"interval within +-{CHANGE_NATS}", True if inside else False if outside else None,
-                                    DETAIL, f"{st['setting']}: {a['arm']}", needs="more seeds: the interval is wider than the band"))
+            checks.append(
+                Check(
+                    COSTS,
+                    {"largest first-token weight": top},
+                    f"a sink (> {SINK_THRESHOLD})",
+                    None,
+                    condition=st["setting"],
+                    needs="an arm in which a sink forms",
+                )
+            )
+        checks += [
+            Check(
+                FREE,
+                _test(a),
+                NO_COST,
+                _free(a),
+                DETAIL,
+                f"{st['setting']}: {a['arm']}",
+                needs=f"a {NO_COST} verdict (more seeds, or seeds that agree)",
+            )
+            for a in st["arms"]
+            if not a["sink"] and a["eviction"]
+        ]
     for study, command in m["missing"].items():
         checks.append(Check(COSTS, "-", "a committed study", None, condition=STUDIES[study][0], needs=f"`{command}`"))
     return checks
-    # fmt: on
 
 
 def _row(a: dict) -> list:
-    test = f"{a['mean']:+.4f} [{a['ci'][0]:+.4f}, {a['ci'][1]:+.4f}]" if a["mean"] is not None else "-"
-    deltas = ", ".join(f"{d:+.4f}" for d in a["per_seed"] or [])
-    return [a["arm"], span(a["weights"]), "yes" if a["sink"] else "no", deltas, test, fmt(a["p_holm"], 2)]
+    e = a["eviction"]
+    if not e:
+        return [a["arm"], span(a["weights"]), "yes" if a["sink"] else "no", "-", "-", "-"]
+    ci = f" [{fmt(e['ci'][0], 3)}, {fmt(e['ci'][1], 3)}]" if e["ci"] else ""
+    ratios = ", ".join(fmt(r, 3) for r in e["ratio"])
+    return [a["arm"], span(a["weights"]), "yes" if a["sink"] else "no", ratios, fmt(e["geomean"], 3) + ci, e["verdict"]]
 
 
 def claim_16(reports: Path) -> Claim:
     m = streaming_measurements(reports)
     tables = [
         Table(
-            f"{st['setting']} ({st['source']}): dropping the first tokens from a {st['cache']}-entry rolling cache",
-            "arm | first-token weight | a sink | Δ NLL per seed (0 kept - most kept) | mean Δ NLL [95 % interval] | Holm p",
+            f"{st['setting']} ({st['source']}): evicting the first tokens from a {st['cache']}-entry rolling cache",
+            "arm | first-token weight | a sink | PPL(0 kept) / PPL(most kept) per seed | geometric mean [95 % interval] "
+            "| verdict",
             [_row(a) for a in st["arms"]],
             note=f"First-token weight: the dormant queries' on the testbed, else the largest layer's mean; a sink: above "
-            f"{SINK_THRESHOLD} in most seeds. Holm p over the study's arms (its own report).",
+            f"{SINK_THRESHOLD} in most seeds. Verdict: the study's own ({COLLAPSE}: the interval's lower bound >= "
+            f"{COLLAPSE_RATIO:g}; {NO_COST}: the interval within [1/{NO_COST_RATIO:g}, {NO_COST_RATIO:g}]).",
         )
         for st in m["studies"].values()
     ]

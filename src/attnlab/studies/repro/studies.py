@@ -27,10 +27,16 @@ BB_OWN_REPORTS = {
     ("sinks_bb_window", (("model.attention.window_sinks", "1"),)): BB_WINDOW[1],
 }
 BB_METRICS = {
-    "dormant": "attn/L0/sink_mass_dormant", "active": "attn/L0/sink_mass_active", "escape": "attn/L0/escape_mass",
-    "row_mass": "attn/L0/row_mass", "value_drain": "attn/L0/value_drain", "copy_acc": "val/copy/acc",
-    "max_prob": "attn/L0/max_prob", "entropy_norm": "attn/L0/entropy_norm", "val_loss": "val/loss",
-}  # fmt: skip
+    "dormant": "attn/L0/sink_mass_dormant",
+    "active": "attn/L0/sink_mass_active",
+    "escape": "attn/L0/escape_mass",
+    "row_mass": "attn/L0/row_mass",
+    "value_drain": "attn/L0/value_drain",
+    "copy_acc": "val/copy/acc",
+    "max_prob": "attn/L0/max_prob",
+    "entropy_norm": "attn/L0/entropy_norm",
+    "val_loss": "val/loss",
+}
 BB_ARMS = {
     ("sinks_bb", "none", "softmax"): BB_BASE,
     ("sinks_bb", "zero_logit", "softmax"): BB_SLOTS[0],
@@ -100,9 +106,13 @@ def induction_measurements(reports: Path) -> dict | None:
     two = _cell(cells or [], TWO_LAYER)
     if two is None or _stat(two, "heads/L1/induction_max") is None:
         return None
-    keys = {"previous_token_L0": "heads/L0/previous_token_max", "induction_L1": "heads/L1/induction_max",
-            "control": "heads/induction_control_max", "knockout_L1": "heads/L1/induction_knockout_all_heads",
-            "repeat_acc": "heads/repeat_acc"}  # fmt: skip
+    keys = {
+        "previous_token_L0": "heads/L0/previous_token_max",
+        "induction_L1": "heads/L1/induction_max",
+        "control": "heads/induction_control_max",
+        "knockout_L1": "heads/L1/induction_knockout_all_heads",
+        "repeat_acc": "heads/repeat_acc",
+    }
     two_layer = {
         "types": study_head_types(reports, INDUCTION, TWO_LAYER),
         **{k: _stat(two, c) for k, c in keys.items()},

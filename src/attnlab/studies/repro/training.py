@@ -70,10 +70,18 @@ def train_run(label: str, overrides: list[str], steps: int, work_dir: Path) -> T
     """One short training run through the project's own entry point."""
     out = Path(work_dir) / label
     keep = out / "weights"
-    base = ["logger=none", "callbacks=none", f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps}",
-            "trainer.enable_progress_bar=false", "data.val_batches=4", f"optim.warmup_steps={max(steps // 10, 1)}",
-            f"seed={SEED}", "+callbacks.keep_weights._target_=attnlab.studies.repro.training.KeepWeights",
-            f"+callbacks.keep_weights.path={keep}"]  # fmt: skip
+    base = [
+        "logger=none",
+        "callbacks=none",
+        f"trainer.max_steps={steps}",
+        f"trainer.val_check_interval={steps}",
+        "trainer.enable_progress_bar=false",
+        "data.val_batches=4",
+        f"optim.warmup_steps={max(steps // 10, 1)}",
+        f"seed={SEED}",
+        "+callbacks.keep_weights._target_=attnlab.studies.repro.training.KeepWeights",
+        f"+callbacks.keep_weights.path={keep}",
+    ]
     cfg = compose_config(base + list(overrides), out)
     t0 = time.perf_counter()
     with quiet_lightning(silence_output=True):
@@ -193,8 +201,14 @@ def run_all(work: Path, ablation_steps: int, heads_steps: int, ablation_layers: 
         "sink_init": [s["per_head"]["sink_mass"] for s in layer_stats(run.init, probe)],
         "block_size": run.model_cfg["block_size"],
     }
-    settings = {"seed": SEED, "ablation_steps": ablation_steps, "ablation_layers": ablation_layers,
-                "heads_steps": heads_steps, "batch": "12 x 64 characters of Shakespeare", "probe": "4 fixed validation batches"}  # fmt: skip
+    settings = {
+        "seed": SEED,
+        "ablation_steps": ablation_steps,
+        "ablation_layers": ablation_layers,
+        "heads_steps": heads_steps,
+        "batch": "12 x 64 characters of Shakespeare",
+        "probe": "4 fixed validation batches",
+    }
     return {"ablation": ablation, "heads": heads, "settings": settings}
 
 
@@ -217,16 +231,23 @@ def claim_8_measurements(res: dict, jac_rows: list[dict], jac_n: int, level: dic
         f"{u} vs {s}": {"unscaled": runs[u]["final"]["loss"], "scaled": runs[s]["final"]["loss"]} for u, s in PAIRS
     }
     judged = {
-        "jacobian": {"n": jac_n, "at_1": next(r for r in jac_rows if r["logit_std"] == 1.0)["jac_fro"],
-                     "peak": jpeak["jac_fro"], "peak_std": jpeak["logit_std"],
-                     "at_11": min(jac_rows, key=lambda r: abs(r["logit_std"] - 11.3))["jac_fro"]},
+        "jacobian": {
+            "n": jac_n,
+            "at_1": next(r for r in jac_rows if r["logit_std"] == 1.0)["jac_fro"],
+            "peak": jpeak["jac_fro"],
+            "peak_std": jpeak["logit_std"],
+            "at_11": min(jac_rows, key=lambda r: abs(r["logit_std"] - 11.3))["jac_fro"],
+        },
         "level": {k: level[k] for k in ("bigram", "unigram", "chance", "vocab")},
         "runs": {"steps": res["settings"]["ablation_steps"], "probe_level": level["probe"], "pairs": pairs},
         "study": study,
         "init_002": {k: runs["naive-dk128"]["init"][k] for k in ("logit_std", "max_prob")},
-        "fanin": {"logit_std": sat["init"]["logit_std"], "max_prob": sat["init"]["max_prob"],
-                  "grad_ratio": sat["init"]["grad"]["qk_mean"] / sat_scaled["init"]["grad"]["qk_mean"]},
-    }  # fmt: skip
+        "fanin": {
+            "logit_std": sat["init"]["logit_std"],
+            "max_prob": sat["init"]["max_prob"],
+            "grad_ratio": sat["init"]["grad"]["qk_mean"] / sat_scaled["init"]["grad"]["qk_mean"],
+        },
+    }
     return {"judged": judged, "runs": res["ablation"], "jacobian": jac_rows, "settings": res["settings"]}
 
 
@@ -242,8 +263,20 @@ def claim_8(measured: dict) -> Claim:
             f"Training runs: tiny GPT with {s['ablation_layers']} layers, {s['ablation_steps']} steps, seed {s['seed']}, "
             f"{s['batch']}; measured on {s['probe']}",
             "run | logit std init | max p init | dL/dW_qk init | dL/dW_qk final | logit std final | max p final | loss init | loss final",
-            [[a["label"], a["init"]["logit_std"], a["init"]["max_prob"], a["init"]["grad"]["qk_mean"], a["final"]["grad"]["qk_mean"],
-              a["final"]["logit_std"], a["final"]["max_prob"], a["init"]["loss"], a["final"]["loss"]] for a in measured["runs"]],
+            [
+                [
+                    a["label"],
+                    a["init"]["logit_std"],
+                    a["init"]["max_prob"],
+                    a["init"]["grad"]["qk_mean"],
+                    a["final"]["grad"]["qk_mean"],
+                    a["final"]["logit_std"],
+                    a["final"]["max_prob"],
+                    a["init"]["loss"],
+                    a["final"]["loss"],
+                ]
+                for a in measured["runs"]
+            ],
             note="naive = no scaling, scaled = 1/sqrt(d_k), sigma = 1/(sigma_q sigma_k sqrt d_k); fanin = weights "
             "N(0, 1/fan_in). dL/dW_qk: Frobenius norm of the loss gradient on W_q and W_k, mean over layers. Loss in "
             f"nats; chance ln {lv['vocab']} = {lv['chance']:.2f}, the attention-free (bigram) level on these batches "
@@ -256,7 +289,7 @@ def claim_8(measured: dict) -> Claim:
             note="Share of the scaled gain: (level - unscaled loss) / (level - scaled loss); 1 = as good as scaled, 0 = no "
             "better than a model without attention; '-' where the scaled run is not clearly below the level.",
         ),
-    ]  # fmt: skip
+    ]
     if m["study"]:
         st = m["study"]
         tables.append(
@@ -264,10 +297,12 @@ def claim_8(measured: dict) -> Claim:
                 f"The dk_scaling study ({st['source']}, {st['seeds']} seeds per cell): final val loss (mean ± std) against "
                 f"the attention-free level {lv['bigram']:.3f}",
                 "init_std | d_k | unscaled | scaled | share of the scaled gain | Welch p | Holm p",
-                [[c["init_std"], c["d_k"], _ms(c["unscaled"]), _ms(c["scaled"]), j["share"], c["p"], c["p_holm"]]
-                 for c, j in zip(st["cells"], cells_8(m))],
+                [
+                    [c["init_std"], c["d_k"], _ms(c["unscaled"]), _ms(c["scaled"]), j["share"], c["p"], c["p_holm"]]
+                    for c, j in zip(st["cells"], cells_8(m))
+                ],
             )
-        )  # fmt: skip
+        )
     return Claim(
         8,
         "Without scaling, training fails through softmax saturation and vanishing gradients (Jacobian diag(p) - pp^T -> 0)",
@@ -328,10 +363,12 @@ def claim_12(m: dict) -> Claim:
                 f"The induction_heads study ({ind['source']}, {ind['seeds']} seeds, 2 attention-only layers; mean ± std)",
                 "layer 0 best previous-token | layer 1 best induction | best control | knockout of layer 1's induction "
                 "edges | copying accuracy | 1-layer model's best induction",
-                [[_ms(two[k]) for k in ("previous_token_L0", "induction_L1", "control", "knockout_L1", "repeat_acc")]
-                 + [_ms(one.get("induction_L0"))]],
+                [
+                    [_ms(two[k]) for k in ("previous_token_L0", "induction_L1", "control", "knockout_L1", "repeat_acc")]
+                    + [_ms(one.get("induction_L0"))]
+                ],
             )
-        )  # fmt: skip
+        )
     return Claim(
         12,
         "Head types in trained models: positional (layers 1-4), syntactic (5-16), induction (middle-late), sink (every layer)",
@@ -407,11 +444,17 @@ def claim_13(m: dict) -> Claim:
                 f"The sinks study ({snk['source']}): per cell, each layer's largest head first-token weight, sink mass and "
                 "escape mass (means over seeds)",
                 "cell | seeds | best sink head per layer | sink mass per layer | escape mass per layer",
-                [[name, c["seeds"], *(" / ".join(fmt(x, 3) for x in c[k]) for k in ("sink_max", "sink_mass", "escape_mass"))]
-                 for name, c in snk["cells"].items()],
+                [
+                    [
+                        name,
+                        c["seeds"],
+                        *(" / ".join(fmt(x, 3) for x in c[k]) for k in ("sink_max", "sink_mass", "escape_mass")),
+                    ]
+                    for name, c in snk["cells"].items()
+                ],
                 note=f"Uniform attention's sink mass at the study's block size: {snk['uniform']:.3f}.",
             )
-        )  # fmt: skip
+        )
     if bb:
         loss = bb.get("window_loss")
         tables.append(
@@ -419,14 +462,21 @@ def claim_13(m: dict) -> Claim:
                 f"The sinks testbed ({bb['source']}: one layer, one head; trigger queries need the previous token, the "
                 "dormant ones nothing): per arm, the range over seeds",
                 ["arm", "sink in", *BB_COLUMNS],
-                [[name, k_of_n(bb_sinks(a))["seeds"], *(span(a.get(k, [])) for k in BB_COLUMNS)] for name, a in bb["arms"].items()],
+                [
+                    [name, k_of_n(bb_sinks(a))["seeds"], *(span(a.get(k, [])) for k in BB_COLUMNS)]
+                    for name, a in bb["arms"].items()
+                ],
                 note=f"dormant / active: the first-token weight of the queries that need no attention / that do; uniform "
                 f"attention gives {bb['uniform']:.3f}. max_prob and entropy_norm are over all queries. SGD reaching a copy "
                 f"accuracy under {COPY_SOLVED} does not separate the optimiser from how far training got."
-                + (f" Window arms' val loss (kept in view - not): {loss['diff']:+.2g} nats, 95 % interval "
-                   f"{loss['ci95'][0]:+.2g} to {loss['ci95'][1]:+.2g}, Holm p {loss['p_holm']:.2g}." if loss else ""),
+                + (
+                    f" Window arms' val loss (kept in view - not): {loss['diff']:+.2g} nats, 95 % interval "
+                    f"{loss['ci95'][0]:+.2g} to {loss['ci95'][1]:+.2g}, Holm p {loss['p_holm']:.2g}."
+                    if loss
+                    else ""
+                ),
             )
-        )  # fmt: skip
+        )
     return Claim(
         13,
         "Attention sink: the first token absorbs weight because softmax must sum to 1",
