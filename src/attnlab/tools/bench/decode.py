@@ -27,7 +27,6 @@ from pathlib import Path
 
 import torch
 
-from ...attention.module import kv_values_per_token
 from ...checkpointing import load_model
 from ...cli import command_parser
 from ...data.tokens import load_tokenizer
@@ -252,7 +251,7 @@ def decode_section(
             elem = next(model.parameters()).element_size()
             weights = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
             filled, allocated = measured[n]
-            formula = cfg.n_layer * kv_values_per_token(cfg.attention, cfg.n_kv_head, cfg.d_k) * elem
+            formula = cfg.kv_cache_bytes(T, elem) / T  # bytes per token of context; no variant here has a window
             p, base = per[n], per["mha"] if "mha" in per else per[n]
             ms = [1e3 * s / new_tokens for s in p["decode_s"]]
             ms_ratio = [a / m for a, m in zip(p["decode_s"], base["decode_s"])]
@@ -511,7 +510,7 @@ def decode_table(section: dict) -> list[str]:
                 f"{r['ms_per_token']:.2f} ({r['ms_per_token_range'][0]:.2f}-{r['ms_per_token_range'][1]:.2f})",
                 f"{r['ms_per_token_ratio_to_mha']:.2f} ({r['ms_per_token_ratio_range'][0]:.2f}-"
                 f"{r['ms_per_token_ratio_range'][1]:.2f})",
-                f"{r['kv_bytes_per_token']:.0f} ({r['kv_bytes_per_token_formula']})",
+                f"{r['kv_bytes_per_token']:.0f} ({r['kv_bytes_per_token_formula']:.0f})",
                 f"{r.get('kv_bytes_ratio_to_mha', float('nan')):.2f}",
                 r["max_sequences"],
                 *[
