@@ -195,6 +195,6 @@ def test_the_figure_is_drawn(tmp_path):
 @pytest.mark.parametrize("column", ["mem/kv_cache_context", "mem/kv_cache_bytes_per_token"])
 def test_a_runs_table_without_the_cache_columns_is_refused_before_anything_is_written(column, tmp_path):
     frame = runs_frame({"baseline": (1.0, 2048.0), "mqa": (1.2, 256.0)}).drop(columns=[column])
-    with pytest.raises(ValueError, match=column):
+    with pytest.raises(SystemExit, match=column):
         frontier.write(frame, "kv_frontier", None, tmp_path)
     assert not list(tmp_path.iterdir())

@@ -216,6 +216,7 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
         if frame is not None
         else [],
         "recording": meta.get("recording_differences") or [],
+        "frontier": meta.get("frontier"),
         "alpha": analysis.stats.ALPHA,
     }
     pages = render.render(view)

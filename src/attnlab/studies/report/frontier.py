@@ -65,7 +65,7 @@ class Arm:
 def _one(values, what: str) -> float:
     distinct = sorted(set(values))
     if len(distinct) != 1:
-        raise ValueError(f"runs.csv: {what} takes {len(distinct)} values {distinct}; expected one")
+        raise SystemExit(f"attnlab: error: runs.csv: {what} takes {len(distinct)} values {distinct}; expected one")
     return float(distinct[0])
 
 
@@ -77,12 +77,15 @@ def arms(frame, study: str) -> tuple[list[Arm], str]:
     axis, declared = question.compare[0]
     for column in (axis, LOSS, BYTES, CONTEXT):
         if column not in frame:
-            raise ValueError(
-                f"runs.csv has no {column!r} column; the frontier reads {axis}, {LOSS}, {BYTES}, {CONTEXT}"
+            raise SystemExit(
+                f"attnlab: error: runs.csv has no {column!r} column; the frontier reads {axis}, {LOSS}, {BYTES}, "
+                f"{CONTEXT} (the memory callback logs the last two)"
             )
     for other in axes:
         if other != axis and frame[other].nunique() > 1:
-            raise ValueError(f"runs.csv: {other} takes {frame[other].nunique()} values; expected one beside {axis}")
+            raise SystemExit(
+                f"attnlab: error: runs.csv: {other} takes {frame[other].nunique()} values; expected one beside {axis}"
+            )
     cells = analysis.cells_from_runs(frame, [axis], sort=False)
     cells = [c for c in cells if len(c.values(LOSS))]
     ok = frame[frame["status"] == "ok"]
@@ -99,8 +102,7 @@ def arms(frame, study: str) -> tuple[list[Arm], str]:
         for c in cells
     ]
     losses = {c.axes[axis]: c.values(LOSS) for c in cells}
-    by_name = {a.name: a for a in out}
-    if reference in by_name:
+    if reference in losses:
         rest = [a for a in out if a.name != reference]
         for a in rest:
             a.vs_reference = stats.welch(losses[reference], losses[a.name])
@@ -149,8 +151,8 @@ def plot(found: list[Arm], level: float | None, path: Path) -> Path:
 
 
 def write(frame, study: str, level: float | None, out: Path, draw: bool = True) -> dict:
-    """frontier.md (and frontier.png) in ``out``; returns summary.json's ``frontier`` entry. Checks the
-    data before writing anything."""
+    """frontier.md (and frontier.png) in ``out``; returns summary.json's ``frontier`` entry. Data it
+    cannot read ends the report with one line (SystemExit) before anything is written."""
     found, reference = arms(frame, study)
     ref = next((a for a in found if a.name == reference), None)
     untested = level is not None and ref is not None and ref.loss[0] >= level

@@ -489,7 +489,7 @@ def decode_table(section: dict) -> list[str]:
     header = [
         "variant",
         "T",
-        "n_kv_head",
+        "cached values per position and layer",
         "prefill ms",
         "ms/token (min-max)",
         "ms/token / mha's (min-max)",
@@ -505,7 +505,9 @@ def decode_table(section: dict) -> list[str]:
             [
                 r["variant"],
                 r["T"],
-                r["n_kv_head"],
+                f"2 x {r['n_kv_head']} x {r['d_k']}"
+                if r["latent_d_c"] is None
+                else f"{r['latent_d_c']} + {r['latent_d_rope']} (latent, RoPE key)",
                 f"{1e3 * r['prefill_s']:.1f}",
                 f"{r['ms_per_token']:.2f} ({r['ms_per_token_range'][0]:.2f}-{r['ms_per_token_range'][1]:.2f})",
                 f"{r['ms_per_token_ratio_to_mha']:.2f} ({r['ms_per_token_ratio_range'][0]:.2f}-"
@@ -535,7 +537,7 @@ def decode_table(section: dict) -> list[str]:
             else "."
         ),
         "",
-        *markdown_table(header, body, align="lrrrrrrrr" + "r" * len(batches)).splitlines(),
+        *markdown_table(header, body, align="lrlrrrrrr" + "r" * len(batches)).splitlines(),
     ]
     explicit = sorted({r["variant"] for r in section["rows"] if r.get("backend", s["backend"]) != s["backend"]})
     if explicit:
