@@ -80,7 +80,10 @@ def test_bench_decode_section_lands_in_bench_json_and_md(tmp_path):
     assert [r["batch"] for r in hf_rows] == list(decode.DECODE_HF["tiny"]["batches"])
     table = (tmp_path / "bench.md").read_text()
     assert "## Decoding with the KV cache" in table
-    assert sum(line.startswith("| mqa |") for line in table.splitlines()) == len(bench["decode"]["setup"]["contexts"])
+    for variant in ("mqa", "mla_4dk", "mla_2dk"):  # a row per context, latent arms beside the others
+        assert sum(line.startswith(f"| {variant} |") for line in table.splitlines()) == len(
+            bench["decode"]["setup"]["contexts"]
+        )
 
 
 # ------------------------------------------------------------------ transformers' generate() beside attnlab

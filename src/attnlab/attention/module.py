@@ -599,14 +599,20 @@ class AttentionLayer(nn.Module):
         q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H, T, d_k), (B, H_kv, T, d_k) twice
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
+        return self._rotated_and_cached(q, k, v, cache, self._rotate)
+
+    def _rotated_and_cached(self, q, k, v, cache, rotate):
+        """q and k rotated by RoPE (``rotate``; none without it) and k, v appended to the cache, in the
+        order the cache takes them: a plain cache stores keys rotated at their position in the text, a
+        rolling one before RoPE, every key then rotated at its index in the cache and the queries last."""
         rope_in_cache = cache is not None and cache.keys_before_rope
         if self.rotary is not None and not rope_in_cache:
             start = 0 if cache is None else cache.length
-            q, k = self._rotate(q, start), self._rotate(k, start)
+            q, k = rotate(q, start), rotate(k, start)
         if cache is not None:
             k, v = cache.update(k, v)
-        if self.rotary is not None and rope_in_cache:  # every key at its index in the cache, the queries last
-            q, k = self._rotate(q, k.shape[-2] - q.shape[-2]), self._rotate(k)
+        if self.rotary is not None and rope_in_cache:
+            q, k = rotate(q, k.shape[-2] - q.shape[-2]), rotate(k)
         return q, k, v
 
     def _build_latent(self, d_model: int, n_head: int, d_k: int) -> None:
@@ -627,9 +633,9 @@ class AttentionLayer(nn.Module):
     def _latent_qkv(self, x, cache):
         """MLA's q, k (B, H, T|T_k, d_k + d_rope) and v (B, H, T_k, d_k).
 
-        The cache (attention/cache.py, as it stores any pair) holds the normed latent (B, 1, T, d_c)
-        and the RoPE key (B, 1, T, d_rope), (d_c + d_rope) values per token, and the keys and values
-        are re-expanded from every cached latent at each step, rather than decoded through absorbed
+        The cache (attention/cache.py, as it stores any pair) holds the RoPE key (B, 1, T, d_rope) in
+        its keys' place and the normed latent (B, 1, T, d_c) in its values', (d_c + d_rope) values per
+        token, and the keys and values are re-expanded from every cached latent at each step, rather than decoded through absorbed
         projections (W_uk folded into the queries, W_uv into the output projection). Re-expanding
         runs the training forward's own computation, so every backend and every statistic takes
         MLA unchanged and cached logits equal the full forward's; its cost, T_k x d_c x 2 H d_k
@@ -642,14 +648,7 @@ class AttentionLayer(nn.Module):
             q = self.q_up(self.q_latent_norm(q))
         q_c, q_rope = q.view(b, t, h, d + lat.d_rope).transpose(1, 2).split((d, lat.d_rope), dim=-1)
         c, k_rope = self.kv_norm(c).unsqueeze(1), k_rope.unsqueeze(1)  # (B, 1, T, d_c), (B, 1, T, d_rope)
-        rope_in_cache = cache is not None and cache.keys_before_rope
-        if self.rotary is not None and not rope_in_cache:
-            start = 0 if cache is None else cache.length
-            q_rope, k_rope = self.rotary(q_rope, start), self.rotary(k_rope, start)
-        if cache is not None:
-            c, k_rope = cache.update(c, k_rope)
-        if self.rotary is not None and rope_in_cache:
-            q_rope, k_rope = self.rotary(q_rope, k_rope.shape[-2] - t), self.rotary(k_rope)
+        q_rope, k_rope, c = self._rotated_and_cached(q_rope, k_rope, c, cache, self.rotary)
         k_c, v = (self._heads(part) for part in self.kv_up(c.squeeze(1)).split(h * d, dim=-1))
         k = torch.cat([k_c, k_rope.expand(-1, h, -1, -1)], dim=-1)
         return torch.cat([q_c, q_rope], dim=-1), k, v

@@ -115,6 +115,12 @@ class Metric:
     per_layer: bool = False  # a record metric with one value for the layer, not one per head
 
 
+def residual_metric(name: str, doc: str, statistic: Callable[[torch.Tensor], torch.Tensor], panel: str) -> Metric:
+    """A statistic of the block's output over every entry, one value for the layer, in the tables and
+    a dashboard panel: the massive-activation measurements are all of this shape."""
+    return Metric(name, doc, record=lambda rec: statistic(rec.residual), per_layer=True, table=True, panel=panel)
+
+
 def entropy(rows: Rows) -> torch.Tensor:
     return -torch.special.xlogy(rows.placed, rows.placed).sum(-1)
 
@@ -263,22 +269,18 @@ METRICS = (
         per_layer=True,
         table=True,
     ),
-    Metric(
+    residual_metric(
         "residual_max_ratio",
         "max |h| / median |h| over every entry of the block's output, the residual stream after it (massive "
         "activations, Sun et al. 2024)",
-        record=lambda rec: max_over_median(rec.residual),
-        per_layer=True,
-        table=True,
-        panel="Massive activations (max / median) per layer",
+        max_over_median,
+        "Massive activations (max / median) per layer",
     ),
-    Metric(
+    residual_metric(
         "residual_kurtosis",
         "kurtosis E[(h - mu)^4] / sigma^4 over every entry of the block's output (3 for a Gaussian)",
-        record=lambda rec: kurtosis(rec.residual),
-        per_layer=True,
-        table=True,
-        panel="Residual kurtosis per layer",
+        kurtosis,
+        "Residual kurtosis per layer",
     ),
     Metric(
         "gate_mean",

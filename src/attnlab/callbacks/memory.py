@@ -4,9 +4,10 @@
 start (CPU: profiler allocation events; CUDA: the allocator's peak counter), so it is comparable
 across devices. ``mem/attn_matrix_bytes`` is the analytic size of one layer's attention matrix,
 B x H x T^2 x bytes: the quadratic term that explicit backends materialise and fused ones do not.
-``mem/kv_cache_bytes_per_token`` is what one token's keys and values would take in an inference KV
-cache, 2 x n_layer x n_kv_head x d_k x bytes: what grouped-query attention saves (with latent
-attention, n_layer x (d_c + d_rope) x bytes: ``attention.module.kv_values_per_token``).
+``mem/kv_cache_bytes_per_token`` is what an inference KV cache holds per token of context at
+``mem/kv_cache_context`` = model.block_size tokens (``GPTConfig.kv_cache_bytes`` over that context):
+2 x n_layer x n_kv_head x d_k x bytes, what grouped-query attention saves; n_layer x (d_c + d_rope) x
+bytes with latent attention; with a window, scaled by min(1, (window + window_sinks) / block_size).
 On CUDA ``mem/cuda_max_allocated_bytes`` adds the absolute peak (weights and optimizer state included).
 """
 
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import lightning as L
 
-from ..attention.module import kv_values_per_token
 from ..profiling import PeakMemory
 from .cadence import log_metrics
 
@@ -40,9 +40,8 @@ class PeakMemoryMonitor(L.Callback):
         self.last = {
             "mem/peak_bytes": float(self._mem.peak_bytes),
             "mem/attn_matrix_bytes": float(x.shape[0] * cfg.n_head * x.shape[1] ** 2 * dtype_bytes),
-            "mem/kv_cache_bytes_per_token": float(
-                cfg.n_layer * kv_values_per_token(cfg.attention, cfg.n_kv_head, cfg.d_k) * dtype_bytes
-            ),
+            "mem/kv_cache_bytes_per_token": cfg.kv_cache_bytes(cfg.block_size, dtype_bytes) / cfg.block_size,
+            "mem/kv_cache_context": float(cfg.block_size),
         }
         if self._mem.cuda_max_allocated is not None:
             self.last["mem/cuda_max_allocated_bytes"] = float(self._mem.cuda_max_allocated)

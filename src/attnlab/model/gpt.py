@@ -21,8 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention import Attention, AttentionConfig, AttentionLayer
+from ..attention import Attention, AttentionConfig, AttentionLayer, Visibility
 from ..attention.cache import KVCache, RollingKVCache
+from ..attention.module import kv_values_per_token
 from ..attention.position import POS_ENCODINGS
 from ..fields import (
     Check,
@@ -108,6 +109,18 @@ class GPTConfig:
             self.n_kv_head = self.n_head
         if self.mlp_hidden is None:  # SwiGLU's two input matrices: 2/3 of the width keeps GELU's parameter count
             self.mlp_hidden = 4 * self.d_model if self.mlp != "swiglu" else -(-8 * self.d_model // 24) * 8
+
+    def kv_cache_bytes(self, context: int, element_size: int) -> int:
+        """Bytes one sequence's KV cache holds at ``context`` tokens, over every layer: the values of
+        one entry (``kv_values_per_token``: keys and values, or the latent and the RoPE key) x
+        ``element_size`` x the entries a query can still see, min(context, window + window_sinks)
+        with a window (the kept first tokens and the most recent ones), else context. Over
+        ``context`` it is ``mem/kv_cache_bytes_per_token``, bytes per token of context, so an arm
+        whose cache stops growing compares with the others at one stated context. The decode path's
+        plain ``KVCache`` keeps every position of a window model (the mask applies the window):
+        this is what a cache that evicts needs, not what that one allocates."""
+        entries = Visibility(True, self.attention.window, self.attention.window_sinks).keys_seen(context)
+        return self.n_layer * kv_values_per_token(self.attention, self.n_kv_head, self.d_k) * element_size * entries
 
 
 def norm_layer(cfg: GPTConfig) -> nn.Module:

@@ -1,5 +1,5 @@
 """A study's runs -> reports/<study>/: runs.csv (one row per run and seed), and from it alone ablation.md,
-index.html, ablation.csv (per cell), summary.json and the plots of final values.
+index.html, ablation.csv (per cell), summary.json and the plots of final values (kv_frontier: frontier.md too).
 
 A sweep of a study that already has a report adds its runs to runs.csv: a cell and seed already there is
 kept as it was and listed, runs of another budget (extra overrides such as ``debug=smoke``) go to
@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from ...analysis.phase import head_history
 from ...results import atomic_write_text
-from . import analysis, lr, plots, render
+from . import analysis, frontier, lr, plots, render
 from .aggregate import group_cells, load_sweeps, recording_differences, short, swept_axes
 from .data import DEFAULT_BUDGET, axes_of, frame_from_committed, frame_from_runs, merge, read_runs, write_runs
 from .wandb_summary import log_summary_run
@@ -157,6 +157,8 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
         axes, cells = analysis.cells_from_summaries(pd.read_csv(out / "ablation.csv", dtype=str, keep_default_na=False))
     baseline = meta.get("attention_free_level")
     level = (baseline or {}).get("bigram")
+    if study in frontier.STUDIES and frame is not None:  # frontier.md beside ablation.md, its data checked first
+        meta["frontier"] = frontier.write(frame, study, level, out, draw)
     tested_axes, tested, arms = axes, cells, []
     if lr.LR_AXIS in axes and frame is not None:  # the question is asked of each arm's sensitivity over the grid
         arms = lr.arms(frame, axes)
@@ -215,6 +217,7 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
         if frame is not None
         else [],
         "recording": meta.get("recording_differences") or [],
+        "frontier": meta.get("frontier"),
         "alpha": analysis.stats.ALPHA,
     }
     pages = render.render(view)

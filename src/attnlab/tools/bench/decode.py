@@ -27,7 +27,6 @@ from pathlib import Path
 
 import torch
 
-from ...attention.module import kv_values_per_token
 from ...checkpointing import load_model
 from ...cli import command_parser
 from ...data.tokens import load_tokenizer
@@ -252,7 +251,7 @@ def decode_section(
             elem = next(model.parameters()).element_size()
             weights = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
             filled, allocated = measured[n]
-            formula = cfg.n_layer * kv_values_per_token(cfg.attention, cfg.n_kv_head, cfg.d_k) * elem
+            formula = cfg.kv_cache_bytes(T, elem) / T  # bytes per token of context; no variant here has a window
             p, base = per[n], per["mha"] if "mha" in per else per[n]
             ms = [1e3 * s / new_tokens for s in p["decode_s"]]
             ms_ratio = [a / m for a, m in zip(p["decode_s"], base["decode_s"])]
@@ -490,7 +489,7 @@ def decode_table(section: dict) -> list[str]:
     header = [
         "variant",
         "T",
-        "n_kv_head",
+        "cached values per position and layer",
         "prefill ms",
         "ms/token (min-max)",
         "ms/token / mha's (min-max)",
@@ -506,12 +505,14 @@ def decode_table(section: dict) -> list[str]:
             [
                 r["variant"],
                 r["T"],
-                r["n_kv_head"],
+                f"2 x {r['n_kv_head']} x {r['d_k']}"
+                if r["latent_d_c"] is None
+                else f"{r['latent_d_c']} + {r['latent_d_rope']} (latent, RoPE key)",
                 f"{1e3 * r['prefill_s']:.1f}",
                 f"{r['ms_per_token']:.2f} ({r['ms_per_token_range'][0]:.2f}-{r['ms_per_token_range'][1]:.2f})",
                 f"{r['ms_per_token_ratio_to_mha']:.2f} ({r['ms_per_token_ratio_range'][0]:.2f}-"
                 f"{r['ms_per_token_ratio_range'][1]:.2f})",
-                f"{r['kv_bytes_per_token']:.0f} ({r['kv_bytes_per_token_formula']})",
+                f"{r['kv_bytes_per_token']:.0f} ({r['kv_bytes_per_token_formula']:.0f})",
                 f"{r.get('kv_bytes_ratio_to_mha', float('nan')):.2f}",
                 r["max_sequences"],
                 *[
@@ -536,7 +537,7 @@ def decode_table(section: dict) -> list[str]:
             else "."
         ),
         "",
-        *markdown_table(header, body, align="lrrrrrrrr" + "r" * len(batches)).splitlines(),
+        *markdown_table(header, body, align="lrlrrrrrr" + "r" * len(batches)).splitlines(),
     ]
     explicit = sorted({r["variant"] for r in section["rows"] if r.get("backend", s["backend"]) != s["backend"]})
     if explicit:
