@@ -210,7 +210,14 @@ def lr_sensitivity(reports: Path) -> dict:
     # the budget rule: a model above the attention-free (bigram) level does not use its attention yet
     best = max(min(a["loss"].values()) for a in arms)
     above = best - summary["attention_free_level"]["bigram"]
-    words = {"lower": "lowers", "higher": "raises", "none": "none", "untested": "untested", "smaller": "lowers"}
+    words = {
+        "lower": "lowers",
+        "higher": "raises",
+        "none": "none",
+        "untested": "untested",
+        "smaller": "lowers",
+        "larger": "raises",
+    }
 
     def row(c: dict, setting: str) -> dict:
         if c.get("ci95") is None:
@@ -351,7 +358,8 @@ smallest difference its seeds detect with 80 % power. This block is rendered fro
   {{ lr.best_loss|num(3) }}, is {{ lr.above_attention_free|num(2) }} nats above the attention-free (bigram) level, so
   these models do not yet use their attention{% else %} qk-norm
   {{- grouped(lr.groups, "setting", "the sensitivity") }}{% if lr.interaction and lr.interaction.verdict != "untested" %};
-  its effect changes from {{ lr.across }} by {{ diff(lr.interaction) }} (Holm p {{ lr.interaction.p|pval }}){% endif %}{% endif %}.
+  its change from {{ lr.across }} {% if lr.interaction.verdict == "none" %}is inside seed noise{% else %}is{% endif %}
+  {{ diff(lr.interaction) }} (Holm p {{ lr.interaction.p|pval }}){% endif %}{% endif %}.
   The largest attention logit at any rate and layer is {{ lr.max_logit_without|num(3) }} without qk-norm and
   {{ lr.max_logit_with|num(3) }} with it: the q/k LayerNorm's learned gain does not bound the logits. [lr_sensitivity](reports/lr_sensitivity/ablation.md)
 - **The two source articles**: {{ repro.claims }} claims re-run by `make repro`; verdicts

@@ -205,7 +205,9 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
         "pooled": render.pooled_table(effects) if effects else None,
         "layers": render.layer_tables(cells, axes),
         "lr": render.lr_tables(arms, (baseline or {}).get("unigram")) if arms else [],
-        "source": lr.against_source(arms, crossed, question.difference or 0.0) if arms else [],
+        "source": lr.against_source(arms, families.get(lr.METRICS[0], []), crossed, question.difference or 0.0)
+        if arms
+        else [],
         "source_name": lr.SOURCE,
         "head_types": render.head_types_table(frame, axes) if frame is not None else None,
         "phase": render.phase_table(frame, axes) if frame is not None else None,
