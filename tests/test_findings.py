@@ -79,18 +79,18 @@ def test_dk_verdict_flips_when_the_unscaled_cell_matches_the_scaled_one(reports)
     assert row["verdict"] == "none" and row["diff"] == 0 and row["detectable"] > 0
 
 
-def test_eviction_cost_carried_by_one_seed_is_no_difference_and_consistent_seeds_raise_it(reports):
+def test_eviction_carried_by_one_seed_is_untested_and_consistent_seeds_collapse(reports):
     softmax = findings.streaming(reports, "streaming_bb")["sink"][0]
-    assert softmax["verdict"] == "none" and softmax["one_seed_carries"]
-    assert softmax["lo"] < 0 < softmax["hi"]
+    assert softmax["verdict"] == "untested" and softmax["one_seed_carries"]
+    assert softmax["lo"] < 2 < softmax["hi"]
 
-    def every_seed_raises(data):
-        data["arms"][0]["drop_cost"]["per_seed"] = [0.50, 0.53, 0.51]
+    def every_seed_collapses(data):
+        data["arms"][0]["drop_cost"]["per_seed"] = [0.90, 0.95, 0.92]  # PPL ratios 2.46, 2.59, 2.51
 
-    edit(reports, "streaming_bb/stream.json", every_seed_raises)
+    edit(reports, "streaming_bb/stream.json", every_seed_collapses)
     softmax = findings.streaming(reports, "streaming_bb")["sink"][0]
-    assert softmax["verdict"] == "raises" and not softmax["one_seed_carries"]
-    assert softmax["p"] < findings.stats.ALPHA
+    assert softmax["verdict"] == "collapse" and not softmax["one_seed_carries"]
+    assert softmax["lo"] >= 2
 
 
 def test_escape_arm_counts_as_a_sink_once_its_weight_crosses_the_threshold(reports):

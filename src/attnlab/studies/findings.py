@@ -24,6 +24,7 @@ from attnlab.analysis.heads import THRESHOLDS
 from attnlab.analysis.phase import PHASE_LEVEL
 from attnlab.studies import stats
 
+from .report.streaming import COLLAPSE_RATIO, NO_COST, NO_COST_RATIO, eviction
 from .repro.verdict import VERDICTS  # one list of verdicts, the repro's
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -171,34 +172,35 @@ def sinks(reports: Path) -> dict:
 
 
 def streaming(reports: Path, study: str) -> dict:
-    """What evicting the first tokens costs, per arm: the one-sample test of the per-seed change in NLL,
-    Holm over arms; arms split by whether a sink formed in any seed."""
+    """What evicting the first tokens costs, per arm: PPL(0 kept) / PPL(most kept) over seeds and its verdict,
+    by the stream report's own measure (``report.streaming.eviction``); arms split by whether a sink formed."""
     data = _json(reports, f"{study}/stream.json")
-    arms = data["arms"]
-    contrasts = [stats.one_sample(a["drop_cost"]["per_seed"]) for a in arms]
     rows = []
-    for arm, verdict in zip(arms, _holm_verdicts(contrasts)):
+    for arm in data["arms"]:
         per_seed = arm["drop_cost"]["per_seed"]
         weights = arm["dormant_first_token_weight"] or arm["first_token_weight"]
         total = sum(abs(x) for x in per_seed)
+        e = eviction(per_seed)
         rows.append(
             {
                 "arm": arm["arm"].split(" (", 1)[-1].rstrip(")"),
-                "per_seed": per_seed,
+                "ratios": e["ratio"],
+                "geomean": e["geomean"],
+                "lo": e["ci"][0] if e["ci"] else None,
+                "hi": e["ci"][1] if e["ci"] else None,
+                "verdict": e["verdict"],
                 # one seed carries the mean when it holds more than the others together
                 "one_seed_carries": len(per_seed) > 2 and total > 0 and max(abs(x) for x in per_seed) > total / 2,
                 "sink_seeds": sum(w >= SINK for w in weights),
-                **verdict,
             }
         )
     rest = [r for r in rows if not r["sink_seeds"]]
     return {
         "setup": data["setup"],
+        "kept": max(data["setup"]["sinks"]),
         "sink": [r for r in rows if r["sink_seeds"]],
         "rest": rest,
-        "rest_moved": [r for r in rest if r["verdict"] != "none"],
-        "rest_largest": max((abs(r["diff"]) for r in rest), default=math.nan),
-        "rest_detectable": max((r["detectable"] for r in rest), default=math.nan),
+        "rest_no_cost": [r for r in rest if r["verdict"] == NO_COST],
     }
 
 
@@ -338,18 +340,16 @@ smallest difference its seeds detect with 80 % power. This block is rendered fro
   [sinks_bb](reports/sinks_bb/ablation.md), [gate](reports/sinks_bb_gate/ablation.md),
   [streaming_bb](reports/streaming_bb/ablation.md)
 - **Evicting the first tokens from a rolling KV cache** (the RoPE models above, a {{ stream_bb.setup.cache }}-entry
-  cache; change in NLL per token, one-sample t-test over seeds, Holm over arms):
-  {%- for a in stream_bb.sink %} for {{ a.arm }}, which formed a sink in {{ a.sink_seeds }} of {{ a.per_seed|length }} seeds,
-  {% if a.verdict == "none" %}no difference beyond seed noise{% else %}it {{ words[a.verdict] }}{% endif %} ({{ diff(a) }},
-  Holm p {{ a.p|pval }}{% if a.verdict == "none" %}, seeds detect {{ a.detectable|num(2) }}{% endif %}; per seed
-  {{ a.per_seed|map("num", 2, True)|join(", ") }}{% if a.one_seed_carries %}: one seed carries it{% endif %});
-  {%- endfor %}
-  {%- if stream_bb.rest_moved %}{% for a in stream_bb.rest_moved %} for {{ a.arm }} it {{ words[a.verdict] }} ({{ diff(a) }}, Holm p {{ a.p|pval }});{% endfor %}
-  {%- else %} for the arms without a sink ({{ stream_bb.rest|map(attribute="arm")|join(", ") }}) no difference
-  beyond seed noise (at most {{ stream_bb.rest_largest|num(2) }}, seeds detect {{ stream_bb.rest_detectable|num(2) }}){% endif %}.
+  cache; StreamingLLM's PPL(0 kept) / PPL({{ stream_bb.kept }} kept), geometric mean over seeds with the 95 % t interval of
+  the log ratios; collapse where the interval lies at or above {{ collapse_ratio }}, no cost where it lies within {{ no_cost_pct }} % of 1):
+  {%- for a in stream_bb.sink %} for {{ a.arm }}, which formed a sink in {{ a.sink_seeds }} of {{ a.ratios|length }} seeds,
+  {{ a.geomean|num(3) }}{% if a.lo is not none %} [{{ a.lo|num(3) }}, {{ a.hi|num(3) }}]{% endif %}, per seed
+  {{ a.ratios|map("num", 3)|join(", ") }}{% if a.one_seed_carries %} (one seed carries it){% endif %}: {{ a.verdict }};
+  {%- endfor %} for the arms without a sink ({{ stream_bb.rest|map(attribute="arm")|join(", ") }}) no cost in
+  {{ stream_bb.rest_no_cost|length }} of {{ stream_bb.rest|length }}.
   On Shakespeare at block {{ stream_text.setup.block_size }} with a {{ stream_text.setup.cache }}-entry cache
-  {%- if stream_text.sink or stream_text.rest_moved %}, see the report{% else %} no arm forms a sink and none
-  changes beyond seed noise (at most {{ stream_text.rest_largest|num(2) }}, seeds detect {{ stream_text.rest_detectable|num(2) }}){% endif %}.
+  {%- if stream_text.sink %} an arm forms a sink: see the report{% else %} no arm forms a sink, and
+  eviction is no cost in {{ stream_text.rest_no_cost|length }} of {{ stream_text.rest|length }} arms{% endif %}.
   [streaming_bb](reports/streaming_bb/stream.md), [streaming](reports/streaming/stream.md)
 - **qk-norm and the learning-rate sensitivity** (Wortsman et al.'s measure over {{ lr.rates }} rates at three
   proxies on Shakespeare characters, 500 steps, {{ lr.seeds|join("-") }} seeds; sensitivity with minus without
@@ -371,7 +371,12 @@ smallest difference its seeds detect with 80 % power. This block is rendered fro
 def render(reports: Path = ROOT / "reports") -> str:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
     env.filters.update(num=num, pval=pval)
-    return env.from_string(TEMPLATE).render(words=WORDS, **findings(reports))
+    return env.from_string(TEMPLATE).render(
+        words=WORDS,
+        no_cost_pct=round((NO_COST_RATIO - 1) * 100),
+        collapse_ratio=f"{COLLAPSE_RATIO:g}",
+        **findings(reports),
+    )
 
 
 def splice(readme: str, block: str) -> str:
