@@ -112,6 +112,14 @@ def test_a_data_vocabulary_other_than_the_models_is_one_line_naming_both(
 
 
 def test_a_bad_tokenizer_dir_is_one_line_and_writes_nothing(checkpoint, tmp_path, capsys):
+    import logging
+    import sys
+
+    # transformers' own handler holds whatever stderr it first saw; route its records to this test's
+    # stderr, as a terminal would show them, so a warning it logs while loading breaks the one line
+    handler = logging.StreamHandler(sys.stderr)
+    logging.getLogger("transformers").addHandler(handler)
+    transformers.utils.logging.warning_once.cache_clear()  # a warning seen earlier in this process is logged again
     text = tmp_path / "text.txt"
     text.write_text(TEXT)
     (tmp_path / "empty").mkdir()
@@ -123,12 +131,16 @@ def test_a_bad_tokenizer_dir_is_one_line_and_writes_nothing(checkpoint, tmp_path
         (tmp_path / "empty", "no tokenizer"),
         (small, "vocab_size=200"),
     ]
-    for directory, why in cases:
-        out = tmp_path / "out"
-        assert prepare_main(["--input", str(text), "--out", str(out), "--tokenizer", str(directory)]) == 2
-        err = capsys.readouterr().err
-        assert_one_line_error(2, err, f"--tokenizer={directory}")
-        assert why in err and not out.exists()
+    try:
+        for directory, why in cases:
+            out = tmp_path / "out"
+            assert prepare_main(["--input", str(text), "--out", str(out), "--tokenizer", str(directory)]) == 2
+            err = capsys.readouterr().err
+            assert_one_line_error(2, err, f"--tokenizer={directory}")
+            assert len(err.splitlines()) == 1, err  # nor a warning transformers logs while loading
+            assert why in err and not out.exists()
+    finally:
+        logging.getLogger("transformers").removeHandler(handler)
     args = [
         "--input",
         str(text),

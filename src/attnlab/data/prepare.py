@@ -78,8 +78,13 @@ def checkpoint_tokenizer(directory: str):
         raise DataError(f"{where}: no such directory; expected a local Hugging Face dir (save_pretrained)")
     try:
         from transformers import AutoTokenizer
+        from transformers.utils import logging as hf_logging
     except ImportError:
         raise DataError(f"{where} needs the 'transformers' package (the hf extra: pip install -e '.[hf]')") from None
+    # loading validates config.json and logs what it finds odd (a special id past vocab_size, ...); the
+    # checks below decide what matters for the corpus, so its warnings would only bury the one-line error
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
     try:
         tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except Exception as err:  # noqa: BLE001 - transformers raises OSError, ValueError, ... for a dir it cannot read
@@ -87,6 +92,8 @@ def checkpoint_tokenizer(directory: str):
         raise DataError(
             f"{where}: no tokenizer transformers loads ({reason}); expected a dir with tokenizer.json"
         ) from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
     if not tok.is_fast:
         raise DataError(f"{where}: {type(tok).__name__} is not a fast tokenizer; expected a dir with tokenizer.json")
     n_vocab = len(tok)  # the ids it can emit, added tokens included
