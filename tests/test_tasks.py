@@ -216,3 +216,22 @@ def test_induction_gap_separates_the_copies_by_a_varying_distance():
     assert max(distances) - min(distances) > 15  # the answer is not at a fixed band of distances
     with pytest.raises(DataError, match="data.max_gap"):
         InductionDataModule(vocab_size=64, block_size=48, max_gap=-1)
+
+
+def test_the_attention_free_level_of_a_task_is_what_the_current_token_tells():
+    """MQAR's answers are values drawn uniformly and independently of their key, so a model that sees only the
+    current token reaches ln(#values) and no lower; the induction repeat is uniform over the non-<bos> tokens;
+    on Bigram-Backcopy the current token is most of the answer, so the bigram level lies far below the unigram."""
+    import math
+
+    from attnlab.studies.report import experiment_baseline
+    from attnlab.studies.report.baseline import task_levels
+
+    mqar = {"_target_": "attnlab.data.tasks.MQARDataModule", "vocab_size": 64, "num_pairs": 8, "batch_size": 64}
+    level = task_levels(mqar, block_size=64)
+    n_values = 64 - 1 - MQARDataModule(vocab_size=64, num_pairs=8).n_keys
+    assert level["bigram"] == pytest.approx(math.log(n_values), abs=0.02)
+    induction = {"_target_": "attnlab.data.tasks.InductionDataModule", "vocab_size": 32, "distinct": False}
+    assert task_levels(induction, block_size=64)["bigram"] == pytest.approx(math.log(31), abs=0.02)
+    bb = experiment_baseline("sinks_bb")
+    assert bb["source"].endswith("task_levels") and bb["bigram"] < bb["unigram"] - 1.0

@@ -51,10 +51,28 @@ def declared_axes(study: str) -> list[str]:
 
 
 def baseline_of(runs) -> dict | None:
-    """The attention-free level of the runs' corpus (character text or a readable token corpus)."""
-    from .baseline import attention_free_levels, text_corpus, token_corpus_level
+    """The attention-free level of the runs' data (character text, a readable token corpus or a generated task)."""
+    return baseline_of_config(next((c for r in runs if (c := r.results.get("config", {})).get("data")), {}))
 
-    data = next((d for r in runs if (d := r.results.get("config", {}).get("data"))), None)
+
+def experiment_baseline(study: str) -> dict | None:
+    """The attention-free level of the data ``experiment=<study>`` trains on: for a committed report whose
+    runs are no longer on disk."""
+    from ...config import CONF_DIR, compose_config
+
+    if not (CONF_DIR / "experiment" / f"{study}.yaml").is_file():
+        return None
+    cfg = compose_config([f"experiment={study}"])
+    parts = {"data": cfg.data, "model": {"block_size": cfg.model.block_size}, "seed": cfg.seed}
+    return baseline_of_config(OmegaConf.to_container(OmegaConf.create(parts), resolve=True))
+
+
+def baseline_of_config(config: dict) -> dict | None:
+    from .baseline import attention_free_levels, task_data, task_levels, text_corpus, token_corpus_level
+
+    data = config.get("data")
+    if task_data(data):
+        return task_levels(data, config["model"]["block_size"], config.get("seed", 0))
     if not text_corpus(data):
         return token_corpus_level(data)
     level = attention_free_levels()

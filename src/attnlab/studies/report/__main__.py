@@ -9,11 +9,12 @@ gets one from its summary.json's per-seed values first).
 side by side, into reports/compare/stats_over_training.png.
 """
 
+import json
 import sys
 from pathlib import Path
 
 from ...cli import command_parser
-from . import build_report, latest_sweep, write_report
+from . import build_report, experiment_baseline, latest_sweep, write_report
 from .data import frame_from_committed, write_runs
 from .plots import stats_over_training
 
@@ -38,7 +39,10 @@ def render_committed(report: Path) -> None:
         frame = frame_from_committed(report)
         if frame is not None:
             write_runs(frame, report / "runs.csv")
-    write_report(report)
+    meta = json.loads((report / "summary.json").read_text())
+    if meta.get("attention_free_level") is None:  # a level this code computes and the report's build did not
+        meta["attention_free_level"] = experiment_baseline(meta.get("study") or report.name)
+    write_report(report, meta)
     print(f"attnlab: {report}/ablation.md, index.html, summary.json rebuilt from its data")
 
 

@@ -6,7 +6,8 @@ run must be to show that its attention is used; judging "training fails without 
 above it compares two models that both ignore attention. Both levels are fitted on the train split
 (add-one smoothing for characters, so an unseen pair costs a finite loss; add-k chosen on held-out train
 text for a token corpus) and scored on the val split, whole and on given window sets (those a study's runs
-validated on).
+validated on). A generated task's levels are taken over the positions it scores, fitted on its train
+stream and scored on the val batches its runs validate on.
 """
 
 from __future__ import annotations
@@ -27,7 +28,12 @@ CLEARLY_BELOW = 0.1
 def _counts(ids: torch.Tensor, vocab: int, pairs: bool) -> torch.Tensor:
     if not pairs:
         return torch.bincount(ids, minlength=vocab).double()
-    return torch.bincount(ids[:-1] * vocab + ids[1:], minlength=vocab * vocab).double().view(vocab, vocab)
+    return _pair_counts(ids[:-1], ids[1:], vocab)
+
+
+def _pair_counts(x: torch.Tensor, y: torch.Tensor, vocab: int) -> torch.Tensor:
+    """(vocab, vocab) counts of each (x[i], y[i]) pair."""
+    return torch.bincount(x * vocab + y, minlength=vocab * vocab).double().view(vocab, vocab)
 
 
 def ngram_tables(train_ids: torch.Tensor, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,12 +81,14 @@ SMOOTHING = (1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001)
 MAX_BIGRAM_VOCAB = 8192  # the pair table is vocab^2 float64: 0.5 GiB at this size; above it, unigram only
 
 
-def _smoothed_loss(counts: torch.Tensor, ids: torch.Tensor, k: float) -> float:
-    """Mean -log p(next) of ``ids`` under add-k smoothed ``counts`` (unigram (V,) or bigram (V, V))."""
+def _smoothed_loss(counts: torch.Tensor, ids: torch.Tensor, k: float, targets: torch.Tensor | None = None) -> float:
+    """Mean -log p(next) under add-k smoothed ``counts``: of ``ids`` for a unigram (V,); for a bigram (V, V), of
+    each of ``ids``'s successors, or of ``targets`` after ``ids`` where given (pairs, not a running sequence)."""
     if counts.dim() == 1:
         return float(-((counts[ids] + k) / (counts.sum() + k * len(counts))).log().mean())
+    x, y = (ids, targets) if targets is not None else (ids[:-1], ids[1:])
     rows = counts.sum(1) + k * counts.shape[1]
-    return float(-((counts[ids[:-1], ids[1:]] + k) / rows[ids[:-1]]).log().mean())
+    return float(-((counts[x, y] + k) / rows[x]).log().mean())
 
 
 def token_levels(directory, vocab: int, dtype: str = "uint16") -> dict | None:
@@ -108,6 +116,49 @@ def token_levels(directory, vocab: int, dtype: str = "uint16") -> dict | None:
         out[name] = _smoothed_loss(_counts(train, vocab, pairs), val, k)
         out[f"{name}_add_k"] = k
     return out
+
+
+def _scored_pairs(batches) -> tuple[torch.Tensor, torch.Tensor]:
+    """(current token, next token) at every position a task scores (its target is not ignored)."""
+    from ...data.tasks import IGNORE
+
+    x, y = (torch.cat([b[i].reshape(-1) for b in batches]) for i in (0, 1))
+    keep = y != IGNORE
+    return x[keep], y[keep]
+
+
+def task_levels(data_cfg: dict, block_size: int, seed: int = 0, train_batches: int = 256) -> dict:
+    """The attention-free levels of a generated task (data=mqar, induction, bigram_backcopy): unigram and
+    bigram cross-entropy over the positions the task scores, fitted on ``train_batches`` of the run's own
+    train stream (add-k chosen on a held-out eighth of them) and scored on the val batches its runs
+    validate on. A model whose attention does nothing sees the current token, so the bigram is its best."""
+    from hydra.utils import instantiate
+
+    dm = instantiate(data_cfg, block_size=block_size, steps=train_batches, seed=seed)
+    dm.setup("fit")
+    vocab = dm.vocab_size
+    (tx, ty), (vx, vy) = (_scored_pairs([d[i] for i in range(len(d))]) for d in (dm.train_set, dm.val_set))
+    cut = len(tx) * 7 // 8
+    out = {
+        "vocab": vocab,
+        "chance": math.log(vocab),
+        "split": "val",
+        "positions": "scored",
+        "source": "attnlab.studies.report.baseline.task_levels",
+    }
+    for name, pairs in (("unigram", False), ("bigram", True)):
+        head = _pair_counts(tx[:cut], ty[:cut], vocab) if pairs else torch.bincount(ty[:cut], minlength=vocab).double()
+        full = _pair_counts(tx, ty, vocab) if pairs else torch.bincount(ty, minlength=vocab).double()
+        (hx, hy), (sx, sy) = ((tx[cut:], ty[cut:]), (vx, vy)) if pairs else ((ty[cut:], None), (vy, None))
+        k = min(SMOOTHING, key=lambda k: _smoothed_loss(head, hx, k, targets=hy))
+        out[name] = _smoothed_loss(full, sx, k, targets=sy)
+        out[f"{name}_add_k"] = k
+    return out
+
+
+def task_data(data_cfg: dict | None) -> bool:
+    """Whether a run's data is a generated task (``attnlab.data.tasks``), whose levels ``task_levels`` computes."""
+    return bool(data_cfg) and str(data_cfg.get("_target_", "")).startswith("attnlab.data.tasks.")
 
 
 def text_corpus(data_cfg: dict | None) -> bool:
