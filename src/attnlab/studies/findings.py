@@ -60,49 +60,25 @@ def _short(axis: str) -> str:
     return axis.rsplit(".", 1)[-1]
 
 
-def _verdict(c: stats.Contrast | None, p_adjusted: float | None) -> dict:
-    """What the template prints for one contrast: 'raises', 'lowers', 'none' (inside seed noise) or
-    'untested' (under two seeds a side)."""
-    if c is None:
-        return {"verdict": "untested"}
-    resolved = c.resolved(p_adjusted)
-    return {
-        "verdict": ("raises" if c.diff > 0 else "lowers") if resolved else "none",
-        "diff": c.diff,
-        "lo": c.lo,
-        "hi": c.hi,
-        "p": p_adjusted if p_adjusted is not None else c.p,
-        "detectable": c.detectable,
-        "n": min(c.n_ref, c.n_level) if c.n_ref else c.n_level,
-    }
-
-
-def _holm_verdicts(contrasts: list[stats.Contrast | None]) -> list[dict]:
-    adjusted = stats.holm([c.p if c else None for c in contrasts])
-    return [_verdict(c, p) for c, p in zip(contrasts, adjusted)]
-
-
 def dk_scaling(reports: Path) -> dict:
-    """Removing the scale (none minus inv_sqrt_d) in each d_k x init_std cell, from the cells' mean, std, n."""
-    cells = _json(reports, "dk_scaling/summary.json")["cells_ci95"]
-    by_key = {}
-    for cell in cells:
-        axes = cell["axes"]
-        key = (axes["model.init_std"], int(axes["model.d_k"]))
-        by_key.setdefault(key, {})[axes["model.attention.scaling"]] = cell
-    keys = sorted(k for k, v in by_key.items() if {"none", "inv_sqrt_d"} <= set(v))
-    contrasts = []
-    for key in keys:
-        scaled, unscaled = (by_key[key][s]["metrics"]["val/loss"] for s in ("inv_sqrt_d", "none"))
-        n_s, n_u = by_key[key]["inv_sqrt_d"]["n"], by_key[key]["none"]["n"]
-        contrasts.append(
-            stats.welch_from_stats(scaled["mean"], scaled["std"], n_s, unscaled["mean"], unscaled["std"], n_u)
-        )
-    rows = [{"init_std": k[0], "d_k": k[1], **v} for k, v in zip(keys, _holm_verdicts(contrasts))]
+    """Removing the scale (none minus inv_sqrt_d) in each d_k x init_std cell: the report's own Welch tests
+    and Holm family (summary.json's contrasts, which are inv_sqrt_d minus none), read with the sign flipped."""
+    summary = _json(reports, "dk_scaling/summary.json")
+    flipped = {"higher": "lowers", "lower": "raises", "none": "none", "untested": "untested"}
+    rows = []
+    for c in summary["contrasts"]["val/loss"]:
+        at = dict(part.split("=", 1) for part in c["where"].split(", "))
+        row = {"init_std": at["init_std"], "d_k": int(at["d_k"]), "verdict": flipped[c["verdict"]]}
+        if c.get("ci95") is not None:
+            lo, hi = c["ci95"]
+            row |= {"diff": -c["diff"], "lo": -hi, "hi": -lo, "p": c["p_holm"], "detectable": c["detectable"]}
+            row["n"] = min(c["n"])
+        rows.append(row)
+    rows.sort(key=lambda r: (r["init_std"], r["d_k"]))
     inits = sorted({r["init_std"] for r in rows}, key=lambda s: s != "fan_in")
     return {
         "by_init": [(i, _by_verdict([r for r in rows if r["init_std"] == i])) for i in inits],
-        "seeds": sorted({c["n"] for c in cells}),
+        "seeds": sorted({c["n"] for c in summary["cells_ci95"]}),
         "tests": len(rows),
     }
 

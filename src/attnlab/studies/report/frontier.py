@@ -31,7 +31,7 @@ from ...results import atomic_write_text
 from .. import stats
 from . import analysis, render
 from .data import axes_of
-from .plots import _save
+from .plots import save
 
 STUDIES = ("kv_frontier",)
 LOSS, BYTES, CONTEXT = "val/loss", "mem/kv_cache_bytes_per_token", "mem/kv_cache_context"
@@ -147,7 +147,7 @@ def plot(found: list[Arm], level: float | None, path: Path) -> Path:
     top.tick_params(axis="x", which="both", labelsize=7)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, frameon=False)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def write(frame, study: str, level: float | None, out: Path, draw: bool = True) -> dict:

@@ -31,7 +31,7 @@ def _series(cells: list[Cell], x_axis: str) -> dict[str, list[Cell]]:
     return out
 
 
-def _save(fig, path: Path) -> Path:
+def save(fig, path: Path) -> Path:
     fig.savefig(path, dpi=90, bbox_inches="tight")  # "tight" keeps a legend placed outside the axes in the file
     plt.close(fig)
     return path
@@ -117,7 +117,7 @@ def metric_vs_axis(
     ax.set_ylabel(ylabel or metric)
     ax.grid(alpha=0.3)
     _legend_outside(fig)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def layer_stat_vs_axis(cells, x_axis: str, stat: str, layers: int, path: Path) -> Path | None:
@@ -157,7 +157,7 @@ def layer_stat_vs_axis(cells, x_axis: str, stat: str, layers: int, path: Path) -
     fig.suptitle(f"final {stat} per layer: mean over seeds, error bars 95 % t interval", fontsize=9)
     fig.tight_layout()
     _legend_outside(fig)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def _colour_axis(cells) -> str | None:
@@ -216,7 +216,7 @@ def max_logit_over_training(cells: list[Cell], path: Path) -> Path | None:
     fig.suptitle("max logit over training, every seed one line", fontsize=9)
     fig.tight_layout()
     _legend_outside(fig)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 EXTREME_PANELS = {
@@ -258,7 +258,7 @@ def extreme_tokens_over_training(cells: list[Cell], path: Path, layer: int = 0) 
     axes[0][0].axhline(0.3, color="k", lw=0.6, ls="--", label="sink threshold 0.3 (Gu et al.)")
     fig.tight_layout()
     _legend_outside(fig)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def stats_over_training(runs: dict[str, Path], stats: tuple[str, ...], path: Path) -> Path | None:
@@ -285,7 +285,7 @@ def stats_over_training(runs: dict[str, Path], stats: tuple[str, ...], path: Pat
         ax.grid(alpha=0.3)
     fig.tight_layout()
     _legend_outside(fig)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 HEAD_PANELS = {
@@ -336,4 +336,4 @@ def heads_over_training(histories: dict[str, list[list[dict]]], path: Path) -> P
         ax.grid(alpha=0.3)
     fig.tight_layout()
     _legend_outside(fig)
-    return _save(fig, path)
+    return save(fig, path)
