@@ -28,10 +28,10 @@ STUDIES = sorted(p.parent.name for p in REPORTS.glob("*/ablation.md"))
 WITH_RUNS = sorted(p.parent.name for p in REPORTS.glob("*/runs.csv"))
 
 
-def fake_run(root, name, overrides, metrics, status="ok", study="fake", n_layer=2):
+def fake_run(root, name, overrides, metrics, status="ok", study="fake", n_layer=2, steps=1000):
     run = root / name
     run.mkdir(parents=True)
-    config = {"study": study, "model": {"n_layer": n_layer}}
+    config = {"study": study, "model": {"n_layer": n_layer}, "trainer": {"max_steps": steps}}
     (run / "results.json").write_text(
         json.dumps(
             {
@@ -53,13 +53,13 @@ LOSSES = {
 }
 
 
-def sweep(root, losses=LOSSES, seeds=None, extra=()):
+def sweep(root, losses=LOSSES, seeds=None, extra=(), steps=1000):
     for (dk, sc), values in losses.items():
         for seed, loss in zip(seeds or range(len(values)), values):
             metrics = {"val/loss": loss, "val/acc": 0.5 - loss / 10, "train/loss": 9.0}
             metrics |= {f"attn/L{i}/entropy_norm": 0.3 + 0.1 * i + 0.01 * seed for i in range(2)}
             overrides = [f"model.d_k={dk}", f"model.attention.scaling={sc}", f"seed={seed}", *extra]
-            fake_run(root, f"{dk}-{sc}-{seed}", overrides, metrics)
+            fake_run(root, f"{dk}-{sc}-{seed}", overrides, metrics, steps=steps)
     return root
 
 
@@ -72,13 +72,14 @@ def test_runs_csv_has_one_row_per_run_and_seed(tmp_path):
     fake_run(tmp_path / "s", "bad", ["model.d_k=64", "model.attention.scaling=none", "seed=0"], {}, status="failed")
     build_report(tmp_path / "s", reports=tmp_path / "r", draw=False)
     runs = read_runs(tmp_path / "r" / "fake" / "runs.csv")
-    assert list(runs.columns[:7]) == [
+    assert list(runs.columns[:8]) == [
         "model.d_k",
         "model.attention.scaling",
         "seed",
         "budget",
         "status",
         "error",
+        "config",
         "run",
     ]
     assert len(runs) == 13 and (runs["status"] == "failed").sum() == 1
@@ -143,6 +144,22 @@ def test_a_sweep_adds_to_the_committed_runs_without_duplicating_a_seed(tmp_path,
     sweep(tmp_path / "c", {("16", "none"): [5.0]})
     build_report(tmp_path / "c", reports=tmp_path / "r", replace=True, draw=False)
     assert len(read_runs(tmp_path / "r" / "fake" / "runs.csv")) == 1  # --replace: these sweeps alone
+
+
+def test_runs_trained_with_other_settings_are_refused_not_merged(tmp_path, capsys):
+    """The study's experiment file changed between two sweeps (here its step budget): adding the new runs to
+    the committed table would pool two trainings as seeds of one cell, so it is one line, exit and no write."""
+    sweep(tmp_path / "a", {k: v[:2] for k, v in LOSSES.items()})
+    build_report(tmp_path / "a", reports=tmp_path / "r", draw=False)
+    committed = (tmp_path / "r" / "fake" / "runs.csv").read_text()
+    assert read_runs(tmp_path / "r" / "fake" / "runs.csv")["config"].nunique() == 1
+    sweep(tmp_path / "b", {k: v[2:] for k, v in LOSSES.items()}, seeds=[2], steps=2000)
+    with pytest.raises(SystemExit, match="other settings") as refused:
+        build_report(tmp_path / "b", reports=tmp_path / "r", draw=False)
+    assert "\n" not in str(refused.value) and "--replace" in str(refused.value)
+    assert (tmp_path / "r" / "fake" / "runs.csv").read_text() == committed
+    build_report(tmp_path / "b", reports=tmp_path / "r", replace=True, draw=False)
+    assert len(read_runs(tmp_path / "r" / "fake" / "runs.csv")) == 4
 
 
 def test_runs_of_another_budget_are_kept_apart(tmp_path):

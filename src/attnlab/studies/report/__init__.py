@@ -116,7 +116,9 @@ def build_report(sweep_dirs, reports: Path = Path("reports"), replace: bool = Fa
                 out = out / "new_runs"
                 committed = read_runs(out / "runs.csv") if (out / "runs.csv").is_file() else None
         fresh = replace or committed is None
-        merged, duplicates = (rows.reset_index(drop=True), rows.iloc[0:0]) if fresh else merge(committed, rows)
+        merged, duplicates = (
+            (rows.reset_index(drop=True), rows.iloc[0:0]) if fresh else merge(committed, rows, f"{out}/runs.csv")
+        )
         for _, d in duplicates.iterrows():
             cell = ", ".join(f"{short(a)}={d[a]}" for a in axes)
             print(

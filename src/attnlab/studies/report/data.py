@@ -2,7 +2,8 @@
 
 Columns: the swept axes (the config keys that differ between runs, as the override spelled them),
 then ``seed``, ``budget`` (``default``, or the extra overrides a sweep ran with, e.g. ``debug=smoke``),
-``status``, ``error``, ``run`` (the run dir's name), then every final metric the run logged (per-layer
+``status``, ``error``, ``config`` (a hash of what the run trained: ``training_fingerprint``), ``run`` (the
+run dir's name), then every final metric the run logged (per-layer
 ones included), each run's head types per layer (``head_type/L{i}/{type}``: heads of that type) and the
 step of its phase change (``phase/step``, where ``phase/measured`` is 1). A notebook opens it with
 ``pandas.read_csv``; ``read_runs`` keeps the axes as text (``0.02`` and ``fan_in`` in one column).
@@ -10,6 +11,7 @@ step of its phase change (``phase/step``, where ``phase/measured`` is 1). A note
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -20,7 +22,10 @@ from ...analysis.heads import types_by_layer
 from ...analysis.phase import head_history, phase_change_step
 from .aggregate import IGNORED_AXES, RENAMED_KEYS, RunResult, swept_axes
 
-META = ["seed", "budget", "status", "error", "run"]
+META = ["seed", "budget", "status", "error", "config", "run"]
+# the config sections that decide what a run trains (logging, paths and callbacks only record it)
+TRAINING = ("model", "data", "optim", "tf32")
+TRAINER = ("max_steps", "precision", "gradient_clip_val", "accumulate_grad_batches")
 DEFAULT_BUDGET = "default"
 # per-step values and bookkeeping that results.json keeps beside the final metrics
 SKIPPED = ("train/", "step", "epoch", "lr-")
@@ -38,7 +43,7 @@ def metrics_of(frame: pd.DataFrame) -> list[str]:
 def read_runs(path: Path) -> pd.DataFrame:
     header = pd.read_csv(path, nrows=0).columns
     axes = list(header[: list(header).index("seed")])
-    text = {c: str for c in [*axes, "budget", "status", "error", "run"]}
+    text = {c: str for c in [*axes, "budget", "status", "error", "config", "run"]}
     frame = pd.read_csv(path, dtype=text, keep_default_na=False, na_values={c: [""] for c in header if c not in text})
     frame["seed"] = pd.to_numeric(frame["seed"], errors="coerce").astype("Int64")
     return frame
@@ -53,6 +58,16 @@ def write_runs(frame: pd.DataFrame, path: Path) -> None:
 
 def _head_columns(layers: list[dict[str, list[int]]], j: int) -> dict[str, int]:
     return {f"head_type/L{i}/{kind}": counts[j] for i, layer in enumerate(layers) for kind, counts in layer.items()}
+
+
+def training_fingerprint(config: dict) -> str:
+    """12 hex digits of the run's training settings (model, data, optimiser, step budget), the seed left out:
+    equal for the seeds of one cell, different once the study's experiment file changes what it trains."""
+    trainer = config.get("trainer") or {}
+    settings = {k: config.get(k) for k in TRAINING} | {f"trainer.{k}": trainer.get(k) for k in TRAINER}
+    if isinstance(settings.get("data"), dict):
+        settings["data"] = {k: v for k, v in settings["data"].items() if k != "num_workers"}
+    return hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def budget_of(run: RunResult, axes: list[str]) -> str:
@@ -81,6 +96,7 @@ def frame_from_runs(runs: list[RunResult], declared_axes: list[str] = ()) -> pd.
             budget=budget_of(run, axes),
             status=run.results.get("status") or "unknown",
             error=run.results.get("error") or "",
+            config=training_fingerprint(run.results["config"]) if run.results.get("config") else "",
             run=run.dir.name,
         )
         if run.ok:
@@ -149,7 +165,20 @@ def with_lr_columns(frame: pd.DataFrame, lr_summary: dict | None) -> pd.DataFram
     return frame
 
 
-def merge(committed: pd.DataFrame | None, new: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _changed_cells(committed: pd.DataFrame, new: pd.DataFrame, axes: list[str]) -> list[str]:
+    """The cells whose committed runs and new runs carry different training fingerprints (rows without one,
+    written before the column, match anything)."""
+    if "config" not in committed or "config" not in new:
+        return []
+    cell = lambda f: f[axes].astype(str).apply(lambda r: ", ".join(f"{a}={r[a]}" for a in axes), axis=1)  # noqa: E731
+    old = {c: set(v) - {"", "nan"} for c, v in committed["config"].astype(str).groupby(cell(committed))}
+    fresh = {c: set(v) - {"", "nan"} for c, v in new["config"].astype(str).groupby(cell(new))}
+    return [c for c, v in fresh.items() if old.get(c) and v and not v <= old[c]]
+
+
+def merge(
+    committed: pd.DataFrame | None, new: pd.DataFrame, where: str = "runs.csv"
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """committed + the new rows whose cell and seed it does not hold yet; returns (merged, the duplicates left out)."""
     if committed is None or committed.empty:
         return new.reset_index(drop=True), new.iloc[0:0]
@@ -158,9 +187,16 @@ def merge(committed: pd.DataFrame | None, new: pd.DataFrame) -> tuple[pd.DataFra
         f.reindex(columns=[*axes, *f.columns.difference(axes, sort=False)]).fillna({a: "-" for a in axes})
         for f in (committed, new)
     ]
+    changed = _changed_cells(*both, axes)
+    if changed:
+        raise SystemExit(
+            f"attnlab: error: {where} holds {', '.join(changed[:3])}{' ...' if len(changed) > 3 else ''} trained with "
+            "other settings than these runs (their config column differs); expected runs of the same settings, "
+            "or --replace (REPLACE=1) to start the table from these runs"
+        )
     key = [*axes, "seed"]
     seen = both[0][key].astype(str).apply(tuple, axis=1)
     dup = both[1][key].astype(str).apply(tuple, axis=1).isin(set(seen))
     merged = pd.concat([both[0], both[1][~dup]], ignore_index=True)
     metrics = [c for c in merged.columns if c not in axes and c not in META]
-    return merged[[*axes, *META, *metrics]], both[1][dup]
+    return merged[[*axes, *(c for c in META if c in merged), *metrics]], both[1][dup]

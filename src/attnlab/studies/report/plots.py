@@ -46,7 +46,7 @@ def colours(n: int) -> list:
     return [plt.get_cmap("turbo")(i / max(n - 1, 1)) for i in range(n)]
 
 
-def _legend_outside(fig, ax_or_handles=None, title: str | None = None):
+def legend_outside(fig, ax_or_handles=None, title: str | None = None):
     """One legend for the figure, right of the axes, so it never covers data."""
     handles, labels = [], []
     for ax in fig.axes:
@@ -116,7 +116,7 @@ def metric_vs_axis(
     ax.set_xlabel(short(x_axis))
     ax.set_ylabel(ylabel or metric)
     ax.grid(alpha=0.3)
-    _legend_outside(fig)
+    legend_outside(fig)
     return save(fig, path)
 
 
@@ -156,7 +156,7 @@ def layer_stat_vs_axis(cells, x_axis: str, stat: str, layers: int, path: Path) -
         row[0].set_ylabel(stat)
     fig.suptitle(f"final {stat} per layer: mean over seeds, error bars 95 % t interval", fontsize=9)
     fig.tight_layout()
-    _legend_outside(fig)
+    legend_outside(fig)
     return save(fig, path)
 
 
@@ -215,7 +215,7 @@ def max_logit_over_training(cells: list[Cell], path: Path) -> Path | None:
         row[0].set_ylabel("max logit (max over layers)")
     fig.suptitle("max logit over training, every seed one line", fontsize=9)
     fig.tight_layout()
-    _legend_outside(fig)
+    legend_outside(fig)
     return save(fig, path)
 
 
@@ -257,7 +257,7 @@ def extreme_tokens_over_training(cells: list[Cell], path: Path, layer: int = 0) 
         ax.grid(alpha=0.3)
     axes[0][0].axhline(0.3, color="k", lw=0.6, ls="--", label="sink threshold 0.3 (Gu et al.)")
     fig.tight_layout()
-    _legend_outside(fig)
+    legend_outside(fig)
     return save(fig, path)
 
 
@@ -284,7 +284,7 @@ def stats_over_training(runs: dict[str, Path], stats: tuple[str, ...], path: Pat
         ax.set_title(stat, fontsize=9)
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    _legend_outside(fig)
+    legend_outside(fig)
     return save(fig, path)
 
 
@@ -335,5 +335,5 @@ def heads_over_training(histories: dict[str, list[list[dict]]], path: Path) -> P
         )
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    _legend_outside(fig)
+    legend_outside(fig)
     return save(fig, path)

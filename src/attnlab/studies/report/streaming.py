@@ -152,7 +152,7 @@ def plot(report: dict, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .plots import _legend_outside, _save, colours
+    from .plots import colours, legend_outside, save
 
     sinks = report["setup"]["sinks"]
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
@@ -166,8 +166,8 @@ def plot(report: dict, path: Path) -> Path:
     ax.set_xlabel(f"first tokens kept in a rolling cache of {report['setup']['cache']}")
     ax.set_ylabel(f"perplexity / with {max(sinks)} kept")
     ax.set_title(f"{report['study']}: streaming past the block", fontsize=10)
-    _legend_outside(fig, ax)
-    return _save(fig, path)
+    legend_outside(fig, ax)
+    return save(fig, path)
 
 
 def stream_study(
