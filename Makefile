@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 ARGS   ?=
 SWEEP  ?= dk_scaling
-SEEDS  ?= 1
+SEEDS  ?=
 DIR    ?=
 REPRO  ?= full
 BENCH  ?= full
@@ -57,8 +57,8 @@ lint: $(STAMP) ## ruff: lint and format check of src/ and tests/ (fix with: .ven
 test-all: $(STAMP) ## run every test, the slow ones too
 	$(BIN)/pytest -q -n 2 $(ARGS)
 
-sweep: $(STAMP) ## Hydra multirun of a study (SWEEP=dk_scaling|backends|..., SEEDS=n, JOBS=2 parallel jobs of 1 thread; LAUNCHER=slurm [PARTITION=p]: as SLURM jobs), then make table
-	$(BIN)/attnlab sweep --study $(SWEEP) --seeds $(SEEDS) --jobs $(JOBS) --launcher $(LAUNCHER) $(if $(PARTITION),--partition $(PARTITION)) $(ARGS)
+sweep: $(STAMP) ## Hydra multirun of a study (SWEEP=dk_scaling|backends|..., SEEDS=n (default: the study's question.seeds), JOBS=2 parallel jobs of 1 thread; LAUNCHER=slurm [PARTITION=p]: as SLURM jobs), then make table
+	$(BIN)/attnlab sweep --study $(SWEEP) $(if $(SEEDS),--seeds $(SEEDS)) --jobs $(JOBS) --launcher $(LAUNCHER) $(if $(PARTITION),--partition $(PARTITION)) $(ARGS)
 
 table: $(STAMP) ## add sweeps' runs to reports/<study>/runs.csv and rebuild its report (DIR="a b c"; default the latest; REPLACE=1: from these runs alone)
 	$(BIN)/attnlab table $(DIR) $(if $(REPLACE),--replace)

@@ -1,6 +1,6 @@
 """``make sweep``: run a study as a Hydra multirun, then aggregate it into reports/<study>/.
 
-    python -m attnlab.studies.sweep --study dk_scaling --seeds 3 --jobs 2 [extra hydra overrides]
+    python -m attnlab.studies.sweep --study dk_scaling [--seeds 3] --jobs 2 [extra hydra overrides]
     python -m attnlab.studies.sweep --study dk_scaling --launcher slurm --partition gpu [...]
 
 Equivalent to ``python -m attnlab.train -m experiment=<study> seed=0,1,2`` with a known sweep dir,
@@ -51,6 +51,16 @@ def study_grid(study: str) -> dict[str, list]:
         override = parser.parse_override(f"{key}={value}")
         grid[key] = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
     return grid
+
+
+def declared_seeds(study: str) -> int:
+    """The seeds ``experiment=<study>`` declares (``question.seeds``: what its committed report ran with);
+    1 for a study that declares none."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=[f"experiment={study}"])
+    return int((cfg.get("question") or {}).get("seeds") or 1)
 
 
 def sweep_axes(study: str, seeds: int = 1, extra: list[str] = ()) -> dict[str, list]:
@@ -246,7 +256,9 @@ def sweep_command(
 def main(argv: list[str] | None = None) -> int:
     parser = command_parser("sweep", "Run a study (Hydra multirun) and build its report.")
     parser.add_argument("--study", default="dk_scaling", help="one of: " + ", ".join(studies()))
-    parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument(
+        "--seeds", type=int, default=None, help="seeds 0..N-1 (default: the study's question.seeds, else 1)"
+    )
     parser.add_argument(
         "--jobs", type=int, default=1, help="parallel jobs (joblib launcher) when > 1; local launcher only"
     )
@@ -271,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.wandb_spec:
         print(wandb_sweep_yaml(args.study), end="")
         return 0
+    if args.seeds is None:
+        args.seeds = declared_seeds(args.study)
     if args.seeds < 1 or args.jobs < 1:
         print(f"attnlab: error: --seeds {args.seeds} --jobs {args.jobs}: expected positive integers", file=sys.stderr)
         return 2

@@ -123,13 +123,13 @@ def question_of(study: str, axes: list[str], conf_dir=None) -> Question:
     from ...config import CONF_DIR
 
     path = (conf_dir or CONF_DIR) / "experiment" / f"{study}.yaml"
-    declared = None
-    while declared is None and path.is_file():
+    declared = {}
+    while "axis" not in declared and path.is_file():  # a child's keys over its parent's, as Hydra merges them
         cfg = OmegaConf.to_container(OmegaConf.load(path))
-        declared = cfg.get("question")
+        declared = (cfg.get("question") or {}) | declared
         parents = [d for d in cfg.get("defaults", []) if isinstance(d, str) and d != "_self_"]
         path = path.parent / f"{parents[0]}.yaml" if parents else path.parent / "-"
-    if declared and declared["axis"] in axes:
+    if declared.get("axis") in axes:
         return Question(
             declared["ask"],
             list(declared.get("metrics", ["val/loss"])),
