@@ -81,41 +81,52 @@ SMOOTHING = (1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001)
 MAX_BIGRAM_VOCAB = 8192  # the pair table is vocab^2 float64: 0.5 GiB at this size; above it, unigram only
 
 
-def _smoothed_loss(counts: torch.Tensor, ids: torch.Tensor, k: float, targets: torch.Tensor | None = None) -> float:
-    """Mean -log p(next) under add-k smoothed ``counts``: of ``ids`` for a unigram (V,); for a bigram (V, V), of
-    each of ``ids``'s successors, or of ``targets`` after ``ids`` where given (pairs, not a running sequence)."""
+def _smoothed_loss(counts: torch.Tensor, x: torch.Tensor, y: torch.Tensor, k: float) -> float:
+    """Mean -log p(y) under add-k smoothed ``counts``: a unigram (V,) ignores ``x``, a bigram (V, V) reads p(y | x)."""
     if counts.dim() == 1:
-        return float(-((counts[ids] + k) / (counts.sum() + k * len(counts))).log().mean())
-    x, y = (ids, targets) if targets is not None else (ids[:-1], ids[1:])
+        return float(-((counts[y] + k) / (counts.sum() + k * len(counts))).log().mean())
     rows = counts.sum(1) + k * counts.shape[1]
     return float(-((counts[x, y] + k) / rows[x]).log().mean())
+
+
+def fitted_levels(train: tuple, val: tuple, vocab: int, held_out: float) -> dict:
+    """Unigram and bigram cross-entropy of the (current, next) pairs ``val``, fitted on the pairs ``train`` with
+    the add-k smoothing that scores best on their last ``held_out`` share (the bigram only up to
+    MAX_BIGRAM_VOCAB)."""
+    (tx, ty), cut = train, int(len(train[0]) * (1 - held_out))
+    out = {}
+    for name, pairs in (("unigram", False), ("bigram", True)):
+        if pairs and vocab > MAX_BIGRAM_VOCAB:
+            continue
+        count = (
+            (lambda x, y: _pair_counts(x, y, vocab))
+            if pairs
+            else (lambda x, y: torch.bincount(y, minlength=vocab).double())
+        )
+        head = count(tx[:cut], ty[:cut])
+        k = min(SMOOTHING, key=lambda k: _smoothed_loss(head, tx[cut:], ty[cut:], k))
+        out[name] = _smoothed_loss(count(tx, ty), *val, k)
+        out[f"{name}_add_k"] = k
+    return out
 
 
 def token_levels(directory, vocab: int, dtype: str = "uint16") -> dict | None:
     """The attention-free levels of a token corpus (``data=tokens``'s train.bin / val.bin): unigram (a prediction
     that ignores the context) and bigram (one that sees the current token only) cross-entropy of the val split,
-    fitted on the train split with the add-k smoothing that scores best on the train split's last tenth.
+    fitted on the train split with the add-k smoothing that scores best on its last tenth.
     None when the files are not there."""
     directory = Path(directory)
     files = [directory / "train.bin", directory / "val.bin"]
     if not all(f.is_file() for f in files):
         return None
     train, val = (torch.from_numpy(np.fromfile(f, dtype=dtype).astype(np.int64)) for f in files)
-    cut = len(train) * 9 // 10
     out = {
         "vocab": vocab,
         "chance": math.log(vocab),
         "split": "val",
         "source": "attnlab.studies.report.baseline.token_levels",
     }
-    for name, pairs in (("unigram", False), ("bigram", True)):
-        if pairs and vocab > MAX_BIGRAM_VOCAB:
-            continue
-        head = _counts(train[:cut], vocab, pairs)
-        k = min(SMOOTHING, key=lambda k: _smoothed_loss(head, train[cut:], k))
-        out[name] = _smoothed_loss(_counts(train, vocab, pairs), val, k)
-        out[f"{name}_add_k"] = k
-    return out
+    return out | fitted_levels((train[:-1], train[1:]), (val[:-1], val[1:]), vocab, held_out=0.1)
 
 
 def _scored_pairs(batches) -> tuple[torch.Tensor, torch.Tensor]:
@@ -138,7 +149,6 @@ def task_levels(data_cfg: dict, block_size: int, seed: int = 0, train_batches: i
     dm.setup("fit")
     vocab = dm.vocab_size
     (tx, ty), (vx, vy) = (_scored_pairs([d[i] for i in range(len(d))]) for d in (dm.train_set, dm.val_set))
-    cut = len(tx) * 7 // 8
     out = {
         "vocab": vocab,
         "chance": math.log(vocab),
@@ -146,14 +156,7 @@ def task_levels(data_cfg: dict, block_size: int, seed: int = 0, train_batches: i
         "positions": "scored",
         "source": "attnlab.studies.report.baseline.task_levels",
     }
-    for name, pairs in (("unigram", False), ("bigram", True)):
-        head = _pair_counts(tx[:cut], ty[:cut], vocab) if pairs else torch.bincount(ty[:cut], minlength=vocab).double()
-        full = _pair_counts(tx, ty, vocab) if pairs else torch.bincount(ty, minlength=vocab).double()
-        (hx, hy), (sx, sy) = ((tx[cut:], ty[cut:]), (vx, vy)) if pairs else ((ty[cut:], None), (vy, None))
-        k = min(SMOOTHING, key=lambda k: _smoothed_loss(head, hx, k, targets=hy))
-        out[name] = _smoothed_loss(full, sx, k, targets=sy)
-        out[f"{name}_add_k"] = k
-    return out
+    return out | fitted_levels((tx, ty), (vx, vy), vocab, held_out=1 / 8)
 
 
 def task_data(data_cfg: dict | None) -> bool:
