@@ -239,3 +239,24 @@ def test_the_declared_reference_is_the_one_compared_against(tmp_path):
     family = contrasts(cells, ["model.d_k", "model.attention.scaling"], question, "val/loss")
     assert {(c.level, c.reference) for c in family} == {("none", "inv_sqrt_d")}
     assert family[0].diff == pytest.approx(2.02 - 1.8133333, abs=1e-6) and not math.isnan(family[0].test.p)
+
+
+def test_render_gives_a_report_built_without_it_its_experiments_attention_free_level(tmp_path):
+    """A committed report whose runs are gone and whose build knew no level for its data (a generated task)
+    gets the level of the data its experiment file trains on; the reference arm's tests then read against it."""
+    import shutil
+
+    from attnlab.studies.report.__main__ import render_committed
+
+    out = tmp_path / "mqar"
+    shutil.copytree(REPORTS / "mqar", out)
+    meta = json.loads((out / "summary.json").read_text())
+    meta["attention_free_level"] = None
+    (out / "summary.json").write_text(json.dumps(meta))
+    render_committed(out)
+    summary = json.loads((out / "summary.json").read_text())
+    level = summary["attention_free_level"]
+    assert level["source"].endswith("task_levels") and level["bigram"] == pytest.approx(
+        math.log(32), abs=0.02
+    )  # 32 values
+    assert all(c["below_attention_free"] > 0 for c in summary["contrasts"]["val/loss"])
