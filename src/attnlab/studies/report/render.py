@@ -26,9 +26,9 @@ def plain(value: float | None, digits: int = 3) -> str:
     """A single value (no spread known): fixed digits, scientific-style for tiny ones, none for big ones."""
     if value is None or not math.isfinite(value):
         return "-"
-    return (
-        f"{value:.0f}" if abs(value) >= 1000 else f"{value:.{digits}g}" if abs(value) < 0.01 else f"{value:.{digits}f}"
-    )
+    if abs(value) >= 1000 or (abs(value) >= 10 and float(value).is_integer()):  # a count or a size: no decimals
+        return f"{value:.0f}"
+    return f"{value:.{digits}g}" if abs(value) < 0.01 else f"{value:.{digits}f}"
 
 
 def std_decimals(std: float) -> int:
