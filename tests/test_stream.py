@@ -93,6 +93,37 @@ def test_report_uses_the_same_positions_for_every_arm():
     assert report["evicting_positions"] == len(ids) - 1 - C
 
 
+def test_the_recorded_writes_are_the_attention_outputs_a_direct_forward_gives():
+    """One layer: a position's attention output depends on the tokens the cache holds, so the write norm
+    recorded at step t is that of the attention block's output at the last position of a full forward
+    over the kept tokens; before the first eviction every kept count writes the same."""
+    model, ids = tiny_model(), text()
+    outputs = []
+    handle = model.blocks[0].attn.register_forward_hook(lambda _m, _i, y: outputs.append(y[0, -1].norm()))
+    for sinks in (0, 2):
+        nll, writes = stream.rolling_decode(model, ids, C, sinks)
+        torch.testing.assert_close(nll, stream.rolling_nll(model, ids, C, sinks), atol=0, rtol=0)
+        for t in (0, C - 1, C, len(ids) - 2):
+            outputs.clear()
+            with torch.no_grad():
+                model(kept(ids, t, sinks).unsqueeze(0))
+            assert float(writes[t, 0]) == pytest.approx(float(outputs[0]), rel=1e-9)
+    handle.remove()
+    first, other = stream.rolling_decode(model, ids, C, 0)[1], stream.rolling_decode(model, ids, C, 2)[1]
+    torch.testing.assert_close(first[:C], other[:C], atol=0, rtol=0)
+    assert (first[C:] - other[C:]).abs().max() > 1e-6
+
+
+def test_by_class_reads_only_the_positions_past_the_first_eviction():
+    nll = torch.arange(1, 11, dtype=torch.float64) / 10
+    writes = torch.arange(10, dtype=torch.float64).unsqueeze(1).repeat(1, 2)
+    even = torch.arange(11) % 2 == 0  # masks over the N ids, one longer than the N - 1 predictions
+    out = stream.by_class(nll, writes, {"even": even, "odd": ~even}, start=4)
+    assert out["even"]["positions"] == 3 and out["odd"]["positions"] == 3  # 4, 6, 8 and 5, 7, 9
+    assert out["even"]["write_norm"] == [6.0, 6.0] and out["odd"]["write_norm"] == [7.0, 7.0]
+    assert out["even"]["ppl"] == pytest.approx(float(torch.exp(nll[[4, 6, 8]].mean())))
+
+
 # ------------------------------------------------------------------------------- the command
 
 

@@ -189,6 +189,34 @@ def test_stream_study_evaluates_every_run_of_a_sweep(make_cfg, tmp_path, capsys)
     direct = stream_report(module.model, ids, 8, [0, 1])
     assert [r["ppl"] for r in run["stream"]["rolling"]] == pytest.approx([r["ppl"] for r in direct["rolling"]])
     assert "bigram_backcopy" in report["setup"]["source"] and report["setup"]["tokens"] == 40
+    # the testbed's dormant and active queries split the positions past the first eviction between them
+    for row in run["stream"]["rolling"]:
+        assert set(row["classes"]) == {"dormant", "active"}
+        assert sum(c["positions"] for c in row["classes"].values()) == run["stream"]["evicting_positions"]
+    by_class = report["arms"][0]["eviction"]["by_class"]
+    assert set(by_class) == {"dormant", "active"} and all(len(c["write_ratio"]) == 1 for c in by_class.values())
+
+
+def test_the_eviction_cost_per_query_class_follows_its_own_seeds():
+    """The dormant queries double their perplexity in every seed while the active ones pay nothing: the per
+    class verdicts say so, and the write ratio is the geometric mean over seeds of 0 kept over 4 kept."""
+    records = _ratios("arm", (1.5, 1.6, 1.55))
+    for seed, rec in enumerate(records):
+        for row in rec["stream"]["rolling"]:
+            lost = row["sinks"] == 0
+            row["classes"] = {
+                "dormant": {
+                    "positions": 90,
+                    "ppl": 3.0 + 0.1 * seed if lost else 1.4,
+                    "write_norm": [4.0 if lost else 1.0 + seed],
+                },
+                "active": {"positions": 10, "ppl": 2.0, "write_norm": [2.0]},
+            }
+    c = _arm(records, "arm")["eviction"]["by_class"]
+    assert c["dormant"]["verdict"] == streaming.COLLAPSE and c["active"]["verdict"] == streaming.NO_COST
+    assert c["dormant"]["positions"] == 90
+    assert c["dormant"]["write_ratio"] == pytest.approx([(4.0 * 2.0 * (4 / 3)) ** (1 / 3)])
+    assert c["active"]["write_ratio"] == pytest.approx([1.0])
 
 
 def test_stream_study_bad_input_is_one_line(tmp_path, capsys):

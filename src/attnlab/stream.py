@@ -34,14 +34,50 @@ from .errors import AttnlabError, CheckpointError, DataError
 DEFAULT_SINKS = "0,1,2,4"
 
 
-@torch.no_grad()
 def rolling_nll(model, ids: torch.Tensor, capacity: int, sinks: int) -> torch.Tensor:
     """(N-1,) NLL of ids[t+1] after feeding ids[0..t] one token at a time into rolling caches."""
-    caches = model.rolling_kv_caches(capacity, sinks)
-    out = ids.new_empty(len(ids) - 1, dtype=torch.float64)
-    for t in range(len(ids) - 1):
-        logits = model.next_logits(ids[t : t + 1].unsqueeze(0), caches)[0]
-        out[t] = -torch.log_softmax(logits.double(), -1)[ids[t + 1]]
+    return rolling_decode(model, ids, capacity, sinks)[0]
+
+
+@torch.no_grad()
+def rolling_decode(model, ids: torch.Tensor, capacity: int, sinks: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rolling_nll`` with what each layer's attention wrote at each step: (N-1,) NLL and (N-1, layers)
+    norms of the attention block's output (after out_proj) at the fed position, the vector it adds to
+    the residual stream. What a head writes once its sink is evicted is how eviction reaches the logits."""
+    blocks = [block.attn for block in model.blocks]
+    writes = torch.zeros(len(ids) - 1, len(blocks), dtype=torch.float64)
+    step = [0]
+
+    def hook(layer):
+        return lambda _module, _inputs, y: writes.__setitem__((step[0], layer), float(y[0, -1].norm()))
+
+    handles = [b.register_forward_hook(hook(i)) for i, b in enumerate(blocks)]
+    try:
+        caches = model.rolling_kv_caches(capacity, sinks)
+        nll = ids.new_empty(len(ids) - 1, dtype=torch.float64)
+        for t in range(len(ids) - 1):
+            step[0] = t
+            logits = model.next_logits(ids[t : t + 1].unsqueeze(0), caches)[0]
+            nll[t] = -torch.log_softmax(logits.double(), -1)[ids[t + 1]]
+    finally:
+        for h in handles:
+            h.remove()
+    return nll, writes
+
+
+def by_class(nll: torch.Tensor, writes: torch.Tensor, classes: dict[str, torch.Tensor], start: int) -> dict:
+    """Per query class (positions >= ``start``, where the cache has evicted): perplexity and each layer's
+    mean attention write norm."""
+    out = {}
+    for name, mask in classes.items():
+        mask = mask[: len(nll)].clone()
+        mask[:start] = False
+        if mask.any():
+            out[name] = {
+                "positions": int(mask.sum()),
+                "ppl": perplexity(nll[mask]),
+                "write_norm": [float(w) for w in writes[mask].mean(0)],
+            }
     return out
 
 
@@ -96,16 +132,22 @@ def perplexity(nll: torch.Tensor) -> float:
     return float(torch.exp(nll.mean()))
 
 
-def stream_report(model, ids: torch.Tensor, capacity: int, sinks: list[int], oracle_limit: int = 512) -> dict:
-    """Perplexities of the rolling caches (one per kept-sink count) and of both references on ``ids``."""
+def stream_report(
+    model, ids: torch.Tensor, capacity: int, sinks: list[int], oracle_limit: int = 512, classes: dict | None = None
+) -> dict:
+    """Perplexities of the rolling caches (one per kept-sink count) and of both references on ``ids``;
+    with ``classes`` (query class -> (N,) mask of positions, a task's), each cache's perplexity and
+    attention write norms per class over the positions past the first eviction."""
     positions = oracle_positions(len(ids), oracle_limit)
     at = torch.tensor(positions)
     oracle = window_nll(model, ids, capacity, positions)
     dense = dense_nll(model, ids)
     rows = []
     for k in sinks:
-        nll = rolling_nll(model, ids, capacity, k)
+        nll, writes = rolling_decode(model, ids, capacity, k)
         rows.append({"sinks": k, "ppl": perplexity(nll), "ppl_oracle_positions": perplexity(nll[at])})
+        if classes:
+            rows[-1]["classes"] = by_class(nll, writes, classes, start=capacity)
     return {
         "tokens": len(ids),
         "positions": len(ids) - 1,

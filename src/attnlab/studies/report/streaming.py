@@ -34,7 +34,17 @@ COLLAPSE, NO_COST, UNTESTED = "collapse", "no cost", "untested"
 COLLAPSE_RATIO = 2.0
 NO_COST_RATIO = 1.01
 # what a stream.json arm holds as measured; every other field is derived from these
-MEASURED = ("arm", "seeds", "val_loss", "first_token_weight", "dormant_first_token_weight", "ppl", "oracle", "dense")
+MEASURED = (
+    "arm",
+    "seeds",
+    "val_loss",
+    "first_token_weight",
+    "dormant_first_token_weight",
+    "ppl",
+    "oracle",
+    "dense",
+    "by_class",
+)
 
 
 def shown(path) -> str:
@@ -61,16 +71,21 @@ def first_token_weight(run: RunResult) -> dict[str, float | None]:
 def evaluate_run(run: RunResult, capacity: int, sinks: list[int], tokens: int, oracle_positions: int) -> dict:
     """One run's stream report (stream.stream_report) on its own validation tokens, kept in the run
     dir beside its checkpoint: a study evaluated while its sweep runs redoes only the new runs."""
+    from ...analyze import run_datamodule
     from ...checkpointing import load_model
     from ...stream import run_tokens, stream_report
 
     ckpt = run.dir / "checkpoints" / "last.ckpt"
-    saved = run.dir / f"stream_c{capacity}_k{'-'.join(map(str, sinks))}_n{tokens}_o{oracle_positions}.json"
+    saved = run.dir / f"stream_c{capacity}_k{'-'.join(map(str, sinks))}_n{tokens}_o{oracle_positions}_classes.json"
     if saved.is_file() and saved.stat().st_mtime >= ckpt.stat().st_mtime:
         return json.loads(saved.read_text())
     module = load_model(ckpt)[0].eval()
     ids, source = run_tokens(run.dir, module, ckpt, None, tokens)
-    report = {"source": source, **stream_report(module.model, ids, capacity, sinks, oracle_positions)}
+    dm = run_datamodule(run.dir)
+    # a task with query classes (the sinks testbed's dormant and active queries): the cost and the
+    # attention's writes per class, where a sink's eviction shows first
+    classes = {k: m[0] for k, m in dm.query_classes(ids[None]).items()} if hasattr(dm, "query_classes") else None
+    report = {"source": source, **stream_report(module.model, ids, capacity, sinks, oracle_positions, classes)}
     atomic_write_text(saved, json.dumps(report))
     return report
 
@@ -100,21 +115,50 @@ def summarise(records: list[dict], sinks: list[int]) -> list[dict]:
             "drop_cost": {"per_seed": [math.log(a) - math.log(b) for a, b in zip(ppl[0], ppl[kept])]}
             if 0 in sinks and kept
             else None,
+            "by_class": class_values(rs, sinks) if 0 in sinks and kept else None,
         }
         out.append(derive(measured, kept))
     return out
 
 
+def class_values(records: list[dict], sinks: list[int]) -> dict | None:
+    """Per query class, per seed: ln PPL(0 kept) - ln PPL(most kept) over the positions past the first
+    eviction, and each layer's attention write norm there with 0 and with the most kept."""
+    rows = [{r["sinks"]: r.get("classes") for r in rec["stream"]["rolling"]} for rec in records]
+    kept = max(sinks)
+    if not all(row.get(0) and row.get(kept) for row in rows):
+        return None
+    names = [c for c in rows[0][0] if all(c in row[0] and c in row[kept] for row in rows)]
+    return {
+        c: {
+            "positions": rows[0][0][c]["positions"],
+            "log_ratio": [math.log(row[0][c]["ppl"]) - math.log(row[kept][c]["ppl"]) for row in rows],
+            "write_norm": {str(k): [row[k][c]["write_norm"] for row in rows] for k in (0, kept)},
+        }
+        for c in names
+    }
+
+
 def derive(arm: dict, kept: int) -> dict:
-    """An arm's measured fields (MEASURED and the per-seed log ratios) with the eviction measure built on them."""
+    """An arm's measured fields (MEASURED and the per-seed log ratios) with the eviction measure built on them:
+    over all positions, and per query class where the task has classes."""
     cost = arm.get("drop_cost")
-    measured = {k: arm[k] for k in MEASURED}
+    measured = {k: arm.get(k) for k in MEASURED}
     if not cost:
         return {**measured, "drop_cost": None, "eviction": None}
+    classes = {}
+    for name, c in (arm.get("by_class") or {}).items():
+        writes = [[a / b for a, b in zip(w0, wk)] for w0, wk in zip(c["write_norm"]["0"], c["write_norm"][str(kept)])]
+        classes[name] = {
+            **eviction(c["log_ratio"]),
+            "positions": c["positions"],
+            # per layer: the geometric mean over seeds of (write norm with 0 kept) / (with the most kept)
+            "write_ratio": [statistics.geometric_mean(layer) for layer in zip(*writes)],
+        }
     return {
         **measured,
         "drop_cost": {"per_seed": cost["per_seed"]},
-        "eviction": {"kept": kept, **eviction(cost["per_seed"])},
+        "eviction": {"kept": kept, **eviction(cost["per_seed"]), "by_class": classes or None},
     }
 
 
