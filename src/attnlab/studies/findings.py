@@ -168,6 +168,8 @@ def streaming(reports: Path, study: str) -> dict:
                 # one seed carries the mean when it holds more than the others together
                 "one_seed_carries": len(per_seed) > 2 and total > 0 and max(abs(x) for x in per_seed) > total / 2,
                 "sink_seeds": sum(w >= SINK for w in weights),
+                # the queries that need no attention, where an evicted sink's weight goes (stream.md's table)
+                "dormant": ((arm.get("eviction") or {}).get("by_class") or {}).get("dormant"),
             }
         )
     rest = [r for r in rows if not r["sink_seeds"]]
@@ -320,7 +322,10 @@ smallest difference its seeds detect with 80 % power. This block is rendered fro
   the log ratios; collapse where the interval lies at or above {{ collapse_ratio }}, no cost where it lies within {{ no_cost_pct }} % of 1):
   {%- for a in stream_bb.sink %} for {{ a.arm }}, which formed a sink in {{ a.sink_seeds }} of {{ a.ratios|length }} seeds,
   {{ a.geomean|num(3) }}{% if a.lo is not none %} [{{ a.lo|num(3) }}, {{ a.hi|num(3) }}]{% endif %}, per seed
-  {{ a.ratios|map("num", 3)|join(", ") }}{% if a.one_seed_carries %} (one seed carries it){% endif %}: {{ a.verdict }};
+  {{ a.ratios|map("num", 3)|join(", ") }}{% if a.one_seed_carries %} (one seed carries it){% endif %}: {{ a.verdict }}
+  {%- if a.dormant %} (on the queries that need no attention {{ a.dormant.geomean|num(3) }}
+  {%- if a.dormant.ci %} [{{ a.dormant.ci[0]|num(3) }}, {{ a.dormant.ci[1]|num(3) }}]{% endif %}, {{ a.dormant.verdict }}, while
+  the attention's output there grows {{ a.dormant.write_ratio[0]|num(2) }}-fold){% endif %};
   {%- endfor %} for the arms without a sink ({{ stream_bb.rest|map(attribute="arm")|join(", ") }}) no cost in
   {{ stream_bb.rest_no_cost|length }} of {{ stream_bb.rest|length }}.
   On Shakespeare at block {{ stream_text.setup.block_size }} with a {{ stream_text.setup.cache }}-entry cache
