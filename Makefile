@@ -20,7 +20,7 @@ STUDY  ?=
 REPLACE ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock lint wheelhouse offline-check train test test-all sweep table repro bench sample gpu-check dashboard sync clean
+.PHONY: help install lock lint wheelhouse offline-check train test test-all plan sweep table repro bench sample gpu-check dashboard sync clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -56,6 +56,9 @@ lint: $(STAMP) ## ruff: lint and format check of src/ and tests/ (fix with: .ven
 
 test-all: $(STAMP) ## run every test, the slow ones too
 	$(BIN)/pytest -q -n 2 $(ARGS)
+
+plan: $(STAMP) ## a study's seeds and hours before the compute, from its runs.csv (SWEEP=study; ARGS=--pilot: first 2 seeds a cell) -> reports/<study>/plan.md
+	$(BIN)/attnlab plan $(SWEEP) $(ARGS)
 
 sweep: $(STAMP) ## Hydra multirun of a study (SWEEP=dk_scaling|backends|..., SEEDS=n (default: the study's question.seeds), JOBS=2 parallel jobs of 1 thread; LAUNCHER=slurm [PARTITION=p]: as SLURM jobs), then make table
 	$(BIN)/attnlab sweep --study $(SWEEP) $(if $(SEEDS),--seeds $(SEEDS)) --jobs $(JOBS) --launcher $(LAUNCHER) $(if $(PARTITION),--partition $(PARTITION)) $(ARGS)

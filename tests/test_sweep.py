@@ -11,6 +11,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -589,3 +590,50 @@ def test_task_val_stream_does_not_depend_on_the_training_seed():
         dm.setup("fit")
         sets.append((dm.val_set.sequences(0)[0], dm.train_set.sequences(0)[0]))
     assert (sets[0][0] == sets[1][0]).all() and not (sets[0][1] == sets[1][1]).all()
+
+
+def test_a_sweep_killed_and_started_again_finishes_each_run_once(tmp_path):
+    """A sweep killed (SIGKILL, the whole process group) after its first run, started again with the same
+    command: it goes on in the same dir, trains only the runs left, and each cell and seed ends once; a
+    third start finds every run in the study's runs.csv and trains nothing."""
+    args = [
+        *("--study", "smoke", "--seeds", "2", "--jobs", "1"),
+        *("model.d_k=16", "model.init_std=0.02", "model.attention.scaling=none,inv_sqrt_d", "logger=csv"),
+        *("model.n_layer=1",),
+        *("model.d_model=32", "model.n_head=2", "data.batch_size=2", "callbacks=none"),
+    ]
+    cmd = [sys.executable, "-m", "attnlab.studies.sweep", "--logs", str(tmp_path / "logs"), *args]
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "OMP_NUM_THREADS": "1",
+        "WANDB_MODE": "offline",
+        "HOME": str(tmp_path),
+        **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}),
+    }
+    first = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 600
+    done: list[Path] = []
+    while not done and time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.5)
+        done = [p for p in (tmp_path / "logs").glob("*/*/results.json") if json.loads(p.read_text())["status"] == "ok"]
+    os.killpg(first.pid, 9)
+    first.wait()
+    assert len(done) == 1, "the first run did not finish before the deadline"
+    kept = done[0].stat()
+
+    again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-2000:]
+    (sweep,) = (tmp_path / "logs").iterdir()  # the same dir, not a new one
+    results = [json.loads(p.read_text()) for p in sweep.glob("*/results.json")]
+    cells = [(r["config"]["model"]["attention"]["scaling"], r["config"]["seed"]) for r in results]
+    assert sorted(cells) == sorted({(s, seed) for s in ("none", "inv_sqrt_d") for seed in (0, 1)})
+    assert all(r["status"] == "ok" for r in results)
+    assert (done[0].stat().st_ino, done[0].stat().st_mtime_ns) == (kept.st_ino, kept.st_mtime_ns)
+    assert re.search(r"(\d+) trained ok, 0 failed, 1 skipped as finished before \(1 in this sweep dir", again.stdout)
+    assert int(re.search(r"(\d+) trained ok", again.stdout).group(1)) == 3
+    assert len(read_runs(tmp_path / "reports" / "smoke" / "runs.csv")) == 4
+
+    third = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert third.returncode == 0, third.stderr[-2000:]
+    assert "0 trained ok, 0 failed, 4 skipped as finished before (0 in this sweep dir, 4 in" in third.stdout
+    assert len(read_runs(tmp_path / "reports" / "smoke" / "runs.csv")) == 4

@@ -25,6 +25,11 @@ COMMANDS = {
         "main",
         "run a study as a Hydra multirun, then its table (--study, --seeds, --jobs; --launcher slurm)",
     ),
+    "plan": (
+        "attnlab.studies.plan",
+        "main",
+        "a study's seeds and hours from its runs before the compute -> reports/<study>/plan.md (--pilot, --hours)",
+    ),
     "table": (
         "attnlab.studies.report.__main__",
         "main",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import math
 import os
@@ -18,6 +19,12 @@ from omegaconf import DictConfig, OmegaConf
 from .errors import WriteFailed
 
 RESULTS = "results.json"
+# set by a sweep: the JSON file of runs its study has already finished (studies/resume.py writes it)
+FINISHED_ENV = "ATTNLAB_FINISHED"
+FINGERPRINT = "training.fingerprint"  # a run dir's fingerprint, written when it starts: what its checkpoints trained
+# the config sections that decide what a run trains (logging, paths and callbacks only record it)
+TRAINING = ("model", "data", "optim", "tf32")
+TRAINER = ("max_steps", "precision", "gradient_clip_val", "accumulate_grad_batches")
 
 
 def git_sha(cwd: str | Path | None = None) -> str | None:
@@ -180,3 +187,57 @@ class RunRecord:
                 atomic_write_text(self.path, text)
             except (OSError, RuntimeError) as err:
                 raise write_failure("the run record", self.path, len(text.encode()), err) from None
+
+
+def training_fingerprint(config: dict) -> str:
+    """12 hex digits of the run's training settings (model, data, optimiser, step budget), the seed left out:
+    equal for the seeds of one cell, different once the study's experiment file changes what it trains."""
+    trainer = config.get("trainer") or {}
+    settings = {k: config.get(k) for k in TRAINING} | {f"trainer.{k}": trainer.get(k) for k in TRAINER}
+    if isinstance(settings.get("data"), dict):
+        settings["data"] = {k: v for k, v in settings["data"].items() if k != "num_workers"}
+    return hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def overrides_dict(overrides: list[str]) -> dict[str, str]:
+    pairs = (o.lstrip("+~").split("=", 1) for o in overrides if "=" in o)
+    return {k: v for k, v in pairs if not k.startswith("hydra")}
+
+
+def finished_before(run_dir: Path, config: dict, overrides: list[str]) -> dict | None:
+    """Where a sweep's job already finished, or None: its own run dir's ok results.json with the same
+    training fingerprint, or a row of the study's runs.csv with the same cell, seed and fingerprint
+    (the file named by ``$ATTNLAB_FINISHED``). Only inside a sweep that set that variable."""
+    listing = os.environ.get(FINISHED_ENV)
+    if not listing:
+        return None
+    fingerprint, seed = training_fingerprint(config), str(config.get("seed"))
+    own = Path(run_dir) / RESULTS
+    try:
+        earlier = json.loads(own.read_text()) if own.is_file() else {}
+    except (OSError, ValueError):
+        earlier = {}
+    if earlier.get("status") == "ok" and training_fingerprint(earlier.get("config") or {}) == fingerprint:
+        if str((earlier.get("config") or {}).get("seed")) == seed:
+            return {"where": str(own), "in_run_dir": True}
+    given = overrides_dict(overrides)
+    try:
+        rows = json.loads(Path(listing).read_text())["runs"]
+    except (OSError, ValueError, KeyError):
+        return None
+    for row in rows:
+        if row["config"] == fingerprint and str(row["seed"]) == seed:
+            if all(given.get(axis, "-") == value for axis, value in row["axes"].items()):
+                return {"where": row["where"], "in_run_dir": False}
+    return None
+
+
+def resumable(run_dir: Path, config: dict) -> bool:
+    """A sweep's job cut short before: its run dir holds a last checkpoint of the same training settings."""
+    mark = Path(run_dir) / FINGERPRINT
+    return (
+        bool(os.environ.get(FINISHED_ENV))
+        and (Path(run_dir) / "checkpoints" / "last.ckpt").is_file()
+        and mark.is_file()
+        and mark.read_text().strip() == training_fingerprint(config)
+    )

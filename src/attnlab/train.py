@@ -40,7 +40,19 @@ from .devices import ddp_multirun_job, prepare_device  # noqa: E402
 from .errors import AttnlabError, CheckpointError, ConfigError, RunFault, WriteFailed  # noqa: E402
 from .module import GPTModule  # noqa: E402
 from .resources import check_fits, is_out_of_memory, out_of_memory  # noqa: E402
-from .results import DISK_HINTS, RESULTS, RunRecord, is_rank_zero  # noqa: E402
+from .results import (  # noqa: E402
+    DISK_HINTS,
+    FINGERPRINT,
+    FINISHED_ENV,
+    RESULTS,
+    RunRecord,
+    atomic_write_text,
+    finished_before,
+    hydra_overrides,
+    is_rank_zero,
+    resumable,
+    training_fingerprint,
+)
 from .schema import Schema  # noqa: E402
 from .slurm import cluster_plugins, scheduler_restarts, slurm_job  # noqa: E402
 
@@ -279,6 +291,18 @@ def final_metrics(trainer: L.Trainer, module: GPTModule, callbacks: list) -> dic
     return metrics
 
 
+def skip_finished(run_dir: Path, config: dict, done: dict) -> dict:
+    """A sweep's job that has run before: its own results.json stays as it is; one finished in the study's
+    runs.csv leaves a results.json marked ``skipped`` (the report reads the row already there)."""
+    print(f"attnlab: already finished ({done['where']}); skipped", file=sys.stderr)
+    if done["in_run_dir"]:
+        return json.loads((run_dir / RESULTS).read_text()).get("metrics") or {}
+    if is_rank_zero():
+        record = {"status": "skipped", "finished_in": done["where"], "overrides": hydra_overrides(), "config": config}
+        atomic_write_text(run_dir / RESULTS, json.dumps(record, indent=2, default=str))
+    return {}
+
+
 def train(cfg: DictConfig) -> dict:
     """Train one model as configured; write results.json in ``paths.output_dir``; return its metrics."""
     run_dir = Path(cfg.paths.output_dir)
@@ -290,6 +314,13 @@ def train(cfg: DictConfig) -> dict:
     for note in notes if is_rank_zero() else ():
         if note:
             print(f"attnlab: {note}", file=sys.stderr)
+    config = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    if (done := finished_before(run_dir, config, hydra_overrides())) is not None:
+        return skip_finished(run_dir, config, done)
+    if resumable(run_dir, config):  # a sweep started again: this job goes on from its last checkpoint
+        cfg.resume = True
+    if is_rank_zero() and os.environ.get(FINISHED_ENV):
+        atomic_write_text(run_dir / FINGERPRINT, training_fingerprint(config) + "\n")
     with timing.phase("results: run record (git sha)"):
         record = RunRecord(run_dir, cfg)
     record.data["slurm"] = slurm_job()
@@ -477,6 +508,8 @@ def run_job(cfg: DictConfig) -> float | None:
             raise
         log.exception("job failed")
         print(f"attnlab: job {HydraConfig.get().job.num} failed: {type(err).__name__}: {err}", file=sys.stderr)
+        return None
+    if not metrics:  # skipped: finished in the study's runs.csv
         return None
     print(f"attnlab: val/loss {metrics.get('val/loss', float('nan')):.4f}; results in {cfg.paths.output_dir}")
     return metrics.get("val/loss")

@@ -158,7 +158,8 @@ class MQARDataModule(TaskDataModule):
     With ``bos``, a ``<bos>`` token (an extra id, V) comes first and the rest is one token shorter.
     A sequence of T+1 tokens: ``num_pairs`` key-value pairs ``k1 v1 k2 v2 ...`` (keys distinct,
     values drawn with replacement), then ``num_queries`` queries ``k v`` of earlier keys placed in
-    random 2-token slots of the rest, filler token ``_`` (id 0) elsewhere. Ids: 0 filler,
+    random 2-token slots of the rest (distinct pairs up to ``num_pairs`` queries; beyond that pairs are
+    drawn with replacement, so answering with a value no earlier query took stops paying), filler token ``_`` (id 0) elsewhere. Ids: 0 filler,
     1..K keys, K+1..V-1 values, K = (V-1)//2. Scored: the value after each query key, so every
     answer is in the context and a lookup solves the task exactly.
     """
@@ -182,8 +183,8 @@ class MQARDataModule(TaskDataModule):
                 f"data.num_pairs={self.num_pairs} is not possible with data.vocab_size={self.n_tokens}; "
                 f"expected 1..{self.n_keys} (the number of key tokens)"
             )
-        if not 1 <= self.num_queries <= self.num_pairs:
-            raise DataError(f"data.num_queries={self.num_queries}; expected 1..data.num_pairs={self.num_pairs}")
+        if self.num_queries < 1:
+            raise DataError(f"data.num_queries={self.num_queries}; expected a positive number of queries")
         slots = (self.seq_len - self.bos + 1 - 2 * self.num_pairs) // 2
         if self.num_queries > slots:
             raise DataError(
@@ -191,6 +192,25 @@ class MQARDataModule(TaskDataModule):
                 f"queries{' after <bos>' if self.bos else ''}; expected data.seq_len >= "
                 f"{2 * (self.num_pairs + self.num_queries) - 1 + self.bos}"
             )
+
+    def floors(self, n: int = 4096, seed: int = 0) -> dict[str, float]:
+        """The answer accuracy of models that do not look keys up: guessing among the distinct values in
+        the context (``in_context``) and, where queries are distinct, also leaving out the values of the
+        pairs asked before (``elimination``); Monte Carlo over ``n`` sequences of this task."""
+        seq, scored = self.generate(np.random.default_rng(seed), n)
+        seq = seq[:, self.bos :]
+        p = self.num_pairs
+        values = seq[:, 1 : 2 * p : 2]
+        out = {"in_context": float(np.mean([1 / len(set(row)) for row in values]))}
+        if self.num_queries <= p:
+            keys, hits = seq[:, 0 : 2 * p : 2], []
+            for row_keys, row_values, row, mask in zip(keys, values, seq, scored[:, self.bos :]):
+                left = dict(zip(row_keys.tolist(), row_values.tolist()))
+                for pos in np.flatnonzero(mask):
+                    hits.append(1 / len(set(left.values())))
+                    left.pop(int(row[pos]))
+            out["elimination"] = float(np.mean(hits))
+        return out
 
     def tokens(self) -> list[str]:
         k = self.n_keys
@@ -203,7 +223,8 @@ class MQARDataModule(TaskDataModule):
         values = rng.integers(1 + k, self.n_tokens, size=(n, p))
         seq = np.zeros((n, t + 1), dtype=np.int64)
         seq[:, 0 : 2 * p : 2], seq[:, 1 : 2 * p : 2] = keys, values
-        asked = distinct_draws(rng, n, q, 0, p)  # which pairs are queried, in query order
+        # which pairs are queried, in query order
+        asked = distinct_draws(rng, n, q, 0, p) if q <= p else rng.integers(0, p, size=(n, q))
         n_slots = (t + 1 - 2 * p) // 2
         slots = np.sort(distinct_draws(rng, n, q, 0, n_slots), axis=1)
         key_pos = 2 * p + 2 * slots

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+from scipy import optimize, stats
 
 ALPHA = 0.05
 POWER = 0.8
@@ -50,25 +50,54 @@ def _finite(values: Sequence[float]) -> np.ndarray:
     return a[np.isfinite(a)]
 
 
-def detectable_difference(
-    std_ref: float, n_ref: int, std_level: float, n_level: int, alpha: float = ALPHA, power: float = POWER
-) -> float:
-    """The smallest true difference a two-sided Welch test at ``alpha`` finds with ``power``.
+def t_power(noncentrality: float, df: float, alpha: float = ALPHA) -> float:
+    """The power of a two-sided t test at ``alpha`` with ``df`` degrees of freedom, where the true effect
+    is ``noncentrality`` standard errors: the noncentral t's mass beyond the critical values (scipy.stats.nct)."""
+    crit = stats.t.ppf(1 - alpha / 2, df)
+    return float(stats.nct.sf(crit, df, noncentrality) + stats.nct.cdf(-crit, df, noncentrality))
 
-    Normal approximation with the t quantiles of Welch's df: (t_{1-a/2} + t_{power}) * SE. With
-    2-3 seeds it is the honest size of "no difference": a smaller effect could be there unseen.
-    """
+
+def detectable(se: float, df: float, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The smallest true effect a two-sided t test of this standard error and df finds with ``power``."""
+    if not (math.isfinite(se) and math.isfinite(df)):
+        return math.nan
+    if se == 0:
+        return 0.0
+    gap = lambda nc: t_power(nc, df, alpha) - power  # noqa: E731
+    high = stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df) + 1  # the t approximation, plus a margin
+    while gap(high) < 0:
+        high *= 2
+    return float(optimize.brentq(gap, 0.0, high, xtol=1e-10) * se)
+
+
+def welch_power(
+    difference: float, std_ref: float, n_ref: int, std_level: float, n_level: int, alpha: float = ALPHA
+) -> float:
+    """The power of a two-sided Welch test at ``alpha`` to find a true difference ``difference`` with these
+    seed counts, were the cells' spread what ``std_ref`` and ``std_level`` estimate (``t_power`` at
+    Welch's df)."""
     se, df = _welch_se_df(std_ref, n_ref, std_level, n_level)
     if not math.isfinite(se) or not math.isfinite(df):
         return math.nan
-    return float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * se)
+    if se == 0:
+        return 1.0 if difference else alpha
+    return t_power(abs(difference) / se, df, alpha)
+
+
+def detectable_difference(
+    std_ref: float, n_ref: int, std_level: float, n_level: int, alpha: float = ALPHA, power: float = POWER
+) -> float:
+    """The smallest true difference a two-sided Welch test at ``alpha`` finds with ``power``. With 2-3 seeds
+    it is the honest size of "no difference": a smaller effect could be there unseen."""
+    return detectable(*_welch_se_df(std_ref, n_ref, std_level, n_level), alpha, power)
 
 
 def seeds_needed(
     std_ref: float, std_level: float, difference: float, alpha: float = ALPHA, power: float = POWER
 ) -> int | None:
-    """The fewest seeds a side (at least 2) whose detectable difference is at most ``difference``, were the
-    cells' spread what ``std_ref`` and ``std_level`` estimate; None where the spread is unknown.
+    """The fewest seeds a side (at least 2) at which a two-sided Welch test finds a true difference of
+    ``difference`` with ``power`` (``welch_power``), were the cells' spread what ``std_ref`` and
+    ``std_level`` estimate; None where the spread is unknown.
 
     The normal approximation's count is a lower bound (t quantiles exceed z), so the search starts there.
     """
@@ -76,7 +105,7 @@ def seeds_needed(
         return None
     z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
     n = max(2, math.ceil(z**2 * (std_ref**2 + std_level**2) / difference**2))
-    while detectable_difference(std_ref, n, std_level, n, alpha, power) > difference:
+    while welch_power(difference, std_ref, n, std_level, n, alpha) < power:
         n += 1
     return n
 
@@ -151,7 +180,6 @@ def one_sample(values: Sequence[float], popmean: float = 0.0, alpha: float = ALP
     res = stats.ttest_1samp(a, popmean)
     ci = res.confidence_interval(confidence_level=1 - alpha)
     sd, n = float(a.std(ddof=1)), len(a)
-    detectable = float((stats.t.ppf(1 - alpha / 2, n - 1) + stats.t.ppf(POWER, n - 1)) * sd / math.sqrt(n))
     return Contrast(
         diff=float(a.mean() - popmean),
         lo=float(ci.low - popmean),
@@ -160,7 +188,7 @@ def one_sample(values: Sequence[float], popmean: float = 0.0, alpha: float = ALP
         df=float(n - 1),
         n_ref=0,
         n_level=n,
-        detectable=detectable,
+        detectable=detectable(sd / math.sqrt(n), n - 1, alpha),
     )
 
 
@@ -229,5 +257,5 @@ def interaction(
         df=float(df),
         n_ref=sum(n for _, _, n, sign in cells if sign < 0),
         n_level=sum(n for _, _, n, sign in cells if sign > 0),
-        detectable=float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * se),
+        detectable=detectable(se, df, alpha, power),
     )

@@ -31,7 +31,8 @@ from typing import TextIO
 
 from ..cli import command_parser
 from ..config import CONF_DIR
-from ..results import RESULTS
+from ..results import FINISHED_ENV, RESULTS
+from . import resume
 
 
 def studies() -> list[str]:
@@ -60,7 +61,23 @@ def declared_seeds(study: str) -> int:
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("train", overrides=[f"experiment={study}"])
-    return int((cfg.get("question") or {}).get("seeds") or 1)
+    seeds = (cfg.get("question") or {}).get("seeds") or 1
+    if seeds == "auto":  # the plan's seeds (make plan), under the study's time cap
+        return planned_seeds(study)
+    return int(seeds)
+
+
+PLAN = "plan.json"  # reports/<study>/plan.json, written by `attnlab plan`
+
+
+def planned_seeds(study: str, reports: Path = Path("reports")) -> int:
+    """The seeds ``question.seeds: auto`` runs: the plan's, at least 2."""
+    path = reports / study / PLAN
+    if not path.is_file():
+        raise SystemExit(
+            f"attnlab: error: question.seeds=auto: {path} does not exist; expected a plan first: make plan SWEEP={study}"
+        )
+    return max(2, int(json.loads(path.read_text())["seeds"] or 2))
 
 
 def sweep_axes(study: str, seeds: int = 1, extra: list[str] = ()) -> dict[str, list]:
@@ -85,7 +102,8 @@ def sweep_axes(study: str, seeds: int = 1, extra: list[str] = ()) -> dict[str, l
     return axes
 
 
-FINISHED = ("ok", "failed", "interrupted")  # the statuses results.json holds once a run has ended
+# the statuses results.json holds once a run has ended (skipped: finished in the study's runs.csv before)
+FINISHED = ("ok", "failed", "interrupted", "skipped")
 
 
 @dataclass
@@ -117,6 +135,7 @@ class SweepProgress:
         self.named = [key for key, values in axes.items() if len(values) > 1 and key != "seed"]
         self.started = clock_s()
         self.cells: dict[str, Cell] = {}  # run dir name -> its cell, as last read
+        self.earlier: set[str] = set()  # runs a resumed sweep dir held when it started again
         self._seen: dict[str, tuple] = {}  # run dir name -> its results.json (inode, mtime, size) when last read
 
     @property
@@ -125,12 +144,30 @@ class SweepProgress:
 
     @property
     def failed(self) -> int:
-        return sum(cell.status != "ok" for cell in self.cells.values())
+        return sum(cell.status not in ("ok", "skipped") for cell in self.cells.values())
+
+    @property
+    def skipped(self) -> int:
+        return sum(cell.status == "skipped" for cell in self.cells.values())
+
+    def absorb(self) -> int:
+        """Count the runs a resumed sweep dir already holds, without a line each; returns how many ended ok."""
+        stream, self.stream = self.stream, open(os.devnull, "w")
+        try:
+            self.poll()
+        finally:
+            self.stream.close()
+            self.stream = stream
+        self.earlier = {run for run, cell in self.cells.items() if cell.status == "ok"}
+        self.cells = {run: cell for run, cell in self.cells.items() if run in self.earlier}
+        self.started = self.clock_s()
+        return len(self.earlier)
 
     def eta_s(self) -> float | None:
-        if not self.cells:
+        ran = self.finished - self.skipped - len(self.earlier)  # the pace of the runs trained by this sweep
+        if ran <= 0:
             return None
-        return (self.clock_s() - self.started) / self.finished * max(self.total - self.finished, 0)
+        return (self.clock_s() - self.started) / ran * max(self.total - self.finished, 0)
 
     def cell_name(self, record: dict) -> str:
         """The cell's swept values as its overrides wrote them (the key's last part unless two axes share
@@ -181,6 +218,8 @@ class SweepProgress:
         where = f"[{self.finished}/{max(self.total, self.finished)}, {self.failed} failed, {left} left]"
         if cell.status == "ok":
             what = f"val/loss {cell.val_loss:.4f}" if cell.val_loss is not None else "val/loss -"
+        elif cell.status == "skipped":
+            what = "finished before (its row in the study's runs.csv)"
         else:
             what = f"{cell.status.upper()}: {cell.error or 'no error recorded'}"
         took = f" ({clock(cell.wall_s)})" if isinstance(cell.wall_s, (int, float)) else ""
@@ -273,6 +312,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--logs", default="logs/train/multiruns")
     parser.add_argument("--wandb-spec", action="store_true", help="print the study's W&B grid sweep file and exit")
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="a new sweep dir, every run trained again (default: go on in the last unfinished sweep dir of the "
+        "same command, and skip the runs the study's runs.csv holds with the same settings)",
+    )
     args, extra = parser.parse_known_args(argv)
     if args.study not in studies():
         print(
@@ -315,18 +360,30 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from ..console import RUN_LOG, RUN_LOG_ENV
 
-    sweep_dir = Path(args.logs) / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{args.study}"
+    spec = resume.sweep_spec(args.study, args.seeds, extra, args.launcher)
+    earlier_dir = None if args.fresh else resume.unfinished_sweep(Path(args.logs), spec)
+    sweep_dir = earlier_dir or Path(args.logs) / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{args.study}"
+    table, finished = resume.committed_runs(args.study) if not args.fresh else (None, [])
     cmd = sweep_command(args.study, args.seeds, args.jobs, sweep_dir, extra, args.launcher, args.partition)
     progress = SweepProgress(sweep_dir, sweep_axes(args.study, args.seeds, extra))
     at_once = "as SLURM jobs" if args.launcher == "slurm" else f"{args.jobs} at a time"
     print("attnlab: " + " ".join(cmd[1:]), flush=True)
+    if earlier_dir is not None:
+        print(
+            f"attnlab: going on in {sweep_dir} (the same command, cut short): {progress.absorb()} of its runs "
+            "finished there and are skipped; --fresh starts again",
+            flush=True,
+        )
+    if finished:
+        print(f"attnlab: {table} holds {len(finished)} finished runs; those of these cells are skipped", flush=True)
     print(
         f"attnlab: {progress.total} cells, {at_once}, into {sweep_dir}; each run prints into its "
         f"<job>/{RUN_LOG}, Hydra into multirun.log",
         flush=True,
     )
     started = time.perf_counter()
-    env = dict(os.environ) | {RUN_LOG_ENV: "1"}
+    resume.start(sweep_dir, spec, finished)
+    env = dict(os.environ) | {RUN_LOG_ENV: "1", FINISHED_ENV: str((sweep_dir / resume.FINISHED).resolve())}
     if (
         args.launcher == "local" and args.jobs > 1
     ):  # share the cores: torch would otherwise start one thread per core in every job
@@ -335,16 +392,21 @@ def main(argv: list[str] | None = None) -> int:
     multirun_log = sweep_dir / "multirun.log"
     stop_following = follow(progress)
     try:
-        with open(multirun_log, "w") as log:
+        with open(multirun_log, "a") as log:
             proc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     finally:
         stop_following()
     missing = max(progress.total - progress.finished, 0)
+    trained = progress.finished - progress.failed - progress.skipped - len(progress.earlier)
     print(
-        f"attnlab: sweep took {time.perf_counter() - started:.0f} s: {progress.finished - progress.failed} ok, "
-        f"{progress.failed} failed, {missing} without results.json, of {progress.total}",
+        f"attnlab: sweep took {time.perf_counter() - started:.0f} s: {trained} trained ok, {progress.failed} "
+        f"failed, {progress.skipped + len(progress.earlier)} skipped as finished before ({len(progress.earlier)} "
+        f"in this sweep dir, {progress.skipped} in {table or 'runs.csv'}), {missing} without results.json, "
+        f"of {progress.total}",
         flush=True,
     )
+    if not missing and not progress.failed and not proc.returncode:
+        resume.mark_complete(sweep_dir)
     if proc.returncode:
         tail = multirun_log.read_text(errors="replace").splitlines()[-20:]
         print(
@@ -352,9 +414,11 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
     if not progress.cells:
-        if [p.name for p in sweep_dir.iterdir()] == [multirun_log.name]:  # Hydra refused before it launched a job
+        if not any(sweep_dir.glob("*/.hydra")) and earlier_dir is None:  # Hydra refused before it launched a job
             shutil.rmtree(sweep_dir)
         return proc.returncode or 1
+    if progress.skipped == progress.finished:  # every run was in runs.csv already: its report stands
+        return 1 if proc.returncode or missing else 0
     report = subprocess.run([sys.executable, "-m", "attnlab.studies.report", str(sweep_dir)])
     return 1 if proc.returncode or progress.failed or missing or report.returncode else 0
 

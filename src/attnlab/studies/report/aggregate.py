@@ -101,9 +101,11 @@ def load_runs(sweep_dir: Path) -> list[RunResult]:
     runs = []
     for path in sorted(Path(sweep_dir).glob("**/results.json")):
         try:
-            runs.append(RunResult(path.parent, json.loads(path.read_text())))
+            results = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             continue  # a results.json being written right now; atomic writes make this rare
+        if results.get("status") != "skipped":  # finished before: its row is in the study's runs.csv
+            runs.append(RunResult(path.parent, results))
     return runs
 
 

@@ -11,7 +11,6 @@ step of its phase change (``phase/step``, where ``phase/measured`` is 1). A note
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from pathlib import Path
@@ -20,12 +19,10 @@ import pandas as pd
 
 from ...analysis.heads import types_by_layer
 from ...analysis.phase import head_history, phase_change_step
+from ...results import training_fingerprint
 from .aggregate import IGNORED_AXES, RENAMED_KEYS, RunResult, swept_axes
 
 META = ["seed", "budget", "status", "error", "config", "run"]
-# the config sections that decide what a run trains (logging, paths and callbacks only record it)
-TRAINING = ("model", "data", "optim", "tf32")
-TRAINER = ("max_steps", "precision", "gradient_clip_val", "accumulate_grad_batches")
 DEFAULT_BUDGET = "default"
 # per-step values and bookkeeping that results.json keeps beside the final metrics
 SKIPPED = ("train/", "step", "epoch", "lr-")
@@ -60,16 +57,6 @@ def _head_columns(layers: list[dict[str, list[int]]], j: int) -> dict[str, int]:
     return {f"head_type/L{i}/{kind}": counts[j] for i, layer in enumerate(layers) for kind, counts in layer.items()}
 
 
-def training_fingerprint(config: dict) -> str:
-    """12 hex digits of the run's training settings (model, data, optimiser, step budget), the seed left out:
-    equal for the seeds of one cell, different once the study's experiment file changes what it trains."""
-    trainer = config.get("trainer") or {}
-    settings = {k: config.get(k) for k in TRAINING} | {f"trainer.{k}": trainer.get(k) for k in TRAINER}
-    if isinstance(settings.get("data"), dict):
-        settings["data"] = {k: v for k, v in settings["data"].items() if k != "num_workers"}
-    return hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-
 def budget_of(run: RunResult, axes: list[str]) -> str:
     """The overrides a run shares with its sweep but not with the study's own runs: what it was trained for."""
     extra = sorted(
@@ -102,6 +89,8 @@ def frame_from_runs(runs: list[RunResult], declared_axes: list[str] = ()) -> pd.
         if run.ok:
             metrics = run.results.get("metrics", {})
             row.update({k: v for k, v in metrics.items() if not k.startswith(SKIPPED) and _number(v) is not None})
+            if _number(run.results.get("wall_s")) is not None:  # what the plan times a run by
+                row["wall_s"] = run.results["wall_s"]
             layers = run.results.get("config", {}).get("model", {}).get("n_layer", 0)
             if run.results.get("heads"):
                 row.update(_head_columns(types_by_layer([run.results["heads"]], layers), 0))
