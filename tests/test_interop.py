@@ -10,6 +10,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -483,8 +484,15 @@ def test_a_variant_with_no_neutral_init_is_refused_naming_the_field(name, tmp_pa
 # ------------------------------------------------------------------------- runs, end to end
 
 
-@pytest.mark.parametrize("preset", ["tiny", "llama_tiny"])
-def test_attnlab_export_of_a_run_matches_its_checkpoint_and_its_sample(preset, make_cfg, tmp_path, capsys):
+RUN_FAMILIES = {
+    "gpt2": ["model=tiny"],
+    "llama": ["model=llama_tiny"],
+    "deepseek_v3": ["model=llama_tiny", "model.n_kv_head=null", "variant=mla_dc32"],
+}
+
+
+@pytest.mark.parametrize("family", RUN_FAMILIES)
+def test_attnlab_export_of_a_run_matches_its_checkpoint_and_its_sample(family, make_cfg, tmp_path, capsys):
     """`attnlab export RUN --format hf OUT`: the logits of the run's last.ckpt, and `attnlab sample
     --top-k 1`'s text from transformers' greedy generate() through the exported tokenizer."""
     from attnlab.checkpointing import load_model
@@ -492,13 +500,13 @@ def test_attnlab_export_of_a_run_matches_its_checkpoint_and_its_sample(preset, m
     from attnlab.sample import sample
     from attnlab.train import train
 
-    cfg = make_cfg(f"model={preset}", "trainer.max_steps=3")
+    cfg = make_cfg(*RUN_FAMILIES[family], "trainer.max_steps=3")
     train(cfg)
     run = Path(cfg.paths.output_dir)
     out = tmp_path / "hf"
     assert main(["export", str(run), "--format", "hf", str(out)]) == 0
     loaded = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
-    assert loaded.config.model_type == ("llama" if preset == "llama_tiny" else "gpt2")
+    assert loaded.config.model_type == family
     model = load_model(run / "checkpoints" / "last.ckpt")[0].model.eval()
     x = torch.randint(0, model.cfg.vocab_size, (2, model.cfg.block_size), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -611,3 +619,67 @@ def test_analyze_stream_and_sample_read_a_hugging_face_dir(tmp_path, capsys):
     greedy = sample(tmp_path / "hf", "the ", tokens=8, top_k=1)
     prompt = torch.tensor([[chars.index(c) for c in "the "]])
     assert greedy == "".join(chars[i] for i in hf_greedy(model, prompt, 8)[0])
+
+
+# ------------------------------------------------------------------- the fine-tuning example
+
+
+def test_fine_tuning_a_llama_checkpoint_with_a_gate_on_its_own_tokenizer(tmp_path, monkeypatch, capsys):
+    """docs/interop.md's example end to end, offline: a Llama checkpoint and its BPE tokenizer in one
+    dir, the corpus tokenized with it (attnlab prepare --tokenizer), a headwise gate switched on, a
+    short fine-tune, the head scores (sink included) at its start and its end in heads.json. The
+    checkpoint's architecture is taken: the command names only the context and the variant."""
+    from test_prepare_tokenizer import TEXT, save_tokenizer
+
+    from attnlab.checkpointing import load_model
+    from attnlab.cli import main as cli
+    from attnlab.train import main as train_main
+
+    ckpt, data, run = tmp_path / "llama", tmp_path / "tokens", tmp_path / "run"
+    tok = save_tokenizer(ckpt)
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    theirs = transformers.AutoModelForCausalLM.from_config(config).eval()
+    theirs.save_pretrained(ckpt)
+    (tmp_path / "corpus.txt").write_text(TEXT)
+    assert cli(["prepare", "--input", str(tmp_path / "corpus.txt"), "--out", str(data), "--tokenizer", str(ckpt)]) == 0
+    command = [
+        f"model.init_from={ckpt}",
+        "model.block_size=32",
+        "model.attention.gate=headwise",
+        "data=tokens",
+        f"data.dir={data}",
+        "data.vocab_multiple=1",
+        "trainer.max_steps=30",
+        "optim.lr=3e-3",
+        "callbacks.heads.every_n_steps=30",
+    ]
+    smoke = ["debug=smoke", "logger=none", "data.batch_size=8", f"hydra.run.dir={run}"]
+    monkeypatch.setattr("sys.argv", ["attnlab-train", *smoke, *command])
+    train_main()
+    results = json.loads((run / "results.json").read_text())
+    model = results["config"]["model"]
+    assert results["status"] == "ok" and results["init_from"]["model_type"] == "llama"
+    assert (model["n_layer"], model["d_model"], model["n_kv_head"], model["mlp"]) == (2, 32, 2, "swiglu")
+    history = json.loads((run / "heads.json").read_text())["history"]
+    assert [entry["step"] for entry in history] == [0, 30]
+    before, after = history
+    assert 0 <= before["sink_max"] <= 1 and 0 <= after["sink_max"] <= 1
+    assert before["sink_max"] != after["sink_max"]  # the fine-tune moved the attention
+    # the fine-tuned model predicts the held-out text better than the checkpoint it started from
+    ours = load_model(run / "checkpoints" / "last.ckpt")[0].model.eval()
+    val = np.fromfile(data / "val.bin", dtype=json.loads((data / "meta.json").read_text())["dtype"])
+    x = torch.from_numpy(val[: 4 * 33].astype(np.int64)).view(4, 33)
+    with torch.no_grad():
+        start = nn.functional.cross_entropy(theirs(x[:, :-1]).logits.flatten(0, 1), x[:, 1:].flatten())
+        _, end = ours(x[:, :-1], x[:, 1:])
+    assert end < 0.8 * start
+    assert all(block.attn.gate_proj.weight.abs().max() > 0 for block in ours.blocks)  # the gate left its zero start
