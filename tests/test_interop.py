@@ -173,8 +173,29 @@ def test_an_attention_field_without_a_mapping_is_refused_naming_it(monkeypatch):
 
 
 def test_every_mapped_attention_field_is_one_of_attention_configs():
-    """A field renamed in AttentionConfig leaves no stale mapping behind."""
-    assert set(MAPPED) <= {key for key, _ in attention_defaults()}
+    """A field renamed in AttentionConfig leaves no stale mapping behind (export, neutral start)."""
+    from attnlab.interop import neutral
+
+    fields = {key for key, _ in attention_defaults()}
+    assert set(MAPPED) <= fields and neutral.NEUTRAL | set(neutral.NOT_NEUTRAL) <= fields
+
+
+def test_an_attention_field_without_a_neutral_start_is_refused_for_init_from(monkeypatch, tmp_path):
+    """model.init_from refuses a new attention field at a non-default value until neutral.py says
+    how it starts at the checkpoint's function."""
+
+    @dataclasses.dataclass
+    class WithTemperature(AttentionConfig):
+        temperature: float = 1.0
+
+    hf_model("llama").save_pretrained(tmp_path / "hf")
+    ckpt = HFCheckpoint.open(tmp_path / "hf")
+    monkeypatch.setattr(families, "AttentionConfig", WithTemperature)
+    ckpt.check(dict(ckpt.fields) | {"attention": ckpt.fields["attention"] | {"temperature": 1.0}})
+    with pytest.raises(AttnlabError) as err:
+        ckpt.check(dict(ckpt.fields) | {"attention": ckpt.fields["attention"] | {"temperature": 2.0}})
+    assert str(err.value).startswith(f"model.init_from={tmp_path / 'hf'}: model.attention.temperature=2.0")
+    assert "\n" not in str(err.value)
 
 
 def test_char_tokenizer_round_trips_through_transformers(tmp_path):

@@ -20,6 +20,8 @@ import math
 
 import torch
 
+from .families import attention_defaults, lookup
+
 # low enough that the escape mass is below float32 rounding of the weights on a row whose logits'
 # log-sum-exp is >= 0, high enough that the mass and its gradient are not exactly 0 in float32 (Adam
 # then moves the logit by about the learning rate per step while the gradient keeps its sign)
@@ -34,12 +36,23 @@ NOT_NEUTRAL = {
 }
 
 
+# model.attention fields with a neutral start at every value NOT_NEUTRAL leaves (the table above), and
+# the latent, which is architecture (the checkpoint's own, compared by hf_load.py). Any other field is
+# refused at a value other than its default: one added to AttentionConfig is refused by name until it
+# is listed here or in NOT_NEUTRAL.
+NEUTRAL = {"backend", "mask_fill", "scaling", "escape", "gate", "window", "window_sinks", "sink"}
+NEUTRAL |= {"latent.d_c", "latent.d_rope", "latent.d_cq"}
+
+
 def refusal(attention: dict) -> str | None:
     """The first ``model.attention`` field (a dict) that cannot start at the checkpoint's function, as
     one line naming it and what is accepted, or None."""
-    for key, (value, why) in NOT_NEUTRAL.items():
-        if attention.get(key) == value:
-            return f"model.attention.{key}={value}: no init reproduces the checkpoint ({why})"
+    for key, default in attention_defaults():
+        value = lookup(attention, key, default)
+        if key in NOT_NEUTRAL and value == NOT_NEUTRAL[key][0]:
+            return f"model.attention.{key}={value}: no init reproduces the checkpoint ({NOT_NEUTRAL[key][1]})"
+        if value != default and key not in NEUTRAL and key not in NOT_NEUTRAL:
+            return f"model.attention.{key}={value}: no start at the checkpoint's function is known; expected {default}"
     return None
 
 
