@@ -369,12 +369,12 @@ def test_the_architecture_is_taken_from_config_json_where_the_run_sets_none(kind
     taken = architecture_from(ckpt, set(), model)
     assert taken["n_layer"] == 2 and taken["d_model"] == 16 and taken["block_size"] == BLOCK
     assert "vocab_size" not in taken  # the data's
-    for key, value in taken.items():
-        families_tree = model
-        *path, last = key.split(".")
-        for part in path:
-            families_tree = families_tree[part]
-        families_tree[last] = value
+    for key, value in taken.items():  # as train() writes them into cfg.model
+        *parents, last = key.split(".")
+        node = model
+        for part in parents:
+            node = node[part]
+        node[last] = value
     ckpt.check(model)
     ours = GPT(GPTConfig(**(model | {"vocab_size": VOCAB}))).eval()
     ckpt.load_into(ours)
