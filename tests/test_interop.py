@@ -1,20 +1,26 @@
 """Hugging Face checkpoints in and out: attnlab's GPT and transformers' GPT2LMHeadModel /
-LlamaForCausalLM compute the same logits on the same weights (float32 rounding), both ways; greedy
-decoding gives the same tokens; what the target cannot express, and a bad checkpoint, is one line."""
+LlamaForCausalLM / DeepseekV3ForCausalLM compute the same logits on the same weights (float32
+rounding), both ways; greedy decoding gives the same tokens; what the target cannot express, and a
+bad checkpoint, is one line; ``model.init_from`` takes the checkpoint's architecture."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
+from attnlab.attention.module import AttentionConfig
+from attnlab.config import CONF_DIR
 from attnlab.errors import AttnlabError
-from attnlab.interop.families import hf_config, refusal
-from attnlab.interop.hf_load import HFCheckpoint, model_from_hf
+from attnlab.interop import families
+from attnlab.interop.families import MAPPED, attention_defaults, hf_config, refusal
+from attnlab.interop.hf_load import HFCheckpoint, architecture_from, given_model_keys, model_from_hf
 from attnlab.model.gpt import GPT, GPTConfig
 from attnlab.tools.hf_export import char_tokenizer_json, write_hf
 
@@ -22,6 +28,7 @@ transformers = pytest.importorskip("transformers")  # the hf extra, which CI ins
 
 VOCAB, BLOCK = 29, 16
 LLAMA = {"pos_encoding": "rope", "norm": "rmsnorm", "mlp": "swiglu", "tie_embeddings": False}
+MLA = {**LLAMA, "attention": {"latent": {"d_c": 8, "d_rope": 4}}}
 EXPORTABLE = {
     "gpt2": {},
     "gpt2_tanh_biases_untied": {"mlp": "gelu_tanh", "bias": True, "tie_embeddings": False},
@@ -29,7 +36,21 @@ EXPORTABLE = {
     "llama_gqa": {**LLAMA, "n_kv_head": 2},
     "llama_mqa_tied_biases": {**LLAMA, "n_kv_head": 1, "tie_embeddings": True, "bias": True},
     "llama_head_dim_rope_base": {**LLAMA, "d_k": 6, "rope_base": 500.0, "mlp_hidden": 24},
+    "deepseek_mla": MLA,
+    "deepseek_query_latent_tied_head_dim": {
+        **LLAMA,
+        "tie_embeddings": True,
+        "d_k": 6,
+        "rope_base": 500.0,
+        "attention": {"latent": {"d_c": 8, "d_rope": 6, "d_cq": 12}, "backend": "sdpa"},
+    },
 }
+
+
+def family_of_case(name: str) -> str:
+    return {"gpt2": "gpt2", "llama": "llama", "deepseek": "deepseek_v3"}[name.split("_")[0]]
+
+
 # every attention variant and block the target architecture lacks, and the field the refusal names
 REFUSED = {
     "escape": ({"attention": {"escape": "zero_logit"}}, "model.attention.escape=zero_logit"),
@@ -48,6 +69,11 @@ REFUSED = {
     "gpt2_gqa": ({"n_kv_head": 2}, "model.n_kv_head=2"),
     "gpt2_head_dim": ({"d_k": 8}, "model.d_k=8"),
     "attn_only": ({"attn_only": True}, "model.attn_only=True"),
+    "window_sinks": ({**LLAMA, "attention": {"window": 8, "window_sinks": 2}}, "model.attention.window=8"),
+    "latent_learned_positions": ({"attention": {"latent": {"d_c": 8}}}, "model.pos_encoding=learned"),
+    "latent_biases": ({**MLA, "bias": True}, "model.bias=True"),
+    "latent_layernorm": ({**MLA, "norm": "layernorm"}, "model.norm=layernorm"),
+    "latent_gate": ({**MLA, "attention": {**MLA["attention"], "gate": "headwise"}}, "model.attention.gate=headwise"),
 }
 
 
@@ -68,10 +94,15 @@ def hf_model(kind: str, seed: int = 0, **overrides):
     if kind == "gpt2":
         base = dict(vocab_size=VOCAB, n_positions=BLOCK, n_embd=16, n_layer=2, n_head=4)
         cfg = transformers.GPT2Config(**(base | overrides))
-    else:
+    elif kind == "llama":
         base = dict(vocab_size=VOCAB, hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4)
         base |= dict(num_key_value_heads=2, max_position_embeddings=BLOCK, rms_norm_eps=1e-5)
         cfg = transformers.LlamaConfig(**(base | overrides))
+    else:  # dense in every layer; rope_interleave is DeepSeek's default (true)
+        base = dict(vocab_size=VOCAB, hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4)
+        base |= dict(num_key_value_heads=4, max_position_embeddings=BLOCK, first_k_dense_replace=2)
+        base |= dict(kv_lora_rank=8, q_lora_rank=None, qk_rope_head_dim=4, qk_nope_head_dim=6, v_head_dim=6)
+        cfg = transformers.DeepseekV3Config(**(base | overrides))
     model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
     with torch.no_grad():
         for p in model.parameters():
@@ -94,7 +125,7 @@ def hf_greedy(model, prompt: torch.Tensor, n: int) -> torch.Tensor:
 def test_export_loads_in_transformers_with_equal_logits_and_greedy_text(name, tmp_path):
     model = attnlab_model(EXPORTABLE[name])
     family = write_hf(model, tmp_path / "out")
-    assert family == ("llama" if "llama" in name else "gpt2")
+    assert family == family_of_case(name)
     loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
     assert loaded.config.model_type == family
     x = ids()
@@ -120,6 +151,51 @@ def test_every_exportable_configuration_has_no_refusal():
     for spec in EXPORTABLE.values():
         cfg = asdict(attnlab_model(spec).cfg)
         assert refusal(cfg) is None and hf_config(cfg)["vocab_size"] == VOCAB
+
+
+def test_an_attention_field_without_a_mapping_is_refused_naming_it(monkeypatch):
+    """What an export accepts is derived from AttentionConfig's fields: a field added there is refused
+    at any value but its default until it has a mapping, in every family."""
+
+    @dataclasses.dataclass
+    class WithTemperature(AttentionConfig):
+        temperature: float = 1.0
+
+    monkeypatch.setattr(families, "AttentionConfig", WithTemperature)
+    for name in ("gpt2", "llama_gqa", "deepseek_mla"):
+        cfg = asdict(attnlab_model(EXPORTABLE[name]).cfg)
+        assert refusal(cfg) is None  # at its default the new field changes nothing
+        cfg["attention"]["temperature"] = 2.0
+        problem = refusal(cfg)
+        assert problem.startswith("model.attention.temperature=2.0:") and "\n" not in problem
+        with pytest.raises(AttnlabError):
+            hf_config(cfg)
+
+
+def test_every_mapped_attention_field_is_one_of_attention_configs():
+    """A field renamed in AttentionConfig leaves no stale mapping behind (export, neutral start)."""
+    from attnlab.interop import neutral
+
+    fields = {key for key, _ in attention_defaults()}
+    assert set(MAPPED) <= fields and neutral.NEUTRAL | set(neutral.NOT_NEUTRAL) <= fields
+
+
+def test_an_attention_field_without_a_neutral_start_is_refused_for_init_from(monkeypatch, tmp_path):
+    """model.init_from refuses a new attention field at a non-default value until neutral.py says
+    how it starts at the checkpoint's function."""
+
+    @dataclasses.dataclass
+    class WithTemperature(AttentionConfig):
+        temperature: float = 1.0
+
+    hf_model("llama").save_pretrained(tmp_path / "hf")
+    ckpt = HFCheckpoint.open(tmp_path / "hf")
+    monkeypatch.setattr(families, "AttentionConfig", WithTemperature)
+    ckpt.check(dict(ckpt.fields) | {"attention": ckpt.fields["attention"] | {"temperature": 1.0}})
+    with pytest.raises(AttnlabError) as err:
+        ckpt.check(dict(ckpt.fields) | {"attention": ckpt.fields["attention"] | {"temperature": 2.0}})
+    assert str(err.value).startswith(f"model.init_from={tmp_path / 'hf'}: model.attention.temperature=2.0")
+    assert "\n" not in str(err.value)
 
 
 def test_char_tokenizer_round_trips_through_transformers(tmp_path):
@@ -150,6 +226,11 @@ IMPORTS = {
         },
     ),
     "llama_head_dim": ("llama", {"head_dim": 8, "rms_norm_eps": 1e-6}),
+    "deepseek_interleaved_rope": ("deepseek", {}),
+    "deepseek_query_latent_halves_tied": (
+        "deepseek",
+        {"q_lora_rank": 12, "rope_interleave": False, "tie_word_embeddings": True, "rope_theta": 500.0},
+    ),
 }
 
 
@@ -189,8 +270,9 @@ def test_hub_gpt2_names_without_the_transformer_prefix_load(tmp_path):
         torch.testing.assert_close(load_attnlab(tmp_path / "hf")(x)[0], theirs(x).logits, atol=2e-5, rtol=1e-5)
 
 
-def test_export_then_import_is_the_same_model(tmp_path):
-    model = attnlab_model(EXPORTABLE["llama_gqa"])
+@pytest.mark.parametrize("name", ["llama_gqa", "deepseek_query_latent_tied_head_dim"])
+def test_export_then_import_is_the_same_model(name, tmp_path):
+    model = attnlab_model(EXPORTABLE[name])
     write_hf(model, tmp_path / "out")
     again = load_attnlab(tmp_path / "out")
     for (name, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items(), strict=True):
@@ -214,6 +296,8 @@ def write_config(path: Path, config: dict) -> Path:
         ("missing_tensor", "model.layers.1.mlp.down_proj.weight"),
         ("rope_scaling", "rope_type='llama3'"),
         ("activation", "activation_function='relu'"),
+        ("mixture_of_experts", "first_k_dense_replace=1"),
+        ("value_head_dim", "v_head_dim=4"),
     ],
 )
 def test_a_bad_checkpoint_is_one_line(case, match, tmp_path):
@@ -235,6 +319,11 @@ def test_a_bad_checkpoint_is_one_line(case, match, tmp_path):
         write_config(path, config)
         if case == "no_weights":
             (path / "model.safetensors").unlink()
+    elif case in ("mixture_of_experts", "value_head_dim"):
+        hf_model("deepseek").save_pretrained(path)
+        config = json.loads((path / "config.json").read_text())
+        config |= {"first_k_dense_replace": 1} if case == "mixture_of_experts" else {"v_head_dim": 4}
+        write_config(path, config)
     elif case in ("truncated_weights", "missing_tensor"):
         hf_model("llama").save_pretrained(path)
         weights = path / "model.safetensors"
@@ -254,13 +343,89 @@ def test_a_run_of_another_shape_or_vocabulary_is_refused_naming_the_key(tmp_path
     ckpt = HFCheckpoint.open(tmp_path / "hf")
     run = asdict(GPTConfig(vocab_size=VOCAB, block_size=8, n_layer=3, n_head=4, d_model=16, n_kv_head=2, **LLAMA))
     run["mlp_hidden"] = 24
-    with pytest.raises(AttnlabError, match=r"model.n_layer=2.*model.n_layer=3"):
+    with pytest.raises(AttnlabError, match=r"model.n_layer=3 .*num_hidden_layers=2") as err:
         ckpt.check(run)
+    assert "\n" not in str(err.value)
     run["n_layer"] = 2
     ckpt.check(run)  # a shorter context than the checkpoint's is fine with RoPE
     model = GPT(GPTConfig(**(run | {"vocab_size": VOCAB + 1})))
     with pytest.raises(AttnlabError, match=f"{VOCAB}.*{VOCAB + 1}"):
         ckpt.load_into(model)
+
+
+def tiny_preset() -> dict:
+    """The composed tiny preset's model section, as train() hands it to architecture_from."""
+    return asdict(GPTConfig()) | {"d_k": None, "n_kv_head": None, "mlp_hidden": None}
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "deepseek"])
+def test_the_architecture_is_taken_from_config_json_where_the_run_sets_none(kind, tmp_path):
+    """Nothing given: every field config.json fixes is taken, the context at its positions, and the
+    tiny preset becomes a model that loads the checkpoint and computes its logits."""
+    theirs = hf_model(kind)
+    theirs.save_pretrained(tmp_path / "hf")
+    ckpt = HFCheckpoint.open(tmp_path / "hf")
+    model = tiny_preset()
+    taken = architecture_from(ckpt, set(), model)
+    assert taken["n_layer"] == 2 and taken["d_model"] == 16 and taken["block_size"] == BLOCK
+    assert "vocab_size" not in taken  # the data's
+    for key, value in taken.items():  # as train() writes them into cfg.model
+        *parents, last = key.split(".")
+        node = model
+        for part in parents:
+            node = node[part]
+        node[last] = value
+    ckpt.check(model)
+    ours = GPT(GPTConfig(**(model | {"vocab_size": VOCAB}))).eval()
+    ckpt.load_into(ours)
+    x = ids()
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x)[0], theirs(x).logits, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "given,changes,refused",
+    [
+        ({"n_layer"}, {"n_layer": 2}, None),  # given and equal: kept, not taken
+        ({"n_layer"}, {"n_layer": 4}, ("model.n_layer=4", "num_hidden_layers=2")),
+        ({"block_size"}, {"block_size": 8}, None),  # a shorter context
+        ({"mlp_hidden"}, {"mlp_hidden": None}, None),  # null: the derived width, the checkpoint's
+        ({"pos_encoding"}, {"pos_encoding": "learned"}, ("model.pos_encoding=learned", "'llama'")),
+        ({"attention.latent"}, {"attention": {"latent": {"d_c": 8, "d_rope": 4}}}, ("latent.d_c=8", "'llama'")),
+    ],
+)
+def test_a_given_field_is_kept_or_refused_in_one_line_naming_both_values(given, changes, refused, tmp_path):
+    hf_model("llama").save_pretrained(tmp_path / "hf")
+    ckpt = HFCheckpoint.open(tmp_path / "hf")
+    model = tiny_preset()
+    model |= {k: v if k != "attention" else model["attention"] | v for k, v in changes.items()}
+    if refused is None:
+        taken = architecture_from(ckpt, given, model)
+        assert not given & set(taken) and taken["n_head"] == 4
+        return
+    with pytest.raises(AttnlabError) as err:
+        architecture_from(ckpt, given, model)
+    line = str(err.value)
+    assert "\n" not in line and line.startswith(f"model.{sorted(given)[0]}")
+    assert all(part in line for part in refused) and str(tmp_path / "hf") in line
+
+
+def test_a_learned_position_table_bounds_a_given_context(tmp_path):
+    hf_model("gpt2").save_pretrained(tmp_path / "hf")
+    ckpt = HFCheckpoint.open(tmp_path / "hf")
+    assert "block_size" not in architecture_from(ckpt, {"block_size"}, tiny_preset() | {"block_size": BLOCK})
+    with pytest.raises(AttnlabError, match=f"model.block_size={2 * BLOCK} exceeds"):
+        architecture_from(ckpt, {"block_size"}, tiny_preset() | {"block_size": 2 * BLOCK})
+
+
+def test_the_fields_a_run_sets_are_its_model_overrides_and_its_experiment_and_variant_files():
+    overrides = ["model=gpt2", "model.n_layer=2", "++model.attention.gate=headwise", "trainer.max_steps=3"]
+    assert given_model_keys(overrides, CONF_DIR) == {"n_layer", "attention.gate"}
+    mla = given_model_keys(["variant=mla_dc32"], CONF_DIR)
+    assert mla == {"pos_encoding", "attention.latent.d_c", "attention.latent.d_rope", "attention.latent.d_cq"}
+    # kv_frontier's own keys and those of mqar, which its defaults list names
+    kv_frontier = given_model_keys(["experiment=kv_frontier"], CONF_DIR)
+    assert kv_frontier == {"n_head", "pos_encoding", "n_layer", "d_model", "init_std"}
 
 
 # ------------------------------------------------------------------- fine-tuning a variant
@@ -283,26 +448,29 @@ NOT_NEUTRAL = {
     "sigmoid": ({"normalize": "sigmoid"}, "model.attention.normalize=sigmoid"),
     "zero_logit": ({"escape": "zero_logit"}, "model.attention.escape=zero_logit"),
     "differential": ({"differential": True}, "model.attention.differential=True"),
-    "latent": ({"latent": {"d_c": 8}}, "model.attention.latent.d_c=8"),
 }
 
 
 def init_from_with(path, attention: dict) -> GPT:
     """A GPT of the checkpoint's shape with ``attention`` switched on, loaded as model.init_from loads it."""
     ckpt = HFCheckpoint.open(path)
-    run = dict(ckpt.fields) | {"attention": attention}
+    run = dict(ckpt.fields) | {"attention": ckpt.fields["attention"] | attention}
     ckpt.check(run)
     model = GPT(GPTConfig(**run)).eval()
     ckpt.load_into(model)
     return model
 
 
-@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+BIASED = {"gpt2": {"bias": True}, "llama": {"attention_bias": True, "mlp_bias": True}, "deepseek": {"q_lora_rank": 12}}
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "deepseek"])
 @pytest.mark.parametrize("name", NEUTRAL)
 def test_a_variant_switched_on_starts_at_the_checkpoints_logits(name, kind, tmp_path):
     """float32, the tolerance of the plain import: the gate is exact up to the kernels' rounding, the
-    escape's mass sigmoid(-20 - lse) is far below it, the folded scale moves q by one rounding."""
-    theirs = hf_model(kind, bias=True) if kind == "gpt2" else hf_model(kind, attention_bias=True, mlp_bias=True)
+    escape's mass sigmoid(-20 - lse) is far below it, the folded scale moves q by one rounding (with
+    DeepSeek's query latent, after its RMSNorm)."""
+    theirs = hf_model(kind, **BIASED[kind])
     theirs.save_pretrained(tmp_path / "hf")
     ours = init_from_with(tmp_path / "hf", NEUTRAL[name])
     plain = GPT(GPTConfig(**HFCheckpoint.open(tmp_path / "hf").fields))
@@ -330,15 +498,22 @@ def test_a_variant_with_no_neutral_init_is_refused_naming_the_field(name, tmp_pa
     attention, field = NOT_NEUTRAL[name]
     ckpt = HFCheckpoint.open(tmp_path / "hf")
     with pytest.raises(AttnlabError) as err:
-        ckpt.check(dict(ckpt.fields) | {"attention": attention})
+        ckpt.check(dict(ckpt.fields) | {"attention": ckpt.fields["attention"] | attention})
     assert str(err.value).startswith(f"model.init_from={tmp_path / 'hf'}: {field}") and "\n" not in str(err.value)
 
 
 # ------------------------------------------------------------------------- runs, end to end
 
 
-@pytest.mark.parametrize("preset", ["tiny", "llama_tiny"])
-def test_attnlab_export_of_a_run_matches_its_checkpoint_and_its_sample(preset, make_cfg, tmp_path, capsys):
+RUN_FAMILIES = {
+    "gpt2": ["model=tiny"],
+    "llama": ["model=llama_tiny"],
+    "deepseek_v3": ["model=llama_tiny", "model.n_kv_head=null", "variant=mla_dc32"],
+}
+
+
+@pytest.mark.parametrize("family", RUN_FAMILIES)
+def test_attnlab_export_of_a_run_matches_its_checkpoint_and_its_sample(family, make_cfg, tmp_path, capsys):
     """`attnlab export RUN --format hf OUT`: the logits of the run's last.ckpt, and `attnlab sample
     --top-k 1`'s text from transformers' greedy generate() through the exported tokenizer."""
     from attnlab.checkpointing import load_model
@@ -346,13 +521,13 @@ def test_attnlab_export_of_a_run_matches_its_checkpoint_and_its_sample(preset, m
     from attnlab.sample import sample
     from attnlab.train import train
 
-    cfg = make_cfg(f"model={preset}", "trainer.max_steps=3")
+    cfg = make_cfg(*RUN_FAMILIES[family], "trainer.max_steps=3")
     train(cfg)
     run = Path(cfg.paths.output_dir)
     out = tmp_path / "hf"
     assert main(["export", str(run), "--format", "hf", str(out)]) == 0
     loaded = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
-    assert loaded.config.model_type == ("llama" if preset == "llama_tiny" else "gpt2")
+    assert loaded.config.model_type == family
     model = load_model(run / "checkpoints" / "last.ckpt")[0].model.eval()
     x = torch.randint(0, model.cfg.vocab_size, (2, model.cfg.block_size), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -378,10 +553,11 @@ def test_export_of_a_gated_run_is_refused_and_writes_nothing(make_cfg, tmp_path,
     assert not (tmp_path / "hf").exists() and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
-def tiny_gpt2_for_the_tiny_preset(path: Path) -> torch.nn.Module:
-    """GPT-2 at the tiny preset's shape (4 layers, 4 heads, d_model 128) over Shakespeare's 84 characters."""
+def small_gpt2(path: Path) -> torch.nn.Module:
+    """A 2-layer GPT-2 over Shakespeare's 84 characters, of other sizes than the tiny preset's in every
+    field (2 heads of 16, d_model 32, 32 positions, GELU-tanh, biases)."""
     torch.manual_seed(0)
-    cfg = transformers.GPT2Config(vocab_size=84, n_positions=128, n_embd=128, n_layer=4, n_head=4)
+    cfg = transformers.GPT2Config(vocab_size=84, n_positions=32, n_embd=32, n_layer=2, n_head=2)
     model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
     with torch.no_grad():
         for p in model.parameters():
@@ -390,40 +566,57 @@ def tiny_gpt2_for_the_tiny_preset(path: Path) -> torch.nn.Module:
     return model
 
 
-def test_training_starts_from_init_from(make_cfg, tmp_path):
-    """One step at a learning rate of 1e-12 leaves the checkpoint's function: the run's last.ckpt
-    computes transformers' logits (its 64-token context is the first 64 of GPT-2's 128 positions)."""
-    from attnlab.checkpointing import load_model
-    from attnlab.train import train
+SMOKE_RUN = ["debug=smoke", "logger=none", "callbacks=none"]
 
-    theirs = tiny_gpt2_for_the_tiny_preset(tmp_path / "hf")
-    gpt2_block = ["model.bias=true", "model.mlp=gelu_tanh", f"model.init_from={tmp_path / 'hf'}"]
-    cfg = make_cfg(*gpt2_block, "trainer.max_steps=1", "optim.lr=1e-12", "optim.min_lr=0")
-    train(cfg)
-    ours = load_model(Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt")[0].model.eval()
-    x = torch.randint(0, 84, (2, 64), generator=torch.Generator().manual_seed(0))
+
+def test_a_run_from_init_from_alone_takes_the_checkpoints_architecture(tmp_path, monkeypatch, capsys):
+    """`attnlab train model.init_from=DIR model.block_size=16`: the composed tiny preset becomes the
+    checkpoint's GPT-2, the shorter context kept; one step at a learning rate of 1e-12 leaves
+    transformers' logits; results.json says where the weights came from."""
+    from attnlab.checkpointing import load_model
+    from attnlab.train import main
+
+    theirs = small_gpt2(tmp_path / "hf")
+    run = tmp_path / "run"
+    given = [f"model.init_from={tmp_path / 'hf'}", "model.block_size=16", "optim.lr=1e-12", "optim.min_lr=0"]
+    smoke = ["debug=smoke", "logger=none", "trainer.max_steps=1", f"hydra.run.dir={run}"]  # last.ckpt written
+    monkeypatch.setattr("sys.argv", ["attnlab-train", *smoke, *given])
+    main()  # the console entry point in-process: Hydra's overrides are what the run was given
+    results = json.loads((run / "results.json").read_text())
+    model = results["config"]["model"]
+    assert (model["n_layer"], model["n_head"], model["d_model"], model["block_size"]) == (2, 2, 32, 16)
+    assert (model["mlp"], model["bias"], model["tie_embeddings"]) == ("gelu_tanh", True, True)
+    assert results["init_from"]["path"] == str((tmp_path / "hf").resolve())
+    assert results["init_from"]["model_type"] == "gpt2"
+    assert "n_layer" in results["init_from"]["taken"] and "block_size" not in results["init_from"]["taken"]
+    ours = load_model(run / "checkpoints" / "last.ckpt")[0].model.eval()
+    x = torch.randint(0, 84, (2, 16), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         torch.testing.assert_close(ours(x)[0], theirs(x).logits, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize(
-    "overrides,match",
+    "overrides,key,theirs",
     [
-        (["model.bias=true", "model.mlp=gelu_tanh", "model.n_layer=2"], "model.n_layer"),
-        (["model.mlp=gelu_tanh"], "model.bias"),
-        (["model.bias=true", "model.mlp=gelu_tanh", "model.block_size=256"], "model.block_size=256"),
-        (["model=llama_tiny"], "model.pos_encoding"),
+        (["model.n_layer=4"], "model.n_layer=4", "n_layer=2"),
+        (["model.pos_encoding=rope"], "model.pos_encoding=rope", "model_type='gpt2'"),
+        (["model.block_size=64"], "model.block_size=64", "32"),
+        (["variant=mla_dc32"], "model.pos_encoding=rope", "model_type='gpt2'"),  # the variant file's key
     ],
 )
-def test_init_from_a_checkpoint_of_another_shape_is_one_line_and_trains_nothing(overrides, match, make_cfg, tmp_path):
-    from attnlab.train import train
+def test_a_given_field_the_checkpoint_contradicts_is_one_line_and_trains_nothing(
+    overrides, key, theirs, tmp_path, monkeypatch, capsys
+):
+    from test_cli import run_main
 
-    tiny_gpt2_for_the_tiny_preset(tmp_path / "hf")
-    cfg = make_cfg(*overrides, f"model.init_from={tmp_path / 'hf'}", "callbacks=none")
-    with pytest.raises(AttnlabError, match=match) as err:
-        train(cfg)
-    assert "\n" not in str(err.value)
-    run = Path(cfg.paths.output_dir)
+    small_gpt2(tmp_path / "hf")
+    run = tmp_path / "run"
+    code, _, err = run_main(
+        monkeypatch, capsys, *SMOKE_RUN, *overrides, f"model.init_from={tmp_path / 'hf'}", f"hydra.run.dir={run}"
+    )
+    errors = [line for line in err.splitlines() if "error" in line.lower()]
+    assert code != 0 and "Traceback" not in err and len(errors) == 1, err
+    assert key in errors[0] and theirs in errors[0]
     assert not (run / "checkpoints").exists()
     assert json.loads((run / "results.json").read_text())["status"] == "failed"
 
@@ -447,3 +640,68 @@ def test_analyze_stream_and_sample_read_a_hugging_face_dir(tmp_path, capsys):
     greedy = sample(tmp_path / "hf", "the ", tokens=8, top_k=1)
     prompt = torch.tensor([[chars.index(c) for c in "the "]])
     assert greedy == "".join(chars[i] for i in hf_greedy(model, prompt, 8)[0])
+
+
+# ------------------------------------------------------------------- the fine-tuning example
+
+
+def test_fine_tuning_a_llama_checkpoint_with_a_gate_on_its_own_tokenizer(tmp_path, monkeypatch, capsys):
+    """docs/interop.md's example end to end, offline: a Llama checkpoint and its BPE tokenizer in one
+    dir, the corpus tokenized with it (attnlab prepare --tokenizer), a headwise gate switched on, a
+    short fine-tune, the head scores (sink included) at its start and its end in heads.json. The
+    checkpoint's architecture is taken: the command names only the context and the variant."""
+    from test_prepare_tokenizer import TEXT, save_tokenizer
+
+    from attnlab.checkpointing import load_model
+    from attnlab.cli import main as cli
+    from attnlab.train import main as train_main
+
+    ckpt, data, run = tmp_path / "llama", tmp_path / "tokens", tmp_path / "run"
+    tok = save_tokenizer(ckpt)
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    theirs = transformers.AutoModelForCausalLM.from_config(config).eval()
+    theirs.save_pretrained(ckpt)
+    (tmp_path / "corpus.txt").write_text(TEXT)
+    assert cli(["prepare", "--input", str(tmp_path / "corpus.txt"), "--out", str(data), "--tokenizer", str(ckpt)]) == 0
+    command = [
+        f"model.init_from={ckpt}",
+        "model.block_size=32",
+        "model.attention.gate=headwise",
+        "data=tokens",
+        f"data.dir={data}",
+        "data.vocab_multiple=1",
+        "trainer.max_steps=30",
+        "optim.lr=3e-3",
+        "callbacks.heads.every_n_steps=30",
+    ]
+    smoke = ["debug=smoke", "logger=none", "data.batch_size=8", f"hydra.run.dir={run}"]
+    monkeypatch.setattr("sys.argv", ["attnlab-train", *smoke, *command])
+    train_main()
+    results = json.loads((run / "results.json").read_text())
+    model = results["config"]["model"]
+    assert results["status"] == "ok" and results["init_from"]["model_type"] == "llama"
+    assert (model["n_layer"], model["d_model"], model["n_kv_head"], model["mlp"]) == (2, 32, 2, "swiglu")
+    history = json.loads((run / "heads.json").read_text())["history"]
+    assert [entry["step"] for entry in history] == [0, 30]
+    before, after = history
+    assert 0 <= before["sink_max"] <= 1 and 0 <= after["sink_max"] <= 1
+    scores = [key for key in before if key.endswith("_max")]  # sink_max, previous_token_max, ...
+    assert "sink_max" in scores and [before[k] for k in scores] != [after[k] for k in scores]  # the attention moved
+    # the fine-tuned model predicts the held-out text better than the checkpoint it started from
+    ours = load_model(run / "checkpoints" / "last.ckpt")[0].model.eval()
+    val = np.fromfile(data / "val.bin", dtype=json.loads((data / "meta.json").read_text())["dtype"])
+    x = torch.from_numpy(val[: 4 * 33].astype(np.int64)).view(4, 33)
+    with torch.no_grad():
+        start = nn.functional.cross_entropy(theirs(x[:, :-1]).logits.flatten(0, 1), x[:, 1:].flatten())
+        _, end = ours(x[:, :-1], x[:, 1:])
+    assert end < 0.8 * start
+    assert all(block.attn.gate_proj.weight.abs().max() > 0 for block in ours.blocks)  # the gate left its zero start

@@ -125,7 +125,7 @@ def read_checkpoint(path) -> dict[str, Any]:
 
 def load_model(path):
     """(GPTModule, checkpoint) from a checked checkpoint file, read once (for sample and analyze), or
-    from a Hugging Face model dir of the GPT-2 or Llama family (interop.hf_load; step 0)."""
+    from a Hugging Face model dir of the GPT-2, Llama or DeepSeek-V3 family (interop.hf_load; step 0)."""
     from .interop.hf_load import is_hf_dir
     from .module import GPTModule
 

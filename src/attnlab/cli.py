@@ -71,7 +71,7 @@ COMMANDS = {
     "export": (
         "attnlab.tools.hf_export",
         "main",
-        "write a run's model as a Hugging Face dir (--format hf): GPT-2 or Llama, loadable offline by transformers",
+        "write a run's model as a Hugging Face dir (--format hf): GPT-2, Llama or DeepSeek-V3, loadable offline by transformers",
     ),
 }
 ERROR_PREFIX = "attnlab: error: "

@@ -28,7 +28,7 @@ from hydra.types import RunMode  # noqa: E402
 from hydra.utils import instantiate  # noqa: E402
 from lightning.pytorch.profilers import Profiler  # noqa: E402
 from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E402
-from omegaconf import DictConfig, OmegaConf  # noqa: E402
+from omegaconf import DictConfig, OmegaConf, open_dict  # noqa: E402
 
 from . import wandb_runs  # noqa: E402
 from .callbacks.interrupt import GracefulInterrupt, Interrupted  # noqa: E402
@@ -303,6 +303,24 @@ def skip_finished(run_dir: Path, config: dict, done: dict) -> dict:
     return {}
 
 
+def take_architecture(cfg: DictConfig, record: RunRecord):
+    """``model.init_from``: the checkpoint's architecture written into ``cfg.model`` where the run did
+    not set a field itself (its overrides, its experiment or variant file; called from Python, with
+    no Hydra overrides, every field is taken); results.json records the dir, its model_type and the
+    fields taken. Returns the opened checkpoint (interop.hf_load.HFCheckpoint)."""
+    from .interop.hf_load import HFCheckpoint, architecture_from, given_model_keys
+
+    ckpt = HFCheckpoint.open(cfg.model.init_from)
+    given = given_model_keys(record.data["overrides"], CONF_DIR)
+    taken = architecture_from(ckpt, given, OmegaConf.to_container(cfg.model, resolve=True))
+    with open_dict(cfg):
+        for key, value in taken.items():
+            OmegaConf.update(cfg, f"model.{key}", value, merge=False)
+    record.data["config"] = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    record.data["init_from"] = {"path": str(ckpt.path.resolve()), "model_type": ckpt.family, "taken": sorted(taken)}
+    return ckpt
+
+
 def train(cfg: DictConfig) -> dict:
     """Train one model as configured; write results.json in ``paths.output_dir``; return its metrics."""
     run_dir = Path(cfg.paths.output_dir)
@@ -327,13 +345,12 @@ def train(cfg: DictConfig) -> dict:
     loggers: list = []
     trainer = estimate = None
     try:
+        init_from = None
+        if cfg.model.get("init_from"):  # a bad dir is refused before any logger or data is built on it
+            init_from = take_architecture(cfg, record)
         check_config(cfg)
         typed = Schema.from_cfg(cfg)  # the keys attnlab reads, typed; cfg still feeds instantiate and the record
-        init_from = None
-        if typed.model.init_from:  # a bad dir is refused before any logger or data is built on it
-            from .interop.hf_load import HFCheckpoint
-
-            init_from = HFCheckpoint.open(typed.model.init_from)
+        if init_from is not None:
             init_from.check(OmegaConf.to_container(cfg.model, resolve=True))
         L.seed_everything(typed.seed, workers=True, verbose=False)
         max_steps = typed.trainer.max_steps

@@ -1,6 +1,6 @@
 """Hugging Face checkpoints in and out of attnlab's GPT (docs/interop.md).
 
-families.py   which attnlab configurations GPT-2 and Llama express, and the config translation both ways
+families.py   which attnlab configurations GPT-2, Llama and DeepSeek-V3 express, and the config translation both ways
 weights.py    the tensors' names and layouts between attnlab's state dict and transformers'
 hf_load.py    a local Hugging Face model dir read, checked and loaded into a GPT (``model.init_from``)
 neutral.py    the parameters a checkpoint lacks (a variant switched on) set to compute the checkpoint's function

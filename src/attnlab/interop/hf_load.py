@@ -1,5 +1,9 @@
-"""A local Hugging Face model dir (GPT-2 or Llama family) read into attnlab's GPT: ``model.init_from``
-for training, and the dir itself as a model for analyze, stream and sample.
+"""A local Hugging Face model dir (GPT-2, Llama or dense DeepSeek-V3) read into attnlab's GPT:
+``model.init_from`` for training, and the dir itself as a model for analyze, stream and sample.
+
+With ``model.init_from`` the run's architecture is the checkpoint's: every field config.json fixes
+that the run did not set itself is taken from it (``architecture_from``), and a field the run set
+otherwise is refused in one line naming both values.
 
 Nothing is downloaded: the dir is what ``save_pretrained`` writes (config.json and model.safetensors,
 sharded or not, or pytorch_model.bin). Every problem is one line naming the dir and what is wrong;
@@ -14,14 +18,17 @@ from pathlib import Path
 
 import torch
 
-from .families import InteropError, model_fields
+from .families import InteropError, attention_defaults, flat, lookup, model_fields, source
 from .neutral import neutral_init, refusal
 from .weights import from_hf
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
-# fields a run may set otherwise than the checkpoint: its context (rope: any; learned: at most the
-# checkpoint's, the first rows of wpe are kept) and its vocabulary (the data's, compared separately)
-FREE = ("vocab_size", "block_size")
+# fields whose null means the derived value (GPTConfig.__post_init__): null agrees with any checkpoint
+DERIVED = ("d_k", "n_kv_head", "mlp_hidden")
+# a model dict without a key holds its default: the attention's nested ones (latent) are compared too
+DEFAULTS = {f"attention.{key}": default for key, default in attention_defaults()}
+# the block's kind before its sizes: the more telling refusal when several fields disagree
+FIRST = ("pos_encoding", "norm", "mlp")
 
 
 @dataclass
@@ -30,6 +37,7 @@ class HFCheckpoint:
     family: str
     fields: dict  # GPTConfig's fields the checkpoint fixes (families.model_fields)
     weights: Path
+    config: dict  # config.json
 
     @property
     def where(self) -> str:
@@ -53,29 +61,35 @@ class HFCheckpoint:
         weights = next((p / name for name in WEIGHT_FILES if (p / name).is_file()), None)
         if weights is None:
             raise InteropError(f"{where}: no weights; expected one of {', '.join(WEIGHT_FILES)}")
-        return cls(p, hf["model_type"], fields, weights)
+        return cls(p, hf["model_type"], fields, weights, hf)
+
+    def contradiction(self, key: str, value) -> str | None:
+        """One line if the run's ``value`` of model field ``key`` (dotted) is not the checkpoint's, else None.
+        The vocabulary is the data's (compared in ``load_into``); the context may be shorter (RoPE: any
+        length; learned positions: the first rows of wpe are kept)."""
+        theirs = flat(self.fields)[key]
+        if key == "vocab_size" or (value is None and key in DERIVED):
+            return None
+        if key == "block_size":
+            if self.family == "gpt2" and value > theirs:
+                return (
+                    f"model.block_size={value} exceeds {self.path}'s config.json ({source(self.config, key, theirs)} "
+                    f"learned positions); expected at most {theirs}"
+                )
+            return None
+        if value != theirs:
+            return (
+                f"model.{key}={value} contradicts {self.path}'s config.json ({source(self.config, key, theirs)}); "
+                f"expected {theirs}, or model.{key} left unset to take it"
+            )
+        return None
 
     def check(self, model: dict) -> None:
         """A one-line error at the first field of ``model`` (GPTConfig's dict) the checkpoint fixes otherwise,
         or at an attention variant that cannot start at the checkpoint's function (neutral.py)."""
-        first = ("pos_encoding", "norm", "mlp")  # the block's kind before its sizes: the more telling refusal
-        for key in sorted(self.fields, key=lambda k: k not in first):
-            theirs = self.fields[key]
-            if key in FREE:
-                continue
-            ours = model.get(key)
-            if ours is None and key in ("d_k", "n_kv_head", "mlp_hidden"):  # null: the derived value
-                continue
-            if ours != theirs:
-                raise InteropError(
-                    f"{self.where}: the checkpoint has model.{key}={theirs!r}, the run model.{key}={ours!r}; "
-                    f"expected model.{key}={theirs}"
-                )
-        if self.family == "gpt2" and model.get("block_size", 0) > self.fields["block_size"]:
-            raise InteropError(
-                f"{self.where}: model.block_size={model['block_size']} exceeds the checkpoint's "
-                f"{self.fields['block_size']} learned positions; expected at most {self.fields['block_size']}"
-            )
+        for key in sorted(flat(self.fields), key=lambda k: k not in FIRST):
+            if problem := self.contradiction(key, lookup(model, key, DEFAULTS.get(key))):
+                raise InteropError(problem)
         if problem := refusal(model.get("attention") or {}):
             raise InteropError(f"{self.where}: {problem}")
 
@@ -95,7 +109,8 @@ class HFCheckpoint:
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """attnlab's tensors by name, as the checkpoint holds them."""
-        return from_hf(self.family, self._tensors(), self.fields, self.where)
+        interleaved = self.family == "deepseek_v3" and self.config.get("rope_interleave", True)  # its default
+        return from_hf(self.family, self._tensors(), self.fields, self.where, rope_interleave=interleaved)
 
     def load_into(self, model) -> None:
         """Copy the checkpoint into a GPT built from a config ``check`` accepts. Its vocabulary is the
@@ -136,3 +151,54 @@ def model_from_hf(path) -> tuple[dict, dict[str, torch.Tensor]]:
     own context length, with attnlab's default attention (the scaled kernel)."""
     ckpt = HFCheckpoint.open(path)
     return dict(ckpt.fields), ckpt.state_dict()
+
+
+def architecture_from(ckpt: HFCheckpoint, given: set[str], model: dict) -> dict:
+    """The model fields (dotted keys under ``model``) a run starting from ``ckpt`` takes from its
+    config.json: every field it fixes that is not in ``given`` (the keys the run set itself, a key
+    covering the fields under it), at the checkpoint's value; the context at the checkpoint's
+    positions. A given field whose value in ``model`` (the composed model config) contradicts the
+    checkpoint is refused in one line naming both values."""
+
+    def is_given(key: str) -> bool:
+        return any(key == g or key.startswith(g + ".") for g in given)
+
+    taken = {}
+    for key in sorted(flat(ckpt.fields), key=lambda k: k not in FIRST):
+        if key == "vocab_size":  # the data's: its own check in load_into
+            continue
+        if is_given(key):
+            if problem := ckpt.contradiction(key, lookup(model, key, DEFAULTS.get(key))):
+                raise InteropError(problem)
+        else:
+            taken[key] = flat(ckpt.fields)[key]
+    return taken
+
+
+def given_model_keys(overrides: list[str], conf_dir: Path) -> set[str]:
+    """The model fields (dotted keys under ``model``) a run sets itself: its ``model.<key>=`` overrides
+    and what its ``experiment=`` and ``variant=`` files set (with the files their defaults list
+    names). A ``model=`` preset is not among them: its sizes are what a checkpoint replaces."""
+    keys: set[str] = set()
+    for override in overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        if key.startswith("model."):
+            keys.add(key.removeprefix("model."))
+        elif key in ("experiment", "variant") and value:
+            keys |= _group_file_keys(conf_dir / key, value)
+    return keys
+
+
+def _group_file_keys(group: Path, name: str) -> set[str]:
+    """The model keys that conf/<group>/<name>.yaml sets, its defaults in the same group included."""
+    from omegaconf import OmegaConf
+
+    path = group / f"{name}.yaml"
+    if not path.is_file():  # Hydra refuses an unknown choice before train() runs
+        return set()
+    conf = OmegaConf.to_container(OmegaConf.load(path))
+    keys = set(flat(conf.get("model") or {}))
+    for entry in conf.get("defaults") or ():
+        if isinstance(entry, str) and entry != "_self_" and not entry.startswith("/"):
+            keys |= _group_file_keys(group, entry)
+    return keys

@@ -5,11 +5,13 @@ parameters the checkpoint lacks start where each layer computes what the checkpo
                                 weight doubled: exact (both factors are powers of two)
   escape=learned                the logit at NEUTRAL_ESCAPE_LOGIT: the escape mass of a row is
                                 sigmoid(-20 - lse), lse its logits' log-sum-exp (2e-9 where lse >= 0)
-  scaling (none, inv_d, sigma)  the checkpoint's 1/sqrt(d_k) over the rule's factor folded into the
-                                query rows of qkv_proj (and their bias); ``learned`` starts at 1/sqrt(d_k)
+  scaling (none, inv_d, sigma)  the checkpoint's 1/sqrt(d) over the rule's factor folded into the
+                                query rows (qkv_proj's and their bias, or a latent's q_up); d the
+                                query-key width, d_k (+ d_rope with a latent); ``learned`` starts at 1/sqrt(d)
   window, window_sinks          no parameters: nothing changes while T <= window
 A variant that no setting of its parameters makes compute the checkpoint's function is refused
-(``refusal``) rather than started silently elsewhere.
+(``refusal``) rather than started silently elsewhere; a latent (MLA) is architecture, the
+checkpoint's or none (hf_load.py compares it).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from __future__ import annotations
 import math
 
 import torch
+
+from .families import attention_defaults, lookup
 
 # low enough that the escape mass is below float32 rounding of the weights on a row whose logits'
 # log-sum-exp is >= 0, high enough that the mass and its gradient are not exactly 0 in float32 (Adam
@@ -32,18 +36,23 @@ NOT_NEUTRAL = {
 }
 
 
+# model.attention fields with a neutral start at every value NOT_NEUTRAL leaves (the table above), and
+# the latent, which is architecture (the checkpoint's own, compared by hf_load.py). Any other field is
+# refused at a value other than its default: one added to AttentionConfig is refused by name until it
+# is listed here or in NOT_NEUTRAL.
+NEUTRAL = {"backend", "mask_fill", "scaling", "escape", "gate", "window", "window_sinks", "sink"}
+NEUTRAL |= {"latent.d_c", "latent.d_rope", "latent.d_cq"}
+
+
 def refusal(attention: dict) -> str | None:
     """The first ``model.attention`` field (a dict) that cannot start at the checkpoint's function, as
     one line naming it and what is accepted, or None."""
-    for key, (value, why) in NOT_NEUTRAL.items():
-        if attention.get(key) == value:
-            return f"model.attention.{key}={value}: no init reproduces the checkpoint ({why})"
-    d_c = (attention.get("latent") or {}).get("d_c")
-    if d_c is not None:
-        return (
-            f"model.attention.latent.d_c={d_c}: keys and values expanded from a latent are not the checkpoint's "
-            "projections; expected null"
-        )
+    for key, default in attention_defaults():
+        value = lookup(attention, key, default)
+        if key in NOT_NEUTRAL and value == NOT_NEUTRAL[key][0]:
+            return f"model.attention.{key}={value}: no init reproduces the checkpoint ({NOT_NEUTRAL[key][1]})"
+        if value != default and key not in NEUTRAL and key not in NOT_NEUTRAL:
+            return f"model.attention.{key}={value}: no start at the checkpoint's function is known; expected {default}"
     return None
 
 
@@ -53,8 +62,11 @@ def neutral_init(model) -> None:
     for block in model.blocks:
         layer, attention = block.attn, block.attn.attention
         if attention.scale.rule != "learned":
-            fold = (1 / math.sqrt(layer.d_k)) / attention.scale.value
-            if fold != 1:
+            d = layer.d_k + (layer.latent.d_rope if layer.latent is not None else 0)
+            fold = (1 / math.sqrt(d)) / attention.scale.value
+            if fold != 1 and getattr(layer, "q_up", None) is not None:  # a query latent is RMS-normed: fold after it
+                layer.q_up.weight.mul_(fold)
+            elif fold != 1:
                 layer.qkv_parts(layer.qkv_proj.weight).q.mul_(fold)
                 if layer.qkv_proj.bias is not None:
                     layer.qkv_parts(layer.qkv_proj.bias).q.mul_(fold)

@@ -92,7 +92,7 @@ class GPTConfig:
     init_from: str | None = checked(
         None,
         None,
-        "a local Hugging Face model dir (GPT-2 or Llama family) the weights start from (docs/interop.md)",
+        "a local Hugging Face model dir (GPT-2, Llama or DeepSeek-V3) the weights and the architecture start from (docs/interop.md)",
         accepted="null or a directory",
     )
     compile: bool = checked(False, boolean, "torch.compile the training and validation forwards (GPTModule)")

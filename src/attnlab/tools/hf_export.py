@@ -1,6 +1,7 @@
 """``attnlab export RUN --format hf OUT``: a run's model as a directory transformers loads offline
-with ``AutoModelForCausalLM.from_pretrained(OUT)``: GPT-2 for learned positions, Llama for RoPE
-(families.py says what each expresses; anything else is refused before OUT is touched).
+with ``AutoModelForCausalLM.from_pretrained(OUT)``: GPT-2 for learned positions, Llama for RoPE,
+DeepSeek-V3 (dense MLPs in every layer) for latent attention (families.py says what each expresses;
+anything else is refused before OUT is touched).
 
 OUT holds config.json and model.safetensors, written by transformers' own save_pretrained (so the
 files are exactly what it reads), and the run's tokenizer where it has one transformers can load:
@@ -74,7 +75,11 @@ def write_hf(model, target: Path, tokenizer: dict | None = None) -> str:
         import transformers
     except ImportError:
         raise InteropError("export --format hf needs transformers: pip install -e '.[hf]'") from None
-    hf_cls = {"gpt2": transformers.GPT2Config, "llama": transformers.LlamaConfig}[family]
+    hf_cls = {
+        "gpt2": transformers.GPT2Config,
+        "llama": transformers.LlamaConfig,
+        "deepseek_v3": transformers.DeepseekV3Config,
+    }[family]
     kwargs.pop("model_type")
     hf_model = transformers.AutoModelForCausalLM.from_config(hf_cls(**kwargs))
     missing, unexpected = hf_model.load_state_dict(to_hf(family, model.state_dict(), model.cfg), strict=False)
