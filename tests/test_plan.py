@@ -1,0 +1,70 @@
+"""The planner: seeds a side from the noncentral t at each comparison's spread, the reference's learning
+checked against the attention-free level and the task's floor, and the hours those seeds cost."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attnlab.studies import plan, stats
+from attnlab.studies.report.data import DEFAULT_BUDGET
+
+
+def runs(acc: dict[str, list[float]], loss: float = 1.0, wall_s: float = 90.0) -> pd.DataFrame:
+    rows = [
+        {"variant": arm, "seed": seed, "budget": DEFAULT_BUDGET, "status": "ok", "error": "", "config": "", "run": ""}
+        | {"val/acc": value, "val/loss": loss + 0.01 * seed, "wall_s": wall_s}
+        for arm, values in acc.items()
+        for seed, value in enumerate(values)
+    ]
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def levels():
+    return plan.experiment_baseline("kv_frontier")["bigram"]
+
+
+def test_seeds_needed_follow_each_comparisons_spread_and_the_hours_follow_the_seeds(levels):
+    frame = runs(
+        {"baseline": [0.95, 0.97, 0.93], "mqa": [0.90, 0.96, 0.84], "gqa_kv2": [0.951, 0.952, 0.953]},
+        loss=levels - 1.0,
+    )
+    made = plan.build_plan("kv_frontier", frame, hours=1000)
+    assert not made["problems"] and made["cells"] == 3
+    by_arm = {row["comparison"].split(": ")[1].split(" vs ")[0]: row for row in made["comparisons"]}
+    for arm, row in by_arm.items():
+        ref, lvl = np.array([0.95, 0.97, 0.93]), frame[frame["variant"] == arm]["val/acc"].to_numpy()
+        expected = stats.seeds_needed(ref.std(ddof=1), lvl.std(ddof=1), 0.05)
+        assert row["seeds_needed"] == expected and row["within_budget"]
+    assert made["seeds"] == max(r["seeds_needed"] for r in made["comparisons"])
+    assert made["hours"] == pytest.approx(made["seeds"] * 3 * 90.0 / plan.JOBS / 3600)
+    assert plan.verdict(made).startswith("answerable")
+
+    capped = plan.build_plan("kv_frontier", frame, hours=0.05)  # 3 cells x 90 s x 2 seeds fits, no more
+    assert capped["most_seeds"] == 2 and not capped["answerable"]
+    assert plan.verdict(capped).startswith(f"untested: needs {capped['seeds_for_all']} seeds")
+
+
+def test_a_reference_that_has_not_learned_the_task_leaves_every_comparison_untested(levels):
+    below_floor = runs({"baseline": [0.30, 0.35, 0.32], "mqa": [0.31, 0.33, 0.30]}, loss=levels - 1.0)
+    made = plan.build_plan("kv_frontier", below_floor, hours=1000)
+    assert made["problems"] and not any(r["within_budget"] for r in made["comparisons"])
+    assert made["task_floor"]["in_context"] < 0.3  # guessing among the values in context
+    assert plan.verdict(made).startswith("untested")
+
+    above_level = runs({"baseline": [0.95, 0.96, 0.97], "mqa": [0.95, 0.96, 0.97]}, loss=levels + 0.1)
+    assert plan.build_plan("kv_frontier", above_level, hours=1000)["problems"]
+
+
+def test_mqar_floors_match_their_closed_forms():
+    """Guessing among the distinct values of 1 pair is always right; elimination with distinct queries
+    answers the last query of every sequence for sure."""
+    from attnlab.data.tasks import MQARDataModule
+
+    one = MQARDataModule(vocab_size=16, num_pairs=1, seq_len=16).floors(n=256)
+    assert one["in_context"] == 1.0 and one["elimination"] == 1.0
+    floors = MQARDataModule(vocab_size=64, num_pairs=8, seq_len=64).floors(n=2048)
+    assert floors["in_context"] < floors["elimination"] < 1.0
+    assert "elimination" not in MQARDataModule(vocab_size=64, num_pairs=8, num_queries=24, seq_len=64).floors(n=64)
