@@ -21,8 +21,8 @@ from attnlab.studies.report import data, frontier
 from attnlab.studies.sweep import study_grid
 
 GRID = study_grid("kv_frontier")
-# cached values per token and layer (8 heads of 16), and the window's entries at most
-CACHE = {"baseline": 256, "gqa_kv4": 128, "gqa_kv2": 64, "mqa": 32, "mla_dc64": 72, "mla_dc32": 40, "window_kept": 256}
+# cached values per token and layer (4 heads of 32), and the window's entries at most
+CACHE = {"baseline": 256, "gqa_kv2": 128, "mqa": 64, "mla_dc64": 72, "mla_dc32": 40, "window_kept": 256}
 
 
 def arm_config(arm: str, tmp_path):
@@ -39,7 +39,7 @@ def test_the_experiment_composes_with_every_arm(arm, tmp_path):
     cfg = arm_config(arm, tmp_path)
     check_config(cfg)
     gpt = GPT(model_config(cfg))
-    assert (cfg.study, cfg.model.n_head, cfg.model.block_size, cfg.model.pos_encoding) == ("kv_frontier", 8, 64, "rope")
+    assert (cfg.study, cfg.model.n_head, cfg.model.block_size, cfg.model.pos_encoding) == ("kv_frontier", 4, 64, "rope")
     assert kv_values_per_token(gpt.cfg.attention, gpt.cfg.n_kv_head, gpt.cfg.d_k) == CACHE[arm]
     attention_parameters = sum(p.numel() for p in gpt.blocks[0].attn.parameters())
     mha = 4 * 128 * 128
@@ -47,7 +47,7 @@ def test_the_experiment_composes_with_every_arm(arm, tmp_path):
         assert abs(attention_parameters - mha) <= 300
     else:  # grouped / multi-query: the shared key/value heads' weights are gone
         kv_heads = gpt.cfg.n_kv_head
-        assert attention_parameters == 2 * 128 * 128 + 2 * 128 * kv_heads * 16
+        assert attention_parameters == 2 * 128 * 128 + 2 * 128 * kv_heads * 32
     if arm == "window_kept":
         assert (gpt.cfg.attention.window, gpt.cfg.attention.window_sinks) == (32, 4)
 
