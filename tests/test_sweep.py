@@ -637,3 +637,35 @@ def test_a_sweep_killed_and_started_again_finishes_each_run_once(tmp_path):
     assert third.returncode == 0, third.stderr[-2000:]
     assert "0 trained ok, 0 failed, 4 skipped as finished before (0 in this sweep dir, 4 in" in third.stdout
     assert len(read_runs(tmp_path / "reports" / "smoke" / "runs.csv")) == 4
+
+
+def test_a_job_skips_only_a_run_of_the_same_cell_seed_and_settings(tmp_path, monkeypatch):
+    """finished_before: its own ok results.json of the same fingerprint and seed, or a runs.csv row of the
+    same cell, seed and fingerprint; a changed setting, seed or cell trains again; outside a sweep, never."""
+    from attnlab.results import FINISHED_ENV, FINGERPRINT, finished_before, resumable, training_fingerprint
+
+    config = {"seed": 1, "model": {"d_k": 16}, "data": {"batch_size": 2}, "optim": {"lr": 1e-3}, "trainer": {}}
+    other = {**config, "optim": {"lr": 3e-3}}
+    run = tmp_path / "3"
+    run.mkdir()
+    listing = tmp_path / "finished.json"
+    row = {"axes": {"model.d_k": "16", "variant": "-"}, "seed": "1", "config": training_fingerprint(config)}
+    listing.write_text(json.dumps({"runs": [row | {"where": "reports/s/runs.csv"}]}))
+    assert finished_before(run, config, ["model.d_k=16", "seed=1"]) is None  # not inside a sweep
+    monkeypatch.setenv(FINISHED_ENV, str(listing))
+    assert finished_before(run, config, ["model.d_k=16", "seed=1"])["where"] == "reports/s/runs.csv"
+    assert finished_before(run, other, ["model.d_k=16", "seed=1"]) is None
+    assert finished_before(run, {**config, "seed": 2}, ["model.d_k=16", "seed=2"]) is None
+    assert finished_before(run, config, ["model.d_k=32", "seed=1"]) is None
+    assert finished_before(run, config, ["model.d_k=16", "seed=1", "variant=mqa"]) is None
+    (run / "results.json").write_text(json.dumps({"status": "ok", "config": other}))
+    assert finished_before(run, other, [])["in_run_dir"] and finished_before(run, {**other, "seed": 2}, []) is None
+    (run / "results.json").write_text(json.dumps({"status": "failed", "config": other}))
+    assert finished_before(run, other, []) is None
+    # a job cut short goes on from its checkpoint only when it trained the same settings
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"")
+    (run / FINGERPRINT).write_text(training_fingerprint(config) + "\n")
+    assert resumable(run, config) and not resumable(run, other)
+    monkeypatch.delenv(FINISHED_ENV)
+    assert not resumable(run, config)
