@@ -1,6 +1,6 @@
 """The streaming study: a task's long validation sequence, the per-arm eviction measure (PPL(0 kept) /
-PPL(4 kept) over seeds) and its verdict turning with the data, the committed pages equal to a render
-of their stream.json, and claim 16 judged on the verdict."""
+PPL(4 kept) over seeds) and its verdict turning with the data, the committed stream.json's derived fields equal to what its
+measured values give, and claim 16 judged on the verdict."""
 
 from __future__ import annotations
 
@@ -84,10 +84,9 @@ def test_the_eviction_interval_decides_at_its_bounds():
 
 
 @pytest.mark.parametrize("study", ["streaming", "streaming_bb"])
-def test_the_committed_report_is_a_render_of_its_stream_json(study):
+def test_the_committed_stream_json_holds_what_its_measured_values_give(study):
     out = Path(__file__).resolve().parents[1] / "reports" / study
     report = json.loads((out / "stream.json").read_text())
-    assert (out / "stream.md").read_text() == streaming.markdown(report)
     # every derived field is what the measured per-seed values give
     assert json_safe(streaming.rerender(report), digits=6) == report
     for arm in report["arms"]:
