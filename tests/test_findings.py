@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.studies import findings
+from attnlab.studies import findings, pages
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -156,6 +156,6 @@ def test_repro_tally_counts_verdicts_and_refuses_an_unknown_one(reports):
 
 
 def test_number_format_keeps_significant_digits_in_fixed_notation():
-    assert [findings.num(x) for x in (0.0023, 0.33, 599470.2, 0)] == ["0.0023", "0.33", "599470", "0"]
-    assert findings.num(-0.048, 2, True) == "−0.048" and findings.num(0.5, 2, True) == "+0.50"
-    assert findings.pval(0.0004) == "< 0.001"
+    assert [pages.sig(x) for x in (0.0023, 0.33, 599470.2, 0)] == ["0.0023", "0.33", "599470", "0"]
+    assert pages.sig(-0.048, 2, True) == "−0.048" and pages.sig(0.5, 2, True) == "+0.50"
+    assert pages.p_text(0.0004, fixed=True) == "< 0.001" and pages.p_text(0.5, fixed=True) == "0.50"

@@ -22,12 +22,12 @@ from scipy import stats as scipy_stats
 from attnlab.config import CONF_DIR, compose_config
 from attnlab.profiling import UNKNOWN_BLOCK
 from attnlab.studies import stats
+from attnlab.studies.pages import mean_ci
 from attnlab.studies.report import build_report
 from attnlab.studies.report.aggregate import group_cells, load_runs, swept_axes
 from attnlab.studies.report.analysis import cells_from_runs, pooled
 from attnlab.studies.report.data import read_runs
 from attnlab.studies.report.lr import arms as lr_arms
-from attnlab.studies.report.render import mean_ci
 from attnlab.studies.sweep import SweepProgress, studies, sweep_axes
 from attnlab.tools.dashboard import main as dashboard_main
 

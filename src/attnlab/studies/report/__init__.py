@@ -17,8 +17,9 @@ from omegaconf import OmegaConf
 
 from ...analysis.phase import head_history
 from ...results import atomic_write_text
+from ..pages import TEMPLATES, short
 from . import analysis, frontier, lr, plots, render
-from .aggregate import group_cells, load_sweeps, recording_differences, short, swept_axes
+from .aggregate import group_cells, load_sweeps, recording_differences, swept_axes
 from .data import DEFAULT_BUDGET, axes_of, frame_from_committed, frame_from_runs, merge, read_runs, write_runs
 from .wandb_summary import log_summary_run
 
@@ -320,8 +321,6 @@ def _contrast(c) -> dict:
 
 def summary_json(view: dict, frame, cells, effects, arms, out: Path) -> dict:
     """summary.json's data entries (its keys as other code reads them), from the same analysis as the pages."""
-    from .render import TEMPLATES
-
     families, axes = view["families"], view["axes"]
     ok = frame[frame["status"] == "ok"] if frame is not None else None
     data = {
@@ -332,7 +331,7 @@ def summary_json(view: dict, frame, cells, effects, arms, out: Path) -> dict:
         # a budget's runs are written inside their study's dir; a report dir of its own stands under reports/
         "out": f"reports/{view['study']}/{out.name}" if out.parent.name == view["study"] else f"reports/{out.name}",
         "question": {**vars(view["question"])},
-        "headline": " ".join(TEMPLATES.get_template("headline.j2").render(**view, words=render.WORDS).split()),
+        "headline": " ".join(TEMPLATES.get_template("headline.j2").render(**view).split()),
         "contrasts": {m: [_contrast(c) for c in f] for m, f in families.items()},
         "interactions": [
             {

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from ...attention import AttentionConfig
+from ..pages import short
 
 # run-level metrics shown in the table (the per-layer ones come from attention.stats.METRICS)
 RUN_METRICS = ("val/loss", "val/acc", "perf/tokens_per_s", "mem/peak_bytes")
@@ -90,11 +91,6 @@ class Cell:
     @property
     def label(self) -> str:
         return ", ".join(f"{short(k)}={v}" for k, v in self.axes.items()) or "all"
-
-
-def short(key: str) -> str:
-    """model.attention.scaling -> scaling: the last name of a key is what people call the axis."""
-    return key.rsplit(".", 1)[-1]
 
 
 def load_runs(sweep_dir: Path) -> list[RunResult]:

@@ -17,7 +17,8 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from .. import stats
-from .aggregate import RENAMED_KEYS, short
+from ..pages import short
+from .aggregate import RENAMED_KEYS
 from .data import axes_of
 
 SCALING_AXIS = "model.attention.scaling"

@@ -21,7 +21,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .. import stats  # noqa: E402
-from .aggregate import RunResult, short  # noqa: E402
+from ..pages import short  # noqa: E402
+from .aggregate import RunResult  # noqa: E402
 
 LR_AXIS = "optim.lr"
 SIZE_AXES = ("model", "model.d_model", "model.n_layer")  # the axes that change the model's size

@@ -13,7 +13,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from ...callbacks.attention_stats import read_history  # noqa: E402
-from .aggregate import Cell, short  # noqa: E402
+from ..pages import short  # noqa: E402
+from .aggregate import Cell  # noqa: E402
 
 
 def _numeric(value: str) -> float | None:

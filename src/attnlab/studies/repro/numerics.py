@@ -11,7 +11,8 @@ import math
 import numpy as np
 import torch
 
-from .verdict import DETAIL, Check, Claim, Table, fmt, max_diff, printed, within
+from ..pages import fmt
+from .verdict import DETAIL, Check, Claim, Table, max_diff, printed, within
 
 DIMS = (16, 64, 256, 1024)
 

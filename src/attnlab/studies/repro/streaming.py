@@ -16,8 +16,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..pages import fmt, span
 from ..report.streaming import COLLAPSE, COLLAPSE_RATIO, NO_COST, NO_COST_RATIO
-from .verdict import DETAIL, Check, Claim, Table, fmt, span
+from .verdict import DETAIL, Check, Claim, Table
 
 STUDIES = {
     "streaming_bb": (

@@ -137,29 +137,3 @@ def printed(name: str, source: list[float], measured: list[float], decimals: int
 def same_printed(source: Iterable[float], measured: Iterable[float], decimals: int) -> bool:
     """True when every measured value, printed with the source's number of decimals, reads the same."""
     return all(f"{s:.{decimals}f}" == f"{m:.{decimals}f}" for s, m in zip(source, measured, strict=True))
-
-
-def fmt(x, digits: int = 4) -> str:
-    """A number for a table cell: fixed for ordinary sizes, scientific for tiny or huge ones."""
-    if isinstance(x, bool) or x is None or isinstance(x, str):
-        return "-" if x is None else str(x)
-    if isinstance(x, int):
-        return f"{x:,}" if abs(x) >= 10_000 else str(x)
-    if isinstance(x, (list, tuple)):
-        return ", ".join(fmt(v, digits) for v in x)
-    if isinstance(x, dict):
-        return ", ".join(f"{k}: {fmt(v, digits)}" for k, v in x.items())
-    if not math.isfinite(x):
-        return str(x)
-    if x != 0 and (abs(x) < 10 ** -(digits - 1) or abs(x) >= 1e6):
-        return f"{x:.2e}"
-    return f"{x:.{digits}f}"
-
-
-def span(values: Iterable[float | None], digits: int = 3) -> str:
-    """A per-seed value as its range over the seeds ('0.981-0.998'), or the one value."""
-    xs = [x for x in values if x is not None]
-    if not xs:
-        return "-"
-    lo, hi = fmt(min(xs), digits), fmt(max(xs), digits)
-    return lo if lo == hi else f"{lo} to {hi}"
