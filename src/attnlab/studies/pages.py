@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import math
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -148,6 +149,11 @@ def md_table(t: dict) -> str:
     return markdown_table(t["columns"], [[fmt(x) for x in row] for row in t["rows"]])
 
 
+def paragraph(text: str) -> str:
+    """A paragraph wrapped in a template as one line: a line break between two lines of text becomes a space."""
+    return re.sub(r"(?<=\S) *\n *(?=\S)", " ", text)
+
+
 TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("attnlab.studies", "templates"),
     undefined=jinja2.StrictUndefined,
@@ -164,6 +170,7 @@ TEMPLATES.filters.update(
     cell=cell,
     signed=lambda t: signed_ci(t.diff, t.lo, t.hi),
     md_table=md_table,
+    paragraph=paragraph,
     label=label,
     short=short,
     where=lambda at: ", ".join(f"{short(k)}={v}" for k, v in at.items()) or "all",
