@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from attnlab.attention.stats import SINK_EPSILON
 from attnlab.studies import findings, pages
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,7 +104,7 @@ def test_escape_arm_counts_as_a_sink_once_its_weight_crosses_the_threshold(repor
 
     def park_on_first_token(data):
         cell = next(c for c in data["per_seed"] if c["axes"]["variant"] == "escape")
-        cell["runs"][0]["metrics"]["attn/L0/sink_mass_dormant"] = findings.SINK
+        cell["runs"][0]["metrics"]["attn/L0/sink_mass_dormant"] = SINK_EPSILON
 
     edit(reports, "streaming_bb/summary.json", park_on_first_token)
     assert {a["arm"]: a for a in findings.sinks(reports)["rope"]}["escape"]["k"] == 1

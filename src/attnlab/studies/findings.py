@@ -18,8 +18,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from attnlab.analysis.heads import THRESHOLDS
 from attnlab.analysis.phase import PHASE_LEVEL
+from attnlab.attention.stats import SINK_EPSILON
 from attnlab.studies import stats
 from attnlab.studies.pages import TEMPLATES, short
 
@@ -28,7 +28,6 @@ from .repro.verdict import VERDICTS  # one list of verdicts, the repro's
 
 ROOT = Path(__file__).resolve().parents[3]
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
-SINK = THRESHOLDS["sink"]
 # the committed files the block reads, relative to reports/
 INPUTS = (
     "dk_scaling/summary.json",
@@ -129,7 +128,7 @@ def _sink_arms(reports: Path, study: str, label: str | None = None) -> list[dict
         arms.append(
             {
                 "arm": label or _arm_label(cell["axes"]),
-                "k": sum(w >= SINK for w in weights),
+                "k": sum(w >= SINK_EPSILON for w in weights),
                 "n": len(weights),
                 "max": max(weights),
             }
@@ -139,7 +138,7 @@ def _sink_arms(reports: Path, study: str, label: str | None = None) -> list[dict
 
 def sinks(reports: Path) -> dict:
     learned = _sink_arms(reports, "sinks_bb") + _sink_arms(reports, "sinks_bb_gate", "per-head output gate")
-    return {"threshold": SINK, "learned_pos": learned, "rope": _sink_arms(reports, "streaming_bb")}
+    return {"threshold": SINK_EPSILON, "learned_pos": learned, "rope": _sink_arms(reports, "streaming_bb")}
 
 
 def streaming(reports: Path, study: str) -> dict:
@@ -162,7 +161,7 @@ def streaming(reports: Path, study: str) -> dict:
                 "verdict": e["verdict"],
                 # one seed carries the mean when it holds more than the others together
                 "one_seed_carries": len(per_seed) > 2 and total > 0 and max(abs(x) for x in per_seed) > total / 2,
-                "sink_seeds": sum(w >= SINK for w in weights),
+                "sink_seeds": sum(w >= SINK_EPSILON for w in weights),
                 # the queries that need no attention, where an evicted sink's weight goes (stream.md's table)
                 "dormant": ((arm.get("eviction") or {}).get("by_class") or {}).get("dormant"),
             }

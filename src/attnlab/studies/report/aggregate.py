@@ -11,8 +11,6 @@ from pathlib import Path
 from ...attention import AttentionConfig
 from ..pages import short
 
-# run-level metrics shown in the table (the per-layer ones come from attention.stats.METRICS)
-RUN_METRICS = ("val/loss", "val/acc", "perf/tokens_per_s", "mem/peak_bytes")
 # config keys that were renamed: runs recorded under the old name aggregate under the new one
 RENAMED_KEYS = {
     f"model.attention.{f.name}": f"model.attention.{f.metadata['renamed_to']}"
@@ -159,7 +157,3 @@ def group_cells(runs: list[RunResult], axes: list[str]) -> list[Cell]:
         key = tuple(run.overrides.get(a, "-") for a in axes)
         cells.setdefault(key, Cell(dict(zip(axes, key)))).runs.append(run)
     return [cells[k] for k in sorted(cells, key=lambda key: [_sort_key(v) for v in key])]
-
-
-def n_layers(runs: list[RunResult]) -> int:
-    return max((r.results.get("config", {}).get("model", {}).get("n_layer", 0) for r in runs), default=0)

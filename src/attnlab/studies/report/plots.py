@@ -12,6 +12,7 @@ import matplotlib.ticker
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ...attention.stats import SINK_EPSILON  # noqa: E402
 from ...callbacks.attention_stats import read_history  # noqa: E402
 from ..pages import short  # noqa: E402
 from .aggregate import Cell  # noqa: E402
@@ -256,7 +257,7 @@ def extreme_tokens_over_training(cells: list[Cell], path: Path, layer: int = 0) 
         ax.set_xlabel("step")
         ax.set_title(f"L{layer}: {title}", fontsize=9)
         ax.grid(alpha=0.3)
-    axes[0][0].axhline(0.3, color="k", lw=0.6, ls="--", label="sink threshold 0.3 (Gu et al.)")
+    axes[0][0].axhline(SINK_EPSILON, color="k", lw=0.6, ls="--", label=f"sink threshold {SINK_EPSILON} (Gu et al.)")
     fig.tight_layout()
     legend_outside(fig)
     return save(fig, path)

@@ -8,12 +8,12 @@ seed alone leaves a check untested.
 
 from __future__ import annotations
 
+from ...attention.stats import SINK_EPSILON
 from ..report.baseline import CLEARLY_BELOW
 from ..stats import ALPHA, wilson
 from .verdict import DETAIL, Check
 
 FAIL_RATIO = 0.5  # an unscaled run fails when it reaches under half the scaled run's gain over the attention-free level
-SINK_THRESHOLD = 0.3  # Gu et al. 2024: a head is a sink head when its mean first-token weight > 0.3
 NEAR_ONE_HOT = 0.5  # mean max prob above which the softmax counts as saturated
 KNOCKOUT_LARGE = 0.5  # cutting a layer's induction edges removes at least half of the right token's probability
 COPY_SOLVED = 0.95  # copy accuracy at which the sinks testbed's task counts as learned (AdamW reaches 0.99+)
@@ -209,13 +209,13 @@ BB_WINDOW = (
     f"AdamW, softmax in a {BB_WINDOW_SIZE}-token window, the first token kept in view",
 )
 ESCAPES = ("zero_logit", "learned")
-FORMS = f"the first token absorbs weight: a head's mean first-token weight > {SINK_THRESHOLD}"
+FORMS = f"the first token absorbs weight: a head's mean first-token weight > {SINK_EPSILON}"
 CAUSE = "the sink goes where rows need not sum to one (the 'softmax must sum to 1' cause)"
 
 
 def bb_sinks(arm: dict) -> list[bool]:
     """Per seed of a testbed arm: do its dormant queries put more than the sink threshold on the first token?"""
-    return [x is not None and x > SINK_THRESHOLD for x in arm["dormant"]]
+    return [x is not None and x > SINK_EPSILON for x in arm["dormant"]]
 
 
 def _removed(flags: list[bool], condition: str, **measured) -> Check:
@@ -239,8 +239,8 @@ def checks_13(m: dict) -> list[Check]:
     if BB_BASE in arms:
         evidence["sinks testbed, softmax + AdamW, dormant queries"] = k_of_n(bb_sinks(arms[BB_BASE]))["seeds"]
     tb_forms = BB_BASE in arms and len(arms[BB_BASE]["dormant"]) > 1 and most(bb_sinks(arms[BB_BASE]))
-    study_forms = base is not None and base["seeds"] > 1 and max(base["sink_max"]) > SINK_THRESHOLD
-    needs = ONE_SEED if t["top"] > SINK_THRESHOLD else "a model in which sinks form (`make sweep SWEEP=sinks_bb`)"
+    study_forms = base is not None and base["seeds"] > 1 and max(base["sink_max"]) > SINK_EPSILON
+    needs = ONE_SEED if t["top"] > SINK_EPSILON else "a model in which sinks form (`make sweep SWEEP=sinks_bb`)"
     checks = [
         Check(FORMS, evidence, "most seeds above the threshold", True if tb_forms or study_forms else None, needs=needs)
     ]
@@ -255,7 +255,7 @@ def checks_13(m: dict) -> list[Check]:
         slots = {k: c for k in ESCAPES if (c := snk["cells"].get(f"bos=true, sink={k}")) is not None}
         checks += [
             _removed(
-                [max(c["sink_max"]) > SINK_THRESHOLD],
+                [max(c["sink_max"]) > SINK_EPSILON],
                 f"sinks study: the {k} slot",
                 **{"largest first-token weight": max(c["sink_max"])},
             )
@@ -264,7 +264,7 @@ def checks_13(m: dict) -> list[Check]:
     if rope is not None and any(a["sink"] for a in rope["arms"]):  # the arms offered a way out of the sum to one
         checks += [
             _removed(
-                [w > SINK_THRESHOLD for w in a["weights"]],
+                [w > SINK_EPSILON for w in a["weights"]],
                 f"sinks testbed with RoPE: {a['arm']}",
                 **{"largest first-token weight": max(a["weights"])},
             )
