@@ -138,17 +138,23 @@ def test_claim_16_turns_with_the_eviction_verdict(tmp_path):
 
     agrees = claim_16(_report(tmp_path / "a", "streaming_bb", collapse + free))
     assert agrees.verdict == AGREES  # the missing text study leaves only that setting untested
-    assert [k.passed for k in agrees.checks] == [True, True, True, None]
+    assert [(k.id, k.passed) for k in agrees.checks] == [
+        ("sink-eviction-collapses", True),
+        ("no-sink-no-cost", True),
+        ("no-sink-no-cost", True),
+        ("sink-eviction-collapses", None),
+    ]
     assert verdict_of(checks_16(streaming_measurements(tmp_path / "a"))) == AGREES
 
     # a sink whose eviction costs nothing refutes the claim's reason
     assert claim_16(_report(tmp_path / "d", "streaming_bb", no_cost + free)).verdict == DIFFERS
     # every seed rose, but one seed carries it: the interval spans both bounds, so the data do not decide
     spread = claim_16(_report(tmp_path / "s", "streaming_bb", uneven + free))
-    assert spread.verdict == UNTESTED and spread.checks[0].measured["verdict"] == streaming.UNTESTED
+    collapses = lambda claim: next(k for k in claim.checks if k.id == "sink-eviction-collapses")  # noqa: E731
+    assert spread.verdict == UNTESTED and collapses(spread).measured["verdict"] == streaming.UNTESTED
     # a collapse, but over two seeds: short of the three the claim asks for
     short = claim_16(_report(tmp_path / "t", "streaming_bb", two_seeds + free))
-    assert short.checks[0].measured["verdict"] == streaming.COLLAPSE and short.verdict == UNTESTED
+    assert collapses(short).measured["verdict"] == streaming.COLLAPSE and short.verdict == UNTESTED
     # no sink formed: a collapse there does not test the sink's role
     assert claim_16(_report(tmp_path / "u", "streaming_bb", no_sink + free)).verdict == UNTESTED
 

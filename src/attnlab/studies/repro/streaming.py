@@ -94,6 +94,7 @@ def checks_16(m: dict) -> list[Check]:
         for a in sinks:
             checks.append(
                 Check(
+                    "sink-eviction-collapses",
                     COSTS,
                     _test(a),
                     f"{COLLAPSE} over >= {MIN_SEEDS} seeds ({NO_COST}: refuted)",
@@ -106,6 +107,7 @@ def checks_16(m: dict) -> list[Check]:
             top = max((w for a in st["arms"] for w in a["weights"]), default=None)
             checks.append(
                 Check(
+                    "sink-eviction-collapses",
                     COSTS,
                     {"largest first-token weight": top},
                     f"a sink (> {SINK_EPSILON})",
@@ -116,6 +118,7 @@ def checks_16(m: dict) -> list[Check]:
             )
         checks += [
             Check(
+                "no-sink-no-cost",
                 FREE,
                 _test(a),
                 NO_COST,
@@ -128,7 +131,17 @@ def checks_16(m: dict) -> list[Check]:
             if not a["sink"] and a["eviction"]
         ]
     for study, command in m["missing"].items():
-        checks.append(Check(COSTS, "-", "a committed study", None, condition=STUDIES[study][0], needs=f"`{command}`"))
+        checks.append(
+            Check(
+                "sink-eviction-collapses",
+                COSTS,
+                "-",
+                "a committed study",
+                None,
+                condition=STUDIES[study][0],
+                needs=f"`{command}`",
+            )
+        )
     return checks
 
 

@@ -1,7 +1,7 @@
 """What every reproduction returns: the checks it made and the verdict they give, as data.
 
-A ``Check`` is one statement of the source held against a measurement: its name (the statement, in
-this repository's words), the measured value, the source's figure or the threshold it is held to, and
+A ``Check`` is one statement of the source held against a measurement: its id (a short slug that tests
+and code key on), its name (the statement, in this repository's words), the measured value, the source's figure or the threshold it is held to, and
 whether it passed (None: not tested here, ``needs`` says what would test it). The verdict is a
 function of the checks alone, so a test can flip a measurement and see it turn:
 
@@ -44,6 +44,7 @@ class Table:
 
 @dataclass
 class Check:
+    id: str  # a short slug of the statement, stable when its wording changes; one per statement and claim
     name: str
     measured: Any
     reference: Any
@@ -129,9 +130,12 @@ def max_diff(source: Iterable[float], measured: Iterable[float]) -> float:
     return max((abs(m - s) for s, m in zip(source, measured)), default=0.0)
 
 
-def printed(name: str, source: list[float], measured: list[float], decimals: int, role: str = MAIN) -> Check:
+def printed(
+    check_id: str, name: str, source: list[float], measured: list[float], decimals: int, role: str = MAIN
+) -> Check:
     """The check that the source's printed figures are what its code prints, read at the source's precision."""
-    return Check(name, max_diff(source, measured), 0.5 * 10**-decimals, same_printed(source, measured, decimals), role)
+    passed = same_printed(source, measured, decimals)
+    return Check(check_id, name, max_diff(source, measured), 0.5 * 10**-decimals, passed, role)
 
 
 def same_printed(source: Iterable[float], measured: Iterable[float], decimals: int) -> bool:
