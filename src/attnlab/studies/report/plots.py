@@ -16,6 +16,7 @@ from ...attention.stats import SINK_EPSILON  # noqa: E402
 from ...callbacks.attention_stats import read_history  # noqa: E402
 from ..pages import short  # noqa: E402
 from .aggregate import Cell  # noqa: E402
+from .lr import LR_AXIS  # noqa: E402
 
 
 def _numeric(value: str) -> float | None:
@@ -339,3 +340,19 @@ def heads_over_training(histories: dict[str, list[list[dict]]], path: Path) -> P
     fig.tight_layout()
     legend_outside(fig)
     return save(fig, path)
+
+
+def final_value_plots(cells, axes: list[str], level: float | None, out: Path) -> None:
+    """Final values against a numeric axis (with the attention-free level where known), from the cells alone."""
+    if "model.d_k" in axes:
+        metric_vs_axis(
+            cells, "model.d_k", "val/loss", out / "val_loss_vs_dk.png", ylabel="final val loss", baseline=level
+        )
+        layers = 1 + max(
+            (int(k.split("/")[1][1:]) for c in cells for k in (*c.samples, *c.summaries) if k.startswith("attn/L")),
+            default=-1,
+        )
+        layer_stat_vs_axis(cells, "model.d_k", "entropy_norm", layers, out / "entropy_norm_vs_dk.png")
+    for axis in axes:
+        if axis not in ("model.d_k", LR_AXIS):
+            metric_vs_axis(cells, axis, "val/loss", out / f"val_loss_vs_{short(axis)}.png", baseline=level)
