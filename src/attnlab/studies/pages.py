@@ -46,6 +46,11 @@ def short(key: str) -> str:
     return key.rsplit(".", 1)[-1]
 
 
+def where(axes: dict) -> str:
+    """A cell by its axes' short names ("d_k=16, scaling=none"); "all" without axes."""
+    return ", ".join(f"{short(k)}={v}" for k, v in axes.items()) or "all"
+
+
 def label(key: str) -> str:
     return LABELS.get(key, key)
 
@@ -173,6 +178,6 @@ TEMPLATES.filters.update(
     paragraph=paragraph,
     label=label,
     short=short,
-    where=lambda at: ", ".join(f"{short(k)}={v}" for k, v in at.items()) or "all",
+    where=where,
     b64=lambda p: base64.b64encode(Path(p).read_bytes()).decode(),
 )

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from ...attention import AttentionConfig
-from ..pages import short
+from ..pages import where
 
 # config keys that were renamed: runs recorded under the old name aggregate under the new one
 RENAMED_KEYS = {
@@ -88,7 +88,7 @@ class Cell:
 
     @property
     def label(self) -> str:
-        return ", ".join(f"{short(k)}={v}" for k, v in self.axes.items()) or "all"
+        return where(self.axes)
 
 
 def load_runs(sweep_dir: Path) -> list[RunResult]:
@@ -144,7 +144,8 @@ def swept_axes(runs: list[RunResult]) -> list[str]:
     return [k for k, vals in keys.items() if k not in IGNORED_AXES and (len(vals) > 1 or k in missing)]
 
 
-def _sort_key(value: str):
+def sort_key(value: str):
+    """A level as it sorts: numbers by value, before words."""
     try:
         return (0, float(value), "")
     except ValueError:
@@ -156,4 +157,4 @@ def group_cells(runs: list[RunResult], axes: list[str]) -> list[Cell]:
     for run in runs:
         key = tuple(run.overrides.get(a, "-") for a in axes)
         cells.setdefault(key, Cell(dict(zip(axes, key)))).runs.append(run)
-    return [cells[k] for k in sorted(cells, key=lambda key: [_sort_key(v) for v in key])]
+    return [cells[k] for k in sorted(cells, key=lambda key: [sort_key(v) for v in key])]

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from ...attention.stats import SINK_EPSILON  # noqa: E402
 from ...callbacks.attention_stats import read_history  # noqa: E402
-from ..pages import short  # noqa: E402
+from ..pages import short, where  # noqa: E402
 from .aggregate import Cell  # noqa: E402
 from .lr import LR_AXIS  # noqa: E402
 
@@ -29,7 +29,7 @@ def _numeric(value: str) -> float | None:
 def _series(cells: list[Cell], x_axis: str) -> dict[str, list[Cell]]:
     out: dict[str, list[Cell]] = {}
     for cell in cells:
-        rest = ", ".join(f"{short(k)}={v}" for k, v in cell.axes.items() if k != x_axis) or "all"
+        rest = where({k: v for k, v in cell.axes.items() if k != x_axis})
         out.setdefault(rest, []).append(cell)
     return out
 
@@ -187,7 +187,7 @@ def max_logit_over_training(cells: list[Cell], path: Path) -> Path | None:
     palette = dict(zip(levels, colours(len(levels))))
     panels: dict[str, list] = {}
     for cell, runs in with_history:
-        rest = ", ".join(f"{short(k)}={v}" for k, v in cell.axes.items() if k != colour_axis) or "all"
+        rest = where({k: v for k, v in cell.axes.items() if k != colour_axis})
         panels.setdefault(rest, []).append((cell, runs))
     cols = min(len(panels), 4)
     rows_n = -(-len(panels) // cols)

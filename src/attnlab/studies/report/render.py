@@ -10,7 +10,7 @@ from pathlib import Path
 from ...attention.stats import table_stats
 from ...data.tasks import QUERY_CLASSES
 from .. import stats
-from ..pages import TEMPLATES, k_of_n_text, label, mean_ci, p_text, plain, short, signed_ci
+from ..pages import TEMPLATES, k_of_n_text, label, mean_ci, p_text, plain, short, signed_ci, where
 
 MAIN_METRICS = ("val/loss", "val/acc", "val/copy/acc", "val/bigram/loss", "heads/repeat_acc", "heads/in_context_score")
 MAIN_METRICS += ("heads/induction_control_max", "heads/induction_max", "mem/kv_cache_bytes_per_token")
@@ -172,7 +172,7 @@ def head_types_table(frame, axes: list[str]) -> dict | None:
                         some.append(f"L{i} {kind}: {k_of_n_text(having, len(counts))}")
             cells.append(", ".join(parts) or "-")
         key = key if isinstance(key, tuple) else (key,)
-        rows.append([", ".join(f"{short(a)}={v}" for a, v in zip(axes, key)) or "all", *cells, "; ".join(some) or "-"])
+        rows.append([where(dict(zip(axes, key))), *cells, "; ".join(some) or "-"])
     return table(["cell", *(f"L{i}" for i in range(layers)), "types in some seeds only"], rows) if rows else None
 
 
@@ -183,9 +183,8 @@ def phase_table(frame, axes: list[str]) -> dict | None:
     for key, group in frame[frame["phase/measured"] == 1].groupby(axes, sort=False) if axes else [((), frame)]:
         reached = sorted(group["phase/step"].dropna())
         key = key if isinstance(key, tuple) else (key,)
-        where = ", ".join(f"{short(a)}={v}" for a, v in zip(axes, key)) or "all"
         span = [f"{reached[len(reached) // 2]:g}", f"{reached[0]:g}-{reached[-1]:g}"] if reached else ["-", "-"]
-        rows.append([where, k_of_n_text(len(reached), len(group)), *span])
+        rows.append([where(dict(zip(axes, key))), k_of_n_text(len(reached), len(group)), *span])
     return table(["cell", "seeds that reach it", "step: median", "step: range"], rows)
 
 
