@@ -1,6 +1,8 @@
 """Every committed page is a render of the committed data beside it, byte for byte: a study's ablation.md,
 index.html, ablation.csv, frontier.md and summary.json from its runs.csv (or ablation.csv), stream.md from
-stream.json, repro.md and its README section from repro.json, and the README's findings block."""
+stream.json, repro.md and its README section from repro.json, the README's findings block, and the benchmark
+pages from their json. Not rendered from data: reports/inference/stream.md and reports/heads/ (written from
+checkpoints), reports/bench/decode/ (its bench.json predates a field the benchmark now records)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import pytest
 from attnlab.studies import findings
 from attnlab.studies.report import streaming, write_report
 from attnlab.studies.repro import report as repro_report
+from attnlab.tools.bench import decode, gpt2_cpu
+from attnlab.tools.bench import report as bench_report
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / "reports"
@@ -58,3 +62,17 @@ def test_the_repro_pages_are_the_render_of_repro_json():
 def test_the_readme_findings_are_the_render_of_the_reports():
     readme = text(ROOT / "README.md")
     assert findings.splice(readme, findings.render(REPORTS)) == readme
+
+
+@pytest.mark.parametrize(
+    "page, render",
+    [
+        ("bench/bench.md", lambda data, out: bench_report.write_markdown(data, out).read_text()),
+        ("bench/breakdown.md", lambda data, out: bench_report.write_breakdown(data, out).read_text()),
+        ("bench/gpt2_cpu.md", lambda data, out: gpt2_cpu.markdown(data)),
+        ("inference/sample_speed.md", lambda data, out: decode.markdown(data)),
+    ],
+)
+def test_a_benchmark_page_is_the_render_of_its_json(page, render, tmp_path):
+    data = json.loads((REPORTS / page).with_suffix(".json").read_text())
+    assert render(data, tmp_path) == text(REPORTS / page)
