@@ -11,7 +11,6 @@ setup(
     package_dir={"": "src", "attnlab.conf": "conf"},
     package_data={
         "attnlab.conf": ["**/*.yaml"],
-        "attnlab.studies.report": ["templates/*.j2"],
-        "attnlab.studies.repro": ["templates/*.j2"],
+        "attnlab.studies": ["templates/*.j2"],
     },
 )

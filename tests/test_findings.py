@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.studies import findings
+from attnlab.attention.stats import SINK_EPSILON
+from attnlab.studies import findings, pages
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -103,7 +104,7 @@ def test_escape_arm_counts_as_a_sink_once_its_weight_crosses_the_threshold(repor
 
     def park_on_first_token(data):
         cell = next(c for c in data["per_seed"] if c["axes"]["variant"] == "escape")
-        cell["runs"][0]["metrics"]["attn/L0/sink_mass_dormant"] = findings.SINK
+        cell["runs"][0]["metrics"]["attn/L0/sink_mass_dormant"] = SINK_EPSILON
 
     edit(reports, "streaming_bb/summary.json", park_on_first_token)
     assert {a["arm"]: a for a in findings.sinks(reports)["rope"]}["escape"]["k"] == 1
@@ -156,6 +157,6 @@ def test_repro_tally_counts_verdicts_and_refuses_an_unknown_one(reports):
 
 
 def test_number_format_keeps_significant_digits_in_fixed_notation():
-    assert [findings.num(x) for x in (0.0023, 0.33, 599470.2, 0)] == ["0.0023", "0.33", "599470", "0"]
-    assert findings.num(-0.048, 2, True) == "−0.048" and findings.num(0.5, 2, True) == "+0.50"
-    assert findings.pval(0.0004) == "< 0.001"
+    assert [pages.sig(x) for x in (0.0023, 0.33, 599470.2, 0)] == ["0.0023", "0.33", "599470", "0"]
+    assert pages.sig(-0.048, 2, True) == "−0.048" and pages.sig(0.5, 2, True) == "+0.50"
+    assert pages.p_text(0.0004, fixed=True) == "< 0.001" and pages.p_text(0.5, fixed=True) == "0.50"

@@ -71,6 +71,13 @@ def test_wheel_ships_every_config(wheel):
 
 
 @pytest.mark.slow
+def test_wheel_ships_every_page_template(wheel):
+    shipped = {n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".j2")}
+    expected = {f"attnlab/{p.relative_to(ROOT / 'src' / 'attnlab')}" for p in (ROOT / "src").rglob("*.j2")}
+    assert expected and shipped == expected
+
+
+@pytest.mark.slow
 def test_installed_command_runs_from_any_directory(venv, tmp_path):
     where = run(
         venv / "bin" / "python", "-c", "import attnlab.config as c; print(c.find_conf_dir())", cwd=tmp_path

@@ -3,12 +3,18 @@ checked against the attention-free level and the task's floor, and the hours tho
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 
+from attnlab.config import CONF_DIR, compose_config
+from attnlab.data.tasks import MQARDataModule
 from attnlab.studies import plan, stats
-from attnlab.studies.report.data import DEFAULT_BUDGET
+from attnlab.studies.report.data import DEFAULT_BUDGET, axes_of, read_runs
+from attnlab.studies.sweep import declared_seeds
 
 
 def runs(acc: dict[str, list[float]], loss: float = 1.0, wall_s: float = 90.0) -> pd.DataFrame:
@@ -61,10 +67,30 @@ def test_a_reference_that_has_not_learned_the_task_leaves_every_comparison_untes
 def test_mqar_floors_match_their_closed_forms():
     """Guessing among the distinct values of 1 pair is always right; elimination with distinct queries
     answers the last query of every sequence for sure."""
-    from attnlab.data.tasks import MQARDataModule
-
     one = MQARDataModule(vocab_size=16, num_pairs=1, seq_len=16).floors(n=256)
     assert one["in_context"] == 1.0 and one["elimination"] == 1.0
     floors = MQARDataModule(vocab_size=64, num_pairs=8, seq_len=64).floors(n=2048)
     assert floors["in_context"] < floors["elimination"] < 1.0
     assert "elimination" not in MQARDataModule(vocab_size=64, num_pairs=8, num_queries=24, seq_len=64).floors(n=64)
+
+
+def test_each_study_declares_the_seeds_its_committed_runs_hold():
+    """question.seeds (the plan's, for seeds: auto) equals the fewest finished seeds of any cell of the
+    study's committed runs.csv: a report never rests on fewer seeds than its config says it ran."""
+    root = Path(__file__).resolve().parents[1]
+    checked = 0
+    for table in sorted((root / "reports").glob("*/runs.csv")):
+        study = table.parent.name
+        if not (CONF_DIR / "experiment" / f"{study}.yaml").is_file():
+            continue  # a report of an experiment's variant, run with explicit overrides
+        frame = read_runs(table)
+        ok = frame[(frame["status"] == "ok") & (frame["budget"] == frame["budget"].iloc[0])]
+        axes = axes_of(frame)
+        fewest = int(ok.groupby(axes)["seed"].nunique().min()) if axes else ok["seed"].nunique()
+        seeds = compose_config([f"experiment={study}"]).question.seeds
+        declared = declared_seeds(study) if seeds != "auto" else None
+        if seeds == "auto":
+            declared = json.loads((table.parent / "plan.json").read_text())["seeds"]
+        assert declared == fewest, f"{study}: question.seeds {declared}, committed {fewest} a cell"
+        checked += 1
+    assert checked >= 8

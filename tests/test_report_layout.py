@@ -1,5 +1,5 @@
-"""A study's report from its runs: runs.csv holds one row per run and seed; the committed reports equal their
-fresh render from it; verdicts follow the data (a shifted arm flips one); a sweep adds to a committed study
+"""A study's report from its runs: runs.csv holds one row per run and seed (the committed pages' render from it
+is tests/test_committed_pages.py); verdicts follow the data (a shifted arm flips one); a sweep adds to a committed study
 without duplicating a seed, other budgets are kept apart; no report names a machine path."""
 
 from __future__ import annotations
@@ -186,16 +186,6 @@ def test_a_study_without_per_seed_values_is_tested_from_its_cells_summaries(tmp_
     assert "per_seed_note" in again
 
 
-@pytest.mark.parametrize("study", STUDIES)
-def test_a_committed_report_equals_its_fresh_render(study, tmp_path):
-    out = tmp_path / study
-    shutil.copytree(REPORTS / study, out)
-    write_report(out, draw=False)
-    for name in ("ablation.md", "summary.json", "runs.csv"):
-        if (out / name).is_file():
-            assert (out / name).read_text() == (REPORTS / study / name).read_text(), name
-
-
 @pytest.mark.parametrize("study", WITH_RUNS)
 def test_committed_runs_hold_one_row_per_cell_and_seed(study):
     runs = read_runs(REPORTS / study / "runs.csv")
@@ -244,8 +234,6 @@ def test_the_declared_reference_is_the_one_compared_against(tmp_path):
 def test_render_gives_a_report_built_without_it_its_experiments_attention_free_level(tmp_path):
     """A committed report whose runs are gone and whose build knew no level for its data (a generated task)
     gets the level of the data its experiment file trains on; the reference arm's tests then read against it."""
-    import shutil
-
     from attnlab.studies.report.__main__ import render_committed
 
     out = tmp_path / "mqar"

@@ -22,13 +22,14 @@ from scipy import stats as scipy_stats
 
 from attnlab.config import CONF_DIR, compose_config
 from attnlab.profiling import UNKNOWN_BLOCK
+from attnlab.results import FINGERPRINT, FINISHED_ENV, finished_before, resumable, training_fingerprint
 from attnlab.studies import stats
+from attnlab.studies.pages import mean_ci
 from attnlab.studies.report import build_report
 from attnlab.studies.report.aggregate import group_cells, load_runs, swept_axes
 from attnlab.studies.report.analysis import cells_from_runs, pooled
 from attnlab.studies.report.data import read_runs
 from attnlab.studies.report.lr import arms as lr_arms
-from attnlab.studies.report.render import mean_ci
 from attnlab.studies.sweep import SweepProgress, studies, sweep_axes
 from attnlab.tools.dashboard import main as dashboard_main
 
@@ -642,8 +643,6 @@ def test_a_sweep_killed_and_started_again_finishes_each_run_once(tmp_path):
 def test_a_job_skips_only_a_run_of_the_same_cell_seed_and_settings(tmp_path, monkeypatch):
     """finished_before: its own ok results.json of the same fingerprint and seed, or a runs.csv row of the
     same cell, seed and fingerprint; a changed setting, seed or cell trains again; outside a sweep, never."""
-    from attnlab.results import FINISHED_ENV, FINGERPRINT, finished_before, resumable, training_fingerprint
-
     config = {"seed": 1, "model": {"d_k": 16}, "data": {"batch_size": 2}, "optim": {"lr": 1e-3}, "trainer": {}}
     other = {**config, "optim": {"lr": 3e-3}}
     run = tmp_path / "3"

@@ -224,8 +224,7 @@ def test_the_attention_free_level_of_a_task_is_what_the_current_token_tells():
     on Bigram-Backcopy the current token is most of the answer, so the bigram level lies far below the unigram."""
     import math
 
-    from attnlab.studies.report import experiment_baseline
-    from attnlab.studies.report.baseline import task_levels
+    from attnlab.studies.report.baseline import experiment_baseline, task_levels
 
     mqar = {"_target_": "attnlab.data.tasks.MQARDataModule", "vocab_size": 64, "num_pairs": 8, "batch_size": 64}
     level = task_levels(mqar, block_size=64)

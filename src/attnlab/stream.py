@@ -81,11 +81,6 @@ def by_class(nll: torch.Tensor, writes: torch.Tensor, classes: dict[str, torch.T
     return out
 
 
-def window_contexts(n: int, capacity: int, positions: list[int]) -> list[tuple[int, int]]:
-    """(start, end) of the oracle's context of each position t: its last ``capacity`` tokens."""
-    return [(max(0, t + 1 - capacity), t + 1) for t in positions]
-
-
 @torch.no_grad()
 def window_nll(model, ids: torch.Tensor, capacity: int, positions: list[int], batch: int = 32) -> torch.Tensor:
     """NLL of ids[t+1] at each of ``positions``, each from a full forward over ids[t-C+1..t]

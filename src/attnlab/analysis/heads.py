@@ -53,6 +53,7 @@ from dataclasses import dataclass
 import torch
 
 from ..attention import Knockout, allowed_mask
+from ..attention.stats import SINK_EPSILON
 from ..data.text import BOS  # the token the data modules put first with data.bos
 from .probe import ProbeRecord, eval_mode, probe_plan, probe_with_logits
 
@@ -66,7 +67,14 @@ SCORES = (
     "positional",
     "entropy_norm",
 )
-THRESHOLDS = {"induction": 0.3, "previous_token": 0.5, "sink": 0.3, "escape": 0.3, "uniform": 0.9, "positional": 0.7}
+THRESHOLDS = {
+    "induction": 0.3,
+    "previous_token": 0.5,
+    "sink": SINK_EPSILON,
+    "escape": 0.3,
+    "uniform": 0.9,
+    "positional": 0.7,
+}
 TYPES = ("induction", "previous_token", "sink", "escape", "uniform", "positional", "content")
 KNOCKOUT = ("final", "always", "never")  # when the callback measures induction_knockout
 

@@ -1,4 +1,4 @@
-"""Attention statistics computed from q and k in query blocks (DESIGN.md, "Metric definitions").
+"""Attention statistics computed from q and k in query blocks (docs/metrics.md defines each).
 
 Fused kernels return no probabilities, so every backend is measured the same way: the weights are
 recomputed by the layer's own rule (``WeightRule``: scale, bias, the run's mask, normalisation,
@@ -221,7 +221,7 @@ METRICS = (
         queries="first_key",
         per_head=lambda v: (v > SINK_EPSILON).float(),
         table=True,
-        panel="Sink heads (first-token weight > 0.3) per layer",
+        panel=f"Sink heads (first-token weight > {SINK_EPSILON}) per layer",
     ),
     Metric(
         "escape_mass",

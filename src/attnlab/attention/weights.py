@@ -139,8 +139,3 @@ class WeightRule:
             kept = visible if cut is None else visible & ~cut
             p = p.masked_fill(~kept.any(-1, keepdim=True), 0.0)  # no key left: zero weight, not NaN
         return Weights(p, logits, visible)
-
-
-def check_normalize(normalize: str) -> None:
-    if normalize not in NORMALIZATIONS:
-        raise ValueError(f"model.attention.normalize={normalize!r}; expected one of {', '.join(NORMALIZATIONS)}")

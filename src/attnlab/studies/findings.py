@@ -18,18 +18,16 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import jinja2
-
-from attnlab.analysis.heads import THRESHOLDS
 from attnlab.analysis.phase import PHASE_LEVEL
+from attnlab.attention.stats import SINK_EPSILON
 from attnlab.studies import stats
+from attnlab.studies.pages import TEMPLATES, short
 
 from .report.streaming import COLLAPSE_RATIO, NO_COST, NO_COST_RATIO, eviction
 from .repro.verdict import VERDICTS  # one list of verdicts, the repro's
 
 ROOT = Path(__file__).resolve().parents[3]
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
-SINK = THRESHOLDS["sink"]
 # the committed files the block reads, relative to reports/
 INPUTS = (
     "dk_scaling/summary.json",
@@ -54,10 +52,6 @@ def _json(reports: Path, rel: str):
     if not path.is_file():
         raise ReportMissing(f"{path} is missing; the findings read {', '.join(INPUTS)} under {reports}")
     return json.loads(path.read_text(encoding="utf-8"))
-
-
-def _short(axis: str) -> str:
-    return axis.rsplit(".", 1)[-1]
 
 
 def dk_scaling(reports: Path) -> dict:
@@ -122,7 +116,7 @@ def _arm_label(axes: dict) -> str:
     """A cell's name from the axes that differ from plain softmax with AdamW."""
     if axes.get("experiment") == "sinks_bb_sgd":
         return "SGD"
-    parts = [f"{_short(k)}={v}" for k, v in axes.items() if k != "experiment" and v not in ("-", "none", "baseline")]
+    parts = [f"{short(k)}={v}" for k, v in axes.items() if k != "experiment" and v not in ("-", "none", "baseline")]
     return ", ".join(p.removeprefix("variant=") for p in parts) or "softmax"
 
 
@@ -134,7 +128,7 @@ def _sink_arms(reports: Path, study: str, label: str | None = None) -> list[dict
         arms.append(
             {
                 "arm": label or _arm_label(cell["axes"]),
-                "k": sum(w >= SINK for w in weights),
+                "k": sum(w >= SINK_EPSILON for w in weights),
                 "n": len(weights),
                 "max": max(weights),
             }
@@ -144,7 +138,7 @@ def _sink_arms(reports: Path, study: str, label: str | None = None) -> list[dict
 
 def sinks(reports: Path) -> dict:
     learned = _sink_arms(reports, "sinks_bb") + _sink_arms(reports, "sinks_bb_gate", "per-head output gate")
-    return {"threshold": SINK, "learned_pos": learned, "rope": _sink_arms(reports, "streaming_bb")}
+    return {"threshold": SINK_EPSILON, "learned_pos": learned, "rope": _sink_arms(reports, "streaming_bb")}
 
 
 def streaming(reports: Path, study: str) -> dict:
@@ -167,7 +161,7 @@ def streaming(reports: Path, study: str) -> dict:
                 "verdict": e["verdict"],
                 # one seed carries the mean when it holds more than the others together
                 "one_seed_carries": len(per_seed) > 2 and total > 0 and max(abs(x) for x in per_seed) > total / 2,
-                "sink_seeds": sum(w >= SINK for w in weights),
+                "sink_seeds": sum(w >= SINK_EPSILON for w in weights),
                 # the queries that need no attention, where an evicted sink's weight goes (stream.md's table)
                 "dormant": ((arm.get("eviction") or {}).get("by_class") or {}).get("dormant"),
             }
@@ -265,95 +259,9 @@ def findings(reports: Path = ROOT / "reports") -> dict:
 
 
 # ---------------------------------------------------------------- rendering
-def num(x: float | None, sig: int = 2, sign: bool = False) -> str:
-    """x to ``sig`` significant digits in fixed notation (0.0023, 0.33, 599470)."""
-    if x is None or not math.isfinite(x):
-        return "n/a"
-    digits = 0 if x == 0 else max(0, sig - 1 - math.floor(math.log10(abs(x))))
-    text = f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
-    return text.replace("-", "−")
-
-
-def pval(p: float) -> str:
-    return "< 0.001" if p < 0.001 else num(p, 2)
-
-
-WORDS = {"raises": "raises", "lowers": "lowers", "none": "no difference beyond seed noise", "untested": "untested"}
-
-TEMPLATE = """\
-{%- macro diff(v) -%}
-{{ v.diff|num(2, True) }} [{{ v.lo|num(2, True) }}, {{ v.hi|num(2, True) }}]
-{%- endmacro -%}
-{%- macro grouped(groups, name, noun) -%}
-{%- for verdict, rows in groups %} {{ words[verdict] }}{{ " " ~ noun if verdict in ("raises", "lowers") }} at {{ rows|map(attribute=name)|join(", ") }} (
-  {%- for r in rows %}{{ diff(r) }}, Holm p {{ r.p|pval }}
-  {%- if verdict == "none" %}, seeds detect {{ r.detectable|num(2) }}{% endif %}{{ "; " if not loop.last }}{% endfor -%}
-){{ ";" if not loop.last }}
-{%- endfor %}
-{%- endmacro -%}
-Each finding names its setting and seeds. Brackets are 95 % intervals of the difference; a difference
-whose Holm-corrected p is not below {{ alpha }} reads "no difference beyond seed noise", followed by the
-smallest difference its seeds detect with 80 % power. This block is rendered from the reports' data
-(`python -m attnlab.studies.findings --write`).
-
-- **Removing the 1/√d_k scale** (tiny preset on Shakespeare, 2000 steps, {{ dk.seeds|join("-") }} seeds per
-  cell; val loss without minus with the scale in nats, Welch's t-test, Holm over {{ dk.tests }} cells):
-{%- for init, groups in dk.by_init %}
-  with `init_std={{ init }}` it{{ grouped(groups, "d_k", "the loss")|replace(" at ", " at d_k ") }}{{ "." if loop.last else ";" }}
-{%- endfor %}
-  [dk_scaling](reports/dk_scaling/ablation.md)
-- **Induction heads** (attention-only, one head per layer, RoPE, 3000 steps, {{ induction.seeds|join("-") }} seeds
-  per cell): copying on the repeated probe reaches {{ induction.level }} (the phase change) in
-{%- for c in induction.formed %} {{ c.k }} of {{ c.n }} seeds with {{ c.cell }} (Wilson {{ c.lo|num(2) }}-{{ c.hi|num(2) }},
-  median step {{ c.median_step|int }}){{ ";" if not loop.last }}{% endfor %}
-{%- if induction.none %} and in 0 of {{ induction.none[0].n }} seeds (Wilson {{ induction.none[0].lo|num(2) }}-{{ induction.none[0].hi|num(2) }}) with
-  {{ induction.none|map(attribute="cell")|join(", ") }}{% endif %}.
-  [induction_heads](reports/induction_heads/ablation.md)
-- **Where an attention sink forms** on the Bigram-Backcopy task (1 layer × 1 head; a sink: the queries
-  that need no attention put at least {{ sinks.threshold }} of their weight on the first token), seeds with a
-  sink per arm. With learned positions:
-  {%- for a in sinks.learned_pos %} {{ a.arm }} {{ a.k }} of {{ a.n }}{{ "," if not loop.last }}{% endfor %}.
-  With RoPE:
-  {%- for a in sinks.rope %} {{ a.arm }} {{ a.k }} of {{ a.n }} (largest weight {{ a.max|num(2) }}){{ "," if not loop.last }}{% endfor %}.
-  [sinks_bb](reports/sinks_bb/ablation.md), [gate](reports/sinks_bb_gate/ablation.md),
-  [streaming_bb](reports/streaming_bb/ablation.md)
-- **Evicting the first tokens from a rolling KV cache** (the RoPE models above, a {{ stream_bb.setup.cache }}-entry
-  cache; StreamingLLM's PPL(0 kept) / PPL({{ stream_bb.kept }} kept), geometric mean over seeds with the 95 % t interval of
-  the log ratios; collapse where the interval lies at or above {{ collapse_ratio }}, no cost where it lies within {{ no_cost_pct }} % of 1):
-  {%- for a in stream_bb.sink %} for {{ a.arm }}, which formed a sink in {{ a.sink_seeds }} of {{ a.ratios|length }} seeds,
-  {{ a.geomean|num(3) }}{% if a.lo is not none %} [{{ a.lo|num(3) }}, {{ a.hi|num(3) }}]{% endif %}, per seed
-  {{ a.ratios|map("num", 3)|join(", ") }}{% if a.one_seed_carries %} (one seed carries it){% endif %}: {{ a.verdict }}
-  {%- if a.dormant %} (on the queries that need no attention {{ a.dormant.geomean|num(3) }}
-  {%- if a.dormant.ci %} [{{ a.dormant.ci[0]|num(3) }}, {{ a.dormant.ci[1]|num(3) }}]{% endif %}, {{ a.dormant.verdict }}, while
-  the attention's output there grows {{ a.dormant.write_ratio[0]|num(2) }}-fold){% endif %};
-  {%- endfor %} for the arms without a sink ({{ stream_bb.rest|map(attribute="arm")|join(", ") }}) no cost in
-  {{ stream_bb.rest_no_cost|length }} of {{ stream_bb.rest|length }}.
-  On Shakespeare at block {{ stream_text.setup.block_size }} with a {{ stream_text.setup.cache }}-entry cache
-  {%- if stream_text.sink %} an arm forms a sink: see the report{% else %} no arm forms a sink, and
-  eviction is no cost in {{ stream_text.rest_no_cost|length }} of {{ stream_text.rest|length }} arms{% endif %}.
-  [streaming_bb](reports/streaming_bb/stream.md), [streaming](reports/streaming/stream.md)
-- **qk-norm and the learning-rate sensitivity** (Wortsman et al.'s measure over {{ lr.rates }} rates at three
-  proxies on Shakespeare characters, 500 steps, {{ lr.seeds|join("-") }} seeds; sensitivity with minus without
-  qk-norm, Welch's t-test, Holm over {{ lr.tests }} sizes):
-  {%- if lr.above_attention_free is not none %} untested at this budget: an arm's best loss,
-  {{ lr.best_loss|num(3) }}, is {{ lr.above_attention_free|num(2) }} nats above the attention-free (bigram) level, so
-  these models do not yet use their attention{% else %} qk-norm
-  {{- grouped(lr.groups, "setting", "the sensitivity") }}{% if lr.interaction and lr.interaction.verdict != "untested" %};
-  its change from {{ lr.across }} {% if lr.interaction.verdict == "none" %}is inside seed noise{% else %}is{% endif %}
-  {{ diff(lr.interaction) }} (Holm p {{ lr.interaction.p|pval }}){% endif %}{% endif %}.
-  The largest attention logit at any rate and layer is {{ lr.max_logit_without|num(3) }} without qk-norm and
-  {{ lr.max_logit_with|num(3) }} with it: the q/k LayerNorm's learned gain does not bound the logits. [lr_sensitivity](reports/lr_sensitivity/ablation.md)
-- **The two source articles**: {{ repro.claims }} claims re-run by `make repro`; verdicts
-  {%- for verdict, count in repro.tally %} {{ verdict }} {{ count }}{{ "," if not loop.last }}{% endfor %}.
-  [repro](reports/repro/repro.md)
-"""
-
-
 def render(reports: Path = ROOT / "reports") -> str:
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
-    env.filters.update(num=num, pval=pval)
-    return env.from_string(TEMPLATE).render(
-        words=WORDS,
+    """The block, from templates/findings.md.j2."""
+    return TEMPLATES.get_template("findings.md.j2").render(
         no_cost_pct=round((NO_COST_RATIO - 1) * 100),
         collapse_ratio=f"{COLLAPSE_RATIO:g}",
         **findings(reports),

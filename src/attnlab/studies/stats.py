@@ -172,26 +172,6 @@ def welch_from_stats(
     )
 
 
-def one_sample(values: Sequence[float], popmean: float = 0.0, alpha: float = ALPHA) -> Contrast | None:
-    """The one-sample t-test of mean(values) against ``popmean`` (paired differences: popmean 0)."""
-    a = _finite(values)
-    if len(a) < 2:
-        return None
-    res = stats.ttest_1samp(a, popmean)
-    ci = res.confidence_interval(confidence_level=1 - alpha)
-    sd, n = float(a.std(ddof=1)), len(a)
-    return Contrast(
-        diff=float(a.mean() - popmean),
-        lo=float(ci.low - popmean),
-        hi=float(ci.high - popmean),
-        p=float(res.pvalue) if sd > 0 else (1.0 if a.mean() == popmean else 0.0),
-        df=float(n - 1),
-        n_ref=0,
-        n_level=n,
-        detectable=detectable(sd / math.sqrt(n), n - 1, alpha),
-    )
-
-
 def t_interval(values: Sequence[float], confidence: float = 1 - ALPHA) -> tuple[float, float, float]:
     """(mean, lo, hi): the t interval of the mean; lo = hi = mean for a single value."""
     a = _finite(values)

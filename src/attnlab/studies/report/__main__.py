@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 from ...cli import command_parser
-from . import build_report, experiment_baseline, latest_sweep, write_report
+from . import build_report, latest_sweep, write_report
+from .baseline import experiment_baseline
 from .data import frame_from_committed, write_runs
 from .plots import stats_over_training
 

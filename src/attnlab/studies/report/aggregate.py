@@ -9,9 +9,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from ...attention import AttentionConfig
+from ..pages import where
 
-# run-level metrics shown in the table (the per-layer ones come from attention.stats.METRICS)
-RUN_METRICS = ("val/loss", "val/acc", "perf/tokens_per_s", "mem/peak_bytes")
 # config keys that were renamed: runs recorded under the old name aggregate under the new one
 RENAMED_KEYS = {
     f"model.attention.{f.name}": f"model.attention.{f.metadata['renamed_to']}"
@@ -89,12 +88,7 @@ class Cell:
 
     @property
     def label(self) -> str:
-        return ", ".join(f"{short(k)}={v}" for k, v in self.axes.items()) or "all"
-
-
-def short(key: str) -> str:
-    """model.attention.scaling -> scaling: the last name of a key is what people call the axis."""
-    return key.rsplit(".", 1)[-1]
+        return where(self.axes)
 
 
 def load_runs(sweep_dir: Path) -> list[RunResult]:
@@ -152,7 +146,8 @@ def swept_axes(runs: list[RunResult]) -> list[str]:
     return [k for k, vals in keys.items() if k not in IGNORED_AXES and (len(vals) > 1 or k in missing)]
 
 
-def _sort_key(value: str):
+def sort_key(value: str):
+    """A level as it sorts: numbers by value, before words."""
     try:
         return (0, float(value), "")
     except ValueError:
@@ -164,8 +159,4 @@ def group_cells(runs: list[RunResult], axes: list[str]) -> list[Cell]:
     for run in runs:
         key = tuple(run.overrides.get(a, "-") for a in axes)
         cells.setdefault(key, Cell(dict(zip(axes, key)))).runs.append(run)
-    return [cells[k] for k in sorted(cells, key=lambda key: [_sort_key(v) for v in key])]
-
-
-def n_layers(runs: list[RunResult]) -> int:
-    return max((r.results.get("config", {}).get("model", {}).get("n_layer", 0) for r in runs), default=0)
+    return [cells[k] for k in sorted(cells, key=lambda key: [sort_key(v) for v in key])]

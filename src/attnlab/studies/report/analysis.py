@@ -17,7 +17,8 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from .. import stats
-from .aggregate import RENAMED_KEYS, short
+from ..pages import where
+from .aggregate import RENAMED_KEYS, sort_key
 from .data import axes_of
 
 SCALING_AXIS = "model.attention.scaling"
@@ -58,14 +59,7 @@ class Cell:
 
     @property
     def label(self) -> str:
-        return ", ".join(f"{short(k)}={v}" for k, v in self.axes.items()) or "all"
-
-
-def _sort_key(value: str):
-    try:
-        return (0, float(value), "")
-    except ValueError:
-        return (1, 0.0, value)
+        return where(self.axes)
 
 
 def cells_from_runs(frame: pd.DataFrame, axes: list[str] | None = None, sort: bool = True) -> list[Cell]:
@@ -88,7 +82,7 @@ def cells_from_runs(frame: pd.DataFrame, axes: list[str] | None = None, sort: bo
                 seeds=list(ok["seed"]),
             )
         )
-    return sorted(out, key=lambda c: [_sort_key(c.axes[a]) for a in axes]) if sort else out
+    return sorted(out, key=lambda c: [sort_key(c.axes[a]) for a in axes]) if sort else out
 
 
 def cells_from_summaries(table: pd.DataFrame) -> tuple[list[str], list[Cell]]:
@@ -181,7 +175,7 @@ class Comparison:
 
     @property
     def where(self) -> str:
-        return ", ".join(f"{short(k)}={v}" for k, v in self.at.items()) or "all"
+        return where(self.at)
 
 
 def compare(ref: Cell, lvl: Cell, metric: str):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
 
 from ...data import TextDataModule
 from ...data.text import RandomWindows
@@ -188,3 +189,31 @@ def token_corpus_level(data_cfg: dict | None) -> dict | None:
     vocab = data_cfg.get("vocab_size") or meta.get("vocab_size")
     dtype = data_cfg.get("dtype") or meta.get("dtype") or "uint16"
     return token_levels(directory, int(vocab), dtype) if vocab else None
+
+
+def baseline_of(runs) -> dict | None:
+    """The attention-free level of the runs' data (character text, a readable token corpus or a generated task)."""
+    return baseline_of_config(next((c for r in runs if (c := r.results.get("config", {})).get("data")), {}))
+
+
+def experiment_baseline(study: str) -> dict | None:
+    """The attention-free level of the data ``experiment=<study>`` trains on: for a committed report whose
+    runs are no longer on disk."""
+    from ...config import CONF_DIR, compose_config  # Hydra's compose: only for a report whose runs are gone
+
+    if not (CONF_DIR / "experiment" / f"{study}.yaml").is_file():
+        return None
+    cfg = compose_config([f"experiment={study}"])
+    parts = {"data": cfg.data, "model": {"block_size": cfg.model.block_size}, "seed": cfg.seed}
+    return baseline_of_config(OmegaConf.to_container(OmegaConf.create(parts), resolve=True))
+
+
+def baseline_of_config(config: dict) -> dict | None:
+    data = config.get("data")
+    if task_data(data):
+        return task_levels(data, config["model"]["block_size"], config.get("seed", 0))
+    if not text_corpus(data):
+        return token_corpus_level(data)
+    level = attention_free_levels()
+    keep = ("bigram", "unigram", "chance", "vocab")
+    return {**{k: level[k] for k in keep}, "split": "val", "source": "attnlab.studies.report.baseline"}

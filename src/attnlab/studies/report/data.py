@@ -33,10 +33,6 @@ def axes_of(frame: pd.DataFrame) -> list[str]:
     return list(frame.columns[: list(frame.columns).index("seed")])
 
 
-def metrics_of(frame: pd.DataFrame) -> list[str]:
-    return list(frame.columns[list(frame.columns).index("run") + 1 :])
-
-
 def read_runs(path: Path) -> pd.DataFrame:
     header = pd.read_csv(path, nrows=0).columns
     axes = list(header[: list(header).index("seed")])

@@ -29,7 +29,8 @@ import numpy as np
 
 from ...results import atomic_write_text
 from .. import stats
-from . import analysis, render
+from ..pages import TEMPLATES
+from . import analysis
 from .data import axes_of
 from .plots import save
 
@@ -158,7 +159,7 @@ def write(frame, study: str, level: float | None, out: Path, draw: bool = True) 
     untested = level is not None and ref is not None and ref.loss[0] >= level
     if draw:
         plot(found, level, out / "frontier.png")
-    page = render.TEMPLATES.get_template("frontier.md.j2").render(
+    page = TEMPLATES.get_template("frontier.md.j2").render(
         study=study,
         arms=found,
         reference=reference,

@@ -21,7 +21,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .. import stats  # noqa: E402
-from .aggregate import RunResult, short  # noqa: E402
+from ..pages import short, where  # noqa: E402
+from .aggregate import RunResult  # noqa: E402
 
 LR_AXIS = "optim.lr"
 SIZE_AXES = ("model", "model.d_model", "model.n_layer")  # the axes that change the model's size
@@ -72,7 +73,7 @@ class Arm:
 
     @property
     def label(self) -> str:
-        return ", ".join(f"{short(k)}={v}" for k, v in self.setting.items()) or "all"
+        return where(self.setting)
 
     @property
     def seeds(self) -> list:

@@ -12,8 +12,11 @@ import matplotlib.ticker
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ...attention.stats import SINK_EPSILON  # noqa: E402
 from ...callbacks.attention_stats import read_history  # noqa: E402
-from .aggregate import Cell, short  # noqa: E402
+from ..pages import short, where  # noqa: E402
+from .aggregate import Cell  # noqa: E402
+from .lr import LR_AXIS  # noqa: E402
 
 
 def _numeric(value: str) -> float | None:
@@ -26,7 +29,7 @@ def _numeric(value: str) -> float | None:
 def _series(cells: list[Cell], x_axis: str) -> dict[str, list[Cell]]:
     out: dict[str, list[Cell]] = {}
     for cell in cells:
-        rest = ", ".join(f"{short(k)}={v}" for k, v in cell.axes.items() if k != x_axis) or "all"
+        rest = where({k: v for k, v in cell.axes.items() if k != x_axis})
         out.setdefault(rest, []).append(cell)
     return out
 
@@ -184,7 +187,7 @@ def max_logit_over_training(cells: list[Cell], path: Path) -> Path | None:
     palette = dict(zip(levels, colours(len(levels))))
     panels: dict[str, list] = {}
     for cell, runs in with_history:
-        rest = ", ".join(f"{short(k)}={v}" for k, v in cell.axes.items() if k != colour_axis) or "all"
+        rest = where({k: v for k, v in cell.axes.items() if k != colour_axis})
         panels.setdefault(rest, []).append((cell, runs))
     cols = min(len(panels), 4)
     rows_n = -(-len(panels) // cols)
@@ -255,7 +258,7 @@ def extreme_tokens_over_training(cells: list[Cell], path: Path, layer: int = 0) 
         ax.set_xlabel("step")
         ax.set_title(f"L{layer}: {title}", fontsize=9)
         ax.grid(alpha=0.3)
-    axes[0][0].axhline(0.3, color="k", lw=0.6, ls="--", label="sink threshold 0.3 (Gu et al.)")
+    axes[0][0].axhline(SINK_EPSILON, color="k", lw=0.6, ls="--", label=f"sink threshold {SINK_EPSILON} (Gu et al.)")
     fig.tight_layout()
     legend_outside(fig)
     return save(fig, path)
@@ -337,3 +340,19 @@ def heads_over_training(histories: dict[str, list[list[dict]]], path: Path) -> P
     fig.tight_layout()
     legend_outside(fig)
     return save(fig, path)
+
+
+def final_value_plots(cells, axes: list[str], level: float | None, out: Path) -> None:
+    """Final values against a numeric axis (with the attention-free level where known), from the cells alone."""
+    if "model.d_k" in axes:
+        metric_vs_axis(
+            cells, "model.d_k", "val/loss", out / "val_loss_vs_dk.png", ylabel="final val loss", baseline=level
+        )
+        layers = 1 + max(
+            (int(k.split("/")[1][1:]) for c in cells for k in (*c.samples, *c.summaries) if k.startswith("attn/L")),
+            default=-1,
+        )
+        layer_stat_vs_axis(cells, "model.d_k", "entropy_norm", layers, out / "entropy_norm_vs_dk.png")
+    for axis in axes:
+        if axis not in ("model.d_k", LR_AXIS):
+            metric_vs_axis(cells, axis, "val/loss", out / f"val_loss_vs_{short(axis)}.png", baseline=level)

@@ -1,127 +1,29 @@
 """A study's report from its data: the tables as rows of text, then one Jinja2 template per output
-(templates/ablation.md.j2, templates/ablation.html.j2) that lays out the answer, the attention-free
+(templates/ablation.md.j2, templates/index.html.j2) that lays out the answer, the attention-free
 level, the figure, the main table and the detail below; summary.json carries the same data for code."""
 
 from __future__ import annotations
 
-import base64
-import math
 import re
 from pathlib import Path
 
-import jinja2
-
 from ...attention.stats import table_stats
 from ...data.tasks import QUERY_CLASSES
-from ...markdown import markdown_table
 from .. import stats
-from .aggregate import short
+from ..pages import TEMPLATES, k_of_n_text, label, mean_ci, p_text, plain, short, signed_ci, where
 
-# How a report prints numbers: an interval's half-width (or a std) to two significant digits and the
-# mean rounded to the same decimal place, so a reader never sees digits that seed noise makes
-# meaningless ("9600 [9240, 9950]"). The statistics themselves are attnlab.studies.stats.
-
-
-def plain(value: float | None, digits: int = 3) -> str:
-    """A single value (no spread known): fixed digits, scientific-style for tiny ones, none for big ones."""
-    if value is None or not math.isfinite(value):
-        return "-"
-    if abs(value) >= 1000 or (abs(value) >= 10 and float(value).is_integer()):  # a count or a size: no decimals
-        return f"{value:.0f}"
-    return f"{value:.{digits}g}" if abs(value) < 0.01 else f"{value:.{digits}f}"
-
-
-def std_decimals(std: float) -> int:
-    """Decimal places that show ``std`` to two significant digits (negative: round to tens, hundreds, ...)."""
-    places = 1 - math.floor(math.log10(abs(std)))
-    if abs(round(std, places)) >= 10 ** (2 - places):  # 0.0996 rounds to 0.10: one place fewer
-        places -= 1
-    return places
-
-
-def _fixed(value: float, places: int, sign: str = "") -> str:
-    return f"{round(value, places) + 0.0:{sign}.{max(places, 0)}f}"  # + 0.0 turns -0.0 into 0.0
-
-
-def mean_ci(mean: float | None, interval: tuple[float, float] | None = None, scale: float = 1.0) -> str:
-    """ "mean [lo, hi]" to the interval's precision; the mean alone without an interval, "-" without a value."""
-    if mean is None or not math.isfinite(mean):
-        return "-"
-    if interval is None or not interval[1] > interval[0]:
-        return plain(mean * scale)
-    lo, hi = interval[0] * scale, interval[1] * scale
-    places = std_decimals((hi - lo) / 2)
-    return f"{_fixed(mean * scale, places)} [{_fixed(lo, places)}, {_fixed(hi, places)}]"
-
-
-def signed_ci(diff: float, lo: float | None = None, hi: float | None = None) -> str:
-    """A difference with its 95 % interval, "+0.115 [+0.103, +0.127]"; the difference alone without one."""
-    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
-        return f"{diff:+.3f}"
-    places = max(std_decimals((hi - lo) / 2), 0)
-    return f"{_fixed(diff, places, '+')} [{_fixed(lo, places, '+')}, {_fixed(hi, places, '+')}]"
-
-
-def p_text(p: float | None) -> str:
-    return "-" if p is None else "< 0.001" if p < 0.001 else f"{p:.2g}"
-
-
-def k_of_n_text(k: int, n: int, unit: str = "seeds") -> str:
-    """'8 of 10 seeds (95 % Wilson interval 0.49-0.94)': a bimodal outcome as a count with its uncertainty."""
-    lo, hi = stats.wilson(k, n)
-    return f"{k} of {n} {unit} (95 % Wilson interval {lo:.2f}-{hi:.2f})"
-
-
-LABELS = {
-    "val/loss": "val loss",
-    "val/acc": "val acc",
-    "perf/tokens_per_s": "tokens/s",
-    "mem/peak_bytes": "peak MiB",
-    "val/copy/acc": "copy acc",
-    "val/bigram/loss": "bigram loss",
-    "mem/kv_cache_bytes_per_token": "KV cache B/token",
-    "heads/induction_max": "induction (best head)",
-    "heads/repeat_acc": "repeat acc (probe)",
-    "heads/in_context_score": "in-context score",
-    "heads/induction_control_max": "induction control (best head)",
-    "attn/L0/sink_mass_dormant": "first-token weight, dormant queries (L0)",
-    "lr_sensitivity": "LR sensitivity",
-    "lr_sensitivity_upper": "LR sensitivity above the best rate",
-}
-MAIN_METRICS = ("val/loss", "val/acc", "val/copy/acc", "val/bigram/loss", *list(LABELS)[8:11], "heads/induction_max")
-MAIN_METRICS += ("mem/kv_cache_bytes_per_token",)
+MAIN_METRICS = ("val/loss", "val/acc", "val/copy/acc", "val/bigram/loss", "heads/repeat_acc", "heads/in_context_score")
+MAIN_METRICS += ("heads/induction_control_max", "heads/induction_max", "mem/kv_cache_bytes_per_token")
 # Throughput and peak memory measure the machine the runs shared (other jobs, threads), not the model.
 MACHINE_METRICS = {"perf/tokens_per_s": 1.0, "mem/peak_bytes": 1 / 2**20}
 LAYER = re.compile(r"^(attn|heads)/L(\d+)/(.+)$")
 LAYER_STATS = [*table_stats(QUERY_CLASSES), "previous_token_max", "sink_max", "induction_max"]
 LAYER_STATS += ["induction_knockout_all_heads"]
 FIGURES = ("lr_sensitivity.png", "val_loss_vs_dk.png", "sink_formation.png")
-TEMPLATES = jinja2.Environment(
-    loader=jinja2.PackageLoader("attnlab.studies.report", "templates"),
-    undefined=jinja2.StrictUndefined,
-    keep_trailing_newline=True,
-    autoescape=lambda name: bool(name) and name.startswith("index.html"),
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
-TEMPLATES.filters.update(
-    md_table=lambda t: markdown_table(t["header"], t["rows"]),
-    label=lambda k: LABELS.get(k, k),
-    short=short,
-    signed=lambda t: signed_ci(t.diff, t.lo, t.hi),
-    p=p_text,
-    num=lambda v, digits=3: plain(v, digits),
-    where=lambda at: ", ".join(f"{short(k)}={v}" for k, v in at.items()) or "all",
-    b64=lambda p: base64.b64encode(Path(p).read_bytes()).decode(),
-)
 
 
-def label(key: str) -> str:
-    return LABELS.get(key, key)
-
-
-def table(header: list[str], rows: list[list[str]], title: str | None = None) -> dict:
-    return {"title": title, "header": header, "rows": rows}
+def table(columns: list[str], rows: list[list[str]], title: str | None = None) -> dict:
+    return {"title": title, "columns": columns, "rows": rows}
 
 
 def varies(cells, key: str) -> bool:
@@ -270,7 +172,7 @@ def head_types_table(frame, axes: list[str]) -> dict | None:
                         some.append(f"L{i} {kind}: {k_of_n_text(having, len(counts))}")
             cells.append(", ".join(parts) or "-")
         key = key if isinstance(key, tuple) else (key,)
-        rows.append([", ".join(f"{short(a)}={v}" for a, v in zip(axes, key)) or "all", *cells, "; ".join(some) or "-"])
+        rows.append([where(dict(zip(axes, key))), *cells, "; ".join(some) or "-"])
     return table(["cell", *(f"L{i}" for i in range(layers)), "types in some seeds only"], rows) if rows else None
 
 
@@ -281,9 +183,8 @@ def phase_table(frame, axes: list[str]) -> dict | None:
     for key, group in frame[frame["phase/measured"] == 1].groupby(axes, sort=False) if axes else [((), frame)]:
         reached = sorted(group["phase/step"].dropna())
         key = key if isinstance(key, tuple) else (key,)
-        where = ", ".join(f"{short(a)}={v}" for a, v in zip(axes, key)) or "all"
         span = [f"{reached[len(reached) // 2]:g}", f"{reached[0]:g}-{reached[-1]:g}"] if reached else ["-", "-"]
-        rows.append([where, k_of_n_text(len(reached), len(group)), *span])
+        rows.append([where(dict(zip(axes, key))), k_of_n_text(len(reached), len(group)), *span])
     return table(["cell", "seeds that reach it", "step: median", "step: range"], rows)
 
 
@@ -334,18 +235,7 @@ def figures(out: Path) -> list[Path]:
     return list(dict.fromkeys([*main, *pngs]))
 
 
-WORDS = {
-    "lower": "lower",
-    "higher": "higher",
-    "none": "no difference beyond seed noise",
-    "untested": "untested",
-    "larger": "larger",
-    "smaller": "smaller",
-}
-
-
 def render(view: dict) -> dict[str, str]:
-    view = {**view, "words": WORDS}
     pages = {name: TEMPLATES.get_template(f"{name}.j2").render(**view) for name in ("ablation.md", "index.html")}
     pages["ablation.md"] = re.sub(r"\n{3,}", "\n\n", pages["ablation.md"]).strip() + "\n"
     return pages

@@ -21,8 +21,10 @@ import math
 import statistics
 from pathlib import Path
 
+from ...attention.stats import SINK_EPSILON
 from ...cli import command_parser
 from ...results import atomic_write_text, json_safe
+from ..pages import TEMPLATES
 from ..stats import t_interval
 from .aggregate import RunResult, group_cells, load_sweeps, swept_axes
 
@@ -181,10 +183,8 @@ def eviction(log_ratios: list[float]) -> dict:
 
 def markdown(report: dict) -> str:
     """stream.md from stream.json's content alone (templates/stream.md.j2)."""
-    from .render import TEMPLATES
-
     return TEMPLATES.get_template("stream.md.j2").render(
-        **report, collapse_ratio=COLLAPSE_RATIO, no_cost_ratio=NO_COST_RATIO
+        **report, collapse_ratio=COLLAPSE_RATIO, no_cost_ratio=NO_COST_RATIO, sink_threshold=SINK_EPSILON
     )
 
 

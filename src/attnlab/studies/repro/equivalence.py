@@ -63,9 +63,21 @@ def claim_4() -> Claim:
     rows = backends_vs_reference()
     sdpa, before, after = m["max_diff_sdpa"], m["diff_before_5"], m["diff_from_5"]
     checks = [
-        Check("hand-written attention equals SDPA (is_causal) to ~1e-7 (max |diff|)", sdpa, 1e-5, sdpa < 1e-5),
-        Check("outputs before position 5 unchanged after changing V[5:] (max |diff|)", before, 0.0, before == 0.0),
-        Check("outputs from position 5 on do change (max |diff|)", after, "> 0", after > 0.0),
+        Check(
+            "equals-sdpa",
+            "hand-written attention equals SDPA (is_causal) to ~1e-7 (max |diff|)",
+            sdpa,
+            1e-5,
+            sdpa < 1e-5,
+        ),
+        Check(
+            "past-unchanged",
+            "outputs before position 5 unchanged after changing V[5:] (max |diff|)",
+            before,
+            0.0,
+            before == 0.0,
+        ),
+        Check("future-changes", "outputs from position 5 on do change (max |diff|)", after, "> 0", after > 0.0),
     ]
     t1 = Table(
         "A, experiment 2, as written (seed 42, b=2, h=4, seq=8, d=16, fp32)",
@@ -131,13 +143,21 @@ def claim_5(trials: int) -> Claim:
     chance = 0.25  # keys come in 4 identical pairs, so a random map peaks on the right pair 1 time in 4
     checks = [
         Check(
+            "rows-peak-on-sources",
             f"rows 4..7 peak on columns 0..3 clearly above chance ({chance} + 0.15), over {trials} seeds",
             hit,
             chance + 0.15,
             hit > chance + 0.15,
         ),
-        Check("the copy rows put more than a quarter of their weight on the source column", src_w, 0.25, src_w > 0.25),
         Check(
+            "copy-weight-on-source",
+            "the copy rows put more than a quarter of their weight on the source column",
+            src_w,
+            0.25,
+            src_w > 0.25,
+        ),
+        Check(
+            "source-ties-copy",
             "a source column ties exactly with the copy's own column (identical keys; |gap|, as written)",
             as_written["twin_gap"],
             0.0,

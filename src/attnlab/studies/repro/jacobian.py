@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from .verdict import Table, fmt
+from ..pages import fmt
+from .verdict import Table
 
 
 def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:

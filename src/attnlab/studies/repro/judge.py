@@ -8,12 +8,12 @@ seed alone leaves a check untested.
 
 from __future__ import annotations
 
+from ...attention.stats import SINK_EPSILON
 from ..report.baseline import CLEARLY_BELOW
 from ..stats import ALPHA, wilson
 from .verdict import DETAIL, Check
 
 FAIL_RATIO = 0.5  # an unscaled run fails when it reaches under half the scaled run's gain over the attention-free level
-SINK_THRESHOLD = 0.3  # Gu et al. 2024: a head is a sink head when its mean first-token weight > 0.3
 NEAR_ONE_HOT = 0.5  # mean max prob above which the softmax counts as saturated
 KNOCKOUT_LARGE = 0.5  # cutting a layer's induction edges removes at least half of the right token's probability
 COPY_SOLVED = 0.95  # copy accuracy at which the sinks testbed's task counts as learned (AdamW reaches 0.99+)
@@ -77,6 +77,7 @@ def checks_8(m: dict) -> list[Check]:
     j, i, f = m["jacobian"], m["init_002"], m["fanin"]
     return [
         Check(
+            "unscaled-fails",
             FAILS,
             {"share": c["share"], "p_holm": c["p_holm"]},
             f"share < {FAIL_RATIO}, Holm p < {ALPHA}",
@@ -87,6 +88,7 @@ def checks_8(m: dict) -> list[Check]:
         for c in cells_8(m)
     ] + [
         Check(
+            "jacobian-vanishes",
             "the softmax Jacobian has all but vanished at the unscaled logit size (||J||_F at std 11.3 / its peak)",
             j["at_11"] / j["peak"],
             0.1,
@@ -94,6 +96,7 @@ def checks_8(m: dict) -> list[Check]:
             DETAIL,
         ),
         Check(
+            "qk-grad-smaller",
             "the q/k weight gradient at init is smaller without scaling (fan-in init, unscaled / scaled)",
             f["grad_ratio"],
             1,
@@ -101,6 +104,7 @@ def checks_8(m: dict) -> list[Check]:
             DETAIL,
         ),
         Check(
+            "saturated-at-init",
             "the unscaled softmax is saturated at init (init std 0.02, d_k 128, mean max p)",
             i["max_prob"],
             NEAR_ONE_HOT,
@@ -117,7 +121,9 @@ def _formed(types: list[dict], layers, kinds) -> list[bool]:
     return [any(x) for x in zip(*per_layer)] if per_layer else []
 
 
-def _head_check(name: str, evidence: dict, here: list[list[bool]], elsewhere: list[list[bool]], needs: str, role=None):
+def _head_check(
+    check_id: str, name: str, evidence: dict, here: list[list[bool]], elsewhere: list[list[bool]], needs: str, role=None
+):
     """One head type: formed where the claim puts it in most seeds of a study with several seeds (True), only in
     one seed (untested), only in other layers (False), nowhere (untested: ``needs``)."""
     multi = [f for f in here if len(f) > 1]
@@ -126,7 +132,7 @@ def _head_check(name: str, evidence: dict, here: list[list[bool]], elsewhere: li
         needs = ONE_SEED
     elif passed is None and any(most(f) for f in elsewhere if len(f) > 1):
         passed = False
-    return Check(name, evidence, "formed in most seeds", passed, role or "main", needs=needs)
+    return Check(check_id, name, evidence, "formed in most seeds", passed, role or "main", needs=needs)
 
 
 def checks_12(m: dict) -> list[Check]:
@@ -172,6 +178,7 @@ def checks_12(m: dict) -> list[Check]:
 
     return [
         _head_check(
+            "positional-heads",
             "positional heads in the shallow layers",
             shown(pos),
             list(pos.values()),
@@ -179,14 +186,23 @@ def checks_12(m: dict) -> list[Check]:
             "a model that attends by offset",
         ),
         _head_check(
+            "induction-heads",
             "induction heads in the later layers",
             shown(ind_here),
             list(ind_here.values()),
             ind_else,
             "data with repeats to copy, as in the induction_heads study",
         ),
-        _head_check("sink heads in every layer", shown(sink_every), list(sink_every.values()), sink_else, sink_needs),
+        _head_check(
+            "sink-heads",
+            "sink heads in every layer",
+            shown(sink_every),
+            list(sink_every.values()),
+            sink_else,
+            sink_needs,
+        ),
         Check(
+            "syntactic-heads",
             "syntactic heads in the middle layers",
             "-",
             "formed in most seeds",
@@ -209,18 +225,19 @@ BB_WINDOW = (
     f"AdamW, softmax in a {BB_WINDOW_SIZE}-token window, the first token kept in view",
 )
 ESCAPES = ("zero_logit", "learned")
-FORMS = f"the first token absorbs weight: a head's mean first-token weight > {SINK_THRESHOLD}"
+FORMS = f"the first token absorbs weight: a head's mean first-token weight > {SINK_EPSILON}"
 CAUSE = "the sink goes where rows need not sum to one (the 'softmax must sum to 1' cause)"
 
 
 def bb_sinks(arm: dict) -> list[bool]:
     """Per seed of a testbed arm: do its dormant queries put more than the sink threshold on the first token?"""
-    return [x is not None and x > SINK_THRESHOLD for x in arm["dormant"]]
+    return [x is not None and x > SINK_EPSILON for x in arm["dormant"]]
 
 
 def _removed(flags: list[bool], condition: str, **measured) -> Check:
     """The cause under one way out of the sum to one: the arm keeps no sink in most seeds."""
     return Check(
+        "sum-to-one-cause",
         CAUSE,
         {"sink in": k_of_n(flags)["seeds"], **measured},
         "no sink in most seeds",
@@ -239,10 +256,17 @@ def checks_13(m: dict) -> list[Check]:
     if BB_BASE in arms:
         evidence["sinks testbed, softmax + AdamW, dormant queries"] = k_of_n(bb_sinks(arms[BB_BASE]))["seeds"]
     tb_forms = BB_BASE in arms and len(arms[BB_BASE]["dormant"]) > 1 and most(bb_sinks(arms[BB_BASE]))
-    study_forms = base is not None and base["seeds"] > 1 and max(base["sink_max"]) > SINK_THRESHOLD
-    needs = ONE_SEED if t["top"] > SINK_THRESHOLD else "a model in which sinks form (`make sweep SWEEP=sinks_bb`)"
+    study_forms = base is not None and base["seeds"] > 1 and max(base["sink_max"]) > SINK_EPSILON
+    needs = ONE_SEED if t["top"] > SINK_EPSILON else "a model in which sinks form (`make sweep SWEEP=sinks_bb`)"
     checks = [
-        Check(FORMS, evidence, "most seeds above the threshold", True if tb_forms or study_forms else None, needs=needs)
+        Check(
+            "sink-forms",
+            FORMS,
+            evidence,
+            "most seeds above the threshold",
+            True if tb_forms or study_forms else None,
+            needs=needs,
+        )
     ]
     # the cause, under each way out of the sum to one that a model with a sink was offered
     if tb_forms:
@@ -255,7 +279,7 @@ def checks_13(m: dict) -> list[Check]:
         slots = {k: c for k in ESCAPES if (c := snk["cells"].get(f"bos=true, sink={k}")) is not None}
         checks += [
             _removed(
-                [max(c["sink_max"]) > SINK_THRESHOLD],
+                [max(c["sink_max"]) > SINK_EPSILON],
                 f"sinks study: the {k} slot",
                 **{"largest first-token weight": max(c["sink_max"])},
             )
@@ -264,7 +288,7 @@ def checks_13(m: dict) -> list[Check]:
     if rope is not None and any(a["sink"] for a in rope["arms"]):  # the arms offered a way out of the sum to one
         checks += [
             _removed(
-                [w > SINK_THRESHOLD for w in a["weights"]],
+                [w > SINK_EPSILON for w in a["weights"]],
                 f"sinks testbed with RoPE: {a['arm']}",
                 **{"largest first-token weight": max(a["weights"])},
             )
@@ -274,6 +298,7 @@ def checks_13(m: dict) -> list[Check]:
     if len(checks) == 1:
         checks.append(
             Check(
+                "sum-to-one-cause",
                 CAUSE,
                 "-",
                 "no sink in most seeds",
@@ -281,19 +306,26 @@ def checks_13(m: dict) -> list[Check]:
                 needs="a model with a sink and an escape-slot or sigmoid arm (`make sweep SWEEP=sinks_bb`)",
             )
         )
-    details = {
-        "with rows still summing to one the sink stays (a per-head output gate; Qiu et al. 2025 find it goes)": BB_GATE,
-        "a sink forms on the first token wherever it is visible (a window that keeps it in view)": BB_WINDOW[1],
+    details = {  # id: (statement, the testbed arm that tests it)
+        "gate-keeps-sink": (
+            "with rows still summing to one the sink stays (a per-head output gate; Qiu et al. 2025 find it goes)",
+            BB_GATE,
+        ),
+        "sink-where-visible": (
+            "a sink forms on the first token wherever it is visible (a window that keeps it in view)",
+            BB_WINDOW[1],
+        ),
     }
     checks += [
         Check(
+            check_id,
             name,
             {"sink in": k_of_n(bb_sinks(arms[arm]))["seeds"]},
             "a sink in most seeds",
             most(bb_sinks(arms[arm])),
             DETAIL,
         )
-        for name, arm in details.items()
+        for check_id, (name, arm) in details.items()
         if tb_forms and arm in arms
     ]
     return checks

@@ -187,9 +187,15 @@ def claim_7(grid: list[dict]) -> Claim:
     )
     checks = [
         Check(
-            overflow, fp16_1e9, "-inf or NaN", "NaN" in fp16_1e9.values(), condition="masked_fill with a Python scalar"
+            "minus-1e9-fp16",
+            overflow,
+            fp16_1e9,
+            "-inf or NaN",
+            "NaN" in fp16_1e9.values(),
+            condition="masked_fill with a Python scalar",
         ),
         Check(
+            "minus-1e9-fp16",
             overflow,
             cast_value,
             "-inf",
@@ -197,12 +203,20 @@ def claim_7(grid: list[dict]) -> Claim:
             condition="an fp32 mask cast to fp16",
         ),
         Check(
+            "minus-inf-partly-masked",
             "-inf is right for partly masked rows (paths x dtypes ok)",
             inf_partial.count("ok"),
             len(inf_partial),
             inf_partial.count("ok") == len(inf_partial),
         ),
-        Check("-inf is safe for fully masked rows (fp32, per path)", inf_full, "ok or zeros", inf_full_safe, DETAIL),
+        Check(
+            "minus-inf-fully-masked",
+            "-inf is safe for fully masked rows (fp32, per path)",
+            inf_full,
+            "ok or zeros",
+            inf_full_safe,
+            DETAIL,
+        ),
     ]
     tables = grid_tables(grid)
     tables[0].note = (
@@ -248,7 +262,15 @@ def claim_11(grid: list[dict]) -> Claim:
         "-1e9 in BF16 with a fully masked row gives NaN, not 0",
         {"bf16 -1e9 fully masked row": "NaN"},
         {"bf16_-1e9_full_row": bf16, "nan_cases": nan_cases},
-        [Check("-1e9 in bf16, fully masked row, explicit softmax -> NaN", explicit, "NaN", explicit == "NaN")],
+        [
+            Check(
+                "bf16-nan",
+                "-1e9 in bf16, fully masked row, explicit softmax -> NaN",
+                explicit,
+                "NaN",
+                explicit == "NaN",
+            )
+        ],
         [table],
         method="Read off claim 7's grid.",
     )

@@ -142,12 +142,13 @@ def claim_6(mem: dict) -> Claim:
         {"per_layer_GB": per_layer / GB, "all_layers_GB": total / GB, "naive_peak_over_one_matrix": held},
         [
             Check(
+                "kv-per-layer",
                 "2 x 32 x 4096^2 x 2 B per layer (GB, within 0.05)",
                 per_layer / GB,
                 2.1,
                 within(2.1, per_layer / GB, abs_tol=0.05),
             ),
-            Check("over 32 layers (GB, within 1)", total / GB, 68, within(68, total / GB, abs_tol=1.0)),
+            Check("kv-32-layers", "over 32 layers (GB, within 1)", total / GB, 68, within(68, total / GB, abs_tol=1.0)),
         ],
         [t],
         method="The arithmetic, and the measured ratio of a naive step's peak to one matrix.",
@@ -178,13 +179,21 @@ def claim_14(mem: dict) -> Claim:
         {"matrix_per_head_MiB": head_mib, "naive_peak_exponent_T": slope, "naive_peak_ratio_d256_over_d16": d_ratio},
         [
             Check(
+                "matrix-128mb",
                 "an n = 8192 fp16 matrix is 128 MB per head (MiB, within 0.5)",
                 head_mib,
                 128,
                 within(128, head_mib, abs_tol=0.5),
             ),
-            Check("naive memory grows as n^2 (measured exponent of T, within 0.25)", slope, 2, abs(slope - 2) < 0.25),
             Check(
+                "memory-n-squared",
+                "naive memory grows as n^2 (measured exponent of T, within 0.25)",
+                slope,
+                2,
+                abs(slope - 2) < 0.25,
+            ),
+            Check(
+                "memory-grows-with-d",
                 "naive memory grows with d, O(n^2 d) (peak ratio d = 256 / d = 16, above)",
                 d_ratio,
                 4,
@@ -247,17 +256,30 @@ def claim_15(mem: dict, sram_elems: int = 192 * 1024 // 2) -> Claim:
             "reduction_n8192_d128_M192KB": reduction,
         },
         [
-            Check("no T x T matrix: flash peak memory linear in T (measured exponent, below)", slope, 1.3, slope < 1.3),
             Check(
+                "flash-linear",
+                "no T x T matrix: flash peak memory linear in T (measured exponent, below)",
+                slope,
+                1.3,
+                slope < 1.3,
+            ),
+            Check(
+                "traffic-n2-over-m",
                 "HBM traffic scales as n^2 / M (exponents of the published bound in n, M)",
                 [exps["n"], exps["M"]],
                 [2, -1],
                 abs(exps["n"] - 2) < 1e-9 and abs(exps["M"] + 1) < 1e-9,
             ),
             Check(
-                "the traffic bound has no factor of d (its exponent in d)", exps["d"], 0, abs(exps["d"]) < 1e-9, DETAIL
+                "traffic-no-d",
+                "the traffic bound has no factor of d (its exponent in d)",
+                exps["d"],
+                0,
+                abs(exps["d"]) < 1e-9,
+                DETAIL,
             ),
             Check(
+                "saving-m-fold",
                 "the saving is about M-fold (bound's reduction at n = 8192, d = 128)",
                 reduction,
                 sram_elems / 2,
@@ -265,6 +287,7 @@ def claim_15(mem: dict, sram_elems: int = 192 * 1024 // 2) -> Claim:
                 DETAIL,
             ),
             Check(
+                "traffic-measured",
                 "HBM traffic measured",
                 "-",
                 "O(n^2 / M)",

@@ -11,7 +11,8 @@ import math
 import numpy as np
 import torch
 
-from .verdict import DETAIL, Check, Claim, Table, fmt, max_diff, printed, within
+from ..pages import fmt
+from .verdict import DETAIL, Check, Claim, Table, max_diff, printed, within
 
 DIMS = (16, 64, 256, 1024)
 
@@ -85,11 +86,16 @@ def claim_1(samples: int) -> Claim:
     z_src = max(abs(SOURCE_DOT_STD[d][1] - 1) / se_src for d in DIMS)
     src = [v for r in rows for v in SOURCE_DOT_STD[r["d"]]]
     checks = [
-        Check("std(q.k) / sqrt(d) = 1 (max |ratio - 1| over d)", off, tol, off < tol),
+        Check("qk-std-one", "std(q.k) / sqrt(d) = 1 (max |ratio - 1| over d)", off, tol, off < tol),
         printed(
-            "the source's table is what its code prints", src, [v for r in rows for v in (r["std"], r["scaled_std"])], 3
+            "table-as-printed",
+            "the source's table is what its code prints",
+            src,
+            [v for r in rows for v in (r["std"], r["scaled_std"])],
+            3,
         ),
         Check(
+            "spread-is-noise",
             "the source's spread around 1 is sampling noise (standard errors of 2000 pairs)",
             z_src,
             3,
@@ -155,10 +161,29 @@ def claim_2() -> Claim:
     top = min(r["max_p"] for r in rows if r["scale"] == max(SCALES_2))
     eps = max(abs(r["entropy"] - r["entropy_xlogy"]) for r in rows)
     checks = [
-        printed("max prob cells are what the code prints", [s[0] for s in src], [r["max_p"] for r in rows], 4),
-        printed("entropy cells are what the code prints", [s[1] for s in src], [r["entropy"] for r in rows], 3),
-        Check(f"saturated at logit std {max(SCALES_2):g}: smallest mean max prob over n above", top, 0.5, top > 0.5),
+        printed(
+            "max-prob-as-printed",
+            "max prob cells are what the code prints",
+            [s[0] for s in src],
+            [r["max_p"] for r in rows],
+            4,
+        ),
+        printed(
+            "entropy-as-printed",
+            "entropy cells are what the code prints",
+            [s[1] for s in src],
+            [r["entropy"] for r in rows],
+            3,
+        ),
         Check(
+            "saturated-at-16",
+            f"saturated at logit std {max(SCALES_2):g}: smallest mean max prob over n above",
+            top,
+            0.5,
+            top > 0.5,
+        ),
+        Check(
+            "log-epsilon-invisible",
             "the +1e-10 inside the log is below the printed precision (max entropy shift)",
             eps,
             5e-4,
@@ -233,8 +258,15 @@ def claim_3(trials: int, entries: int = 500) -> Claim:
     ours = [v for r in rows for v in (r["max_p_unscaled"], r["max_p_scaled"])]
     low = min(r["max_p_unscaled"] for r in fixed)
     checks = [
-        printed("the max prob figures are what the code prints", [v for s in src for v in s[:2]], ours, 4),
+        printed(
+            "max-prob-as-printed",
+            "the max prob figures are what the code prints",
+            [v for s in src for v in s[:2]],
+            ours,
+            4,
+        ),
         Check(
+            "entropy-column",
             "the 'entropy' column is an entropy of the distribution (scaled entropies, corrected)",
             [r["entropy_scaled"] for r in fixed],
             [s[2] for s in src],
@@ -242,13 +274,21 @@ def claim_3(trials: int, entries: int = 500) -> Claim:
             DETAIL,
         ),
         Check(
+            "uniform-entropy",
             f"'uniform entropy' log d is the uniform entropy of the softmax over {entries} entries",
             math.log(entries),
             [r["uniform"] for r in rows],
             all(within(r["uniform"], math.log(entries), 1e-9) for r in rows),
             DETAIL,
         ),
-        Check("unscaled max p is 0.9999 at every d (smallest mean over d, corrected)", low, 0.999, low > 0.999, DETAIL),
+        Check(
+            "unscaled-one-hot",
+            "unscaled max p is 0.9999 at every d (smallest mean over d, corrected)",
+            low,
+            0.999,
+            low > 0.999,
+            DETAIL,
+        ),
     ]
     t1 = Table(
         f"As written (torch.manual_seed(0) right before the loop): one softmax over {entries} (q, k) pairs per d",
@@ -308,10 +348,18 @@ def claim_9(samples: int) -> Claim:
     off = max_diff(SOURCE_SOFTMAX_4, p.tolist())
     checks = [
         Check(
-            "logit size: std(q.k) about 11 at d = 128 and 23 at d = 512 (within 5 %)", sizes, SOURCE_LOGIT_SIZE, near
+            "logit-size",
+            "logit size: std(q.k) about 11 at d = 128 and 23 at d = 512 (within 5 %)",
+            sizes,
+            SOURCE_LOGIT_SIZE,
+            near,
         ),
-        Check("softmax(11 x logits) is one-hot (largest weight)", float(p11[0]), 0.999, p11[0] > 0.999),
-        Check("softmax([2, 1, 0.5, 0]) as printed (max |diff|)", off, 0.005, off <= 0.005, DETAIL),
+        Check(
+            "one-hot-at-11", "softmax(11 x logits) is one-hot (largest weight)", float(p11[0]), 0.999, p11[0] > 0.999
+        ),
+        Check(
+            "softmax-as-printed", "softmax([2, 1, 0.5, 0]) as printed (max |diff|)", off, 0.005, off <= 0.005, DETAIL
+        ),
     ]
     vector = lambda xs, digits=3: "[" + ", ".join(fmt(float(x), digits) for x in xs) + "]"  # noqa: E731
     rows = [
@@ -392,12 +440,16 @@ def checks_10(measured: dict) -> list[Check]:
     ratios = {c: [r["logit_std"] / r[k] for r in measured["model_init"]] for c, k in reading.items()}
     return [
         Check(
+            "rule-gives-std-one",
             "dividing q.k by sigma^2 sqrt(d) gives std 1 for N(0, sigma^2) components (smallest, largest)",
             [min(after), max(after)],
             "1 +- 0.03",
             all(abs(a - 1) < 0.03 for a in after),
         ),
-    ] + [Check(rule, x, "1 +- 0.15", all(abs(v - 1) <= 0.15 for v in x), condition=c) for c, x in ratios.items()]
+    ] + [
+        Check("rule-gives-gpt-std", rule, x, "1 +- 0.15", all(abs(v - 1) <= 0.15 for v in x), condition=c)
+        for c, x in ratios.items()
+    ]
 
 
 def claim_10(samples: int, training: dict | None = None) -> Claim:

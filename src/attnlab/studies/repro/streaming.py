@@ -16,8 +16,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ...attention.stats import SINK_EPSILON
+from ..pages import fmt, span
 from ..report.streaming import COLLAPSE, COLLAPSE_RATIO, NO_COST, NO_COST_RATIO
-from .verdict import DETAIL, Check, Claim, Table, fmt, span
+from .verdict import DETAIL, Check, Claim, Table
 
 STUDIES = {
     "streaming_bb": (
@@ -29,7 +31,6 @@ STUDIES = {
         "make sweep SWEEP=streaming SEEDS=3, then attnlab stream-study <sweep dir> --cache 128",
     ),
 }
-SINK_THRESHOLD = 0.3  # Gu et al. 2024's sink-head threshold, as in claim 13
 MIN_SEEDS = 3  # a collapse over fewer seeds is not yet evidence
 CLAIM_16 = "Streaming inference must not drop the first KV entries: the first token is the attention sink"
 COSTS = "with a sink, evicting the first tokens collapses perplexity (PPL(0 kept) / PPL(most kept), 95 % interval)"
@@ -42,7 +43,7 @@ def arm_measurements(arm: dict) -> dict:
         "arm": arm["arm"],
         "weights": weights,
         "dormant": bool(arm["dormant_first_token_weight"]),
-        "sink": bool(weights) and 2 * sum(w > SINK_THRESHOLD for w in weights) > len(weights),
+        "sink": bool(weights) and 2 * sum(w > SINK_EPSILON for w in weights) > len(weights),
         "eviction": arm["eviction"],
     }
 
@@ -93,6 +94,7 @@ def checks_16(m: dict) -> list[Check]:
         for a in sinks:
             checks.append(
                 Check(
+                    "sink-eviction-collapses",
                     COSTS,
                     _test(a),
                     f"{COLLAPSE} over >= {MIN_SEEDS} seeds ({NO_COST}: refuted)",
@@ -105,9 +107,10 @@ def checks_16(m: dict) -> list[Check]:
             top = max((w for a in st["arms"] for w in a["weights"]), default=None)
             checks.append(
                 Check(
+                    "sink-eviction-collapses",
                     COSTS,
                     {"largest first-token weight": top},
-                    f"a sink (> {SINK_THRESHOLD})",
+                    f"a sink (> {SINK_EPSILON})",
                     None,
                     condition=st["setting"],
                     needs="an arm in which a sink forms",
@@ -115,6 +118,7 @@ def checks_16(m: dict) -> list[Check]:
             )
         checks += [
             Check(
+                "no-sink-no-cost",
                 FREE,
                 _test(a),
                 NO_COST,
@@ -127,7 +131,17 @@ def checks_16(m: dict) -> list[Check]:
             if not a["sink"] and a["eviction"]
         ]
     for study, command in m["missing"].items():
-        checks.append(Check(COSTS, "-", "a committed study", None, condition=STUDIES[study][0], needs=f"`{command}`"))
+        checks.append(
+            Check(
+                "sink-eviction-collapses",
+                COSTS,
+                "-",
+                "a committed study",
+                None,
+                condition=STUDIES[study][0],
+                needs=f"`{command}`",
+            )
+        )
     return checks
 
 
@@ -149,7 +163,7 @@ def claim_16(reports: Path) -> Claim:
             "| verdict",
             [_row(a) for a in st["arms"]],
             note=f"First-token weight: the dormant queries' on the testbed, else the largest layer's mean; a sink: above "
-            f"{SINK_THRESHOLD} in most seeds. Verdict: the study's own ({COLLAPSE}: the interval's lower bound >= "
+            f"{SINK_EPSILON} in most seeds. Verdict: the study's own ({COLLAPSE}: the interval's lower bound >= "
             f"{COLLAPSE_RATIO:g}; {NO_COST}: the interval within [1/{NO_COST_RATIO:g}, {NO_COST_RATIO:g}]).",
         )
         for st in m["studies"].values()

@@ -26,9 +26,10 @@ from ...console import quiet_lightning
 from ...data import TextDataModule
 from ...model import GPT, GPTConfig
 from ...train import train
+from ..pages import fmt, span
 from . import studies
 from .judge import COPY_SOLVED, cells_8, checks_8, checks_12, checks_13
-from .verdict import Claim, Table, fmt, span
+from .verdict import Claim, Table
 
 SEED = 1337
 

@@ -1,7 +1,7 @@
 """What every reproduction returns: the checks it made and the verdict they give, as data.
 
-A ``Check`` is one statement of the source held against a measurement: its name (the statement, in
-this repository's words), the measured value, the source's figure or the threshold it is held to, and
+A ``Check`` is one statement of the source held against a measurement: its id (a short slug that tests
+and code key on), its name (the statement, in this repository's words), the measured value, the source's figure or the threshold it is held to, and
 whether it passed (None: not tested here, ``needs`` says what would test it). The verdict is a
 function of the checks alone, so a test can flip a measurement and see it turn:
 
@@ -44,6 +44,7 @@ class Table:
 
 @dataclass
 class Check:
+    id: str  # a short slug of the statement, stable when its wording changes; one per statement and claim
     name: str
     measured: Any
     reference: Any
@@ -129,37 +130,14 @@ def max_diff(source: Iterable[float], measured: Iterable[float]) -> float:
     return max((abs(m - s) for s, m in zip(source, measured)), default=0.0)
 
 
-def printed(name: str, source: list[float], measured: list[float], decimals: int, role: str = MAIN) -> Check:
+def printed(
+    check_id: str, name: str, source: list[float], measured: list[float], decimals: int, role: str = MAIN
+) -> Check:
     """The check that the source's printed figures are what its code prints, read at the source's precision."""
-    return Check(name, max_diff(source, measured), 0.5 * 10**-decimals, same_printed(source, measured, decimals), role)
+    passed = same_printed(source, measured, decimals)
+    return Check(check_id, name, max_diff(source, measured), 0.5 * 10**-decimals, passed, role)
 
 
 def same_printed(source: Iterable[float], measured: Iterable[float], decimals: int) -> bool:
     """True when every measured value, printed with the source's number of decimals, reads the same."""
     return all(f"{s:.{decimals}f}" == f"{m:.{decimals}f}" for s, m in zip(source, measured, strict=True))
-
-
-def fmt(x, digits: int = 4) -> str:
-    """A number for a table cell: fixed for ordinary sizes, scientific for tiny or huge ones."""
-    if isinstance(x, bool) or x is None or isinstance(x, str):
-        return "-" if x is None else str(x)
-    if isinstance(x, int):
-        return f"{x:,}" if abs(x) >= 10_000 else str(x)
-    if isinstance(x, (list, tuple)):
-        return ", ".join(fmt(v, digits) for v in x)
-    if isinstance(x, dict):
-        return ", ".join(f"{k}: {fmt(v, digits)}" for k, v in x.items())
-    if not math.isfinite(x):
-        return str(x)
-    if x != 0 and (abs(x) < 10 ** -(digits - 1) or abs(x) >= 1e6):
-        return f"{x:.2e}"
-    return f"{x:.{digits}f}"
-
-
-def span(values: Iterable[float | None], digits: int = 3) -> str:
-    """A per-seed value as its range over the seeds ('0.981-0.998'), or the one value."""
-    xs = [x for x in values if x is not None]
-    if not xs:
-        return "-"
-    lo, hi = fmt(min(xs), digits), fmt(max(xs), digits)
-    return lo if lo == hi else f"{lo} to {hi}"

@@ -71,7 +71,6 @@ EXPECTED = (
     "W&B: finish",
     "train(): not covered by a phase",
 )
-BACKGROUND = ("W&B: import and init",)  # in a thread beside the main thread's phases
 
 GROUPS = (  # (group, row-name prefixes) in the table's order
     ("start-up", ("interpreter", "imports", "Hydra")),
