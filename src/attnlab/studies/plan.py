@@ -31,9 +31,9 @@ from ..config_checks import apply_renamed_keys
 from ..devices import prepare_device
 from ..results import TRAINING, atomic_write_text, training_fingerprint
 from . import stats
-from .report.baseline import experiment_baseline
 from .report.aggregate import load_sweeps
 from .report.analysis import cells_from_runs, contrasts, question_of
+from .report.baseline import experiment_baseline
 from .report.data import DEFAULT_BUDGET, axes_of, frame_from_runs, read_runs
 from .sweep import PLAN, studies
 from .sweep import main as sweep
