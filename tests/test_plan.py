@@ -46,11 +46,17 @@ def test_seeds_needed_follow_each_comparisons_spread_and_the_hours_follow_the_se
         assert row["seeds_needed"] == expected and row["within_budget"]
     assert made["seeds"] == max(r["seeds_needed"] for r in made["comparisons"])
     assert made["hours"] == pytest.approx(made["seeds"] * 3 * 90.0 / plan.JOBS / 3600)
-    assert plan.verdict(made).startswith("answerable")
+    assert (
+        plan.verdict(made)
+        == f"untested: needs {made['seeds_for_all']} seeds ({made['hours_for_all']:.1f} hours on this machine)"
+    )
+    tight = runs({"baseline": [0.950, 0.951, 0.952], "mqa": [0.950, 0.952, 0.951]}, loss=levels - 1.0)
+    assert plan.verdict(plan.build_plan("kv_frontier", tight, hours=1000)).startswith("answered")
 
     capped = plan.build_plan("kv_frontier", frame, hours=0.05)  # 3 cells x 90 s x 2 seeds fits, no more
     assert capped["most_seeds"] == 2 and not capped["answerable"]
     assert plan.verdict(capped).startswith(f"untested: needs {capped['seeds_for_all']} seeds")
+    assert plan.verdict(capped).endswith("over the 0.05 hours allowed")
 
 
 def test_a_reference_that_has_not_learned_the_task_leaves_every_comparison_untested(levels):

@@ -31,8 +31,9 @@ from ..config_checks import apply_renamed_keys
 from ..devices import prepare_device
 from ..results import TRAINING, atomic_write_text, training_fingerprint
 from . import stats
+from .report import tested_cells
 from .report.aggregate import load_sweeps
-from .report.analysis import cells_from_runs, contrasts, question_of
+from .report.analysis import cells_from_runs, contrasts
 from .report.baseline import experiment_baseline
 from .report.data import DEFAULT_BUDGET, axes_of, frame_from_runs, read_runs
 from .sweep import PLAN, studies
@@ -110,7 +111,7 @@ def build_plan(study: str, frame: pd.DataFrame, hours: float | None = None, drop
     frame = frame[frame["budget"] == DEFAULT_BUDGET] if (frame["budget"] == DEFAULT_BUDGET).any() else frame
     axes = axes_of(frame)
     cells = cells_from_runs(frame, axes)
-    question = question_of(study, axes)
+    axes, tested, _, question = tested_cells(study, frame, axes, cells)
     metric = question.metrics[0]
     difference = question.difference
     hours = float(hours or question_cfg.get("hours") or DEFAULT_HOURS)
@@ -131,7 +132,7 @@ def build_plan(study: str, frame: pd.DataFrame, hours: float | None = None, drop
     runs_per_seed = len(cells)
     most = max(2, int(hours * 3600 * JOBS / (seconds * runs_per_seed))) if seconds else None
     rows = []
-    for c in contrasts(cells, axes, question, metric):
+    for c in contrasts(tested, axes, question, metric):
         std_ref = c.test.std_ref if c.test else math.nan
         std_level = c.test.std_level if c.test else math.nan
         resolved = c.verdict in ("higher", "lower")  # beyond seed noise already: these seeds answer it
@@ -186,17 +187,18 @@ def _hours(seeds: int | None, cells: int, seconds: float | None) -> float | None
 
 
 def verdict(plan: dict) -> str:
-    """The plan's one line: answered at this budget, or untested with the seeds and hours it needs."""
+    """The plan's one line: answered by the seeds run, or untested with the seeds and hours it needs."""
     if plan["problems"]:
         return "untested: " + "; ".join(plan["problems"]) + " (a longer budget or an easier task first)"
-    if plan["answerable"]:
-        return f"answerable: {plan['seeds']} seeds a cell ({plan['hours']:.1f} hours on this machine)"
+    rows = plan["comparisons"]
+    if rows and all(r["resolved"] or (r["seeds_needed"] or math.inf) <= min(r["seeds"]) for r in rows):
+        return "answered: every comparison is resolved or its seeds detect the declared difference"
     if plan["seeds_for_all"] is None:
         return "untested: no seed spread to plan from (run the plan with --pilot)"
-    return (
-        f"untested: needs {plan['seeds_for_all']} seeds ({plan['hours_for_all']:.1f} hours on this machine), "
-        f"over the {plan['hours_cap']:g} hours allowed"
+    over = (
+        "" if plan["seeds_for_all"] <= (plan["most_seeds"] or 0) else f", over the {plan['hours_cap']:g} hours allowed"
     )
+    return f"untested: needs {plan['seeds_for_all']} seeds ({plan['hours_for_all']:.1f} hours on this machine){over}"
 
 
 def markdown(plan: dict) -> str:

@@ -131,6 +131,22 @@ def study_budget(out: Path) -> str:
     return str(pd.read_csv(out / "runs.csv", usecols=["budget"], dtype=str, keep_default_na=False)["budget"].iloc[0])
 
 
+def tested_cells(study: str, frame, axes: list[str], cells: list) -> tuple[list[str], list, list, analysis.Question]:
+    """The cells the study's question is asked of, with the question: the runs' own cells, or for a
+    learning-rate grid each arm's sensitivity over its rates (then also the arms)."""
+    tested_axes, tested, arms = axes, cells, []
+    if lr.LR_AXIS in axes and frame is not None:  # the question is asked of each arm's sensitivity over the grid
+        arms = lr.arms(frame, axes)
+        derived = lr.sensitivity_frame(arms)
+        tested_axes, tested = axes_of(derived), analysis.cells_from_runs(derived, sort=False)
+    question = analysis.question_of(study, tested_axes)
+    if arms and not question.declared:  # each setting's effect at every size, and its change across sizes
+        sizes = [a for a in tested_axes if a in lr.SIZE_AXES]
+        question.metrics, question.across = list(lr.METRICS), sizes[0] if sizes else None
+        question.compare = [(a, r) for a, r in question.compare if a not in sizes] or question.compare
+    return tested_axes, tested, arms, question
+
+
 def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict:
     """Render ``out``'s report from its runs.csv (or, for a study whose per-seed values were never kept,
     from its ablation.csv's cells); ``meta``: summary.json's study-level entries (default: the file's)."""
@@ -151,18 +167,9 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
     level = (baseline or {}).get("bigram")
     if study in frontier.STUDIES and frame is not None:  # frontier.md beside ablation.md, its data checked first
         meta["frontier"] = frontier.write(frame, study, level, out, draw)
-    tested_axes, tested, arms = axes, cells, []
-    if lr.LR_AXIS in axes and frame is not None:  # the question is asked of each arm's sensitivity over the grid
-        arms = lr.arms(frame, axes)
-        derived = lr.sensitivity_frame(arms)
-        tested_axes, tested = axes_of(derived), analysis.cells_from_runs(derived, sort=False)
-        if draw:
-            lr.plot(arms, (baseline or {}).get("unigram"), out / "lr_sensitivity.png")
-    question = analysis.question_of(study, tested_axes)
-    if arms and not question.declared:  # each setting's effect at every size, and its change across sizes
-        sizes = [a for a in tested_axes if a in lr.SIZE_AXES]
-        question.metrics, question.across = list(lr.METRICS), sizes[0] if sizes else None
-        question.compare = [(a, r) for a, r in question.compare if a not in sizes] or question.compare
+    tested_axes, tested, arms, question = tested_cells(study, frame, axes, cells)
+    if arms and draw:
+        lr.plot(arms, (baseline or {}).get("unigram"), out / "lr_sensitivity.png")
     families = {}
     for metric in question.metrics:
         family = analysis.contrasts(tested, tested_axes, question, metric)
