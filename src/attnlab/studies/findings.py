@@ -120,17 +120,30 @@ def _arm_label(axes: dict) -> str:
     return ", ".join(p.removeprefix("variant=") for p in parts) or "softmax"
 
 
+# normalised entropy at or above which a layer's attention is uniform: it reads nothing, so whether a sink
+# forms is not asked of it
+UNIFORM = 0.99
+
+
 def _sink_arms(reports: Path, study: str, label: str | None = None) -> list[dict]:
-    """Per arm: the seeds whose dormant queries put at least the sink threshold on the first token."""
+    """Per arm: the seeds whose dormant queries put at least the sink threshold on the first token; an arm
+    whose attention stays uniform in every seed, or whose models do not clear the attention-free level,
+    is untested (its attention does nothing for a sink to form in)."""
+    summary = _json(reports, f"{study}/summary.json")
+    level = (summary.get("attention_free_level") or {}).get("bigram")
     arms = []
-    for cell in _json(reports, f"{study}/summary.json")["per_seed"]:
-        weights = [r["metrics"]["attn/L0/sink_mass_dormant"] for r in cell["runs"]]
+    for cell in summary["per_seed"]:
+        metrics = [r["metrics"] for r in cell["runs"]]
+        weights = [m["attn/L0/sink_mass_dormant"] for m in metrics]
+        uniform = all(m.get("attn/L0/entropy_norm", 0.0) >= UNIFORM for m in metrics)
+        unused = level is not None and all(m.get("val/loss", level) >= level for m in metrics)
         arms.append(
             {
                 "arm": label or _arm_label(cell["axes"]),
                 "k": sum(w >= SINK_EPSILON for w in weights),
                 "n": len(weights),
                 "max": max(weights),
+                "untested": "uniform attention" if uniform else "above the attention-free level" if unused else None,
             }
         )
     return sorted(arms, key=lambda a: (a["arm"] != "softmax", -a["k"], a["arm"]))

@@ -198,7 +198,11 @@ def verdict(plan: dict) -> str:
     over = (
         "" if plan["seeds_for_all"] <= (plan["most_seeds"] or 0) else f", over the {plan['hours_cap']:g} hours allowed"
     )
-    return f"untested: needs {plan['seeds_for_all']} seeds ({plan['hours_for_all']:.1f} hours on this machine){over}"
+    open_rows = [r for r in rows if not (r["resolved"] or (r["seeds_needed"] or math.inf) <= min(r["seeds"]))]
+    return (
+        f"untested: needs {plan['seeds_for_all']} seeds ({plan['hours_for_all']:.1f} hours on this machine){over}"
+        f" for {len(open_rows)} of {len(rows)} comparisons"
+    )
 
 
 def markdown(plan: dict) -> str:
@@ -237,6 +241,7 @@ def markdown(plan: dict) -> str:
 
 def write(plan: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    plan["verdict"] = verdict(plan)  # what the study's report opens with
     atomic_write_text(out / PLAN, json.dumps(plan, indent=2, default=float) + "\n")
     atomic_write_text(out / "plan.md", markdown(plan))
 

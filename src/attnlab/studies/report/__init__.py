@@ -174,6 +174,7 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
     for metric in question.metrics:
         family = analysis.contrasts(tested, tested_axes, question, metric)
         analysis.reference_gap(family, cells, level)
+        analysis.reference_learned(family, cells, question.learned)
         if family:
             families[metric] = family
     crossed = (
@@ -193,6 +194,8 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
         "level": level,
         "unigram": (baseline or {}).get("unigram"),
         "gaps": [c.below for f in families.values() for c in f if c.below is not None],
+        "unlearned": sum(c.unlearned for f in families.values() for c in f),
+        "plan": json.loads((out / "plan.json").read_text())["verdict"] if (out / "plan.json").is_file() else None,
         "runs": len(frame) if frame is not None else sum(c.n_ok + c.n_failed for c in cells),
         "cells": cells,
         "seeds": seeds_text(cells),

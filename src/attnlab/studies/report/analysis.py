@@ -109,6 +109,7 @@ class Question:
     across: str | None = None  # the axis across which the compared effect itself is tested
     difference: float | None = None  # the difference the study is meant to resolve, in the metric's unit
     declared: bool = True
+    learned: float | None = None  # the answer accuracy the reference arm must reach before arms are compared
 
 
 def question_of(study: str, axes: list[str], conf_dir=None) -> Question:
@@ -130,6 +131,7 @@ def question_of(study: str, axes: list[str], conf_dir=None) -> Question:
             [(declared["axis"], str(declared["reference"]))],
             declared.get("across") if declared.get("across") in axes else None,
             declared.get("difference"),
+            learned=declared.get("learned"),
         )
     compared = [SCALING_AXIS] if SCALING_AXIS in axes else axes
     return Question("", ["val/loss"], [(a, "") for a in compared], declared=False)
@@ -156,6 +158,7 @@ class Comparison:
     level_interval: tuple[float, float] | None
     n: tuple[int, int]
     below: float | None = None  # how far the reference arm ends below the attention-free level
+    unlearned: bool = False  # the reference arm's answer accuracy is below the question's ``learned``
     p_holm: float | None = None
     seeds_needed: int | None = None  # seeds a side to detect the question's difference at this spread
 
@@ -167,7 +170,7 @@ class Comparison:
     def verdict(self) -> str:
         """higher | lower (beyond seed noise after Holm) | none | untested (no seed spread, or a reference
         arm that is not below the attention-free level: its models do not use their attention)."""
-        if self.test is None or (self.below is not None and self.below <= 0):
+        if self.test is None or (self.below is not None and self.below <= 0) or self.unlearned:
             return "untested"
         if self.p_holm is not None and self.p_holm < stats.ALPHA:
             return "higher" if self.diff > 0 else "lower"
@@ -294,6 +297,17 @@ def pooled(cells: list[Cell], axes: list[str], metric: str) -> list[dict]:
     for e, p in zip(out, stats.holm([e["test"].p if e["test"] else None for e in out])):
         e["p_holm"] = p
     return out
+
+
+def reference_learned(family: list[Comparison], grid: list[Cell], learned: float | None) -> None:
+    """Mark each comparison whose reference arm answers fewer than ``learned`` of the queries (val/acc): its
+    arms are compared before the model does what the study is about."""
+    if learned is None:
+        return
+    for c in family:
+        arm = {**c.at, c.axis: c.reference}
+        accs = [g.mean("val/acc") for g in grid if all(g.axes.get(k, v) == v for k, v in arm.items())]
+        c.unlearned = not any(a is not None and a >= learned for a in accs)
 
 
 def reference_gap(family: list[Comparison], grid: list[Cell], level: float | None) -> None:
