@@ -235,7 +235,7 @@ def against_source(
             else "agrees"
             if -difference <= flat.lo and flat.hi <= difference
             else "disagrees"
-            if flat.p < stats.ALPHA
+            if flat.lo > difference or flat.hi < -difference  # the whole interval beyond the threshold
             else "untested",
         }
     )
