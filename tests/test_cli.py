@@ -147,7 +147,7 @@ def test_attnlab_help_lists_every_command(capsys):
     assert cli.main(["--help"]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
     assert listed == list(cli.COMMANDS)
-    assert listed[:8] == ["train", "sweep", "table", "repro", "bench", "sample", "analyze", "dashboard"]
+    assert listed[:9] == ["train", "sweep", "plan", "table", "repro", "bench", "sample", "analyze", "dashboard"]
 
 
 def test_attnlab_unknown_command_is_one_error_line(capsys):

@@ -425,7 +425,7 @@ def test_the_fields_a_run_sets_are_its_model_overrides_and_its_experiment_and_va
     assert mla == {"pos_encoding", "attention.latent.d_c", "attention.latent.d_rope", "attention.latent.d_cq"}
     # kv_frontier's own keys and those of mqar, which its defaults list names
     kv_frontier = given_model_keys(["experiment=kv_frontier"], CONF_DIR)
-    assert kv_frontier == {"n_head", "pos_encoding", "n_layer", "d_model", "init_std"}
+    assert kv_frontier == {"n_head", "pos_encoding", "n_layer", "d_model", "init_std", "attn_only"}
 
 
 # ------------------------------------------------------------------- fine-tuning a variant
