@@ -100,8 +100,6 @@ def test_transformers_rows_decode_the_same_tokens_from_the_same_weights(hf_secti
     assert [(r["shape"], r["batch"]) for r in hf_section["rows"]] == [("micro", b) for b in setup["batches"]]
     assert all(r["identical_tokens"] for r in hf_section["rows"])
     assert all(r["logits_equal"] for r in hf_section["rows"])
-    tol = setup["logits_tolerance"]
-    assert all(r["max_logit_diff"] <= tol["atol"] + tol["rtol"] for r in hf_section["rows"])
 
 
 def test_the_logits_check_tells_the_twin_from_other_weights():
