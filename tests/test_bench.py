@@ -413,6 +413,30 @@ def test_cli_merge_keeps_sections_not_rerun(tmp_path):
     assert data["train"] == kept_train and data["callbacks"] == {"overhead_ratio": 1.5}
     assert {r["backend"] for r in data["kernels"]} == set(BACKENDS)  # the rerun section is new
     assert data["merged"]["kept_from"] == "before"
+    assert data["merged"]["measured"] == {"train": "before", "callbacks": "before"}
+
+
+def test_a_merge_of_a_merge_names_the_run_that_measured_each_kept_section(tmp_path):
+    """Kernels from a first run, e2e rerun later, then decode rerun: the header names the first run for
+    the kernels and the second for e2e, not the file each was last kept in."""
+    from attnlab.tools.bench.__main__ import merge_previous
+
+    prior = {
+        "created": "second",
+        "kernels": [{"T": 1}],
+        "e2e": {"pairs": 1},
+        "merged": {"kept_from": "first", "rerun": ["e2e"], "kept": ["kernels"]},
+    }
+    (tmp_path / "bench.json").write_text(json.dumps(prior))
+    merged = merge_previous({"decode": {}}, tmp_path, ["decode"])["merged"]
+    assert merged["measured"] == {"kernels": "first", "e2e": "second"}
+    (tmp_path / "bench.json").write_text(json.dumps({**prior, "merged": merged, "created": "third"}))
+    again = merge_previous({}, tmp_path, ["train"])["merged"]
+    assert again["measured"] == {"kernels": "first", "e2e": "second"}  # decode was empty: nothing kept
+    bench = synthetic_bench()
+    bench["merged"] = {**merged, "previous_load": [[0.8], [1.0]]}
+    header = write_markdown(bench, tmp_path).read_text().split("## Kernels")[0]
+    assert "Sections kernels are kept from the run of first, e2e from the run of second (`--merge`)" in header
 
 
 def test_default_out_is_the_committed_bench_only_for_what_it_holds():

@@ -99,6 +99,26 @@ def test_transformers_rows_decode_the_same_tokens_from_the_same_weights(hf_secti
     setup = hf_section["setup"]
     assert [(r["shape"], r["batch"]) for r in hf_section["rows"]] == [("micro", b) for b in setup["batches"]]
     assert all(r["identical_tokens"] for r in hf_section["rows"])
+    assert all(r["logits_equal"] for r in hf_section["rows"])
+
+
+def test_the_logits_check_tells_the_twin_from_other_weights():
+    """transformers' copy computes attnlab's logits; a model with one weight changed does not pass."""
+    import torch
+
+    from attnlab.model.gpt import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**decode.HF_SHAPES["micro"], **decode.GPT2_BLOCK)).eval()
+    twin = decode.transformers_twin(model)
+    ids = torch.randint(0, 61, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(twin(ids).logits, model(ids)[0], **decode.LOGITS_TOLERANCE)
+    assert decode.same_logits(model, twin, ids)[1]
+    with torch.no_grad():
+        twin.transformer.h[1].mlp.c_proj.bias[0] += 0.1  # one channel: LayerNorm would remove a shift of all
+    diff, equal = decode.same_logits(model, twin, ids)
+    assert not equal and diff > decode.LOGITS_TOLERANCE["atol"]
 
 
 def test_transformers_ratio_is_taken_within_the_repeats(hf_section):
@@ -109,7 +129,9 @@ def test_transformers_ratio_is_taken_within_the_repeats(hf_section):
         pairs = [a / t for a, t in zip(tps["attnlab"], tps["transformers"])]
         assert r["ratio"] == pytest.approx(statistics.median(pairs), rel=1e-12)
         assert r["ratio_range"] == [min(pairs), max(pairs)]
-        assert r["tokens_per_s"]["attnlab"] == pytest.approx(statistics.median(tps["attnlab"]), rel=1e-12)
+        for arm, v in tps.items():
+            assert r["tokens_per_s"][arm] == pytest.approx(statistics.median(v), rel=1e-12)
+            assert r["tokens_per_s_range"][arm] == pytest.approx([min(v), max(v)], rel=1e-12)
 
 
 def test_attnlab_greedy_is_generate_with_top_k_1():

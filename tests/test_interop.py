@@ -426,6 +426,11 @@ def test_the_fields_a_run_sets_are_its_model_overrides_and_its_experiment_and_va
     # kv_frontier's own keys and those of mqar, which its defaults list names
     kv_frontier = given_model_keys(["experiment=kv_frontier"], CONF_DIR)
     assert kv_frontier == {"n_head", "pos_encoding", "n_layer", "d_model", "init_std", "attn_only"}
+    # the data keys a run sets, read the same way (model.init_from takes the padding where none is set)
+    assert given_model_keys([*overrides, "data=tokens", "+data.vocab_multiple=8"], CONF_DIR, "data") == {
+        "vocab_multiple"
+    }
+    assert given_model_keys(overrides, CONF_DIR, "data") == set()
 
 
 # ------------------------------------------------------------------- fine-tuning a variant

@@ -135,6 +135,35 @@ def test_cached_logits_equal_the_full_forward_at_every_position(backend, variant
             torch.testing.assert_close(logits, full[:, position], atol=1e-10, rtol=0, msg=f"position {position}")
 
 
+@pytest.mark.parametrize("tie", [True, False])
+def test_decoding_head_follows_the_weights_it_copies(tie):
+    """next_logits' head copy is remade after an optimizer step and a load_state_dict, untied or tied
+    to the embedding; with autograd on, the logits keep their gradient."""
+    model = tiny_model("sdpa", "gpt2_biases")
+    model.cfg.tie_embeddings = tie
+    if not tie:
+        model.lm_head.weight = nn.Parameter(model.lm_head.weight.detach().clone())
+    idx = tokens()
+
+    def check():
+        with torch.no_grad():
+            full = model(idx)[0]
+            for position, logits in cached_logits(model, idx).items():
+                torch.testing.assert_close(logits, full[:, position], atol=1e-10, rtol=0)
+
+    check()
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    model(idx, idx)[1].backward()
+    opt.step()
+    check()
+    other = tiny_model("sdpa", "gpt2_biases", seed=3).state_dict()
+    model.load_state_dict(other, strict=False)
+    check()
+    logits = model.next_logits(idx, model.kv_caches())
+    logits.sum().backward()
+    assert logits.requires_grad and model.lm_head.weight.grad is not None
+
+
 @pytest.mark.parametrize("backend,variant", CASES)
 def test_generation_is_the_same_with_and_without_the_cache(backend, variant):
     """Greedy and seeded sampling, past block_size (where the caches are refilled every step)."""

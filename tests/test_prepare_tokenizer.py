@@ -79,7 +79,7 @@ def test_training_from_the_checkpoint_on_its_tokenized_data(checkpoint, corpus, 
     from attnlab.train import train
 
     path, theirs, _ = checkpoint
-    data = ["data=tokens", f"data.dir={corpus}", "data.vocab_multiple=1", f"model.init_from={path}"]
+    data = ["data=tokens", f"data.dir={corpus}", f"model.init_from={path}"]  # the padding left to the checkpoint
     cfg = make_cfg(
         *data, "model.bias=true", "model.mlp=gelu_tanh", "trainer.max_steps=1", "optim.lr=1e-12", "optim.min_lr=0"
     )
@@ -91,24 +91,55 @@ def test_training_from_the_checkpoint_on_its_tokenized_data(checkpoint, corpus, 
         torch.testing.assert_close(ours(x)[0], theirs(x).logits, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("multiple,data_vocab", [(64, 320), (1, 280)])
-def test_a_data_vocabulary_other_than_the_models_is_one_line_naming_both(
-    multiple, data_vocab, checkpoint, corpus, make_cfg, tmp_path
-):
-    """The checkpoint's data padded to a multiple of 64 (300 -> 320), and data of another tokenizer."""
+def test_a_data_vocabulary_other_than_the_models_is_one_line_naming_both(checkpoint, make_cfg, tmp_path):
+    """Data of another tokenizer (280 ids against the model's 300 rows)."""
     from attnlab.train import train
 
-    if data_vocab == 280:
-        other = tmp_path / "other"
-        save_tokenizer(other, vocab_size=280)
-        corpus = tmp_path / "other_tokens"
-        prepare(corpus, TEXT, "lines", tokenizer=str(other))
-    data = ["data=tokens", f"data.dir={corpus}", f"data.vocab_multiple={multiple}", f"model.init_from={checkpoint[0]}"]
+    other = tmp_path / "other"
+    save_tokenizer(other, vocab_size=280)
+    corpus = tmp_path / "other_tokens"
+    prepare(corpus, TEXT, "lines", tokenizer=str(other))
+    data = ["data=tokens", f"data.dir={corpus}", f"model.init_from={checkpoint[0]}"]
     cfg = make_cfg(*data, "model.bias=true", "model.mlp=gelu_tanh", "callbacks=none")
-    with pytest.raises(AttnlabError, match=f"has {MODEL_VOCAB} tokens, the data's {data_vocab}") as err:
+    with pytest.raises(AttnlabError, match=f"has {MODEL_VOCAB} tokens, the data's 280") as err:
         train(cfg)
     assert "\n" not in str(err.value)
     assert not (Path(cfg.paths.output_dir) / "checkpoints").exists()
+
+
+SMOKE_RUN = ["debug=smoke", "logger=none", "callbacks=none", "model.bias=true", "model.mlp=gelu_tanh"]
+
+
+def test_the_vocabulary_follows_the_checkpoint_where_the_run_sets_no_padding(checkpoint, corpus, tmp_path, monkeypatch):
+    """`attnlab train model.init_from=DIR data=tokens data.dir=...`: data=tokens pads to a multiple of
+    64 by default (300 -> 320), but the run starts from the checkpoint's 300 rows; results.json
+    says the padding was taken."""
+    from attnlab.checkpointing import load_model
+    from attnlab.train import main
+
+    run = tmp_path / "run"
+    given = ["data=tokens", f"data.dir={corpus}", f"model.init_from={checkpoint[0]}", "trainer.max_steps=1"]
+    smoke = [arg for arg in SMOKE_RUN if arg != "callbacks=none"]  # the checkpoint callback writes last.ckpt
+    monkeypatch.setattr("sys.argv", ["attnlab-train", *smoke, *given, f"hydra.run.dir={run}"])
+    main()
+    results = json.loads((run / "results.json").read_text())
+    assert results["status"] == "ok" and results["config"]["data"]["vocab_multiple"] == 1
+    assert results["init_from"]["data_taken"] == ["vocab_multiple"]
+    assert load_model(run / "checkpoints" / "last.ckpt")[0].model.cfg.vocab_size == MODEL_VOCAB
+
+
+def test_a_padding_the_run_sets_is_kept_and_refused_in_one_line_naming_both(
+    checkpoint, corpus, tmp_path, monkeypatch, capsys
+):
+    """`data.vocab_multiple=64` given: the data's 300 ids padded to 320, which the checkpoint's 300
+    rows do not take."""
+    from test_cli import run_main
+
+    run = tmp_path / "run"
+    given = ["data=tokens", f"data.dir={corpus}", "data.vocab_multiple=64", f"model.init_from={checkpoint[0]}"]
+    code, _, err = run_main(monkeypatch, capsys, *SMOKE_RUN, *given, f"hydra.run.dir={run}")
+    assert_one_line_error(code, err, f"has {MODEL_VOCAB} tokens, the data's 320")
+    assert not (run / "checkpoints").exists()
 
 
 def test_a_bad_tokenizer_dir_is_one_line_and_writes_nothing(checkpoint, tmp_path, capsys):

@@ -306,18 +306,29 @@ def skip_finished(run_dir: Path, config: dict, done: dict) -> dict:
 def take_architecture(cfg: DictConfig, record: RunRecord):
     """``model.init_from``: the checkpoint's architecture written into ``cfg.model`` where the run did
     not set a field itself (its overrides, its experiment or variant file; called from Python, with
-    no Hydra overrides, every field is taken); results.json records the dir, its model_type and the
-    fields taken. Returns the opened checkpoint (interop.hf_load.HFCheckpoint)."""
-    from .interop.hf_load import HFCheckpoint, architecture_from, given_model_keys
+    no Hydra overrides, every field is taken), and the data's vocabulary unpadded unless the run set
+    data.vocab_multiple (hf_load.vocabulary_from); results.json records the dir, its model_type and
+    the fields taken. Returns the opened checkpoint (interop.hf_load.HFCheckpoint)."""
+    from .interop.hf_load import HFCheckpoint, architecture_from, given_model_keys, vocabulary_from
 
     ckpt = HFCheckpoint.open(cfg.model.init_from)
-    given = given_model_keys(record.data["overrides"], CONF_DIR)
-    taken = architecture_from(ckpt, given, OmegaConf.to_container(cfg.model, resolve=True))
+    overrides = record.data["overrides"]
+    taken = architecture_from(
+        ckpt, given_model_keys(overrides, CONF_DIR), OmegaConf.to_container(cfg.model, resolve=True)
+    )
+    data_taken = vocabulary_from(given_model_keys(overrides, CONF_DIR, "data"), cfg.data)
     with open_dict(cfg):
         for key, value in taken.items():
             OmegaConf.update(cfg, f"model.{key}", value, merge=False)
+        for key, value in data_taken.items():
+            OmegaConf.update(cfg, f"data.{key}", value, merge=False)
     record.data["config"] = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
-    record.data["init_from"] = {"path": str(ckpt.path.resolve()), "model_type": ckpt.family, "taken": sorted(taken)}
+    record.data["init_from"] = {
+        "path": str(ckpt.path.resolve()),
+        "model_type": ckpt.family,
+        "taken": sorted(taken),
+        "data_taken": sorted(data_taken),
+    }
     return ckpt
 
 

@@ -232,8 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tokenizer",
         metavar="DIR",
-        help="the tokenizer of a local Hugging Face model dir, in place of --encoding: data for model.init_from=DIR "
-        "(train it with data.vocab_multiple=1)",
+        help="the tokenizer of a local Hugging Face model dir, in place of --encoding: data for model.init_from=DIR",
     )
     parser.add_argument(
         "--vocab-size", type=int, default=4096, help="--encoding bpe: ids in all, bytes and merges (default 4096)"
@@ -265,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"attnlab: {args.out}: train.bin {s['train']['tokens']} and val.bin {s['val']['tokens']} {meta['dtype']} ids "
         f"(vocabulary {meta['vocab_size']}, {meta['seconds']} s); train with data=tokens data.dir={args.out}"
-        + (f" data.vocab_multiple=1 model.init_from={args.tokenizer}" if args.tokenizer else "")
+        + (f" model.init_from={args.tokenizer}" if args.tokenizer else "")
     )
     return 0
 

@@ -210,6 +210,7 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.wte.weight = self.lm_head.weight  # weight tying, as in nanoGPT
+        self._head_t: tuple[tuple, torch.Tensor] | None = None  # next_logits' copy of the head (decode_head)
         self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module):
@@ -285,7 +286,26 @@ class GPT(nn.Module):
         x = self.embed(idx, caches[0].next_position(idx.shape[1]))
         for block, cache in zip(self.blocks, caches):
             x = block(x, cache=cache)
-        return self.lm_head(self.ln_f(x[:, -1]))
+        return self.decode_head(self.ln_f(x[:, -1]))
+
+    def decode_head(self, x: torch.Tensor) -> torch.Tensor:
+        """lm_head(x) for a decoding step. On CPU without autograd it multiplies by a (d_model, vocab)
+        contiguous copy of the weight: MKL reads the vocabulary-sized matrix about a third faster in
+        that layout for one to a few rows (GPT-2's head is a large part of a batch-1 step). The copy is
+        remade when the weight changes (its storage or autograd's version counter; an edit through
+        ``.data``, which that counter does not see, needs ``self._head_t = None``)."""
+        w, head = self.lm_head.weight, self.lm_head
+        if (
+            x.device.type != "cpu"
+            or (torch.is_grad_enabled() and w.requires_grad)
+            or head._forward_hooks
+            or head._forward_pre_hooks
+        ):
+            return head(x)  # autograd, or a hook that reads the head's calls
+        key = (w.data_ptr(), w._version, w.dtype, w.shape)
+        if self._head_t is None or self._head_t[0] != key:
+            self._head_t = (key, w.detach().t().contiguous())
+        return x @ self._head_t[1]
 
     @torch.no_grad()
     def generate(

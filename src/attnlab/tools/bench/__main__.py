@@ -172,6 +172,12 @@ def longctx_plan(args: argparse.Namespace, device: torch.device):
     return plan
 
 
+def _kept(merged: dict) -> list[str]:
+    from .report import _kept_sections
+
+    return _kept_sections(merged)
+
+
 def merge_previous(bench: dict, out: Path, sections: list[str]) -> dict:
     """With --merge: keep the sections not rerun from the bench.json already in ``out``."""
     path = out / "bench.json"
@@ -187,8 +193,13 @@ def merge_previous(bench: dict, out: Path, sections: list[str]) -> dict:
     kept = [
         section for section, keys in SECTION_KEYS.items() if section not in sections and any(prior.get(k) for k in keys)
     ]
+    # a section the earlier file had itself kept was measured by the run it came from: a merge of a
+    # merge names that run, not the one that kept it
+    before = prior.get("merged") or {}
+    earlier = before.get("measured") or {s: before.get("kept_from") for s in (_kept(before) if before else ())}
     bench["merged"] = {
         "kept_from": prior.get("created"),
+        "measured": {section: earlier.get(section) or prior.get("created") for section in kept},
         "rerun": sections,
         "kept": kept,
         "previous_wall_s": prior.get("wall_s"),

@@ -383,6 +383,18 @@ def transformers_twin(model):
     return hf_model.to(next(model.parameters()).device).eval()
 
 
+# float32 rounding: the two compute the same sums in different orders (Linear against Conv1D)
+LOGITS_TOLERANCE = dict(atol=2e-5, rtol=1e-5)
+
+
+@torch.no_grad()
+def same_logits(model, hf_model, ids: torch.Tensor) -> tuple[float, bool]:
+    """(largest |difference|, equal within LOGITS_TOLERANCE) of the two models' logits at every
+    position of ``ids``: the weights copied into transformers compute attnlab's function."""
+    ours, theirs = model(ids)[0], hf_model(ids).logits
+    return (ours - theirs).abs().max().item(), torch.allclose(ours, theirs, **LOGITS_TOLERANCE)
+
+
 def transformers_section(
     shapes: tuple[str, ...],
     prompt: int,
@@ -410,6 +422,7 @@ def transformers_section(
             ids = ids.to(device)
             arms = {"attnlab": (attnlab_greedy, model), "transformers": (transformers_greedy, hf_model)}
             outputs = {arm: run(m, ids, new_tokens) for arm, (run, m) in arms.items()}  # warm-up; the tokens compared
+            logit_diff, logits_equal = same_logits(model, hf_model, outputs["attnlab"])
             seconds: dict[str, list[float]] = {arm: [] for arm in arms}
             for r in range(repeats):
                 for arm in list(arms) if r % 2 == 0 else list(arms)[::-1]:
@@ -428,9 +441,12 @@ def transformers_section(
                     "batch": b,
                     "seconds": seconds,
                     "tokens_per_s": {arm: statistics.median(v) for arm, v in tps.items()},
+                    "tokens_per_s_range": {arm: _spread(v) for arm, v in tps.items()},
                     "ratio": statistics.median(ratios),
                     "ratio_range": _spread(ratios),
                     "identical_tokens": torch.equal(outputs["attnlab"], outputs["transformers"]),
+                    "max_logit_diff": logit_diff,
+                    "logits_equal": logits_equal,
                 }
             )
             log(f"  transformers {name} B={b}: attnlab / generate() tokens/s {rows[-1]['ratio']:.2f}")
@@ -445,6 +461,7 @@ def transformers_section(
             "batches": list(batches),
             "device": str(device),
             "transformers": transformers.__version__,
+            "logits_tolerance": LOGITS_TOLERANCE,
             "threads": torch.get_num_threads(),
             "load_avg_1m": [load_before, os.getloadavg()[0]],
         },
@@ -462,22 +479,46 @@ def transformers_table(section: dict) -> list[str]:
             r["shape"],
             f"{r['n_layer']}x{r['d_model']}",
             r["batch"],
-            f"{r['tokens_per_s']['attnlab']:.0f}",
-            f"{r['tokens_per_s']['transformers']:.0f}",
+            *(
+                f"{r['tokens_per_s'][arm]:.1f}"
+                + (" ({:.1f}-{:.1f})".format(*r["tokens_per_s_range"][arm]) if "tokens_per_s_range" in r else "")
+                for arm in ("attnlab", "transformers")
+            ),
             f"{r['ratio']:.2f} ({r['ratio_range'][0]:.2f}-{r['ratio_range'][1]:.2f})",
             "yes" if r["identical_tokens"] else "no",
+            f"{'yes' if r['logits_equal'] else 'no'} ({r['max_logit_diff']:.1e})" if "logits_equal" in r else "-",
         ]
         for r in section["rows"]
     ]
-    header = ["shape", "layers x d_model", "B", "attnlab tok/s", "generate() tok/s", "ratio (min-max)", "same tokens"]
+    header = [
+        "shape",
+        "layers x d_model",
+        "B",
+        "attnlab tok/s (min-max)",
+        "generate() tok/s (min-max)",
+        "ratio (min-max)",
+        "same tokens",
+        "same logits (max diff)",
+    ]
     return [
         f"transformers {s['transformers']} generate() (greedy, its KV cache) beside attnlab's cached greedy decode on "
         f"the same weights ({s['block']}): a {s['prompt']}-token prompt and {s['new_tokens']} new tokens per sequence, "
         f"prefill included; {s['repeats']} repeats, arms alternated, ratio attnlab / transformers within a repeat, "
-        f"medians; {s['threads']} torch thread(s).",
+        f"medians; logits compared at every position of the decoded sequences ({_tolerance(s)}); "
+        f"{s['device']}, {s['threads']} torch thread(s)"
+        + (
+            f", load average {s['load_avg_1m'][0]:.1f} before and {s['load_avg_1m'][1]:.1f} after (a shared machine)."
+            if s.get("load_avg_1m")
+            else "."
+        ),
         "",
-        *markdown_table(header, body, align="lrrrrrl").splitlines(),
+        *markdown_table(header, body, align="lrrrrrll").splitlines(),
     ]
+
+
+def _tolerance(setup: dict) -> str:
+    tol = setup.get("logits_tolerance")
+    return "float32 rounding" if tol is None else f"equal within atol {tol['atol']:g}, rtol {tol['rtol']:g}"
 
 
 def decode_table(section: dict) -> list[str]:

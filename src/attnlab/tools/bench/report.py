@@ -340,6 +340,18 @@ def _kept_sections(merged: dict) -> list[str]:
     return [k for k in ("kernels", "train", "callbacks") if k not in merged["rerun"]]
 
 
+def _kept_provenance(merged: dict) -> str:
+    """ "a, b are kept from the run of D1, c from the run of D2": each kept section beside the run that
+    measured it (``merged.measured``; older files: ``kept_from`` for all)."""
+    measured = merged.get("measured") or {}
+    runs: dict = {}
+    for section in _kept_sections(merged):
+        runs.setdefault(measured.get(section) or merged["kept_from"], []).append(section)
+    parts = [f"{', '.join(sections)} from the run of {run}" for run, sections in runs.items()]
+    first, _, rest = parts[0].partition(" from ")
+    return ", ".join([f"{first} are kept from {rest}", *parts[1:]])
+
+
 def write_markdown(bench: dict, out: Path) -> Path:
     m = bench["machine"]
     # a --merge run that kept the kernels section keeps its "machine"; what this run's sections ran on is "now"
@@ -355,8 +367,7 @@ def write_markdown(bench: dict, out: Path) -> Path:
         "",
         *(
             [
-                f"Sections {', '.join(_kept_sections(bench['merged']))} are kept "
-                f"from the run of {bench['merged']['kept_from']} (`--merge`), load average "
+                f"Sections {_kept_provenance(bench['merged'])} (`--merge`), load average "
                 f"{_f(((bench['merged'].get('previous_load') or [None])[0] or [None])[0])} at its start"
                 + (
                     f", {m['threads']} thread(s), matmul yardstick {_f(m['matmul_gflops'], '.1f')} GFLOP/s there."
