@@ -36,7 +36,7 @@ from .report.aggregate import load_sweeps
 from .report.analysis import cells_from_runs, contrasts
 from .report.baseline import experiment_baseline
 from .report.data import DEFAULT_BUDGET, axes_of, frame_from_runs, read_runs
-from .sweep import PLAN, studies
+from .sweep import PLAN, studies, unknown_study
 from .sweep import main as sweep
 
 DEFAULT_HOURS = 6.0  # what a study may cost on this machine when it declares no question.hours
@@ -254,11 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hours", type=float, default=None, help="the study's time cap (default: question.hours)")
     parser.add_argument("--reports", default="reports")
     args, extra = parser.parse_known_args(argv)
-    if args.study not in studies():
-        print(
-            f"attnlab: error: STUDY {args.study!r} is not a study; expected one of {', '.join(studies())}",
-            file=sys.stderr,
-        )
+    if (refusal := unknown_study(args.study, "STUDY")) is not None:
+        print(refusal, file=sys.stderr)
         return 2
     out = Path(args.reports) / args.study
     if args.pilot:

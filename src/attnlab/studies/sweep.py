@@ -39,6 +39,13 @@ def studies() -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 
 
+def unknown_study(name: str, key: str) -> str | None:
+    """The one-line refusal of a name that is not a study, or None."""
+    if name in studies():
+        return None
+    return f"attnlab: error: {key} {name!r} is not a study; expected one of {', '.join(studies())}"
+
+
 def study_grid(study: str) -> dict[str, list]:
     """The swept axes of ``experiment=<study>`` (its ``hydra.sweeper.params``), values parsed as Hydra does."""
     from hydra import compose, initialize_config_dir
@@ -319,11 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         "same command, and skip the runs the study's runs.csv holds with the same settings)",
     )
     args, extra = parser.parse_known_args(argv)
-    if args.study not in studies():
-        print(
-            f"attnlab: error: --study {args.study!r} is not a study; expected one of {', '.join(studies())}",
-            file=sys.stderr,
-        )
+    if (refusal := unknown_study(args.study, "--study")) is not None:
+        print(refusal, file=sys.stderr)
         return 2
     if args.wandb_spec:
         print(wandb_sweep_yaml(args.study), end="")
