@@ -574,6 +574,30 @@ def small_gpt2(path: Path) -> torch.nn.Module:
 SMOKE_RUN = ["debug=smoke", "logger=none", "callbacks=none"]
 
 
+@pytest.mark.parametrize("kind, model_type", [("llama", "llama"), ("deepseek", "deepseek_v3")])
+def test_a_llama_or_deepseek_checkpoint_trains_from_init_from_alone(kind, model_type, tmp_path, monkeypatch):
+    """A transformers-saved Llama (grouped key/value heads, RMSNorm, SwiGLU, RoPE) or DeepSeek-V3 (latent
+    attention, dense MLPs) trains with `model.init_from=DIR` and nothing else about its shape; one step at a
+    rate of 1e-12 leaves transformers' logits."""
+    from attnlab.checkpointing import load_model
+    from attnlab.train import main
+
+    theirs = hf_model(kind, vocab_size=84)
+    theirs.save_pretrained(tmp_path / "hf")
+    run = tmp_path / "run"
+    given = [f"model.init_from={tmp_path / 'hf'}", "optim.lr=1e-12", "optim.min_lr=0"]
+    smoke = ["debug=smoke", "logger=none", "trainer.max_steps=1", f"hydra.run.dir={run}"]
+    monkeypatch.setattr("sys.argv", ["attnlab-train", *smoke, *given])
+    main()
+    results = json.loads((run / "results.json").read_text())
+    assert results["status"] == "ok" and results["init_from"]["model_type"] == model_type
+    assert results["config"]["model"]["n_layer"] == 2 and results["config"]["model"]["d_model"] == 16
+    ours = load_model(run / "checkpoints" / "last.ckpt")[0].model.eval()
+    x = torch.randint(0, 84, (2, BLOCK), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x)[0], theirs(x).logits, atol=1e-4, rtol=1e-4)
+
+
 def test_a_run_from_init_from_alone_takes_the_checkpoints_architecture(tmp_path, monkeypatch, capsys):
     """`attnlab train model.init_from=DIR model.block_size=16`: the composed tiny preset becomes the
     checkpoint's GPT-2, the shorter context kept; one step at a learning rate of 1e-12 leaves
