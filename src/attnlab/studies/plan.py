@@ -119,7 +119,7 @@ def build_plan(study: str, frame: pd.DataFrame, hours: float | None = None, drop
     seconds, timed = seconds_per_run(frame, config)
     level = (experiment_baseline(study) or {}).get("bigram")
     floor = task_floor(config)
-    learned = question_cfg.get("learned")
+    learned = question.learned
     reference_axis, reference = question.compare[0] if question.compare else (None, None)
     refs = [c for c in cells if reference_axis and c.axes.get(reference_axis) == reference] or cells
     ref_loss = min((m for c in refs if (m := c.mean("val/loss")) is not None), default=None)
