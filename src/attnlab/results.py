@@ -158,14 +158,17 @@ def json_safe(value, digits: int | None = None, non_finite_as_null: bool = False
 class RunRecord:
     """Collects what results.json reports about one run and writes it (once per status change)."""
 
-    def __init__(self, run_dir: Path, cfg: DictConfig):
+    def __init__(self, run_dir: Path, cfg: DictConfig, config: dict | None = None):
+        """``config``: ``cfg`` already resolved to a dict, where the caller has it."""
         self.path = Path(run_dir) / RESULTS
         self.started = time.perf_counter()
         self.data = {
             "status": "running",
             "error": None,
             "overrides": hydra_overrides(),
-            "config": OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False),
+            "config": config
+            if config is not None
+            else OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False),
             "attention": {
                 "backend": cfg.model.attention.backend,
                 "scaling": cfg.model.attention.scaling,
@@ -200,6 +203,7 @@ def training_fingerprint(config: dict) -> str:
 
 
 def overrides_dict(overrides: list[str]) -> dict[str, str]:
+    """A job's ``key=value`` overrides as a dict (``+``/``~`` prefixes and Hydra's own keys dropped)."""
     pairs = (o.lstrip("+~").split("=", 1) for o in overrides if "=" in o)
     return {k: v for k, v in pairs if not k.startswith("hydra")}
 

@@ -347,11 +347,11 @@ def train(cfg: DictConfig) -> dict:
     if (done := finished_before(run_dir, config, hydra_overrides())) is not None:
         return skip_finished(run_dir, config, done)
     if resumable(run_dir, config):  # a sweep started again: this job goes on from its last checkpoint
-        cfg.resume = True
+        cfg.resume = config["resume"] = True
     if is_rank_zero() and os.environ.get(FINISHED_ENV):
         atomic_write_text(run_dir / FINGERPRINT, training_fingerprint(config) + "\n")
     with timing.phase("results: run record (git sha)"):
-        record = RunRecord(run_dir, cfg)
+        record = RunRecord(run_dir, cfg, config)
     record.data["slurm"] = slurm_job()
     loggers: list = []
     trainer = estimate = None

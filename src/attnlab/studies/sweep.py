@@ -159,12 +159,7 @@ class SweepProgress:
 
     def absorb(self) -> int:
         """Count the runs a resumed sweep dir already holds, without a line each; returns how many ended ok."""
-        stream, self.stream = self.stream, open(os.devnull, "w")
-        try:
-            self.poll()
-        finally:
-            self.stream.close()
-            self.stream = stream
+        self.poll(echo=False)
         self.earlier = {run for run, cell in self.cells.items() if cell.status == "ok"}
         self.cells = {run: cell for run, cell in self.cells.items() if run in self.earlier}
         self.started = self.clock_s()
@@ -187,8 +182,9 @@ class SweepProgress:
         ]
         return " ".join([*parts, f"seed={(record.get('config') or {}).get('seed', given.get('seed', '?'))}"])
 
-    def poll(self) -> list[str]:
-        """Read the results.json files written since the last poll; print and return a line per ended cell."""
+    def poll(self, echo: bool = True) -> list[str]:
+        """Read the results.json files written since the last poll; print (with ``echo``) and return a line per
+        ended cell."""
         lines = []
         for path in sorted(self.sweep_dir.glob(f"*/{RESULTS}"), key=lambda p: (len(p.parent.name), p.parent.name)):
             try:
@@ -213,7 +209,7 @@ class SweepProgress:
                 record.get("wall_s"),
             )
             lines.append(self.line(self.cells[run]))
-        for line in lines:
+        for line in lines if echo else ():
             print(line, file=self.stream or sys.stdout, flush=True)
         return lines
 

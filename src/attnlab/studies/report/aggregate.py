@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from ...attention import AttentionConfig
+from ...results import overrides_dict
 from ..pages import where
 
 # config keys that were renamed: runs recorded under the old name aggregate under the new one
@@ -44,8 +45,7 @@ class RunResult:
 
     @property
     def overrides(self) -> dict[str, str]:
-        pairs = (o.lstrip("+~").split("=", 1) for o in self.results.get("overrides", []) if "=" in o)
-        return {RENAMED_KEYS.get(k, k): v for k, v in pairs if not k.startswith("hydra")}
+        return {RENAMED_KEYS.get(k, k): v for k, v in overrides_dict(self.results.get("overrides", [])).items()}
 
     @property
     def seed(self):
