@@ -20,7 +20,7 @@ STUDY  ?=
 REPLACE ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock lint wheelhouse offline-check train test test-all plan sweep table repro bench sample gpu-check dashboard sync clean
+.PHONY: help install lock lint wheelhouse offline-check train test test-all plan sweep report repro bench sample gpu-check dashboard sync clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -60,11 +60,11 @@ test-all: $(STAMP) ## run every test, the slow ones too
 plan: $(STAMP) ## a study's seeds and hours before the compute, from its runs.csv (SWEEP=study; ARGS=--pilot: first 2 seeds a cell) -> reports/<study>/plan.md
 	$(BIN)/attnlab plan $(SWEEP) $(ARGS)
 
-sweep: $(STAMP) ## Hydra multirun of a study (SWEEP=dk_scaling|backends|..., SEEDS=n (default: the study's question.seeds), JOBS=2 parallel jobs of 1 thread; LAUNCHER=slurm [PARTITION=p]: as SLURM jobs), then make table
+sweep: $(STAMP) ## Hydra multirun of a study (SWEEP=dk_scaling|backends|..., SEEDS=n (default: the study's question.seeds), JOBS=2 parallel jobs of 1 thread; LAUNCHER=slurm [PARTITION=p]: as SLURM jobs), then make report
 	$(BIN)/attnlab sweep --study $(SWEEP) $(if $(SEEDS),--seeds $(SEEDS)) --jobs $(JOBS) --launcher $(LAUNCHER) $(if $(PARTITION),--partition $(PARTITION)) $(ARGS)
 
-table: $(STAMP) ## add sweeps' runs to reports/<study>/runs.csv and rebuild its report (DIR="a b c"; default the latest; REPLACE=1: from these runs alone)
-	$(BIN)/attnlab table $(DIR) $(if $(REPLACE),--replace)
+report: $(STAMP) ## add sweeps' runs to reports/<study>/runs.csv and rebuild its report (DIR="a b c"; default the latest; REPLACE=1: from these runs alone)
+	$(BIN)/attnlab report $(DIR) $(if $(REPLACE),--replace)
 
 repro: $(STAMP) ## reproduce and check the source articles' claims into reports/repro/ (REPRO=fast: no training claims, writes reports/repro/fast/)
 	$(BIN)/attnlab repro --mode $(REPRO) $(ARGS)

@@ -2,7 +2,7 @@
 
 pyproject.toml cannot combine package discovery with a package mapped from outside src/, so the
 package list and its data (all of it: a [tool.setuptools.package-data] table would replace
-this one) live here; ``attnlab.config.find_conf_dir`` finds the configs in either place.
+this one) live here; ``attnlab.config.compose.find_conf_dir`` finds the configs in either place.
 """
 from setuptools import find_packages, setup
 
@@ -11,6 +11,6 @@ setup(
     package_dir={"": "src", "attnlab.conf": "conf"},
     package_data={
         "attnlab.conf": ["**/*.yaml"],
-        "attnlab.studies": ["templates/*.j2"],
+        "attnlab.writing": ["templates/*.j2"],
     },
 )

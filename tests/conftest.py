@@ -21,7 +21,7 @@ FAST = ["debug=smoke", "logger=none"]
 @pytest.fixture
 def make_cfg(tmp_path):
     """compose_config(overrides) into a fresh output dir; smoke-sized unless overridden."""
-    from attnlab.config import compose_config
+    from attnlab.config.compose import compose_config
 
     counter = iter(range(1000))
 
@@ -33,10 +33,10 @@ def make_cfg(tmp_path):
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    """Run ``python -m attnlab.train`` in a subprocess, as a user would."""
+    """Run ``python -m attnlab.training.train`` in a subprocess, as a user would."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     return subprocess.run(
-        [sys.executable, "-m", "attnlab.train", *args],
+        [sys.executable, "-m", "attnlab.training.train", *args],
         cwd=cwd or ROOT,
         env=env,
         capture_output=True,

@@ -158,7 +158,7 @@ def test_flash_never_falls_back_silently(monkeypatch):
     import types
 
     from attnlab.attention import backends
-    from attnlab.errors import KernelUnavailable
+    from attnlab.util.errors import KernelUnavailable
 
     def no_kernel(*args, **kwargs):
         raise RuntimeError("No available kernel. Aborting execution.\nmore detail")

@@ -14,20 +14,11 @@ import lightning as L
 import pytest
 import torch
 
-from attnlab import timing
-from attnlab.config import compose_config
-from attnlab.errors import KernelUnavailable
-from attnlab.profiling import fit_exponent, peak_bytes
+from attnlab.config.compose import compose_config
 from attnlab.tools.bench import attention_flops, longctx, median_and_range, paired_ratios, throughput
 from attnlab.tools.bench import kernels as kernels_mod
 from attnlab.tools.bench.__main__ import main as bench_main
-from attnlab.tools.bench.breakdown import breakdown
-from attnlab.tools.bench.endtoend import alternated, plain_spec, run_attnlab, run_plain
-from attnlab.tools.bench.kernels import KernelPlan, bench_one, kernel_variants, run_kernels
-from attnlab.tools.bench.longctx import LongctxPlan, run_overrides, run_settings, summarize
-from attnlab.tools.bench.phases import EXPECTED
-from attnlab.tools.bench.phases import rows as phase_rows
-from attnlab.tools.bench.report import (
+from attnlab.tools.bench.bench_report import (
     VERDICT_CELLS,
     longctx_outcome,
     longctx_table,
@@ -37,8 +28,17 @@ from attnlab.tools.bench.report import (
     write_markdown,
     write_plots,
 )
+from attnlab.tools.bench.breakdown import breakdown
+from attnlab.tools.bench.endtoend import alternated, plain_spec, run_attnlab, run_plain
+from attnlab.tools.bench.kernels import KernelPlan, bench_one, kernel_variants, run_kernels
+from attnlab.tools.bench.longctx import LongctxPlan, run_overrides, run_settings, summarize
+from attnlab.tools.bench.phase_rows import EXPECTED
+from attnlab.tools.bench.phase_rows import rows as phase_rows
 from attnlab.tools.bench.throughput import callback_intervals, representative_window, seconds_per_step
 from attnlab.tools.bench.timing import against_target, measure
+from attnlab.training import phases
+from attnlab.util.errors import KernelUnavailable
+from attnlab.util.profiling import fit_exponent, peak_bytes
 
 BACKENDS = ("naive", "scaled", "sdpa", "flash")
 KERNEL_FIELDS = ("backend", "T", "fwd_ms", "fwd_bwd_ms", "peak_bytes", "gflops")
@@ -109,7 +109,7 @@ def test_cpu_peak_bytes_sums_allocations_in_time_order():
 
 FREE_EARLIER_BLOCK = """
 import sys, torch
-from attnlab.profiling import PeakMemory, UNKNOWN_BLOCK
+from attnlab.util.profiling import PeakMemory, UNKNOWN_BLOCK
 from torch.profiler import ProfilerActivity, profile
 earlier = torch.ones(1 << 16)
 if sys.argv[1] == "raw":
@@ -132,7 +132,7 @@ def test_a_freed_earlier_block_logs_only_outside_the_peak_memory_window(window):
         [sys.executable, "-c", FREE_EARLIER_BLOCK, window], capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    from attnlab.profiling import UNKNOWN_BLOCK
+    from attnlab.util.profiling import UNKNOWN_BLOCK
 
     if window == "raw":
         assert proc.stderr.count(UNKNOWN_BLOCK) == 1
@@ -595,7 +595,7 @@ def test_callback_overhead_measures_a_known_cost(monkeypatch):
 
 def test_recorder_counts_nested_time_once():
     now = [0.0]
-    rec = timing.Recorder(clock=lambda: now[0])
+    rec = phases.Recorder(clock=lambda: now[0])
     with rec.phase("outer"):
         now[0] += 1.0
         with rec.phase("inner"):
@@ -618,9 +618,9 @@ def test_recorder_counts_nested_time_once():
 
 
 def test_phases_cost_nothing_unless_recording():
-    assert timing.recorder() is None  # tests run with the recorder off
-    assert timing.phase("anything") is timing.phase("else")  # one shared no-op
-    assert timing.lightning_profiler() is None
+    assert phases.recorder() is None  # tests run with the recorder off
+    assert phases.phase("anything") is phases.phase("else")  # one shared no-op
+    assert phases.lightning_profiler() is None
 
 
 def patched_by_name(cfg) -> dict:
@@ -630,11 +630,11 @@ def patched_by_name(cfg) -> dict:
     from lightning.pytorch.loggers import CSVLogger, WandbLogger
     from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
 
-    from attnlab import results
-    from attnlab import train as train_mod
-    from attnlab.callbacks.interrupt import GracefulInterrupt
     from attnlab.data.text import ResumableDataModule, TextDataModule
-    from attnlab.module import GPTModule
+    from attnlab.training import results
+    from attnlab.training import train as train_mod
+    from attnlab.training.interrupt import GracefulInterrupt
+    from attnlab.training.lit_module import GPTModule
 
     named = {
         train_mod: ("train", "start_experiments", "check_kernel_runs", "build_callbacks"),
@@ -670,24 +670,24 @@ def test_a_recorded_run_has_the_phases_of_train_and_patches_nothing(make_cfg):
     """train() with the recorder on: every phase the bench expects of train() is there, the steps
     are Lightning's own actions (one per step), the phases add up to the time they cover, and
     nothing in attnlab, Lightning, torch or W&B was replaced."""
-    from attnlab.train import train
+    from attnlab.training.train import train
 
     cfg = make_cfg("logger=csv", *MICRO)
     before = patched_by_name(cfg)
-    rec = timing.enable()
+    rec = phases.enable()
     try:
         t0 = time.perf_counter()
-        with timing.phase("the test's call"):
+        with phases.phase("the test's call"):
             metrics = train(cfg)
         wall = time.perf_counter() - t0
     finally:
-        timing.disable()
+        phases.disable()
     after = patched_by_name(cfg)
     assert [k for k in before if before[k] is not after[k]] == []
     data = rec.data()
     seconds, calls = phase_rows(data["seconds"], data["calls"])
     process_level = {
-        timing.IMPORTS,
+        phases.IMPORTS,
         "Hydra: parse, compose, run dir, log set-up",
         "train(): not covered by a phase",
         "W&B: finish",
@@ -717,7 +717,7 @@ def test_breakdown_adds_up_to_the_wall_time(tmp_path):
     assert result["background_s"]["W&B: import and init"] > 0
     assert rows["checkpoint writes"]["calls"] >= 2
     assert rows["callback HeadAnalysis (end of training)"]["calls"] == 1
-    assert rows[timing.IMPORTS]["seconds"] > 0.2
+    assert rows[phases.IMPORTS]["seconds"] > 0.2
     assert [r["phase"] for r in result["rows"] if r["group"] == "other"] == []
 
 
@@ -810,7 +810,7 @@ def test_compiled_training_matches_eager_and_probes_still_see_qk(make_cfg):
     """model.compile=true: the same losses as eager over a few steps (same weights, same batches), the
     statistics and head analysis still measured (probes run the eager module), and checkpoints hold
     the eager model's keys, so resume and sample read them as before."""
-    from attnlab.train import train
+    from attnlab.training.train import train
 
     common = ["debug=smoke", *MICRO, "callbacks=default", "checkpoint.every_n_steps=3"]
     eager_cfg, compiled_cfg = make_cfg(*common), make_cfg(*common, "model.compile=true")
@@ -835,8 +835,8 @@ def test_lr_and_tokens_per_s_reach_the_csv_on_every_logged_step(make_cfg):
     instead of three): every written row still has them, with the lr of its own step."""
     import csv
 
-    from attnlab.module import warmup_cosine
-    from attnlab.train import train
+    from attnlab.training.lit_module import warmup_cosine
+    from attnlab.training.train import train
 
     cfg = make_cfg(*MICRO, "logger=csv", "callbacks=none", "trainer.max_steps=9", "trainer.log_every_n_steps=2")
     train(cfg)
@@ -852,7 +852,7 @@ def test_lr_and_tokens_per_s_reach_the_csv_on_every_logged_step(make_cfg):
 
 def test_compile_that_cannot_run_falls_back_to_eager_with_one_line(monkeypatch, capsys):
     """Where inductor cannot build (no C++ compiler), model.compile=true says so once and trains eager."""
-    from attnlab.module import GPTModule
+    from attnlab.training.lit_module import GPTModule
 
     def broken_compile(model):
         def call(*args, **kwargs):
@@ -875,8 +875,8 @@ def test_compile_that_cannot_run_falls_back_to_eager_with_one_line(monkeypatch, 
 
 
 def test_model_compile_must_be_a_boolean():
-    from attnlab.errors import ConfigError
-    from attnlab.module import GPTModule
+    from attnlab.training.lit_module import GPTModule
+    from attnlab.util.errors import ConfigError
 
     with pytest.raises(ConfigError, match="model.compile"):
         GPTModule(

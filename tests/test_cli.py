@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, run_cli
 
-from attnlab.train import main
+from attnlab.training.train import main
 
 SMOKE = ["debug=smoke", "logger=none", "callbacks=none"]
 
@@ -147,7 +147,7 @@ def test_attnlab_help_lists_every_command(capsys):
     assert cli.main(["--help"]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
     assert listed == list(cli.COMMANDS)
-    assert listed[:9] == ["train", "sweep", "plan", "table", "repro", "bench", "sample", "analyze", "dashboard"]
+    assert listed[:9] == ["train", "sweep", "plan", "report", "repro", "bench", "sample", "analyze", "dashboard"]
 
 
 def test_attnlab_unknown_command_is_one_error_line(capsys):
@@ -166,7 +166,7 @@ def test_attnlab_unknown_command_is_one_error_line(capsys):
         (["bench", "--threads", "two"], "--threads"),
         (["analyze"], "path"),
         (["sample", "--tokens", "many"], "--tokens"),
-        (["table", "/nonexistent/sweep"], "/nonexistent/sweep"),
+        (["report", "/nonexistent/sweep"], "/nonexistent/sweep"),
         (["dashboard", "--layers", "x"], "--layers"),
         (["gpu-check", "--steps", "x"], "--steps"),
     ],

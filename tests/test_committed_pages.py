@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.studies import findings
-from attnlab.studies.report import streaming, write_report
-from attnlab.studies.repro import report as repro_report
-from attnlab.tools.bench import decode, gpt2_cpu
-from attnlab.tools.bench import report as bench_report
+from attnlab.repro import record as repro_report
+from attnlab.studies import findings, stream_study
+from attnlab.studies.report import write_report
+from attnlab.tools.bench import bench_report, decode, gpt2_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / "reports"
@@ -49,7 +48,7 @@ def test_a_study_report_is_the_render_of_its_data(study, tmp_path):
 @pytest.mark.parametrize("study", STREAMS)
 def test_a_stream_page_is_the_render_of_its_stream_json(study):
     report = json.loads((REPORTS / study / "stream.json").read_text())
-    assert streaming.markdown(streaming.rerender(report)) == text(REPORTS / study / "stream.md")
+    assert stream_study.markdown(stream_study.rerender(report)) == text(REPORTS / study / "stream.md")
 
 
 def test_the_repro_pages_are_the_render_of_repro_json():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from attnlab.config import compose_config, find_conf_dir
+from attnlab.config.compose import compose_config, find_conf_dir
 
 CONF = find_conf_dir()
 DELTA_GROUPS = {"experiment", "debug"}  # studies and presets that change the defaults on purpose

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from attnlab.console import LIGHTNING_LOGGERS, RUN_LOG, RUN_LOG_ENV, ProgressLine, quiet_lightning, run_output
+from attnlab.training.console import LIGHTNING_LOGGERS, RUN_LOG, RUN_LOG_ENV, ProgressLine, quiet_lightning, run_output
 
 
 class Terminal(io.StringIO):

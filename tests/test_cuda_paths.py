@@ -22,9 +22,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from attnlab.attention import backends
 from attnlab.attention.module import Attention
 from attnlab.callbacks.guard import NonFiniteError
-from attnlab.errors import KernelUnavailable
 from attnlab.model.gpt import CausalSelfAttention, GPTConfig
-from attnlab.train import train
+from attnlab.training.train import train
+from attnlab.util.errors import KernelUnavailable
 
 
 def reference_attention(q, k, v, scale, causal=True):
@@ -260,7 +260,7 @@ def fit_16_mixed(make_cfg, poison_steps, max_skipped, steps=6):
     from omegaconf import OmegaConf
 
     from attnlab.callbacks.guard import NonFiniteGuard
-    from attnlab.module import GPTModule
+    from attnlab.training.lit_module import GPTModule
 
     cfg = make_cfg("model.n_layer=1", f"trainer.max_steps={steps}")
     dm = instantiate(cfg.data, block_size=cfg.model.block_size, steps=steps, seed=0)
@@ -301,7 +301,7 @@ def test_16_mixed_too_many_skipped_steps_in_a_row_fail(make_cfg):
 
 
 def test_fp32_non_finite_gradient_still_fails_at_once(make_cfg, monkeypatch):
-    from attnlab import train as train_module
+    from attnlab.training import train as train_module
 
     build = train_module.build_callbacks
     monkeypatch.setattr(train_module, "build_callbacks", lambda cfg: [*build(cfg), PoisonGradients([2])])
@@ -316,7 +316,7 @@ def test_fp32_non_finite_gradient_still_fails_at_once(make_cfg, monkeypatch):
 
 
 def test_precision_auto_resolves_to_what_the_device_supports(monkeypatch):
-    from attnlab import devices
+    from attnlab.training import devices
 
     assert devices.resolve_precision("auto", "cpu") == ("32", None)
     assert devices.resolve_precision("auto", "gpu") == ("32", None)  # no CUDA: the config check refuses gpu
@@ -331,7 +331,7 @@ def test_precision_auto_resolves_to_what_the_device_supports(monkeypatch):
 
 
 def test_gpu_trainer_allows_tf32_and_resolves_precision(make_cfg, monkeypatch):
-    from attnlab import devices
+    from attnlab.training import devices
 
     calls = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -347,7 +347,7 @@ def test_gpu_trainer_allows_tf32_and_resolves_precision(make_cfg, monkeypatch):
 
 
 def test_cpu_runs_do_not_touch_matmul_precision(make_cfg, monkeypatch):
-    from attnlab import devices
+    from attnlab.training import devices
 
     calls = []
     monkeypatch.setattr(torch, "set_float32_matmul_precision", calls.append)
@@ -389,7 +389,7 @@ def test_ddp_multirun_runs_each_job_as_one_process_group(tmp_path):
 
 
 def test_ddp_sweep_with_parallel_jobs_is_refused_in_one_line(capsys):
-    from attnlab.studies.sweep import main
+    from attnlab.sweeps.sweep import main
 
     assert main(["--study", "smoke", "--jobs", "2", "trainer=ddp"]) == 2
     err = capsys.readouterr().err.strip()
@@ -401,7 +401,7 @@ def test_ddp_sweep_with_parallel_jobs_is_refused_in_one_line(capsys):
 
 def test_checkpoints_carry_the_cuda_rng_when_cuda_is_in_use(monkeypatch):
     """Dropout on a GPU draws from the CUDA generators: a resume restores them too (stand-ins here)."""
-    from attnlab import rng
+    from attnlab.training import rng
 
     saved = [torch.tensor([1, 2, 3], dtype=torch.uint8)]
     restored = []
@@ -416,7 +416,7 @@ def test_checkpoints_carry_the_cuda_rng_when_cuda_is_in_use(monkeypatch):
 
 
 def test_a_cpu_run_neither_saves_nor_touches_cuda_rng(monkeypatch):
-    from attnlab import rng
+    from attnlab.training import rng
 
     monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda s: pytest.fail("CUDA RNG set on a CPU run"))
     state = rng.rng_state()
@@ -463,7 +463,7 @@ def test_ddp_ranks_read_different_task_batches(tmp_path):
     from conftest import ROOT
     from hydra.utils import instantiate
 
-    from attnlab.config import compose_config
+    from attnlab.config.compose import compose_config
 
     steps, batch = 4, 3
     common = [
@@ -481,7 +481,7 @@ def test_ddp_ranks_read_different_task_batches(tmp_path):
         [
             sys.executable,
             "-m",
-            "attnlab.train",
+            "attnlab.training.train",
             *common,
             "trainer=ddp",
             "trainer.accelerator=cpu",

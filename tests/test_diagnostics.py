@@ -14,8 +14,8 @@ from attnlab.analysis.probe import probe
 from attnlab.attention import BACKENDS
 from attnlab.attention.stats import STATS, attention_stats, uniform_sink_mass
 from attnlab.model import GPT, GPTConfig
-from attnlab.profiling import peak_bytes
-from attnlab.train import train
+from attnlab.training.train import train
+from attnlab.util.profiling import peak_bytes
 
 BIG = 1e4  # a logit gap that makes softmax one-hot to fp32 precision
 
@@ -203,7 +203,7 @@ def test_guard_names_step_layer_and_tensor_and_leaves_loadable_checkpoint(make_c
     import lightning as L
 
     from attnlab.callbacks import NonFiniteError
-    from attnlab.module import GPTModule
+    from attnlab.training.lit_module import GPTModule
 
     injector = InjectNaN(layer=2, step=3)
 
@@ -211,7 +211,7 @@ def test_guard_names_step_layer_and_tensor_and_leaves_loadable_checkpoint(make_c
         def on_fit_start(self, trainer, pl_module):
             injector.install(trainer, pl_module)
 
-    import attnlab.train as train_module
+    import attnlab.training.train as train_module
 
     original = train_module.build_callbacks
     monkeypatch.setattr(train_module, "build_callbacks", lambda cfg: [Injector(), *original(cfg)])
@@ -243,7 +243,7 @@ def test_the_guard_reads_a_scalar_as_one_number_and_a_tensor_whole():
 def test_guard_catches_a_non_finite_gradient_before_the_step(make_cfg, monkeypatch):
     import lightning as L
 
-    import attnlab.train as train_module
+    import attnlab.training.train as train_module
     from attnlab.callbacks import NonFiniteError
 
     class PoisonGradient(L.Callback):

@@ -77,8 +77,8 @@ def known_config_keys() -> set[str]:
     import yaml
     from omegaconf import OmegaConf
 
-    from attnlab.config import compose_config
-    from attnlab.schema import walk
+    from attnlab.config.compose import compose_config
+    from attnlab.config.schema import walk
 
     keys = {key for key, _, _ in walk()}
     keys |= set(_flat_keys(OmegaConf.to_container(compose_config([]), resolve=False)))

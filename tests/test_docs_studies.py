@@ -11,7 +11,7 @@ AXIS = re.compile(r"`([\w.]+)` ∈ \{([^}]*)\}")
 
 def grids_in_files() -> dict[str, dict[str, list[str]]]:
     """Each study's grid as Hydra composes it (an experiment that starts from another inherits its axes)."""
-    from attnlab.studies.sweep import studies, study_grid
+    from attnlab.sweeps.sweep import studies, study_grid
 
     return {study: {k: [str(v) for v in values] for k, values in study_grid(study).items()} for study in studies()}
 
@@ -56,7 +56,7 @@ def test_the_table_parser_reads_axes_and_values():
 def test_the_default_cadence_table_is_the_config():
     from omegaconf import OmegaConf
 
-    from attnlab.config import compose_config
+    from attnlab.config.compose import compose_config
 
     cfg = compose_config([])
     text = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")

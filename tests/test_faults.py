@@ -18,14 +18,14 @@ from conftest import ROOT, run_cli
 from omegaconf import OmegaConf
 from test_cli import SMOKE, assert_one_line_error, run_main
 
-from attnlab.checkpointing import AtomicCheckpointIO, load_model, newest_intact, read_checkpoint
-from attnlab.config import compose_config
-from attnlab.errors import CheckpointError, OutOfMemory, WriteFailed
+from attnlab.config.compose import compose_config
 from attnlab.model.gpt import GPT, GPTConfig
-from attnlab.module import GPTModule
-from attnlab.profiling import peak_bytes
-from attnlab.resources import check_fits, estimate_step, out_of_memory
-from attnlab.train import train
+from attnlab.training.checkpointing import AtomicCheckpointIO, load_model, newest_intact, read_checkpoint
+from attnlab.training.lit_module import GPTModule
+from attnlab.training.resources import check_fits, estimate_step, out_of_memory
+from attnlab.training.train import train
+from attnlab.util.errors import CheckpointError, OutOfMemory, WriteFailed
+from attnlab.util.profiling import peak_bytes
 
 SMALL = ["model.n_layer=1", "model.d_model=32", "model.n_head=2"]
 
@@ -103,7 +103,7 @@ def test_ckpt_path_to_a_damaged_file_is_one_line(how, checkpoint, tmp_path, monk
 
 @pytest.mark.parametrize("how", ["truncated", "flipped", "foreign"])
 def test_sample_and_analyze_refuse_a_damaged_checkpoint_in_one_line(how, checkpoint, capsys):
-    from attnlab import analyze, sample
+    from attnlab.inference import analyze, sample
 
     bad = damage(checkpoint, how)
     with pytest.raises(SystemExit) as info:
@@ -118,7 +118,7 @@ def test_sample_and_analyze_refuse_a_damaged_checkpoint_in_one_line(how, checkpo
 
 
 def test_sample_reads_an_intact_checkpoint(checkpoint):
-    from attnlab.sample import sample
+    from attnlab.inference.sample import sample
 
     module, ckpt = load_model(checkpoint)
     assert ckpt["global_step"] == 7 and module.model.cfg.block_size == 16
@@ -250,7 +250,7 @@ def test_torch_writer_error_without_errno_is_read_as_a_full_disk(tmp_path, monke
 
 
 def test_checkpoint_write_failure_during_a_run_ends_failed_in_one_line(tmp_path, monkeypatch, capsys):
-    from attnlab import checkpointing
+    from attnlab.training import checkpointing
 
     atomic_file = checkpointing.atomic_file
 
@@ -288,7 +288,7 @@ def test_results_json_write_failure_is_one_line(tmp_path, monkeypatch, capsys):
     def refused(path, text):
         raise PermissionError(errno.EACCES, "Permission denied", str(path))
 
-    monkeypatch.setattr("attnlab.results.atomic_write_text", refused)
+    monkeypatch.setattr("attnlab.training.results.atomic_write_text", refused)
     code, _, err = run_main(monkeypatch, capsys, *SMOKE, *SMALL, f"hydra.run.dir={tmp_path}/run")
     assert_one_line_error(code, err, "results.json")
     assert "Permission denied" in err and "no earlier results.json existed" in err
@@ -429,10 +429,10 @@ def test_presets_and_studies_are_not_refused(overrides, monkeypatch, tmp_path):
         OmegaConf.to_container(cfg.optim, resolve=True),
         10,
     )
-    monkeypatch.setattr("attnlab.resources.available_bytes", lambda device: 4 * 2**30)
+    monkeypatch.setattr("attnlab.training.resources.available_bytes", lambda device: 4 * 2**30)
     step = check_fits(cfg, sum(p.numel() for p in module.parameters()), 128, torch.device("cpu"))
     assert 0 < step.total < 4 * 2**30
-    monkeypatch.setattr("attnlab.resources.available_bytes", lambda device: step.total - 1)
+    monkeypatch.setattr("attnlab.training.resources.available_bytes", lambda device: step.total - 1)
     with pytest.raises(OutOfMemory):  # and the same estimate refuses a machine one byte too small
         check_fits(cfg, sum(p.numel() for p in module.parameters()), 128, torch.device("cpu"))
 

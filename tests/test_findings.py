@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from attnlab.attention.stats import SINK_EPSILON
-from attnlab.studies import findings, pages
+from attnlab.studies import findings
+from attnlab.writing import pages
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from attnlab.attention import backends
-from attnlab.errors import OutOfMemory
 from attnlab.tools import gpu_check
+from attnlab.util.errors import OutOfMemory
 
 
 def check(tmp_path, *args: str) -> tuple[int, dict]:
@@ -66,7 +66,7 @@ def test_missing_corpus_package_fails_every_cell(tmp_path, monkeypatch, capsys):
 
 
 def test_missing_hydra_fails_rows_and_still_writes_the_report(tmp_path, monkeypatch):
-    for name in [m for m in sys.modules if m == "attnlab.config" or m == "attnlab.train"]:
+    for name in [m for m in sys.modules if m == "attnlab.config.compose" or m == "attnlab.training.train"]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "hydra", None)
     code, report = check(tmp_path, "--backends", "sdpa", "--precisions", "32", "--only", "cells")
@@ -108,7 +108,7 @@ def test_out_of_memory_is_a_failed_cell(tmp_path, monkeypatch):
     def oom(cfg):
         raise OutOfMemory("out of memory at step 3: model.block_size=16384 needs 80 GiB")
 
-    monkeypatch.setattr("attnlab.train.train", oom)
+    monkeypatch.setattr("attnlab.training.train.train", oom)
     row = gpu_check.run_cell({"backend": "sdpa", "precision": "bf16-mixed", "qk_norm": False}, "cuda", 2, tmp_path)
     assert row["status"] == "fail" and row["error"].startswith("out of memory")
 
@@ -178,7 +178,7 @@ def test_ddp_smoke_is_a_real_process_group_of_one_on_one_device(tmp_path):
 
 
 def test_without_wandb_the_default_logger_falls_back_to_csv_in_one_line(make_cfg, monkeypatch, capsys):
-    from attnlab.train import train
+    from attnlab.training.train import train
 
     monkeypatch.setitem(sys.modules, "wandb", None)  # a node without the package
     cfg = make_cfg("logger=default", "trainer.max_steps=2", "callbacks=none")

@@ -328,7 +328,7 @@ def smoke_overrides(tmp_path, extra=()):
         "model.n_head=2",
         "model.block_size=16",
         "data.vocab_size=32",
-        "+callbacks.heads._target_=attnlab.callbacks.heads.HeadAnalysis",
+        "+callbacks.heads._target_=attnlab.callbacks.head_analysis.HeadAnalysis",
         "+callbacks.heads.every_n_steps=2",
         f"+callbacks.heads.output_dir={tmp_path}",
         "+callbacks.ckpt._target_=lightning.pytorch.callbacks.ModelCheckpoint",
@@ -339,9 +339,9 @@ def smoke_overrides(tmp_path, extra=()):
 
 
 def test_callback_and_cli_write_the_head_table(tmp_path, capsys):
-    from attnlab.analyze import main
-    from attnlab.config import compose_config
-    from attnlab.train import train
+    from attnlab.config.compose import compose_config
+    from attnlab.inference.analyze import main
+    from attnlab.training.train import train
 
     metrics = train(compose_config(smoke_overrides(tmp_path), tmp_path))
     assert "heads/induction_max" in metrics
@@ -368,8 +368,8 @@ def test_callback_and_cli_write_the_head_table(tmp_path, capsys):
 
 @pytest.mark.parametrize("knockout, expected", [("always", [True] * 4), ("never", [False] * 4)])
 def test_callback_knockout_modes(knockout, expected, tmp_path):
-    from attnlab.config import compose_config
-    from attnlab.train import train
+    from attnlab.config.compose import compose_config
+    from attnlab.training.train import train
 
     train(compose_config(smoke_overrides(tmp_path, [f"+callbacks.heads.knockout={knockout}"]), tmp_path))
     data = json.loads((tmp_path / "heads.json").read_text())
@@ -378,7 +378,7 @@ def test_callback_knockout_modes(knockout, expected, tmp_path):
 
 
 def test_cli_missing_path_is_one_line(tmp_path, capsys):
-    from attnlab.analyze import main
+    from attnlab.inference.analyze import main
 
     with pytest.raises(SystemExit) as err:
         main([str(tmp_path / "nope")])
@@ -402,8 +402,8 @@ INDUCTION_RUN = [  # the committed study's setting (docs/mechanisms.md), its 2-l
 @pytest.fixture(scope="module")
 def induction_run(tmp_path_factory):
     """A 2-layer attention-only model trained on the induction task (about 4-5 min on 1 busy CPU thread)."""
-    from attnlab.config import compose_config
-    from attnlab.train import train
+    from attnlab.config.compose import compose_config
+    from attnlab.training.train import train
 
     out = tmp_path_factory.mktemp("induction")
     torch.set_num_threads(1)

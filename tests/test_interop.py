@@ -16,13 +16,13 @@ import torch
 from torch import nn
 
 from attnlab.attention.module import AttentionConfig
-from attnlab.config import CONF_DIR
-from attnlab.errors import AttnlabError
+from attnlab.config.compose import CONF_DIR
+from attnlab.inference.export import char_tokenizer_json, write_hf
 from attnlab.interop import families
 from attnlab.interop.families import MAPPED, attention_defaults, hf_config, refusal
 from attnlab.interop.hf_load import HFCheckpoint, architecture_from, given_model_keys, model_from_hf
 from attnlab.model.gpt import GPT, GPTConfig
-from attnlab.tools.hf_export import char_tokenizer_json, write_hf
+from attnlab.util.errors import AttnlabError
 
 transformers = pytest.importorskip("transformers")  # the hf extra, which CI installs
 
@@ -521,10 +521,10 @@ RUN_FAMILIES = {
 def test_attnlab_export_of_a_run_matches_its_checkpoint_and_its_sample(family, make_cfg, tmp_path, capsys):
     """`attnlab export RUN --format hf OUT`: the logits of the run's last.ckpt, and `attnlab sample
     --top-k 1`'s text from transformers' greedy generate() through the exported tokenizer."""
-    from attnlab.checkpointing import load_model
     from attnlab.cli import main
-    from attnlab.sample import sample
-    from attnlab.train import train
+    from attnlab.inference.sample import sample
+    from attnlab.training.checkpointing import load_model
+    from attnlab.training.train import train
 
     cfg = make_cfg(*RUN_FAMILIES[family], "trainer.max_steps=3")
     train(cfg)
@@ -545,7 +545,7 @@ def test_attnlab_export_of_a_run_matches_its_checkpoint_and_its_sample(family, m
 
 def test_export_of_a_gated_run_is_refused_and_writes_nothing(make_cfg, tmp_path, capsys):
     from attnlab.cli import main
-    from attnlab.train import train
+    from attnlab.training.train import train
 
     cfg = make_cfg("trainer.max_steps=2", "model.attention.gate=headwise")
     train(cfg)
@@ -579,8 +579,8 @@ def test_a_llama_or_deepseek_checkpoint_trains_from_init_from_alone(kind, model_
     """A transformers-saved Llama (grouped key/value heads, RMSNorm, SwiGLU, RoPE) or DeepSeek-V3 (latent
     attention, dense MLPs) trains with `model.init_from=DIR` and nothing else about its shape; one step at a
     rate of 1e-12 leaves transformers' logits."""
-    from attnlab.checkpointing import load_model
-    from attnlab.train import main
+    from attnlab.training.checkpointing import load_model
+    from attnlab.training.train import main
 
     theirs = hf_model(kind, vocab_size=84)
     theirs.save_pretrained(tmp_path / "hf")
@@ -602,8 +602,8 @@ def test_a_run_from_init_from_alone_takes_the_checkpoints_architecture(tmp_path,
     """`attnlab train model.init_from=DIR model.block_size=16`: the composed tiny preset becomes the
     checkpoint's GPT-2, the shorter context kept; one step at a learning rate of 1e-12 leaves
     transformers' logits; results.json says where the weights came from."""
-    from attnlab.checkpointing import load_model
-    from attnlab.train import main
+    from attnlab.training.checkpointing import load_model
+    from attnlab.training.train import main
 
     theirs = small_gpt2(tmp_path / "hf")
     run = tmp_path / "run"
@@ -651,9 +651,9 @@ def test_a_given_field_the_checkpoint_contradicts_is_one_line_and_trains_nothing
 
 
 def test_analyze_stream_and_sample_read_a_hugging_face_dir(tmp_path, capsys):
-    from attnlab.analyze import analyze
-    from attnlab.sample import sample
-    from attnlab.stream import main as stream
+    from attnlab.inference.analyze import analyze
+    from attnlab.inference.sample import sample
+    from attnlab.inference.stream import main as stream
 
     chars = sorted(set("the quick brown fox jumps over the lazy dog\n"))
     model = hf_model("llama", vocab_size=len(chars))
@@ -681,9 +681,9 @@ def test_fine_tuning_a_llama_checkpoint_with_a_gate_on_its_own_tokenizer(tmp_pat
     checkpoint's architecture is taken: the command names only the context and the variant."""
     from test_prepare_tokenizer import TEXT, save_tokenizer
 
-    from attnlab.checkpointing import load_model
     from attnlab.cli import main as cli
-    from attnlab.train import main as train_main
+    from attnlab.training.checkpointing import load_model
+    from attnlab.training.train import main as train_main
 
     ckpt, data, run = tmp_path / "llama", tmp_path / "tokens", tmp_path / "run"
     tok = save_tokenizer(ckpt)

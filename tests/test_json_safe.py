@@ -8,7 +8,7 @@ import math
 import numpy as np
 import torch
 
-from attnlab.results import json_safe
+from attnlab.util.files import json_safe
 
 
 def test_non_finite_values_stay_visible_as_strings_or_become_null():

@@ -13,8 +13,8 @@ from attnlab.attention import backends
 from attnlab.attention.cache import KVCache, RollingKVCache
 from attnlab.attention.module import Knockout
 from attnlab.attention.position import Rotary
-from attnlab.errors import KernelUnavailable
 from attnlab.model.gpt import GPT, GPTConfig
+from attnlab.util.errors import KernelUnavailable
 
 BLOCK = 12
 VARIANTS = {
@@ -235,7 +235,7 @@ def test_a_latent_cache_holds_the_latent_and_the_rotated_rope_key():
     ],
 )
 def test_latent_attention_refuses_what_it_cannot_build_in_one_line(change, key):
-    from attnlab.errors import ConfigError
+    from attnlab.util.errors import ConfigError
 
     spec = dict(change)
     with pytest.raises(ConfigError, match=key) as err:
@@ -333,9 +333,9 @@ def test_sample_and_its_timing_with_and_without_the_cache(make_cfg, capsys, tmp_
     import json
     from pathlib import Path
 
-    from attnlab.sample import main
+    from attnlab.inference.sample import main
     from attnlab.tools.bench import decode
-    from attnlab.train import train
+    from attnlab.training.train import train
 
     cfg = make_cfg("trainer.max_steps=2", "model.n_layer=2", "model.pos_encoding=rope")
     train(cfg)
@@ -448,8 +448,8 @@ def test_rolling_cache_refusals_are_one_line(variant, capacity, sinks, match):
 def test_sample_of_a_sigmoid_run_uses_the_cache(make_cfg, capsys):
     from pathlib import Path
 
-    from attnlab.sample import main
-    from attnlab.train import train
+    from attnlab.inference.sample import main
+    from attnlab.training.train import train
 
     cfg = make_cfg("trainer.max_steps=2", "model.n_layer=1", "model.attention.normalize=sigmoid")
     train(cfg)
@@ -466,8 +466,8 @@ def test_sample_of_a_tokenized_run_reads_its_own_tokenizer(make_cfg, capsys, tmp
 
     from attnlab.data.prepare import prepare
     from attnlab.data.text import shakespeare_text
-    from attnlab.sample import main
-    from attnlab.train import train
+    from attnlab.inference.sample import main
+    from attnlab.training.train import train
 
     corpus = tmp_path / "bpe"
     prepare(corpus, shakespeare_text()[:50_000], "shakespeare[:50000]", vocab_size=300)

@@ -12,13 +12,14 @@ import torch
 from omegaconf import OmegaConf
 
 from attnlab.attention.module import kv_values_per_token
-from attnlab.callbacks.memory import PeakMemoryMonitor
-from attnlab.config import compose_config
-from attnlab.config_checks import check_config
+from attnlab.callbacks.peak_memory import PeakMemoryMonitor
+from attnlab.config.checks import check_config
+from attnlab.config.compose import compose_config
 from attnlab.model import GPT, GPTConfig
-from attnlab.studies import report, stats
+from attnlab.studies import report
 from attnlab.studies.report import data, frontier
-from attnlab.studies.sweep import study_grid
+from attnlab.sweeps.sweep import study_grid
+from attnlab.util import significance
 
 GRID = study_grid("kv_frontier")
 # cached values per token and layer (4 heads of 32), and the window's entries at most
@@ -174,9 +175,9 @@ def test_the_reference_contrast_is_welch_with_holm_over_the_arms():
     found, reference = frontier.arms(frame, "kv_frontier")
     assert reference == "baseline" and found[0].name == "baseline" and found[0].vs_reference is None
     losses = {arm: frame[frame["variant"] == arm]["val/loss"] for arm in arms}
-    tests = [stats.welch(losses["baseline"], losses[a.name]) for a in found[1:]]
+    tests = [significance.welch(losses["baseline"], losses[a.name]) for a in found[1:]]
     assert [a.vs_reference for a in found[1:]] == tests
-    assert [a.p_holm for a in found[1:]] == stats.holm([t.p for t in tests])
+    assert [a.p_holm for a in found[1:]] == significance.holm([t.p for t in tests])
 
 
 def test_the_reference_arm_above_the_attention_free_level_makes_the_question_untested(tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 def sweep_cli(tmp_path: Path, *args: str, path: str = "/usr/bin:/bin") -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "attnlab.studies.sweep", "--logs", str(tmp_path / "logs"), *args],
+        [sys.executable, "-m", "attnlab.sweeps.sweep", "--logs", str(tmp_path / "logs"), *args],
         cwd=tmp_path,
         env={"PATH": path, "HOME": str(tmp_path)},
         capture_output=True,

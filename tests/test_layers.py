@@ -1,7 +1,8 @@
 """The package's layers point one way: the core (what trains and measures one run) imports nothing of
 the studies built on runs, the studies nothing of the tools around them, and no package imports one
-that imports it back. A module's layer is the folder it sits in: ``attnlab/studies/``, ``attnlab/tools/``,
-anything else the core. Function-level imports count too: a lazy import is still a dependency."""
+that imports it back. A module's layer is the folder it sits in: ``attnlab/studies/`` above the core,
+``attnlab/repro/`` and ``attnlab/sweeps/`` above the studies they read, ``attnlab/tools/`` above them, anything
+else the core. Function-level imports count too: a lazy import is still a dependency."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "src" / "attnlab"
-LAYERS = {"studies": 1, "tools": 2}  # the folders above the core, by rank
+LAYERS = {"studies": 1, "repro": 2, "sweeps": 2, "tools": 3}  # the folders above the core, by rank
 DISPATCH = {"cli"}  # the command line names every entry point
 
 
@@ -42,7 +43,7 @@ def imports() -> dict[str, set[str]]:
 
 
 def layer(name: str) -> int:
-    """0 for the core, 1 for a module under attnlab/studies/, 2 under attnlab/tools/."""
+    """0 for the core, 1 for a module under attnlab/studies/, 2 under repro/ or sweeps/, 3 under tools/."""
     parts = name.split(".")
     return LAYERS.get(parts[1], 0) if len(parts) > 1 else 0
 
@@ -98,11 +99,11 @@ def test_the_check_sees_relative_and_lazy_imports():
     lazy = "def f():\n    from ...tools.bench import kernels\n    from ... import timing\n"
     found = imported(lazy, "attnlab.studies.report.layout")
     assert found == {"attnlab.tools.bench", "attnlab.tools.bench.kernels", "attnlab.timing"}
-    assert layer("attnlab.tools.bench.kernels") == 2 > layer("attnlab.studies.report.layout") == 1
-    assert layer("attnlab.studies.report.layout") > layer("attnlab.train") == layer("attnlab") == 0
+    assert layer("attnlab.tools.bench.kernels") == 3 > layer("attnlab.studies.report.layout") == 1
+    assert layer("attnlab.studies.report.layout") > layer("attnlab.training.train") == layer("attnlab") == 0
     assert imported("from . import layout\n", "attnlab.studies.report", is_package=True) == {
         "attnlab.studies.report.layout"
     }
     assert unit(max(imported("from .studies import sweep\n", "attnlab.sample"))) == "studies.sweep"
-    assert unit("attnlab.studies.report.layout") == "studies.report" != unit("attnlab.studies.sweep") == "studies.sweep"
-    assert unit("attnlab.train") == "train" and unit("attnlab.attention.masks") == "attention"
+    assert unit("attnlab.studies.report.layout") == "studies.report" != unit("attnlab.sweeps.sweep") == "sweeps.sweep"
+    assert unit("attnlab.training.train") == "training" and unit("attnlab.attention.masks") == "attention"

@@ -7,7 +7,7 @@ import lightning as L
 import pytest
 import torch
 
-from attnlab.module import loggers_write_this_step
+from attnlab.training.lit_module import loggers_write_this_step
 
 
 class Recorder(L.LightningModule):

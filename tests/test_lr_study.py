@@ -9,10 +9,10 @@ import statistics
 
 import pytest
 
-from attnlab.studies import stats
 from attnlab.studies.report import build_report
 from attnlab.studies.report.data import read_runs
 from attnlab.studies.report.lr import arms
+from attnlab.util import significance
 
 LRS = ["1e-3", "1e-2", "1e-1"]
 VOCAB = 50  # initial loss ln 50 = 3.91
@@ -94,7 +94,7 @@ def test_qk_norm_is_tested_per_size_and_its_change_across_sizes(study):
         (statistics.fmean(v), statistics.stdev(v), 3, sign)
         for v, sign in zip([*effect["big"], *effect["small"]], (1, -1, -1, 1))
     ]
-    assert cross["p"] == pytest.approx(stats.interaction(cells).p) and cross["verdict"] == "smaller"
+    assert cross["p"] == pytest.approx(significance.interaction(cells).p) and cross["verdict"] == "smaller"
 
 
 def test_one_seed_is_untested_not_no_difference(tmp_path):

@@ -1,6 +1,6 @@
 """One Markdown table writer for every report."""
 
-from attnlab.markdown import markdown_table
+from attnlab.writing.markdown import markdown_table
 
 
 def test_cells_are_escaped_and_columns_aligned():

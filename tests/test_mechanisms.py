@@ -12,8 +12,8 @@ from attnlab.attention import BACKENDS, Attention, AttentionConfig, WeightRule
 from attnlab.attention.position import Rotary, alibi_bias, alibi_slopes
 from attnlab.attention.sink import ESCAPES
 from attnlab.attention.stats import attention_stats
-from attnlab.errors import ConfigError
 from attnlab.model import GPT, GPTConfig
+from attnlab.util.errors import ConfigError
 
 
 def reference(q, k, v, scale, bias=None, sink=None, key_padding_mask=None):
@@ -202,7 +202,7 @@ def test_position_encodings_change_parameters_only_where_they_must():
 
 
 def test_config_refuses_alibi_with_forced_flash_and_unknown_values(make_cfg):
-    from attnlab.config_checks import check_config
+    from attnlab.config.checks import check_config
 
     check_config(make_cfg("attention=sdpa", "model.pos_encoding=alibi"))
     with pytest.raises(ConfigError, match="model.pos_encoding='alibi'.*attention=flash"):

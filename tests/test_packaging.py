@@ -80,7 +80,7 @@ def test_wheel_ships_every_page_template(wheel):
 @pytest.mark.slow
 def test_installed_command_runs_from_any_directory(venv, tmp_path):
     where = run(
-        venv / "bin" / "python", "-c", "import attnlab.config as c; print(c.find_conf_dir())", cwd=tmp_path
+        venv / "bin" / "python", "-c", "import attnlab.config.compose as c; print(c.find_conf_dir())", cwd=tmp_path
     ).stdout
     assert Path(where.strip()).is_relative_to(venv) and where.strip().endswith("attnlab/conf")
     job = run(venv / "bin" / "attnlab", "train", "attention=sdpa", "--cfg", "job", cwd=tmp_path).stdout
@@ -99,7 +99,7 @@ def test_installed_command_takes_user_configs(venv, tmp_path):
 
 
 def test_a_training_process_defers_scipy_signal_until_it_is_used():
-    """attnlab.startup: importing attnlab.train (Lightning, torchmetrics) leaves scipy.signal a
+    """attnlab.training.startup: importing attnlab.training.train (Lightning, torchmetrics) leaves scipy.signal a
     stand-in; the first use imports the real module, torchmetrics' hamming patch included, and every
     way of reaching it (attribute, from-import, submodule import) gives the real functions."""
     import subprocess
@@ -107,8 +107,8 @@ def test_a_training_process_defers_scipy_signal_until_it_is_used():
 
     code = """
 import sys, types
-import attnlab.train, torchmetrics
-from attnlab.startup import DeferredModule
+import attnlab.training.train, torchmetrics
+from attnlab.training.startup import DeferredModule
 assert isinstance(sys.modules["scipy.signal"], DeferredModule), type(sys.modules["scipy.signal"])
 import inspect; inspect.getmodule(inspect)  # walks sys.modules, reading __file__: no import
 assert isinstance(sys.modules["scipy.signal"], DeferredModule)

@@ -9,11 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attnlab.config import CONF_DIR, compose_config
+from attnlab.config.compose import CONF_DIR, compose_config
 from attnlab.data.tasks import MQARDataModule
-from attnlab.studies import plan, stats
 from attnlab.studies.report.data import DEFAULT_BUDGET, axes_of, read_runs
-from attnlab.studies.sweep import declared_seeds, planned_seeds
+from attnlab.sweeps import plan
+from attnlab.sweeps.sweep import declared_seeds, planned_seeds
+from attnlab.util import significance
 
 
 def runs(acc: dict[str, list[float]], loss: float = 1.0, wall_s: float = 90.0) -> pd.DataFrame:
@@ -41,7 +42,7 @@ def test_seeds_needed_follow_each_comparisons_spread_and_the_hours_follow_the_se
     by_arm = {row["comparison"].split(": ")[1].split(" vs ")[0]: row for row in made["comparisons"]}
     for arm, row in by_arm.items():
         ref, lvl = np.array([0.95, 0.97, 0.93]), frame[frame["variant"] == arm]["val/acc"].to_numpy()
-        expected = stats.seeds_needed(ref.std(ddof=1), lvl.std(ddof=1), 0.05)
+        expected = significance.seeds_needed(ref.std(ddof=1), lvl.std(ddof=1), 0.05)
         assert row["seeds_needed"] == expected and row["within_budget"]
     assert made["seeds"] == max(r["seeds_needed"] for r in made["comparisons"])
     assert made["hours"] == pytest.approx(made["seeds"] * 3 * 90.0 / plan.JOBS / 3600)

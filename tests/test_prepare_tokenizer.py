@@ -14,7 +14,7 @@ from test_cli import assert_one_line_error
 
 from attnlab.data.prepare import main as prepare_main
 from attnlab.data.prepare import prepare
-from attnlab.errors import AttnlabError
+from attnlab.util.errors import AttnlabError
 
 transformers = pytest.importorskip("transformers")  # the hf extra, which CI installs
 
@@ -75,8 +75,8 @@ def test_the_ids_are_the_checkpoints_tokenizers_and_the_vocabulary_its_models(ch
 def test_training_from_the_checkpoint_on_its_tokenized_data(checkpoint, corpus, make_cfg):
     """One step at a learning rate of 1e-12 keeps the checkpoint's function: the run's ids index the
     rows transformers' model reads for them."""
-    from attnlab.checkpointing import load_model
-    from attnlab.train import train
+    from attnlab.training.checkpointing import load_model
+    from attnlab.training.train import train
 
     path, theirs, _ = checkpoint
     data = ["data=tokens", f"data.dir={corpus}", f"model.init_from={path}"]  # the padding left to the checkpoint
@@ -93,7 +93,7 @@ def test_training_from_the_checkpoint_on_its_tokenized_data(checkpoint, corpus, 
 
 def test_a_data_vocabulary_other_than_the_models_is_one_line_naming_both(checkpoint, make_cfg, tmp_path):
     """Data of another tokenizer (280 ids against the model's 300 rows)."""
-    from attnlab.train import train
+    from attnlab.training.train import train
 
     other = tmp_path / "other"
     save_tokenizer(other, vocab_size=280)
@@ -114,8 +114,8 @@ def test_the_vocabulary_follows_the_checkpoint_where_the_run_sets_no_padding(che
     """`attnlab train model.init_from=DIR data=tokens data.dir=...`: data=tokens pads to a multiple of
     64 by default (300 -> 320), but the run starts from the checkpoint's 300 rows; results.json
     says the padding was taken."""
-    from attnlab.checkpointing import load_model
-    from attnlab.train import main
+    from attnlab.training.checkpointing import load_model
+    from attnlab.training.train import main
 
     run = tmp_path / "run"
     given = ["data=tokens", f"data.dir={corpus}", f"model.init_from={checkpoint[0]}", "trainer.max_steps=1"]

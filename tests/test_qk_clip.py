@@ -8,8 +8,8 @@ import torch
 
 from attnlab.attention import AttentionConfig, AttentionLayer
 from attnlab.attention.stats import head_max_logits
-from attnlab.errors import ConfigError
-from attnlab.train import train
+from attnlab.training.train import train
+from attnlab.util.errors import ConfigError
 
 
 def layer_max_logits(layer: AttentionLayer, x: torch.Tensor) -> torch.Tensor:

@@ -16,9 +16,9 @@ import torch
 from conftest import ROOT
 
 from attnlab.attention import BACKENDS, attend
-from attnlab.callbacks.interrupt import Interrupted
-from attnlab.checkpointing import AtomicCheckpointIO
-from attnlab.train import train
+from attnlab.training.checkpointing import AtomicCheckpointIO
+from attnlab.training.interrupt import Interrupted
+from attnlab.training.train import train
 
 # small and quick, with dropout so that the RNG state matters on resume
 RUN = [
@@ -36,7 +36,7 @@ RUN = [
 
 
 def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "attnlab.train", *args]
+    return [sys.executable, "-m", "attnlab.training.train", *args]
 
 
 def env() -> dict:
@@ -134,7 +134,7 @@ def test_sigterm_during_training_is_ours_not_lightnings(make_cfg):
     training steps the handler must be attnlab's, and outside fit the original one again."""
     import signal_probe
 
-    from attnlab.callbacks.interrupt import GracefulInterrupt
+    from attnlab.training.interrupt import GracefulInterrupt
 
     before = signal.getsignal(signal.SIGTERM)
     signal_probe.RecordSigtermHandler.handlers = []

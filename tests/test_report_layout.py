@@ -15,12 +15,12 @@ import pytest
 import yaml
 from scipy import stats as scipy_stats
 
-from attnlab.config import CONF_DIR, compose_config
-from attnlab.config_checks import check_config
-from attnlab.studies import stats
+from attnlab.config.checks import check_config
+from attnlab.config.compose import CONF_DIR, compose_config
 from attnlab.studies.report import build_report, write_report
 from attnlab.studies.report.analysis import cells_from_runs, contrasts, question_of
 from attnlab.studies.report.data import read_runs, write_runs
+from attnlab.util import significance
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / "reports"
@@ -100,8 +100,8 @@ def test_contrasts_are_scipy_welch_with_holm_and_the_detectable_difference(tmp_p
         c = family[f"d_k={dk}"]
         assert c["p"] == pytest.approx(res.pvalue) and c["ci95"] == pytest.approx(list(res.confidence_interval()))
         sd = [pd.Series(v).std() for v in (ref, lvl)]
-        assert c["detectable"] == pytest.approx(stats.detectable_difference(sd[0], 3, sd[1], 3))
-    holm = stats.holm([raw["16"], raw["32"]])
+        assert c["detectable"] == pytest.approx(significance.detectable_difference(sd[0], 3, sd[1], 3))
+    holm = significance.holm([raw["16"], raw["32"]])
     assert [family["d_k=16"]["p_holm"], family["d_k=32"]["p_holm"]] == pytest.approx(holm)
     assert verdicts(summary) == {"d_k=16": "lower", "d_k=32": "none"}
 

@@ -1,4 +1,4 @@
-"""Tests of attnlab.studies.repro: each measurement on a small case with a known answer; the verdict rule; each
+"""Tests of attnlab.repro: each measurement on a small case with a known answer; the verdict rule; each
 claim's verdict turning when its data does; the committed verdicts following from their data; and a fast
 run leaving the committed report as it is."""
 
@@ -15,37 +15,23 @@ import pytest
 import torch
 
 from attnlab.analysis.heads import types_by_layer
-from attnlab.results import json_safe
-from attnlab.studies.repro import (
-    equivalence,
-    jacobian,
+from attnlab.repro import (
+    equivalence_claims,
+    jacobian_claims,
     judge,
-    masks,
-    memory,
-    numerics,
+    mask_claims,
+    memory_claims,
+    numerics_claims,
     runner,
     sources,
-    streaming,
-    studies,
-    training,
+    streaming_claims,
+    study_claims,
+    training_claims,
 )
-from attnlab.studies.repro.__main__ import cli
-from attnlab.studies.repro.verdict import (
-    AGREES,
-    DEPENDS,
-    DETAIL,
-    DIFFERS,
-    MAIN,
-    PARTLY,
-    UNTESTED,
-    Check,
-    Claim,
-    Table,
-    max_diff,
-    same_printed,
-    verdict_of,
-    within,
-)
+from attnlab.repro.__main__ import cli
+from attnlab.repro.verdict import DETAIL, MAIN, Check, Claim, Table, max_diff, same_printed, verdict_of, within
+from attnlab.util.files import json_safe
+from attnlab.writing.pages import AGREES, DEPENDS, DIFFERS, PARTLY, UNTESTED
 
 REPORT = Path(__file__).resolve().parents[1] / "reports" / "repro"
 FAST_IDS = sorted(set(range(1, 17)) - set(runner.TRAINING_IDS))
@@ -94,50 +80,50 @@ def test_within_max_diff_and_same_printed():
 # ---------------------------------------------------------------- numerics (claims 1-3, 9, 10)
 def test_dot_std_follows_sigma_squared_sqrt_d():
     # Var(q.k) = d sigma^4 for independent N(0, sigma^2) components; 20k pairs: ~0.5 % standard error
-    assert numerics.dot_std_large_sample(64, 20_000, seed=5, sigma=0.5) == pytest.approx(0.25 * 8, rel=0.03)
+    assert numerics_claims.dot_std_large_sample(64, 20_000, seed=5, sigma=0.5) == pytest.approx(0.25 * 8, rel=0.03)
 
 
 def test_dot_std_as_written_scaled_column_is_std_over_sqrt_d():
-    rows = numerics.dot_std_as_written(dims=(4, 9), n=50, seed=1)
+    rows = numerics_claims.dot_std_as_written(dims=(4, 9), n=50, seed=1)
     for r in rows:
         assert r["scaled_std"] == pytest.approx(r["std"] / math.sqrt(r["d"]))
 
 
 def test_saturation_with_zero_logits_is_uniform():
-    (row,) = numerics.saturation_as_written(ns=(8,), scales=(0.0,), rows=10)
+    (row,) = numerics_claims.saturation_as_written(ns=(8,), scales=(0.0,), rows=10)
     assert row["max_p"] == pytest.approx(1 / 8)
     assert row["entropy_xlogy"] == pytest.approx(math.log(8), abs=1e-6)
     assert row["entropy"] == pytest.approx(math.log(8), abs=1e-6)  # the +1e-10 is negligible here
 
 
 def test_saturation_curve_is_monotone_in_logit_scale():
-    maxp, hnorm = numerics.saturation_curve(16, [0.0, 1.0, 4.0, 64.0], rows=200)
+    maxp, hnorm = numerics_claims.saturation_curve(16, [0.0, 1.0, 4.0, 64.0], rows=200)
     assert maxp[0] == pytest.approx(1 / 16) and hnorm[0] == pytest.approx(1.0)
     assert maxp == sorted(maxp) and hnorm == sorted(hnorm, reverse=True) and maxp[-1] > 0.95
 
 
 def test_unscaled_as_written_reproduces_the_scalar_entropy_bug():
-    for r in numerics.unscaled_as_written(dims=(16, 64), n=50, seed=0):
+    for r in numerics_claims.unscaled_as_written(dims=(16, 64), n=50, seed=0):
         b = r["max_p_scaled"]
         assert r["entropy"] == pytest.approx(-b * math.log(b), rel=1e-4)  # -b log b, not an entropy
         assert r["uniform"] == pytest.approx(math.log(r["d"]))  # log d, though the softmax has 50 entries
 
 
 def test_unscaled_corrected_is_a_real_entropy():
-    for r in numerics.unscaled_corrected(dims=(16,), n=50, trials=20):
+    for r in numerics_claims.unscaled_corrected(dims=(16,), n=50, trials=20):
         assert 0 < r["entropy_unscaled"] < r["entropy_scaled"] <= math.log(50) + 1e-9
         assert 1 / 50 <= r["max_p_scaled"] < r["max_p_unscaled"] <= 1
 
 
 def test_numpy_softmax_matches_the_closed_form():
-    p, p11 = numerics.softmax_numpy_as_written()
+    p, p11 = numerics_claims.softmax_numpy_as_written()
     e = [math.exp(x) for x in (2.0, 1.0, 0.5, 0.0)]
     assert p.tolist() == pytest.approx([x / sum(e) for x in e])
     assert p11[1] == pytest.approx(math.exp(-11) / (1 + math.exp(-11) + math.exp(-16.5) + math.exp(-22)))
 
 
 def test_model_logit_std_at_init_is_sigma_q_sigma_k_sqrt_dk():
-    r = numerics.model_logit_std(d_k=64)
+    r = numerics_claims.model_logit_std(d_k=64)
     sigma = 0.02 * math.sqrt(128)
     assert r["logit_std"] == pytest.approx(sigma**2 * 8, rel=0.15)
 
@@ -146,7 +132,7 @@ def test_model_logit_std_at_init_is_sigma_q_sigma_k_sqrt_dk():
 def test_manual_attention_matches_a_loop():
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 1, 3, 2, generator=g, dtype=torch.float64) for _ in range(3))
-    out = equivalence.manual_attention(q, k, v, torch.triu(torch.ones(3, 3, dtype=torch.bool), 1))
+    out = equivalence_claims.manual_attention(q, k, v, torch.triu(torch.ones(3, 3, dtype=torch.bool), 1))
     for i in range(3):
         s = [float(q[0, 0, i] @ k[0, 0, j]) / math.sqrt(2) for j in range(i + 1)]
         w = [math.exp(x - max(s)) for x in s]
@@ -155,7 +141,7 @@ def test_manual_attention_matches_a_loop():
 
 
 def test_causality_as_written():
-    m = equivalence.equivalence_as_written()
+    m = equivalence_claims.equivalence_as_written()
     assert m["diff_before_5"] == 0.0 and m["diff_from_5"] > 1.0 and m["max_diff_sdpa"] < 1e-5
 
 
@@ -163,12 +149,12 @@ def test_copy_rows_hit_on_a_perfect_copy_map():
     attn = torch.full((8, 8), 0.01)
     for i in range(4, 8):
         attn[i, i - 4] = attn[i, i] = 0.45
-    hit = equivalence.copy_rows_hit(attn)
+    hit = equivalence_claims.copy_rows_hit(attn)
     assert hit["hit_rate"] == 1.0 and hit["source_weight"] == pytest.approx(0.45) and hit["twin_gap"] == 0.0
 
 
 def test_copy_attention_has_tied_twin_columns():
-    attn = equivalence.copy_attention(seed=3)
+    attn = equivalence_claims.copy_attention(seed=3)
     assert torch.equal(attn[:, :4], attn[:, 4:]) and torch.allclose(attn.sum(-1), torch.ones(8))
 
 
@@ -179,7 +165,7 @@ def _classify(row, visible, masked=None, unmasked=None, tol=1e-5):
     unmasked = torch.tensor(
         unmasked if unmasked is not None else [0.7] + [0.3 / (n - 1)] * (n - 1), dtype=torch.float64
     )
-    return masks.row_outcome(torch.tensor(row), torch.tensor(visible), masked, unmasked, tol)
+    return mask_claims.row_outcome(torch.tensor(row), torch.tensor(visible), masked, unmasked, tol)
 
 
 def test_classify_names_each_outcome():
@@ -192,21 +178,21 @@ def test_classify_names_each_outcome():
 
 
 def test_mask_grid_measures_the_known_torch_behaviour():
-    grid = masks.mask_grid()
+    grid = mask_claims.mask_grid()
     # a row of -inf has no finite max: exp(-inf - (-inf)) = NaN in a plain softmax
-    assert masks.lookup(grid, path="explicit softmax", dtype="fp32", fill="-inf", row="full") == "NaN"
+    assert mask_claims.lookup(grid, path="explicit softmax", dtype="fp32", fill="-inf", row="full") == "NaN"
     # equal fills everywhere -> exp(0) for each key -> uniform
-    assert masks.lookup(grid, path="explicit softmax", dtype="bf16", fill="-1e9", row="full") == "uniform"
+    assert mask_claims.lookup(grid, path="explicit softmax", dtype="bf16", fill="-1e9", row="full") == "uniform"
     assert all(g["outcome"] == "ok" for g in grid if g["row"] == "partial" and g["outcome"] != "error")
     errors = [g for g in grid if g["outcome"] == "error"]
     assert errors and all(g["fill"] == "-1e9" and g["dtype"] == "fp16" and "overflow" in g["message"] for g in errors)
     assert len(grid) == 2 * 3 * (5 + 6 + 6)  # rows x dtypes x (explicit fills + SDPA fills incl. bool mask)
     # the same -1e9 from an fp32 mask cast to fp16 is -inf: partly masked rows right, a fully masked row NaN (explicit softmax)
-    assert float(masks.cast_mask(torch.tensor([False]), torch.float16)[0]) == float("-inf")
-    assert masks.lookup(grid, path="explicit softmax", dtype="fp16", fill=masks.CAST, row="partial") == "ok"
-    assert masks.lookup(grid, path="explicit softmax", dtype="fp16", fill=masks.CAST, row="full") == "NaN"
+    assert float(mask_claims.cast_mask(torch.tensor([False]), torch.float16)[0]) == float("-inf")
+    assert mask_claims.lookup(grid, path="explicit softmax", dtype="fp16", fill=mask_claims.CAST, row="partial") == "ok"
+    assert mask_claims.lookup(grid, path="explicit softmax", dtype="fp16", fill=mask_claims.CAST, row="full") == "NaN"
     assert (
-        masks.lookup(grid, path="explicit softmax", dtype="bf16", fill=masks.CAST, row="full") == "uniform"
+        mask_claims.lookup(grid, path="explicit softmax", dtype="bf16", fill=mask_claims.CAST, row="full") == "uniform"
     )  # bf16 holds -1e9
 
 
@@ -221,36 +207,38 @@ def test_cpu_peak_bytes_sees_live_tensors_only():
         for _ in range(3):
             torch.ones(250_000)
 
-    assert 2_000_000 <= memory.cpu_peak_bytes(two_alive) < 2_100_000
-    assert 1_000_000 <= memory.cpu_peak_bytes(one_at_a_time) < 1_100_000
+    assert 2_000_000 <= memory_claims.cpu_peak_bytes(two_alive) < 2_100_000
+    assert 1_000_000 <= memory_claims.cpu_peak_bytes(one_at_a_time) < 1_100_000
 
 
 def test_naive_attention_peak_holds_the_t_by_t_matrix():
     t, h = 256, 2
-    peak = memory.cpu_peak_bytes(memory.attention_step("naive", t, d=8, heads=h))
-    assert peak >= memory.attention_matrix_bytes(1, h, t, 4)
-    assert memory.cpu_peak_bytes(memory.attention_step("flash", t, d=8, heads=h)) < memory.attention_matrix_bytes(
-        1, h, t, 4
-    )
+    peak = memory_claims.cpu_peak_bytes(memory_claims.attention_step("naive", t, d=8, heads=h))
+    assert peak >= memory_claims.attention_matrix_bytes(1, h, t, 4)
+    assert memory_claims.cpu_peak_bytes(
+        memory_claims.attention_step("flash", t, d=8, heads=h)
+    ) < memory_claims.attention_matrix_bytes(1, h, t, 4)
 
 
 def test_memory_arithmetic():
-    assert memory.attention_matrix_bytes(2, 32, 4096, 2) == 2 * 32 * 4096 * 4096 * 2
-    assert memory.fit_exponent([1, 2, 4, 8], [3, 12, 48, 192]) == pytest.approx(2.0)  # the bench's fit, one for both
-    assert memory.hbm_flash(1024, 64, 4096) == pytest.approx(1024**2 * 64**2 / 4096)
+    assert memory_claims.attention_matrix_bytes(2, 32, 4096, 2) == 2 * 32 * 4096 * 4096 * 2
+    assert memory_claims.fit_exponent([1, 2, 4, 8], [3, 12, 48, 192]) == pytest.approx(
+        2.0
+    )  # the bench's fit, one for both
+    assert memory_claims.hbm_flash(1024, 64, 4096) == pytest.approx(1024**2 * 64**2 / 4096)
 
 
 # ---------------------------------------------------------------- jacobian (claim 8)
 def test_jacobian_of_uniform_and_one_hot():
     n = 5
-    j = jacobian.softmax_jacobian(torch.full((n,), 1 / n, dtype=torch.float64))
+    j = jacobian_claims.softmax_jacobian(torch.full((n,), 1 / n, dtype=torch.float64))
     # diag(p) - pp^T for uniform p = (I - 11^T/n)/n: eigenvalues 1/n (n-1 times) and 0
     assert torch.linalg.matrix_norm(j, "fro") == pytest.approx(math.sqrt(n - 1) / n)
-    assert torch.count_nonzero(jacobian.softmax_jacobian(torch.tensor([0.0, 1.0, 0.0]))) == 0
+    assert torch.count_nonzero(jacobian_claims.softmax_jacobian(torch.tensor([0.0, 1.0, 0.0]))) == 0
 
 
 def test_jacobian_shrinks_with_logit_std():
-    rows = jacobian.jacobian_vs_logit_std([0.0, 1.0, 16.0], n=8, rows=200)
+    rows = jacobian_claims.jacobian_vs_logit_std([0.0, 1.0, 16.0], n=8, rows=200)
     assert rows[0]["jac_fro"] == pytest.approx(math.sqrt(7) / 8) and rows[0]["jac_spec"] == pytest.approx(1 / 8)
     # not monotone from uniform (two equal entries maximise ||J||_F), but it vanishes as p -> one-hot
     assert rows[2]["jac_fro"] < rows[1]["jac_fro"] / 3 and rows[2]["grad_norm"] < rows[1]["grad_norm"] / 3
@@ -273,7 +261,9 @@ def test_head_types_by_layer_per_seed():
 
 
 def test_uniform_sink_mass_and_gain_share():
-    assert training.uniform_sink_mass(2) == 0.5 and training.uniform_sink_mass(3) == pytest.approx((1 / 2 + 1 / 3) / 2)
+    assert training_claims.uniform_sink_mass(2) == 0.5 and training_claims.uniform_sink_mass(3) == pytest.approx(
+        (1 / 2 + 1 / 3) / 2
+    )
     assert judge.gain_share(2.0, 1.5, level=2.5) == pytest.approx(0.5)  # half of the scaled run's gain over the level
     assert judge.gain_share(2.6, 1.5, level=2.5) < 0  # the unscaled run is worse than a model without attention
     assert judge.gain_share(2.0, 2.45, level=2.5) is None  # scaled not clearly below the level: nothing to compare
@@ -281,12 +271,12 @@ def test_uniform_sink_mass_and_gain_share():
 
 @pytest.mark.slow
 def test_train_run_keeps_both_models_and_probes_them(tmp_path):
-    run = training.train_run(
+    run = training_claims.train_run(
         "t", ["model.n_layer=1", "model.d_model=32", "model.n_head=2", "data.batch_size=2"], 3, tmp_path
     )
     assert run.metrics["step"] == 3
     assert any(not torch.equal(a, b) for a, b in zip(run.init.state_dict().values(), run.final.state_dict().values()))
-    s = training.init_and_final_stats(run, training.probe_batches(n=1))
+    s = training_claims.init_and_final_stats(run, training_claims.probe_batches(n=1))
     assert len(s["final"]["grad"]["q"]) == 1 and s["final"]["grad"]["qk_mean"] > 0 and len(s["init"]["sink_mass"]) == 1
 
 
@@ -308,7 +298,7 @@ def test_repro_and_bench_measure_the_same_step():
         memory_seq_lens=(t,),
     )
     row = bench_one("naive", kernel_variants(torch.device("cpu"))["naive"], t, plan, torch.device("cpu"), timed=False)
-    assert memory.cpu_peak_bytes(memory.attention_step("naive", t, d=8, heads=2)) == row["peak_bytes"]
+    assert memory_claims.cpu_peak_bytes(memory_claims.attention_step("naive", t, d=8, heads=2)) == row["peak_bytes"]
 
 
 # ---------------------------------------------------------------- each claim's verdict turns with its data
@@ -322,49 +312,49 @@ def _check(checks: list[Check] | Claim, check_id: str) -> Check:
 
 
 def test_claim_1_turns_with_the_large_sample(monkeypatch):
-    c = numerics.claim_1(2000)
+    c = numerics_claims.claim_1(2000)
     assert c.verdict == AGREES and _passed(c) == [
         ("qk-std-one", True),
         ("table-as-printed", True),
         ("spread-is-noise", True),
     ]
-    monkeypatch.setattr(numerics, "dot_std_large_sample", lambda d, n, seed=0, **k: 1.1 * math.sqrt(d))
-    c = numerics.claim_1(2000)
+    monkeypatch.setattr(numerics_claims, "dot_std_large_sample", lambda d, n, seed=0, **k: 1.1 * math.sqrt(d))
+    c = numerics_claims.claim_1(2000)
     assert c.verdict == DIFFERS and _check(c, "qk-std-one").measured == pytest.approx(0.1)
 
 
 def test_claims_2_3_turn_with_the_printed_cells(monkeypatch):
-    assert numerics.claim_2().verdict == AGREES
-    c3 = numerics.claim_3(5)
+    assert numerics_claims.claim_2().verdict == AGREES
+    c3 = numerics_claims.claim_3(5)
     assert c3.verdict == PARTLY and _passed(c3) == [
         ("max-prob-as-printed", True),
         ("entropy-column", False),
         ("uniform-entropy", False),
         ("unscaled-one-hot", False),
     ]
-    monkeypatch.setitem(numerics.SOURCE_SATURATION, (4, 1.0), (0.6, 1.110))
-    monkeypatch.setitem(numerics.SOURCE_UNSCALED, 16, (0.8, 0.0319, 0.110, 2.773))
-    assert numerics.claim_2().verdict == DIFFERS and numerics.claim_3(5).verdict == DIFFERS
+    monkeypatch.setitem(numerics_claims.SOURCE_SATURATION, (4, 1.0), (0.6, 1.110))
+    monkeypatch.setitem(numerics_claims.SOURCE_UNSCALED, 16, (0.8, 0.0319, 0.110, 2.773))
+    assert numerics_claims.claim_2().verdict == DIFFERS and numerics_claims.claim_3(5).verdict == DIFFERS
 
 
 def test_claims_4_5_turn_with_the_maps(monkeypatch):
-    assert equivalence.claim_4().verdict == AGREES
-    c5 = equivalence.claim_5(10)
+    assert equivalence_claims.claim_4().verdict == AGREES
+    c5 = equivalence_claims.claim_5(10)
     assert c5.verdict == DIFFERS and c5.measured["over_seeds"]["hit_rate"] < 0.4
     perfect = {"hit_rate": 1.0, "source_weight": 0.45, "max_weight": 0.45, "twin_gap": 0.0}
-    monkeypatch.setattr(equivalence, "copy_rows_hit", lambda attn, half=4: perfect)
-    assert equivalence.claim_5(10).verdict == AGREES
+    monkeypatch.setattr(equivalence_claims, "copy_rows_hit", lambda attn, half=4: perfect)
+    assert equivalence_claims.claim_5(10).verdict == AGREES
     monkeypatch.setattr(
-        equivalence,
+        equivalence_claims,
         "equivalence_as_written",
         lambda seed=42: {"max_diff_sdpa": 0.1, "diff_before_5": 0.0, "diff_from_5": 1.0},
     )
-    assert equivalence.claim_4().verdict == DIFFERS
+    assert equivalence_claims.claim_4().verdict == DIFFERS
 
 
 def test_claims_7_11_turn_with_the_grid(monkeypatch):
-    grid = masks.mask_grid()
-    c7, c11 = masks.claim_7(grid), masks.claim_11(grid)
+    grid = mask_claims.mask_grid()
+    c7, c11 = mask_claims.claim_7(grid), mask_claims.claim_11(grid)
     assert c7.verdict == DEPENDS and _passed(c7) == [  # only the cast fp32 mask overflows
         ("minus-1e9-fp16", False),
         ("minus-1e9-fp16", True),
@@ -375,21 +365,21 @@ def test_claims_7_11_turn_with_the_grid(monkeypatch):
     nan = [
         {**g, "outcome": "NaN"} if (g["dtype"], g["fill"], g["row"]) == ("bf16", "-1e9", "full") else g for g in grid
     ]
-    assert masks.claim_11(nan).verdict == AGREES
+    assert mask_claims.claim_11(nan).verdict == AGREES
     finite = lambda allowed, dtype, value=-1e9: torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, -1e4)  # noqa: E731
-    monkeypatch.setattr(masks, "cast_mask", finite)
-    grid = masks.mask_grid()
-    assert masks.claim_7(grid).verdict == DIFFERS  # -1e9 stays finite whichever way the mask is built
+    monkeypatch.setattr(mask_claims, "cast_mask", finite)
+    grid = mask_claims.mask_grid()
+    assert mask_claims.claim_7(grid).verdict == DIFFERS  # -1e9 stays finite whichever way the mask is built
 
 
 def test_claims_9_10_turn_with_the_measurements(monkeypatch):
-    c9 = numerics.claim_9(2000)
+    c9 = numerics_claims.claim_9(2000)
     assert c9.verdict == PARTLY and _passed(c9) == [
         ("logit-size", True),
         ("one-hot-at-11", True),
         ("softmax-as-printed", False),
     ]
-    c10 = numerics.claim_10(2000)
+    c10 = numerics_claims.claim_10(2000)
     assert c10.verdict == DEPENDS and _passed(c10) == [
         ("rule-gives-std-one", True),
         ("rule-gives-gpt-std", True),
@@ -398,19 +388,19 @@ def test_claims_9_10_turn_with_the_measurements(monkeypatch):
     m = json.loads(json.dumps(c10.measured))
     for r in m["model_init"]:
         r["pred_weight"] = r["logit_std"]
-    assert verdict_of(numerics.checks_10(m)) == AGREES  # both readings hold
+    assert verdict_of(numerics_claims.checks_10(m)) == AGREES  # both readings hold
     for r in m["model_init"]:
         r["pred_component"] = 10 * r["logit_std"]
-    assert verdict_of(numerics.checks_10(m)) == DEPENDS
-    assert [k.passed for k in numerics.checks_10(m) if k.id == "rule-gives-gpt-std"] == [False, True]
+    assert verdict_of(numerics_claims.checks_10(m)) == DEPENDS
+    assert [k.passed for k in numerics_claims.checks_10(m) if k.id == "rule-gives-gpt-std"] == [False, True]
     m["sigma_rule"][0]["after_rule"] = 1.5
-    assert verdict_of(numerics.checks_10(m)) == DIFFERS
+    assert verdict_of(numerics_claims.checks_10(m)) == DIFFERS
     monkeypatch.setattr(
-        numerics,
+        numerics_claims,
         "softmax_numpy_as_written",
         lambda: (torch.tensor([0.55, 0.2, 0.12, 0.07]).numpy(), torch.tensor([0.9, 0.1, 0, 0]).numpy()),
     )
-    c9 = numerics.claim_9(2000)
+    c9 = numerics_claims.claim_9(2000)
     assert (_check(c9, "one-hot-at-11").passed, _check(c9, "softmax-as-printed").passed) == (False, True)
 
 
@@ -429,15 +419,16 @@ def _mem(naive_slope: float, flash_slope: float, d_grows: bool) -> dict:
 
 
 def test_claims_6_14_15_turn_with_the_measured_growth(monkeypatch):
-    assert memory.claim_6(_mem(2, 1, False)).verdict == AGREES
-    c14, c15 = memory.claim_14(_mem(2, 1, False)), memory.claim_15(_mem(2, 1, False))
+    assert memory_claims.claim_6(_mem(2, 1, False)).verdict == AGREES
+    c14, c15 = memory_claims.claim_14(_mem(2, 1, False)), memory_claims.claim_15(_mem(2, 1, False))
     assert c14.verdict == PARTLY and _passed(c14) == [
         ("matrix-128mb", True),
         ("memory-n-squared", True),
         ("memory-grows-with-d", False),
     ]
     assert (
-        memory.claim_14(_mem(2, 1, True)).verdict == AGREES and memory.claim_14(_mem(1.5, 1, True)).verdict == DIFFERS
+        memory_claims.claim_14(_mem(2, 1, True)).verdict == AGREES
+        and memory_claims.claim_14(_mem(1.5, 1, True)).verdict == DIFFERS
     )
     assert c15.verdict == PARTLY and _passed(c15) == [
         ("flash-linear", True),
@@ -446,9 +437,9 @@ def test_claims_6_14_15_turn_with_the_measured_growth(monkeypatch):
         ("saving-m-fold", False),
         ("traffic-measured", None),
     ]
-    assert memory.claim_15(_mem(2, 2, False)).verdict == DIFFERS  # the flash kernel's memory grows as T^2
-    monkeypatch.setattr(memory, "attention_matrix_bytes", lambda b, h, t, n: 2 * b * h * t * t * n)
-    assert memory.claim_6(_mem(2, 1, False)).verdict == DIFFERS
+    assert memory_claims.claim_15(_mem(2, 2, False)).verdict == DIFFERS  # the flash kernel's memory grows as T^2
+    monkeypatch.setattr(memory_claims, "attention_matrix_bytes", lambda b, h, t, n: 2 * b * h * t * t * n)
+    assert memory_claims.claim_6(_mem(2, 1, False)).verdict == DIFFERS
 
 
 def test_memory_table_sets_the_kernel_benchmark_beside_ours(tmp_path):
@@ -460,11 +451,13 @@ def test_memory_table_sets_the_kernel_benchmark_beside_ours(tmp_path):
         ],
     }
     (tmp_path / "bench.json").write_text(json.dumps(bench))
-    mem = {**_mem(2, 1, False), "bench": memory.bench_peaks(tmp_path / "bench.json", heads=4, d=64)}
+    mem = {**_mem(2, 1, False), "bench": memory_claims.bench_peaks(tmp_path / "bench.json", heads=4, d=64)}
     assert mem["bench"]["peaks"] == {"naive": {512: 1000 * 1024**2}}
-    assert [row[-1] for row in memory.memory_table(mem).rows[:3]] == [None, 1000.0, None]
-    assert memory.bench_peaks(tmp_path / "bench.json", heads=8, d=64) is None  # another shape: nothing to compare
-    assert memory.bench_peaks(tmp_path / "missing.json", heads=4, d=64) is None
+    assert [row[-1] for row in memory_claims.memory_table(mem).rows[:3]] == [None, 1000.0, None]
+    assert (
+        memory_claims.bench_peaks(tmp_path / "bench.json", heads=8, d=64) is None
+    )  # another shape: nothing to compare
+    assert memory_claims.bench_peaks(tmp_path / "missing.json", heads=4, d=64) is None
 
 
 def _cell8(init, d_k, unscaled, scaled, p_holm=0.001):
@@ -594,10 +587,10 @@ def test_the_committed_verdicts_follow_from_their_checks_and_the_checks_from_the
         assert verdict_of([Check(**k) for k in c["checks"]]) == c["verdict"] and sources.where(c["id"])
     rederived = {
         8: judge.checks_8(by_id[8]["measured"]["judged"]),
-        10: numerics.checks_10(by_id[10]["measured"]),
+        10: numerics_claims.checks_10(by_id[10]["measured"]),
         12: judge.checks_12(by_id[12]["measured"]),
         13: judge.checks_13(by_id[13]["measured"]),
-        16: streaming.checks_16(by_id[16]["measured"]),
+        16: streaming_claims.checks_16(by_id[16]["measured"]),
     }
     for i, checks in rederived.items():
         assert json_safe([asdict(k) for k in checks], digits=6) == by_id[i]["checks"], i
@@ -614,7 +607,7 @@ def test_evicting_the_first_tokens_is_judged_by_the_ratio_verdict_not_by_the_see
         if a["sink"]:
             a["eviction"]["verdict"] = "collapse"
     flipped["studies"].pop("streaming")  # the text study has no sink: untested there
-    assert verdict_of(streaming.checks_16(flipped)) == AGREES
+    assert verdict_of(streaming_claims.checks_16(flipped)) == AGREES
 
 
 # ---------------------------------------------------------------- runs and where they write
@@ -631,7 +624,8 @@ def test_a_fast_run_writes_beside_the_committed_report(tmp_path, monkeypatch):
     fast = json.loads((committed / "fast" / "repro.json").read_text())
     assert [c["id"] for c in fast["claims"]] == FAST_IDS and fast["meta"]["omitted"] == list(runner.TRAINING_IDS)
     assert all(
-        (committed / "fast" / png).stat().st_size > 1000 for png in ("saturation.png", "dot_std.png", "memory.png")
+        (committed / "fast" / png).stat().st_size > 1000
+        for png in ("saturation.png", "dot_std.png", "memory_claims.png")
     )
     md = (committed / "fast" / "repro.md").read_text()
     (committed / "fast" / "repro.md").unlink()
@@ -681,7 +675,7 @@ def test_the_induction_and_sinks_studies_are_read_by_their_axes(tmp_path):
         }
     ]
     (tmp_path / "induction_heads" / "summary.json").write_text(json.dumps({"head_types": head_types}))
-    ind = studies.induction_measurements(tmp_path)
+    ind = study_claims.induction_measurements(tmp_path)
     assert ind["seeds"] == 2 and ind["two_layer"]["types"] == head_types[0]["layers"]
     assert ind["two_layer"]["induction_L1"] == {"mean": 0.75, "std": 0.07} and ind["two_layer"]["control"] is None
     assert ind["one_layer"]["induction_L0"] == {"mean": 0.03, "std": 0.0}
@@ -700,7 +694,7 @@ def test_the_induction_and_sinks_studies_are_read_by_their_axes(tmp_path):
             for esc in ("none", "zero_logit")
         ],
     )
-    sinks = studies.sinks_measurements(tmp_path, uniform=0.035)
+    sinks = study_claims.sinks_measurements(tmp_path, uniform=0.035)
     assert sinks["cells"]["bos=true, sink=none"]["sink_max"] == [0.4, 0.02]
     assert sinks["cells"]["bos=true, sink=zero_logit"]["escape_mass"] == [0.05, None]
 
@@ -724,7 +718,7 @@ def test_the_dk_scaling_study_is_read_with_holm_over_its_pairs(tmp_path):
     (tmp_path / "dk_scaling" / "summary.json").write_text(
         json.dumps({"scaled_vs_unscaled": pairs, "seeds_per_cell": 3})
     )
-    study = studies.dk_scaling_measurements(tmp_path)
+    study = study_claims.dk_scaling_measurements(tmp_path)
     assert [(c["init_std"], c["d_k"]) for c in study["cells"]] == [("0.02", 128), ("fan_in", 128)]
     assert [c["p_holm"] for c in study["cells"]] == [pytest.approx(0.3), pytest.approx(0.02)]
     assert study["cells"][1]["unscaled"] == {"mean": 2.4, "std": 0.01, "n": 3}
@@ -747,12 +741,12 @@ def _testbed_report(path, cells: list[tuple[dict, list[float]]], contrasts: dict
 
 
 def test_the_testbed_reads_the_gate_and_window_reports_by_their_axes(tmp_path):
-    from attnlab.studies.repro import studies
+    from attnlab.repro import study_claims
 
     base = {"model.attention.escape": "none", "experiment": "sinks_bb", "model.attention.normalize": "-"}
     _testbed_report(tmp_path / "sinks_bb", [(base, [0.99, 0.98])])
-    before = studies.sinks_bb_measurements(tmp_path, 0.059, 64)
-    assert list(before["arms"]) == [studies.BB_BASE] and "window_loss" not in before
+    before = study_claims.sinks_bb_measurements(tmp_path, 0.059, 64)
+    assert list(before["arms"]) == [study_claims.BB_BASE] and "window_loss" not in before
     _testbed_report(tmp_path / "sinks_bb_gate", [({}, [0.05, 0.15])])
     contrast = {"val/loss": [{"diff": -4.6e-05, "ci95": [-0.004, 0.004], "p_holm": 0.98, "beyond_noise": False}]}
     _testbed_report(
@@ -760,9 +754,9 @@ def test_the_testbed_reads_the_gate_and_window_reports_by_their_axes(tmp_path):
         [({"model.attention.window_sinks": "0"}, [0.07, 0.16]), ({"model.attention.window_sinks": "1"}, [0.99, 1.0])],
         contrast,
     )
-    m = studies.sinks_bb_measurements(tmp_path, 0.059, 64)
-    assert m["arms"][studies.BB_GATE]["dormant"] == [0.05, 0.15]
-    hidden, shown = (m["arms"][name] for name in studies.BB_WINDOW)
+    m = study_claims.sinks_bb_measurements(tmp_path, 0.059, 64)
+    assert m["arms"][study_claims.BB_GATE]["dormant"] == [0.05, 0.15]
+    hidden, shown = (m["arms"][name] for name in study_claims.BB_WINDOW)
     assert hidden["dormant"] == [0.07, 0.16] and shown["dormant"] == [0.99, 1.0]
     # uniform attention's level in the window, and the statistic's ceiling there: 15 of the 63 counted queries see
     # the first token with a 16-token window at T = 64; kept in view, every query does

@@ -1,4 +1,4 @@
-"""The config's schema (attnlab.schema) is the one declaration of each key: the config checks, the
+"""The config's schema (attnlab.config.schema) is the one declaration of each key: the config checks, the
 W&B axes and docs/configuration.md's key table follow from it, its defaults agree with conf/, and
 every committed experiment composes into its typed view."""
 
@@ -13,14 +13,14 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from attnlab import wandb_runs
 from attnlab.attention import DEFAULT_SCALING, AttentionConfig
-from attnlab.config import compose_config, find_conf_dir
-from attnlab.config_checks import RULES, check_config
-from attnlab.errors import ConfigError
-from attnlab.fields import checked, choice, positive_int
+from attnlab.config.checks import RULES, check_config
+from attnlab.config.compose import compose_config, find_conf_dir
+from attnlab.config.schema import Schema, axis_keys, key_table, rules, walk
 from attnlab.model import GPTConfig
-from attnlab.schema import Schema, axis_keys, key_table, rules, walk
+from attnlab.training import wandb_runs
+from attnlab.util.errors import ConfigError
+from attnlab.util.fields import checked, choice, positive_int
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = find_conf_dir()

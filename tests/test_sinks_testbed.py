@@ -9,7 +9,7 @@ import torch
 
 from attnlab.attention.stats import attention_stats, first_token_norm_ratio, layer_values
 from attnlab.data.tasks import IGNORE, BigramBackcopyDataModule
-from attnlab.errors import DataError
+from attnlab.util.errors import DataError
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def test_value_drain_and_residual_peak_are_norm_ratios_of_the_first_token():
 
 
 def test_a_training_run_logs_the_task_metrics_and_the_extreme_token_metrics(make_cfg):
-    from attnlab.train import train
+    from attnlab.training.train import train
 
     metrics = train(
         make_cfg(

@@ -22,7 +22,7 @@ import pytest
 from conftest import ROOT
 from slurm_cluster import SlurmCluster, missing, shared_cluster
 
-from attnlab.checkpointing import read_checkpoint
+from attnlab.training.checkpointing import read_checkpoint
 
 # CI sets ATTNLAB_REQUIRE_SLURM (.ci/run): there a missing cluster fails the tests instead of skipping them
 REQUIRED = bool(os.environ.get("ATTNLAB_REQUIRE_SLURM"))
@@ -70,7 +70,7 @@ def start(args: list[str], cluster: SlurmCluster, log: Path, cwd: Path = ROOT) -
 
 
 def train_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "attnlab.train", *args]
+    return [sys.executable, "-m", "attnlab.training.train", *args]
 
 
 def train_losses(csv_dir: Path) -> dict[int, float]:
@@ -115,7 +115,7 @@ def test_sweep_through_sbatch_ends_ok_with_its_table(cluster, tmp_path):
         [
             sys.executable,
             "-m",
-            "attnlab.studies.sweep",
+            "attnlab.sweeps.sweep",
             "--launcher",
             "slurm",
             "--study",

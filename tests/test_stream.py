@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnlab import stream
+from attnlab.inference import stream
 from attnlab.model.gpt import GPT, GPTConfig
 
 BLOCK, C = 12, 6
@@ -130,8 +130,8 @@ def test_by_class_reads_only_the_positions_past_the_first_eviction():
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Two 2-step runs of block 16: rope and learned positions."""
-    from attnlab.config import compose_config
-    from attnlab.train import train
+    from attnlab.config.compose import compose_config
+    from attnlab.training.train import train
 
     out = {}
     for pos in ("rope", "learned"):

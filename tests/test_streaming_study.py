@@ -13,10 +13,11 @@ import pytest
 import torch
 from scipy import stats
 
-from attnlab.results import json_safe
-from attnlab.studies.report import streaming
-from attnlab.studies.repro.streaming import checks_16, claim_16, streaming_measurements
-from attnlab.studies.repro.verdict import AGREES, DEPENDS, DIFFERS, UNTESTED, verdict_of
+from attnlab.repro.streaming_claims import checks_16, claim_16, streaming_measurements
+from attnlab.repro.verdict import verdict_of
+from attnlab.studies import stream_study
+from attnlab.util.files import json_safe
+from attnlab.writing.pages import AGREES, DEPENDS, DIFFERS, UNTESTED
 
 SINKS = [0, 1, 2, 4]
 
@@ -46,7 +47,7 @@ def _record(arm: str, seed: int, ppl0: float, ppl_kept: float, weight: float, do
 
 
 def _arm(records, name):
-    return next(a for a in streaming.summarise(records, SINKS) if a["arm"] == name)
+    return next(a for a in stream_study.summarise(records, SINKS) if a["arm"] == name)
 
 
 def _ratios(name: str, ratios, weight: float = 0.99, dormant: float | None = None) -> list[dict]:
@@ -56,12 +57,12 @@ def _ratios(name: str, ratios, weight: float = 0.99, dormant: float | None = Non
 @pytest.mark.parametrize(
     "ratios, verdict",
     [
-        ((3, 4, 5), streaming.COLLAPSE),
-        ((1.001, 1.0, 1.002), streaming.NO_COST),
-        ((1.0, 1.7, 1.01), streaming.UNTESTED),
-        ((1.0, 1.0, 1.0), streaming.NO_COST),  # seeds that agree exactly: the interval is the point
-        ((5.0,), streaming.UNTESTED),  # one seed has no interval
-        ((1.5, 1.6, 1.55), streaming.UNTESTED),  # a steady cost below the doubling: neither verdict
+        ((3, 4, 5), stream_study.COLLAPSE),
+        ((1.001, 1.0, 1.002), stream_study.NO_COST),
+        ((1.0, 1.7, 1.01), stream_study.UNTESTED),
+        ((1.0, 1.0, 1.0), stream_study.NO_COST),  # seeds that agree exactly: the interval is the point
+        ((5.0,), stream_study.UNTESTED),  # one seed has no interval
+        ((1.5, 1.6, 1.55), stream_study.UNTESTED),  # a steady cost below the doubling: neither verdict
     ],
 )
 def test_the_eviction_verdict_follows_the_per_seed_ratios(ratios, verdict):
@@ -76,11 +77,11 @@ def test_the_eviction_verdict_follows_the_per_seed_ratios(ratios, verdict):
 
 
 def test_the_eviction_interval_decides_at_its_bounds():
-    assert _arm(_ratios("arm", (3, 4, 5)), "arm")["eviction"]["ci"][0] >= streaming.COLLAPSE_RATIO
+    assert _arm(_ratios("arm", (3, 4, 5)), "arm")["eviction"]["ci"][0] >= stream_study.COLLAPSE_RATIO
     lo, hi = _arm(_ratios("arm", (1.001, 1.0, 1.002)), "arm")["eviction"]["ci"]
-    assert 1 / streaming.NO_COST_RATIO <= lo < 1 < hi <= streaming.NO_COST_RATIO
+    assert 1 / stream_study.NO_COST_RATIO <= lo < 1 < hi <= stream_study.NO_COST_RATIO
     # the same cost over fewer, more uneven seeds: the lower bound falls below 2
-    assert _arm(_ratios("arm", (2.5, 6.0)), "arm")["eviction"]["verdict"] == streaming.UNTESTED
+    assert _arm(_ratios("arm", (2.5, 6.0)), "arm")["eviction"]["verdict"] == stream_study.UNTESTED
 
 
 @pytest.mark.parametrize("study", ["streaming", "streaming_bb"])
@@ -88,7 +89,7 @@ def test_the_committed_stream_json_holds_what_its_measured_values_give(study):
     out = Path(__file__).resolve().parents[1] / "reports" / study
     report = json.loads((out / "stream.json").read_text())
     # every derived field is what the measured per-seed values give
-    assert json_safe(streaming.rerender(report), digits=6) == report
+    assert json_safe(stream_study.rerender(report), digits=6) == report
     for arm in report["arms"]:
         e = arm["eviction"]
         assert e["ratio"] == pytest.approx([math.exp(d) for d in arm["drop_cost"]["per_seed"]], rel=1e-5)
@@ -102,27 +103,27 @@ def test_render_rebuilds_the_pages_from_stream_json_and_turns_with_its_data(tmp_
         "sweep_dirs": ["logs/x"],
         "axes": ["variant"],
         "setup": {"cache": 8, "sinks": SINKS, "tokens": 40, "source": "t", "block_size": 16, "oracle_positions": 8},
-        "arms": streaming.summarise(records, SINKS),
+        "arms": stream_study.summarise(records, SINKS),
         "runs": records,
     }
     report["setup"]["command"] = "attnlab stream-study"
     (tmp_path / "stream.json").write_text(json.dumps(report))
-    streaming.main(["--render", str(tmp_path)])
+    stream_study.main(["--render", str(tmp_path)])
     rendered = json.loads((tmp_path / "stream.json").read_text())
-    assert [a["eviction"]["verdict"] for a in rendered["arms"]] == [streaming.UNTESTED, streaming.NO_COST]
-    assert (tmp_path / "stream.md").read_text() == streaming.markdown(rendered)
+    assert [a["eviction"]["verdict"] for a in rendered["arms"]] == [stream_study.UNTESTED, stream_study.NO_COST]
+    assert (tmp_path / "stream.md").read_text() == stream_study.markdown(rendered)
     assert (tmp_path / "stream.png").is_file()
     # the uneven seed replaced by a third steady collapse: the stored log ratios alone turn the verdict
     rendered["arms"][0]["drop_cost"]["per_seed"] = [math.log(r) for r in (3, 4, 5)]
     (tmp_path / "stream.json").write_text(json.dumps(rendered))
-    streaming.main(["--render", str(tmp_path)])
+    stream_study.main(["--render", str(tmp_path)])
     again = json.loads((tmp_path / "stream.json").read_text())
-    assert again["arms"][0]["eviction"]["verdict"] == streaming.COLLAPSE
+    assert again["arms"][0]["eviction"]["verdict"] == stream_study.COLLAPSE
     assert again["arms"][1] == rendered["arms"][1]
 
 
 def _report(tmp_path: Path, study: str, records: list[dict], cache: int = 32) -> Path:
-    report = {"setup": {"cache": cache, "sinks": SINKS}, "arms": streaming.summarise(records, SINKS)}
+    report = {"setup": {"cache": cache, "sinks": SINKS}, "arms": stream_study.summarise(records, SINKS)}
     (tmp_path / study).mkdir(parents=True, exist_ok=True)
     (tmp_path / study / "stream.json").write_text(json.dumps(report))
     return tmp_path
@@ -151,10 +152,10 @@ def test_claim_16_turns_with_the_eviction_verdict(tmp_path):
     # every seed rose, but one seed carries it: the interval spans both bounds, so the data do not decide
     spread = claim_16(_report(tmp_path / "s", "streaming_bb", uneven + free))
     collapses = lambda claim: next(k for k in claim.checks if k.id == "sink-eviction-collapses")  # noqa: E731
-    assert spread.verdict == UNTESTED and collapses(spread).measured["verdict"] == streaming.UNTESTED
+    assert spread.verdict == UNTESTED and collapses(spread).measured["verdict"] == stream_study.UNTESTED
     # a collapse, but over two seeds: short of the three the claim asks for
     short = claim_16(_report(tmp_path / "t", "streaming_bb", two_seeds + free))
-    assert collapses(short).measured["verdict"] == streaming.COLLAPSE and short.verdict == UNTESTED
+    assert collapses(short).measured["verdict"] == stream_study.COLLAPSE and short.verdict == UNTESTED
     # no sink formed: a collapse there does not test the sink's role
     assert claim_16(_report(tmp_path / "u", "streaming_bb", no_sink + free)).verdict == UNTESTED
 
@@ -169,9 +170,9 @@ def test_claim_16_turns_with_the_eviction_verdict(tmp_path):
 def test_stream_study_evaluates_every_run_of_a_sweep(make_cfg, tmp_path, capsys):
     """Two short testbed runs as a sweep's jobs: each record is stream_report on the run's own
     checkpoint and its long validation sequence, and the files land in --out."""
-    from attnlab.checkpointing import load_model
-    from attnlab.stream import run_tokens, stream_report
-    from attnlab.train import train
+    from attnlab.inference.stream import run_tokens, stream_report
+    from attnlab.training.checkpointing import load_model
+    from attnlab.training.train import train
 
     sweep = tmp_path / "sweep"
     for i, variant in enumerate(("baseline", "softmax_one")):
@@ -183,7 +184,7 @@ def test_stream_study_evaluates_every_run_of_a_sweep(make_cfg, tmp_path, capsys)
         data["overrides"] = [f"variant={variant}", "experiment=streaming_bb", "seed=0"]
         results.write_text(json.dumps(data))
     out = tmp_path / "out"
-    streaming.main([str(sweep), "--cache", "8", "--sinks", "0,1", "--tokens", "40", "--out", str(out)])
+    stream_study.main([str(sweep), "--cache", "8", "--sinks", "0,1", "--tokens", "40", "--out", str(out)])
     report = json.loads((out / "stream.json").read_text())
     assert (out / "stream.md").is_file() and (out / "stream.png").is_file()
     assert [a["arm"] for a in report["arms"]] == ["baseline (softmax)", "softmax_one (softmax + zero_logit escape)"]
@@ -218,7 +219,7 @@ def test_the_eviction_cost_per_query_class_follows_its_own_seeds():
                 "active": {"positions": 10, "ppl": 2.0, "write_norm": [2.0]},
             }
     c = _arm(records, "arm")["eviction"]["by_class"]
-    assert c["dormant"]["verdict"] == streaming.COLLAPSE and c["active"]["verdict"] == streaming.NO_COST
+    assert c["dormant"]["verdict"] == stream_study.COLLAPSE and c["active"]["verdict"] == stream_study.NO_COST
     assert c["dormant"]["positions"] == 90
     assert c["dormant"]["write_ratio"] == pytest.approx([(4.0 * 2.0 * (4 / 3)) ** (1 / 3)])
     assert c["active"]["write_ratio"] == pytest.approx([1.0])
@@ -226,14 +227,14 @@ def test_the_eviction_cost_per_query_class_follows_its_own_seeds():
 
 def test_stream_study_bad_input_is_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as err:
-        streaming.main([str(tmp_path / "nope"), "--cache", "8"])
+        stream_study.main([str(tmp_path / "nope"), "--cache", "8"])
     assert err.value.code == 2 and "SWEEP_DIR=" in capsys.readouterr().err
     with pytest.raises(SystemExit) as err:
-        streaming.main([str(tmp_path), "--cache", "8", "--sinks", "0,9"])
+        stream_study.main([str(tmp_path), "--cache", "8", "--sinks", "0,9"])
     assert err.value.code == 2 and "--sinks" in capsys.readouterr().err
     with pytest.raises(SystemExit) as err:
-        streaming.main([str(tmp_path)])
+        stream_study.main([str(tmp_path)])
     assert err.value.code == 2 and "--cache" in capsys.readouterr().err
     with pytest.raises(SystemExit) as err:  # a report dir without its stream.json: nothing is written
-        streaming.main(["--render", str(tmp_path)])
+        stream_study.main(["--render", str(tmp_path)])
     assert err.value.code == 2 and "--render=" in capsys.readouterr().err and not any(tmp_path.iterdir())

@@ -20,25 +20,25 @@ import yaml
 from omegaconf import OmegaConf
 from scipy import stats as scipy_stats
 
-from attnlab.config import CONF_DIR, compose_config
-from attnlab.profiling import UNKNOWN_BLOCK
-from attnlab.results import FINGERPRINT, FINISHED_ENV, finished_before, resumable, training_fingerprint
-from attnlab.studies import stats
-from attnlab.studies.pages import mean_ci
+from attnlab.config.compose import CONF_DIR, compose_config
 from attnlab.studies.report import build_report
 from attnlab.studies.report.aggregate import group_cells, load_runs, swept_axes
 from attnlab.studies.report.analysis import cells_from_runs, pooled
 from attnlab.studies.report.data import read_runs
 from attnlab.studies.report.lr import arms as lr_arms
-from attnlab.studies.sweep import SweepProgress, studies, sweep_axes
+from attnlab.sweeps.sweep import SweepProgress, studies, sweep_axes
 from attnlab.tools.dashboard import main as dashboard_main
+from attnlab.training.results import FINGERPRINT, FINISHED_ENV, finished_before, resumable, training_fingerprint
+from attnlab.util import significance
+from attnlab.util.profiling import UNKNOWN_BLOCK
+from attnlab.writing.pages import mean_ci
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_sweep(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "attnlab.studies.sweep", "--logs", str(tmp_path / "logs"), *args],
+        [sys.executable, "-m", "attnlab.sweeps.sweep", "--logs", str(tmp_path / "logs"), *args],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -214,7 +214,7 @@ def test_a_study_runs_the_seeds_its_question_declares():
     """Without SEEDS a study runs question.seeds, at least two so that each of its contrasts can be tested; a
     config that declares no question runs one seed. mqar declares the one seed its committed runs hold (its
     plan reads it untested: the reference has not learned the lookup)."""
-    from attnlab.studies.sweep import declared_seeds, studies
+    from attnlab.sweeps.sweep import declared_seeds, studies
 
     declared = {s: declared_seeds(s) for s in studies()}
     assert declared["smoke"] == 1 and declared["induction_heads"] == 10
@@ -269,7 +269,7 @@ def test_aggregation_means_and_std_over_seeds(tmp_path):
     summary = build_report(tmp_path / "sweep", reports=tmp_path / "reports", draw=False)
     assert summary["cells"] == 4 and summary["failed"] == 1
     cell = next(c for c in summary["cells_ci95"] if c["axes"] == {"model.d_k": "16", "model.attention.scaling": "none"})
-    mean, lo, hi = stats.t_interval(losses[("16", "none")])
+    mean, lo, hi = significance.t_interval(losses[("16", "none")])
     assert cell["n"] == 3 and cell["metrics"]["val/loss"]["mean"] == pytest.approx(mean)
     assert cell["metrics"]["val/loss"]["ci95"] == pytest.approx([lo, hi])
     assert summary["seeds_per_cell"] == "0-3"  # the failed cell has none
@@ -343,7 +343,7 @@ def test_report_merges_sweep_dirs_and_marks_differences_beyond_seed_noise(tmp_pa
     for p in summary["scaled_vs_unscaled"]:  # the interval holds the difference, and 0 when within noise
         assert p["ci95"][0] < p["diff"] < p["ci95"][1]
         assert (p["ci95"][0] < 0 < p["ci95"][1]) == (p["p"] >= 0.05)
-    expected = stats.welch(STUDY[("16", "none", "0.02")], STUDY[("16", "inv_sqrt_d", "0.02")])
+    expected = significance.welch(STUDY[("16", "none", "0.02")], STUDY[("16", "inv_sqrt_d", "0.02")])
     pair = next(p for p in summary["scaled_vs_unscaled"] if p["where"] == "d_k=16, init_std=0.02")
     assert pair["p"] == pytest.approx(expected.p) and pair["beyond_noise"] and len(summary["sweep_dirs"]) == 3
     raw = sorted(p["p"] for p in summary["scaled_vs_unscaled"])
@@ -604,7 +604,7 @@ def test_a_sweep_killed_and_started_again_finishes_each_run_once(tmp_path):
         *("model.n_layer=1",),
         *("model.d_model=32", "model.n_head=2", "data.batch_size=2", "callbacks=none"),
     ]
-    cmd = [sys.executable, "-m", "attnlab.studies.sweep", "--logs", str(tmp_path / "logs"), *args]
+    cmd = [sys.executable, "-m", "attnlab.sweeps.sweep", "--logs", str(tmp_path / "logs"), *args]
     env = {
         "PATH": "/usr/bin:/bin",
         "OMP_NUM_THREADS": "1",

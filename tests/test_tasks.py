@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from attnlab.config import compose_config
+from attnlab.config.compose import compose_config
 from attnlab.data.tasks import IGNORE, InductionDataModule, MQARDataModule
-from attnlab.errors import DataError
+from attnlab.util.errors import DataError
 
 
 def batches(loader, n=None):

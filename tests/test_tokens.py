@@ -11,13 +11,13 @@ import pytest
 import torch
 from test_cli import assert_one_line_error, run_main
 
-from attnlab.config import compose_config
+from attnlab.config.compose import compose_config
 from attnlab.data.prepare import main as prepare_main
 from attnlab.data.prepare import pieces, prepare
 from attnlab.data.text import OFFSET_CHUNK, RandomWindows, Shifted, TextDataModule, shakespeare_text
 from attnlab.data.tokens import TokenDataModule, TokenFile, load_tokenizer, padded
-from attnlab.errors import DataError
-from attnlab.train import train
+from attnlab.training.train import train
+from attnlab.util.errors import DataError
 
 SMALL = [
     "model.n_layer=1",
@@ -284,7 +284,7 @@ def test_trains_and_samples_with_the_bpe_it_was_prepared_with(corpus, make_cfg):
     assert json.loads((run / "results.json").read_text())["status"] == "ok"
     tok = load_tokenizer(run / "checkpoints" / "last.ckpt")
     assert tok.decode(tok.encode("Wherefore art thou, Romeo?")) == "Wherefore art thou, Romeo?"
-    from attnlab.checkpointing import load_model
+    from attnlab.training.checkpointing import load_model
 
     module = load_model(run / "checkpoints" / "last.ckpt")[0]
     assert module.model.cfg.vocab_size == 320
@@ -439,9 +439,9 @@ def test_gpt2_presets_on_a_small_machine_are_refused_before_training(preset, tmp
     them by the estimate, naming what to lower, while batch 1 of gpt2 (the CPU measurement) passes on 8 GiB."""
     from omegaconf import OmegaConf
 
-    from attnlab.errors import OutOfMemory
     from attnlab.model import GPT, GPTConfig
-    from attnlab.resources import check_fits
+    from attnlab.training.resources import check_fits
+    from attnlab.util.errors import OutOfMemory
 
     cfg = compose_config([f"model={preset}", "attention=sdpa"], tmp_path)
     with torch.device("meta"):
@@ -449,10 +449,10 @@ def test_gpt2_presets_on_a_small_machine_are_refused_before_training(preset, tmp
             p.numel()
             for p in GPT(GPTConfig(**OmegaConf.to_container(cfg.model, resolve=True), vocab_size=50304)).parameters()
         )
-    monkeypatch.setattr("attnlab.resources.available_bytes", lambda device: 4 * 2**30)
+    monkeypatch.setattr("attnlab.training.resources.available_bytes", lambda device: 4 * 2**30)
     with pytest.raises(OutOfMemory, match="data.batch_size"):
         check_fits(cfg, n, 50304, torch.device("cpu"))
     if preset == "gpt2":
-        monkeypatch.setattr("attnlab.resources.available_bytes", lambda device: 8 * 2**30)
+        monkeypatch.setattr("attnlab.training.resources.available_bytes", lambda device: 8 * 2**30)
         small = compose_config([f"model={preset}", "data.batch_size=1"], tmp_path)
         assert check_fits(small, n, 50304, torch.device("cpu")).total < 4 * 2**30

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from attnlab.attention import BACKENDS
-from attnlab.config import CONF_DIR, compose_config
-from attnlab.train import train
+from attnlab.config.compose import CONF_DIR, compose_config
+from attnlab.training.train import train
 
 GROUPS = ["attention", "model", "data", "trainer", "logger", "callbacks"]
 
@@ -131,7 +131,7 @@ def test_gradient_clipping_reads_the_one_norm_of_the_step_and_matches_torch():
     with it: the gradients equal torch.nn.utils.clip_grad_norm_'s; a new backward makes a new norm."""
     import torch
 
-    from attnlab.module import GPTModule
+    from attnlab.training.lit_module import GPTModule
 
     optim = dict(lr=1e-3, min_lr=1e-4, warmup_steps=0, weight_decay=0.1, betas=[0.9, 0.95])
     model = dict(vocab_size=11, block_size=8, n_layer=1, n_head=2, d_model=16)
@@ -192,7 +192,7 @@ def background_logger(monkeypatch, tmp_path, start):
     """attnlab's W&B logger whose wandb.init is ``start()`` (run in the logger's start thread)."""
     from lightning.pytorch import loggers as lightning_loggers
 
-    from attnlab.console import WandbLogger
+    from attnlab.training.console import WandbLogger
 
     def experiment(self):
         if self._experiment is None:
@@ -283,7 +283,7 @@ def test_a_run_profiles_nothing_through_one_shared_no_op(make_cfg, monkeypatch):
 
     import lightning as L
 
-    import attnlab.train as train_module
+    import attnlab.training.train as train_module
 
     seen = []
 

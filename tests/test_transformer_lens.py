@@ -24,9 +24,9 @@ from torch import nn
 
 from attnlab.analysis.heads import induction_score, previous_token_score
 from attnlab.analysis.probe import probe
+from attnlab.inference.export import char_tokenizer_json
 from attnlab.interop.hf_load import model_from_hf
 from attnlab.model.gpt import GPT, GPTConfig
-from attnlab.tools.hf_export import char_tokenizer_json
 
 transformers = pytest.importorskip("transformers")  # the hf extra, which CI installs
 transformer_lens = pytest.importorskip("transformer_lens")
@@ -117,7 +117,7 @@ def trained(tmp_path_factory):
     """(attnlab's GPT, TransformerLens's bridge) of a 2-layer GPT-2-block model trained on the
     induction task (r r at varying lengths and offsets, data=induction), exported with its tokenizer."""
     from attnlab.data.tasks import InductionDataModule, to_xy
-    from attnlab.tools.hf_export import write_hf
+    from attnlab.inference.export import write_hf
 
     torch.manual_seed(0)
     block = 32

@@ -15,10 +15,10 @@ from attnlab.analysis.heads import cut_edges
 from attnlab.attention import BACKENDS, Attention, AttentionConfig, WeightRule, attend
 from attnlab.attention.sink import ESCAPES
 from attnlab.attention.stats import METRICS, attention_stats, metrics_table
-from attnlab.config_checks import check_config
-from attnlab.errors import ConfigError, KernelUnavailable
+from attnlab.config.checks import check_config
 from attnlab.model import GPT, GPTConfig
-from attnlab.train import train
+from attnlab.training.train import train
+from attnlab.util.errors import ConfigError, KernelUnavailable
 
 
 def reference(q, k, v, scale, normalize="softmax", bias=None, escape=None):
@@ -250,7 +250,7 @@ def test_the_escape_slots_old_key_is_read_with_a_one_line_notice(make_cfg, tmp_p
     """model.attention.sink was renamed model.attention.escape (every metric called sink means the
     first-token phenomenon): the old key still sets it, in configs, checkpoints' model configs and
     recorded sweeps, for one release."""
-    from attnlab.config_checks import apply_renamed_keys
+    from attnlab.config.checks import apply_renamed_keys
     from attnlab.studies.report.aggregate import RunResult
 
     cfg = make_cfg("model.attention.sink=learned")

@@ -25,8 +25,8 @@ from attnlab.attention import (
 )
 from attnlab.attention.module import differential_lambda_init
 from attnlab.attention.stats import attention_stats, signed_map_mass, uniform_sink_mass
-from attnlab.errors import KernelUnavailable
 from attnlab.model import GPT, GPTConfig
+from attnlab.util.errors import KernelUnavailable
 
 D_MODEL, H, D, T = 16, 2, 8, 9
 
@@ -425,8 +425,8 @@ def test_the_intermediates_record_holds_each_quantity_once_per_layer():
 
 
 def test_config_checks_the_new_keys_and_takes_differential_with_the_measurements(make_cfg):
-    from attnlab.config_checks import check_config
-    from attnlab.errors import ConfigError
+    from attnlab.config.checks import check_config
+    from attnlab.util.errors import ConfigError
 
     check_config(
         make_cfg("model.attention.gate=headwise", "model.attention.window=8", "model.attention.window_sinks=1")
@@ -513,7 +513,7 @@ def test_a_differential_run_with_the_default_callbacks_logs_both_maps_and_the_si
     sink and residual metrics, the head analysis and the attention maps."""
     from pathlib import Path
 
-    from attnlab.train import train
+    from attnlab.training.train import train
 
     cfg = make_cfg(
         "attention=sdpa", "model.attention.differential=true", "model.attention.gate=headwise", "callbacks=default"

@@ -20,11 +20,11 @@ import pytest
 from omegaconf import OmegaConf
 from test_wandb_summary import records
 
-from attnlab import wandb_runs
-from attnlab.config import compose_config
+from attnlab.config.compose import compose_config
 from attnlab.studies.report.wandb_summary import wandb_target
-from attnlab.studies.sweep import study_grid
+from attnlab.sweeps.sweep import study_grid
 from attnlab.tools.dashboard import HEADLINE, build_plan, link_offline_runs, offline_runs
+from attnlab.training import wandb_runs
 
 STUDIES = [s for s, keys in wandb_runs.committed_sweeps().items() if keys]
 
@@ -59,7 +59,7 @@ def test_every_swept_key_is_a_top_level_field_with_the_runs_value(study):
 def test_the_keys_read_as_plain_yaml_are_those_omegaconf_reads():
     """sweeper_keys and default_choices read plain YAML: the keys OmegaConf's reading gives, for each
     committed experiment file and train.yaml's defaults."""
-    from attnlab.config import CONF_DIR
+    from attnlab.config.compose import CONF_DIR
 
     paths = sorted((CONF_DIR / "experiment").glob("*.yaml"))
     assert paths
@@ -237,7 +237,7 @@ def test_offline_runs_of_a_study_are_linked_into_one_folder(tmp_path):
 
 
 def test_a_resumed_run_keeps_the_group_and_name_its_w_and_b_run_has(tmp_path):
-    from attnlab.train import train
+    from attnlab.training.train import train
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -308,7 +308,7 @@ def smoke_sweep(request, tmp_path_factory):
         [
             sys.executable,
             "-m",
-            "attnlab.studies.sweep",
+            "attnlab.sweeps.sweep",
             "--study",
             study,
             "--jobs",

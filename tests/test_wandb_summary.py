@@ -1,4 +1,4 @@
-"""The paper table in W&B: `make table` logs the study's table and plots to one run in the study's
+"""The paper table in W&B: `make report` logs the study's table and plots to one run in the study's
 W&B group; a training run's offline file holds the per-layer attention and memory keys.
 
 wandb 0.31 writes offline runs from its Go core and ships no Python reader, so ``records`` reads
@@ -91,10 +91,10 @@ def test_table_keeps_numbers_as_numbers_and_one_type_per_column():
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     """Two smoke training runs with W&B offline, laid out as a two-job sweep whose init_std column
-    mixes a number and a name (W&B wants one type per column), then `make table` on it."""
-    from attnlab.config import compose_config
+    mixes a number and a name (W&B wants one type per column), then `make report` on it."""
+    from attnlab.config.compose import compose_config
     from attnlab.studies.report import build_report
-    from attnlab.train import train
+    from attnlab.training.train import train
 
     root = tmp_path_factory.mktemp("wandb")
     sweep_dir = root / "2026-01-01_smoke"
@@ -166,8 +166,8 @@ class FakeRun:
 def test_the_repro_run_holds_every_verdict_its_failing_checks_and_the_tally(tmp_path, monkeypatch):
     import wandb
 
-    from attnlab.studies.repro.verdict import VERDICTS
-    from attnlab.studies.repro.wandb_summary import log_repro_summary
+    from attnlab.repro.wandb_run import log_repro_summary
+    from attnlab.writing.pages import VERDICTS
 
     runs = []
     monkeypatch.setattr(wandb, "init", lambda **kw: runs.append(FakeRun(tmp_path, **kw)) or runs[-1])
@@ -199,7 +199,7 @@ def test_the_repro_run_holds_every_verdict_its_failing_checks_and_the_tally(tmp_
 def test_a_failed_repro_run_leaves_none_and_says_so(tmp_path, monkeypatch, capsys):
     import wandb
 
-    from attnlab.studies.repro.wandb_summary import log_repro_summary
+    from attnlab.repro.wandb_run import log_repro_summary
 
     def refuse(**kwargs):
         raise RuntimeError("no W&B here")

@@ -1,6 +1,6 @@
 """``attnlab <command>``: the one console script; each command is a module's own entry point.
 
-``attnlab train`` takes Hydra overrides exactly as ``python -m attnlab.train`` does; the other
+``attnlab train`` takes Hydra overrides exactly as ``python -m attnlab.training.train`` does; the other
 commands take ``--options`` (and the run or sweep dir they act on as a positional argument),
 parsed by :func:`command_parser`, so every command reports bad input as one
 ``attnlab: error: ...`` line and exit code 2.
@@ -16,33 +16,33 @@ import sys
 # command -> (module, entry function, one-line help). Modules are imported only when run.
 COMMANDS = {
     "train": (
-        "attnlab.train",
+        "attnlab.training.train",
         "main",
         "train one model; Hydra overrides, e.g. attention=sdpa model.d_k=64 (-m: multirun)",
     ),
     "sweep": (
-        "attnlab.studies.sweep",
+        "attnlab.sweeps.sweep",
         "main",
         "run a study as a Hydra multirun, then its table (--study, --seeds, --jobs; --launcher slurm)",
     ),
     "plan": (
-        "attnlab.studies.plan",
+        "attnlab.sweeps.plan",
         "main",
         "a study's seeds and hours from its runs before the compute -> reports/<study>/plan.md (--pilot, --hours)",
     ),
-    "table": (
+    "report": (
         "attnlab.studies.report.__main__",
         "main",
         "aggregate a sweep dir into reports/<study>/ (default: the latest)",
     ),
     "repro": (
-        "attnlab.studies.repro.__main__",
+        "attnlab.repro.__main__",
         "cli",
         "reproduce and check the source articles' claims (--mode fast|full)",
     ),
     "bench": ("attnlab.tools.bench.__main__", "main", "kernel, memory and training-throughput benchmarks (--mode)"),
-    "sample": ("attnlab.sample", "main", "generate text from a run's checkpoint (default: the latest run)"),
-    "analyze": ("attnlab.analyze", "main", "head scores and head types of a run dir or checkpoint"),
+    "sample": ("attnlab.inference.sample", "main", "generate text from a run's checkpoint (default: the latest run)"),
+    "analyze": ("attnlab.inference.analyze", "main", "head scores and head types of a run dir or checkpoint"),
     "dashboard": (
         "attnlab.tools.dashboard",
         "main",
@@ -59,17 +59,17 @@ COMMANDS = {
         "tokenize a text corpus into train.bin / val.bin for data=tokens (a BPE trained on it, or --encoding gpt2)",
     ),
     "stream": (
-        "attnlab.stream",
+        "attnlab.inference.stream",
         "main",
         "perplexity of a run decoded with rolling KV caches (--cache C --sinks K,...) against the recomputed window",
     ),
     "stream-study": (
-        "attnlab.studies.report.streaming",
+        "attnlab.studies.stream_study",
         "main",
         "every run of a sweep decoded with rolling KV caches: what dropping the first tokens costs -> reports/<study>/",
     ),
     "export": (
-        "attnlab.tools.hf_export",
+        "attnlab.inference.export",
         "main",
         "write a run's model as a Hugging Face dir (--format hf): GPT-2, Llama or DeepSeek-V3, loadable offline by transformers",
     ),
@@ -113,10 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     entry = getattr(importlib.import_module(module), function)
     if command == "train":  # Hydra reads sys.argv itself
         sys.argv = [sys.argv[0], *rest]
-        # Lightning starts DDP ranks as `python -m <__main__'s module> sys.argv[1:]`: make that attnlab.train
+        # Lightning starts DDP ranks as `python -m <__main__'s module> sys.argv[1:]`: make that attnlab.training.train
         import __main__
 
-        __main__.__spec__ = importlib.util.find_spec("attnlab.train")
+        __main__.__spec__ = importlib.util.find_spec("attnlab.training.train")
         entry()
         return 0
     return entry(rest) or 0

@@ -1,6 +1,6 @@
 """Analyses of trained models: head types (previous-token, induction, sink, positional, ...)."""
 
-from .heads import (
+from attnlab.analysis.heads import (
     SCORES,
     THRESHOLDS,
     TYPES,
@@ -16,7 +16,7 @@ from .heads import (
     repeated_probe,
     sink_score,
 )
-from .outputs import HEADS_JSON, HEADS_MD, HEADS_PNG, plot_heads, write_outputs
+from attnlab.analysis.outputs import HEADS_JSON, HEADS_MD, HEADS_PNG, plot_heads, write_outputs
 
 __all__ = [
     "HEADS_JSON",

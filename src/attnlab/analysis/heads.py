@@ -52,10 +52,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..attention import Knockout, allowed_mask
-from ..attention.stats import SINK_EPSILON
-from ..data.text import BOS  # the token the data modules put first with data.bos
-from .probe import ProbeRecord, eval_mode, probe_plan, probe_with_logits
+from attnlab.analysis.probe import ProbeRecord, eval_mode, probe_plan, probe_with_logits
+from attnlab.attention import Knockout, allowed_mask
+from attnlab.attention.stats import SINK_EPSILON
+from attnlab.data.text import BOS  # the token the data modules put first with data.bos
 
 SCORES = (
     "previous_token",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..markdown import markdown_table
-from ..results import atomic_write_text
-from .heads import SCORES, THRESHOLDS, TYPES
+from attnlab.analysis.heads import SCORES, THRESHOLDS, TYPES
+from attnlab.util.files import atomic_write_text
+from attnlab.writing.markdown import markdown_table
 
 HEADS_JSON, HEADS_MD, HEADS_PNG = "heads.json", "heads.md", "heads.png"
 
@@ -69,7 +69,7 @@ def plot_heads(heads: list[dict], path: Path, title: str = "") -> None:
     Axes: ``analysis.panels``). Cells are 0.55 x 0.5 in, panels one cell apart."""
     import numpy as np
 
-    from .panels import colored, image_axes, new_figure, save, tile
+    from attnlab.analysis.panels import colored, image_axes, new_figure, save, tile
 
     n_layer = max(h["layer"] for h in heads) + 1
     n_head = max(h["head"] for h in heads) + 1

@@ -15,7 +15,7 @@ import csv
 import json
 from pathlib import Path
 
-from .outputs import HEADS_JSON
+from attnlab.analysis.outputs import HEADS_JSON
 
 PHASE_PNG = "phase_change.png"
 PHASE_LEVEL = 0.5  # copying accuracy on the probe that marks the phase change (chance is about 1/vocab)

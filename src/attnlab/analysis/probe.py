@@ -14,8 +14,8 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 import lightning as L
 import torch
 
-from ..attention import Intermediates
-from ..model import GPT
+from attnlab.attention import Intermediates
+from attnlab.model import GPT
 
 # What one attention layer saw and did in a probe forward; what every measurement reads: q, k, v
 # as they reach the kernel, ``out`` the heads' outputs entering the output projection,

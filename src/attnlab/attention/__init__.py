@@ -1,10 +1,10 @@
 """The heart of attnlab: attention backends, scaling rules, the weight rule, masks and streaming statistics."""
 
-from .backends import BACKENDS, DEFAULT_SCALING, attend
-from .masks import MASK_FILLS, Visibility, allowed_mask, fill_value
-from .module import GATES, Attention, AttentionConfig, AttentionLayer, Intermediates, Knockout
-from .scaling import SCALINGS, Scale, qk_component_std, static_scale
-from .weights import NORMALIZATIONS, WeightRule, Weights
+from attnlab.attention.backends import BACKENDS, DEFAULT_SCALING, attend
+from attnlab.attention.masks import MASK_FILLS, Visibility, allowed_mask, fill_value
+from attnlab.attention.module import GATES, Attention, AttentionConfig, AttentionLayer, Intermediates, Knockout
+from attnlab.attention.scaling import SCALINGS, Scale, qk_component_std, static_scale
+from attnlab.attention.weights import NORMALIZATIONS, WeightRule, Weights
 
 __all__ = [
     "BACKENDS",

@@ -27,10 +27,10 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
-from ..errors import KernelUnavailable
-from .masks import CAUSAL, Visibility
-from .sink import slot_key_attention
-from .weights import WeightRule, expand_kv, per_head
+from attnlab.attention.masks import CAUSAL, Visibility
+from attnlab.attention.sink import slot_key_attention
+from attnlab.attention.weights import WeightRule, expand_kv, per_head
+from attnlab.util.errors import KernelUnavailable
 
 BACKENDS = ("naive", "scaled", "sdpa", "flash")
 

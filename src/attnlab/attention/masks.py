@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from ..errors import KernelUnavailable
+from attnlab.util.errors import KernelUnavailable
 
 MASK_FILLS = ("-inf", "finfo_min", "-1e9", "-1e4")
 

@@ -18,14 +18,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import ConfigError
-from ..fields import Check, checked, choice, int_at_least, optional_positive_int
-from .backends import BACKENDS, attend
-from .masks import MASK_FILLS, Visibility
-from .position import POS_ENCODINGS, Rotary, alibi_bias, alibi_slopes
-from .scaling import SCALINGS, Scale, qk_component_std
-from .sink import ESCAPES, EscapeLogit
-from .weights import NORMALIZATIONS, WeightRule, Weights, expand_kv
+from attnlab.attention.backends import BACKENDS, attend
+from attnlab.attention.masks import MASK_FILLS, Visibility
+from attnlab.attention.position import POS_ENCODINGS, Rotary, alibi_bias, alibi_slopes
+from attnlab.attention.scaling import SCALINGS, Scale, qk_component_std
+from attnlab.attention.sink import ESCAPES, EscapeLogit
+from attnlab.attention.weights import NORMALIZATIONS, WeightRule, Weights, expand_kv
+from attnlab.util.errors import ConfigError
+from attnlab.util.fields import Check, checked, choice, int_at_least, optional_positive_int
 
 GATES = ("none", "headwise", "elementwise")
 

@@ -35,8 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .masks import CAUSAL
-from .weights import expand_kv, per_head
+from attnlab.attention.masks import CAUSAL
+from attnlab.attention.weights import expand_kv, per_head
 
 ESCAPES = ("none", "zero_logit", "learned")
 

@@ -56,8 +56,8 @@ from typing import NamedTuple
 
 import torch
 
-from .masks import CAUSAL, Visibility
-from .weights import WeightRule, expand_kv
+from attnlab.attention.masks import CAUSAL, Visibility
+from attnlab.attention.weights import WeightRule, expand_kv
 
 
 class Rows(NamedTuple):

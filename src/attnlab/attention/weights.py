@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import torch
 
-from .masks import CAUSAL, Visibility, fill_value
+from attnlab.attention.masks import CAUSAL, Visibility, fill_value
 
 NORMALIZATIONS = ("softmax", "sigmoid")
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from ..analysis.probe import probe, probe_batch, probe_plan, training_precision
-from ..attention.stats import SECOND_MAP, attention_stats, layer_values, record_stats
-from .cadence import log_metrics, should_run
+from attnlab.analysis.probe import probe, probe_batch, probe_plan, training_precision
+from attnlab.attention.stats import SECOND_MAP, attention_stats, layer_values, record_stats
+from attnlab.callbacks.cadence import log_metrics, should_run
 
 HISTORY_FILE = "attention_stats.jsonl"  # one JSON line of per-layer statistics per probe step
 

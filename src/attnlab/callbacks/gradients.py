@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import lightning as L
 
-from .cadence import log_metrics
+from attnlab.callbacks.cadence import log_metrics
 
 
 class QKGradNorms(L.Callback):

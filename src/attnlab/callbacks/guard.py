@@ -23,8 +23,8 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from ..analysis.probe import training_precision
-from ..errors import AttnlabError
+from attnlab.analysis.probe import training_precision
+from attnlab.util.errors import AttnlabError
 
 
 class NonFiniteError(AttnlabError):

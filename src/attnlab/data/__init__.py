@@ -1,5 +1,5 @@
 """LightningDataModules: real text, and generated attention tasks."""
 
-from .text import CharTokenizer, TextDataModule
+from attnlab.data.text import CharTokenizer, TextDataModule
 
 __all__ = ["CharTokenizer", "TextDataModule"]

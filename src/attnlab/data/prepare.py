@@ -26,10 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..cli import ERROR_PREFIX, command_parser
-from ..errors import DataError
-from .text import read_text_file, shakespeare_text
-from .tokens import META, TOKENIZER, TiktokenTokenizer, tiktoken_missing
+from attnlab.cli import ERROR_PREFIX, command_parser
+from attnlab.data.text import read_text_file, shakespeare_text
+from attnlab.data.tokens import META, TOKENIZER, TiktokenTokenizer, tiktoken_missing
+from attnlab.util.errors import DataError
 
 ENCODINGS = ("bpe", "gpt2")
 DEFAULT_OUT = "data/shakespeare_bpe"

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..errors import DataError
-from .text import BOS, VAL_SEED, CharTokenizer, ResumableDataModule
+from attnlab.data.text import BOS, VAL_SEED, CharTokenizer, ResumableDataModule
+from attnlab.util.errors import DataError
 
 IGNORE = -100
 QUERY_CLASSES = ("dormant", "active")  # bigram_backcopy's queries that need no attention, and those that do
@@ -368,7 +368,7 @@ class BigramBackcopyDataModule(TaskDataModule):
     ):
         self.n_triggers, self.chain, self.chain_support, self.chain_seed = n_triggers, chain, chain_support, chain_seed
         if chain == "shakespeare":
-            from .text import shakespeare_text
+            from attnlab.data.text import shakespeare_text
 
             self.chars, self.transition = corpus_bigrams(shakespeare_text())
             vocab_size = len(self.chars)

@@ -16,7 +16,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from ..errors import DataError
+from attnlab.util.errors import DataError
 
 BOS = "<bos>"  # the beginning-of-sequence token of data.bos=true (text and tasks), a vocabulary entry of its own
 # The validation windows' seed, the same for every training seed: the seeds of a study then validate on

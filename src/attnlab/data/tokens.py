@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import DataError
-from .text import VAL_SEED, CharTokenizer, RandomWindows, TextDataModule
+from attnlab.data.text import VAL_SEED, CharTokenizer, RandomWindows, TextDataModule
+from attnlab.util.errors import DataError
 
 DTYPES = ("uint16", "uint32")
 META, NANOGPT_META, TOKENIZER = "meta.json", "meta.pkl", "tokenizer.json"

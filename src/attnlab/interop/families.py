@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..attention.module import AttentionConfig
-from ..errors import AttnlabError
+from attnlab.attention.module import AttentionConfig
+from attnlab.util.errors import AttnlabError
 
 FAMILIES = ("gpt2", "llama", "deepseek_v3")
 NAMES = {"gpt2": "GPT-2", "llama": "Llama", "deepseek_v3": "DeepSeek-V3"}

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from .families import InteropError, attention_defaults, flat, lookup, model_fields, source
-from .neutral import neutral_init, refusal
-from .weights import from_hf
+from attnlab.interop.families import InteropError, attention_defaults, flat, lookup, model_fields, source
+from attnlab.interop.neutral import neutral_init, refusal
+from attnlab.interop.state_dicts import from_hf
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 # fields whose null means the derived value (GPTConfig.__post_init__): null agrees with any checkpoint

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from .families import attention_defaults, lookup
+from attnlab.interop.families import attention_defaults, lookup
 
 # low enough that the escape mass is below float32 rounding of the weights on a row whose logits'
 # log-sum-exp is >= 0, high enough that the mass and its gradient are not exactly 0 in float32 (Adam

@@ -21,11 +21,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention import Attention, AttentionConfig, AttentionLayer, Visibility
-from ..attention.cache import KVCache, RollingKVCache
-from ..attention.module import kv_values_per_token
-from ..attention.position import POS_ENCODINGS
-from ..fields import (
+from attnlab.attention import Attention, AttentionConfig, AttentionLayer, Visibility
+from attnlab.attention.cache import KVCache, RollingKVCache
+from attnlab.attention.module import kv_values_per_token
+from attnlab.attention.position import POS_ENCODINGS
+from attnlab.util.fields import (
     Check,
     boolean,
     checked,
@@ -45,7 +45,7 @@ INIT_STD = Check(lambda v: v == "fan_in" or positive_number.ok(v), "a positive n
 
 @dataclass
 class GPTConfig:
-    """``model``, the schema (attnlab.schema reads it beside the other sections): the sizes and what
+    """``model``, the schema (attnlab.config.schema reads it beside the other sections): the sizes and what
     each block holds. The defaults are the tiny preset's; conf/model/tiny.yaml is their source for a
     run (every preset sets these keys) and tests/test_schema.py keeps the two equal."""
 

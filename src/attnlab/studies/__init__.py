@@ -1,1 +1,1 @@
-"""The studies built on runs: a study as a multirun, its report, the reproductions of the source claims."""
+"""The studies read from their runs: each study's report, the README's findings, the streaming study."""

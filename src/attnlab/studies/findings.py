@@ -1,6 +1,6 @@
 """The README's findings block, rendered from the committed reports so that no result there is typed by hand.
 
-Each finding reads one report's data, recomputes its test with ``attnlab.studies.stats`` and hands the
+Each finding reads one report's data, recomputes its test with ``attnlab.util.significance`` and hands the
 template a verdict with the numbers behind it; the template only prints them. A difference whose Holm p is
 not below alpha reads "no difference beyond seed noise" with the smallest difference its seeds could detect.
 
@@ -20,11 +20,9 @@ from pathlib import Path
 
 from attnlab.analysis.phase import PHASE_LEVEL
 from attnlab.attention.stats import SINK_EPSILON
-from attnlab.studies import stats
-from attnlab.studies.pages import TEMPLATES, short
-
-from .report.streaming import COLLAPSE_RATIO, NO_COST, NO_COST_RATIO, eviction
-from .repro.verdict import VERDICTS  # one list of verdicts, the repro's
+from attnlab.studies.stream_study import COLLAPSE_RATIO, NO_COST, NO_COST_RATIO, eviction
+from attnlab.util import significance
+from attnlab.writing.pages import TEMPLATES, VERDICTS, short
 
 ROOT = Path(__file__).resolve().parents[3]
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
@@ -91,7 +89,7 @@ def induction_heads(reports: Path) -> dict:
         steps = [s for s in cell["steps"] if s is not None]
         n_layer = int(cell["axes"]["model.n_layer"])
         scaled = cell["axes"]["model.attention.scaling"] != "none"
-        lo, hi = stats.wilson(len(steps), len(cell["steps"]))
+        lo, hi = significance.wilson(len(steps), len(cell["steps"]))
         rows.append(
             {
                 "cell": f"{n_layer} layer{'s' if n_layer > 1 else ''}" + ("" if scaled else " without the scale"),
@@ -267,7 +265,7 @@ def findings(reports: Path = ROOT / "reports") -> dict:
         "stream_text": streaming(reports, "streaming"),
         "lr": lr_sensitivity(reports),
         "repro": repro(reports),
-        "alpha": stats.ALPHA,
+        "alpha": significance.ALPHA,
     }
 
 

@@ -36,10 +36,10 @@ from pathlib import Path
 
 import torch
 
-from ..attention import BACKENDS
-from ..cli import command_parser
-from ..errors import AttnlabError
-from ..markdown import markdown_table
+from attnlab.attention import BACKENDS
+from attnlab.cli import command_parser
+from attnlab.util.errors import AttnlabError
+from attnlab.writing.markdown import markdown_table
 
 PHASES = ("cells", "compile", "throughput", "ddp", "kernels")
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
@@ -132,8 +132,8 @@ def run_cell(
     row = {**cell, "name": name, "overrides": overrides, "status": "fail", "error": None}
     started = time.perf_counter()
     try:
-        from ..config import compose_config  # needs hydra: a node without it fails here, row by row
-        from ..train import train
+        from attnlab.config.compose import compose_config  # needs hydra: a node without it fails here, row by row
+        from attnlab.training.train import train
 
         metrics = train(compose_config(overrides, out_dir / name))
         results = json.loads((out_dir / name / "results.json").read_text())
@@ -169,7 +169,7 @@ def ddp_smoke(out_dir: Path, device: str, timeout: int = 300) -> dict:
     cmd = [
         sys.executable,
         "-m",
-        "attnlab.train",
+        "attnlab.training.train",
         "trainer=ddp",
         f"trainer.devices={devices}",
         "debug=smoke",
@@ -200,7 +200,7 @@ def kernel_rows(device: torch.device, max_t: int, add) -> None:
     """Every T up to ``max_t`` in one run, each row handed to ``add`` as it is measured (so it is
     saved then); a variant out of memory at some T is skipped at longer ones, as `make bench` does.
     An out-of-memory row is the measurement at that T; any other error ends the phase as a failed row."""
-    from .bench.kernels import KernelPlan, run_kernels
+    from attnlab.tools.bench.kernels import KernelPlan, run_kernels
 
     def classified(row: dict) -> dict:
         error = row.get("error") or ""
@@ -238,8 +238,8 @@ def package_status(name: str) -> str:
     elif importlib.util.find_spec(name) is None:
         return "missing"
     if name == "flash_attn":  # the same import attention=flash goes through
-        from ..attention.backends import flash_attn_package
-        from ..errors import KernelUnavailable
+        from attnlab.attention.backends import flash_attn_package
+        from attnlab.util.errors import KernelUnavailable
 
         try:
             flash_attn_package()
@@ -358,7 +358,7 @@ def _mib(v):
 
 
 def write_report(report: dict, out: Path) -> tuple[Path, Path]:
-    from ..results import atomic_write_text, json_safe
+    from attnlab.util.files import atomic_write_text, json_safe
 
     out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out / "gpu_check.json", out / "gpu_check.md"

@@ -15,14 +15,22 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import OmegaConf
 
-from ...analysis.phase import head_history
-from ...results import atomic_write_text
-from ..pages import short
-from . import analysis, frontier, lr, plots, render, summary
-from .aggregate import group_cells, load_sweeps, recording_differences, swept_axes
-from .baseline import baseline_of
-from .data import DEFAULT_BUDGET, axes_of, frame_from_committed, frame_from_runs, merge, read_runs, write_runs
-from .wandb_summary import log_summary_run
+from attnlab.analysis.phase import head_history
+from attnlab.studies.report import analysis, frontier, lr, plots, render, summary
+from attnlab.studies.report.aggregate import group_cells, load_sweeps, recording_differences, swept_axes
+from attnlab.studies.report.baseline import baseline_of
+from attnlab.studies.report.data import (
+    DEFAULT_BUDGET,
+    axes_of,
+    frame_from_committed,
+    frame_from_runs,
+    merge,
+    read_runs,
+    write_runs,
+)
+from attnlab.studies.report.wandb_summary import log_summary_run
+from attnlab.util.files import atomic_write_text
+from attnlab.writing.pages import short
 
 __all__ = ["build_report", "latest_sweep", "write_report"]
 
@@ -41,7 +49,7 @@ def shown(path) -> str:
 
 def declared_axes(study: str) -> list[str]:
     """The axes the study's experiment file sweeps (hydra.sweeper.params), with those of the experiments it extends."""
-    from ...config import CONF_DIR
+    from attnlab.config.compose import CONF_DIR
 
     path = CONF_DIR / "experiment" / f"{study}.yaml"
     if not path.is_file():

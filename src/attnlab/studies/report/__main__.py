@@ -13,11 +13,11 @@ import json
 import sys
 from pathlib import Path
 
-from ...cli import command_parser
-from . import build_report, latest_sweep, write_report
-from .baseline import experiment_baseline
-from .data import frame_from_committed, write_runs
-from .plots import stats_over_training
+from attnlab.cli import command_parser
+from attnlab.studies.report import build_report, latest_sweep, write_report
+from attnlab.studies.report.baseline import experiment_baseline
+from attnlab.studies.report.data import frame_from_committed, write_runs
+from attnlab.studies.report.plots import stats_over_training
 
 
 def compare(pairs: list[str], out: Path = Path("reports/compare")) -> int:
@@ -48,7 +48,7 @@ def render_committed(report: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = command_parser("table", "Add a sweep's runs to reports/<study>/ and rebuild the report, or compare runs.")
+    parser = command_parser("report", "Add a sweep's runs to reports/<study>/ and rebuild the report, or compare runs.")
     parser.add_argument(
         "sweep_dirs", nargs="*", metavar="SWEEP_DIR", help="sweep dirs under logs/ (default: the latest)"
     )
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         for report in args.render:
             if not (report / "summary.json").is_file():
                 print(
-                    f"attnlab: error: {report}/summary.json not found; expected a report dir written by make table",
+                    f"attnlab: error: {report}/summary.json not found; expected a report dir written by make report",
                     file=sys.stderr,
                 )
                 return 2

@@ -8,9 +8,9 @@ import statistics
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from ...attention import AttentionConfig
-from ...results import overrides_dict
-from ..pages import where
+from attnlab.attention import AttentionConfig
+from attnlab.training.results import overrides_dict
+from attnlab.writing.pages import where
 
 # config keys that were renamed: runs recorded under the old name aggregate under the new one
 RENAMED_KEYS = {

@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
 
-from .. import stats
-from ..pages import where
-from .aggregate import RENAMED_KEYS, sort_key
-from .data import axes_of
+from attnlab.studies.report.aggregate import RENAMED_KEYS, sort_key
+from attnlab.studies.report.data import axes_of
+from attnlab.util import significance
+from attnlab.writing.pages import where
 
 SCALING_AXIS = "model.attention.scaling"
 REFERENCES = ("none", "false", "False", "0", "baseline")
@@ -55,7 +55,7 @@ class Cell:
         s = self.stats(key)
         if s is None or s[2] < 2:
             return None
-        return stats.t_interval_from_stats(*s)
+        return significance.t_interval_from_stats(*s)
 
     @property
     def label(self) -> str:
@@ -115,7 +115,7 @@ class Question:
 def question_of(study: str, axes: list[str], conf_dir=None) -> Question:
     """The question declared in conf/experiment/<study>.yaml (or an experiment it extends), when its axes are
     the study's; else every level of each axis against the axis's reference."""
-    from ...config import CONF_DIR
+    from attnlab.config.compose import CONF_DIR
 
     path = (conf_dir or CONF_DIR) / "experiment" / f"{study}.yaml"
     declared = {}
@@ -151,7 +151,7 @@ class Comparison:
     level: str
     reference: str
     at: dict[str, str]  # the other axes' values
-    test: stats.Contrast | None
+    test: significance.Contrast | None
     ref_mean: float
     level_mean: float
     ref_interval: tuple[float, float] | None
@@ -172,7 +172,7 @@ class Comparison:
         arm that is not below the attention-free level: its models do not use their attention)."""
         if self.test is None or (self.below is not None and self.below <= 0) or self.unlearned:
             return "untested"
-        if self.p_holm is not None and self.p_holm < stats.ALPHA:
+        if self.p_holm is not None and self.p_holm < significance.ALPHA:
             return "higher" if self.diff > 0 else "lower"
         return "none"
 
@@ -184,9 +184,9 @@ class Comparison:
 def compare(ref: Cell, lvl: Cell, metric: str):
     """Welch's test of two cells: from the seeds' values where kept, else from the cells' mean, std and count."""
     if metric in ref.samples and metric in lvl.samples:
-        return stats.welch(ref.samples[metric], lvl.samples[metric])
+        return significance.welch(ref.samples[metric], lvl.samples[metric])
     a, b = ref.stats(metric), lvl.stats(metric)
-    return stats.welch_from_stats(*a, *b) if a and b else None
+    return significance.welch_from_stats(*a, *b) if a and b else None
 
 
 def contrasts(cells: list[Cell], axes: list[str], question: Question, metric: str) -> list[Comparison]:
@@ -219,7 +219,7 @@ def contrasts(cells: list[Cell], axes: list[str], question: Question, metric: st
                     (twin.stats(metric)[2], cell.stats(metric)[2]),
                 )
             )
-    for c, p in zip(out, stats.holm([c.test.p if c.test else None for c in out])):
+    for c, p in zip(out, significance.holm([c.test.p if c.test else None for c in out])):
         c.p_holm = p
         if c.test and question.difference and metric == question.metrics[0]:
             c.seeds_needed = c.test.seeds_needed(question.difference)
@@ -235,7 +235,7 @@ class Interaction:
     first: str
     last: str
     at: dict[str, str]
-    test: stats.Contrast | None
+    test: significance.Contrast | None
     below: float | None = None  # the smaller of its two reference arms' distances below the attention-free level
     p_holm: float | None = None
 
@@ -243,7 +243,7 @@ class Interaction:
     def verdict(self) -> str:
         if self.test is None or (self.below is not None and self.below <= 0):
             return "untested"
-        return ("larger" if self.test.diff > 0 else "smaller") if (self.p_holm or 1) < stats.ALPHA else "none"
+        return ("larger" if self.test.diff > 0 else "smaller") if (self.p_holm or 1) < significance.ALPHA else "none"
 
 
 def interactions(cells: list[Cell], axes: list[str], family: list[Comparison], across: str) -> list[Interaction]:
@@ -264,9 +264,9 @@ def interactions(cells: list[Cell], axes: list[str], family: list[Comparison], a
                 parts.append((*by_key[tuple(values[a] for a in axes)].stats(last.metric), s))
         rest = {k: v for k, v in last.at.items() if k != across}
         gaps = [g for g in (first.below, last.below) if g is not None]
-        test = stats.interaction(parts)
+        test = significance.interaction(parts)
         out.append(Interaction(last.metric, across, levels[0], levels[-1], rest, test, min(gaps) if gaps else None))
-    for x, p in zip(out, stats.holm([x.test.p if x.test else None for x in out])):
+    for x, p in zip(out, significance.holm([x.test.p if x.test else None for x in out])):
         x.p_holm = p
     return out
 
@@ -291,10 +291,10 @@ def pooled(cells: list[Cell], axes: list[str], metric: str) -> list[dict]:
                 parts += [(*pair[0].stats(metric), 1), (*pair[1].stats(metric), -1)]
             else:
                 k = len(strata)
-                test = stats.interaction([(m / k, s / k, n, sign) for m, s, n, sign in parts])
+                test = significance.interaction([(m / k, s / k, n, sign) for m, s, n, sign in parts])
                 diff = sum(sign * m for m, _, _, sign in parts) / k
                 out.append({"axis": axis, "level": level, "reference": ref, "strata": k, "diff": diff, "test": test})
-    for e, p in zip(out, stats.holm([e["test"].p if e["test"] else None for e in out])):
+    for e, p in zip(out, significance.holm([e["test"].p if e["test"] else None for e in out])):
         e["p_holm"] = p
     return out
 

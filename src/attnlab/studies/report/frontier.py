@@ -27,12 +27,12 @@ import matplotlib.pyplot as plt
 import matplotlib.ticker as ticker
 import numpy as np
 
-from ...results import atomic_write_text
-from .. import stats
-from ..pages import TEMPLATES
-from . import analysis
-from .data import axes_of
-from .plots import save
+from attnlab.studies.report import analysis
+from attnlab.studies.report.data import axes_of
+from attnlab.studies.report.plots import save
+from attnlab.util import significance
+from attnlab.util.files import atomic_write_text
+from attnlab.writing.pages import TEMPLATES
 
 STUDIES = ("kv_frontier",)
 LOSS, BYTES, CONTEXT = "val/loss", "mem/kv_cache_bytes_per_token", "mem/kv_cache_context"
@@ -46,7 +46,7 @@ class Arm:
     loss: tuple[float, float, float]  # mean and its 95 % t interval
     bytes_per_token: float  # at the stated context
     context: int
-    vs_reference: stats.Contrast | None = None  # this arm minus the reference arm
+    vs_reference: significance.Contrast | None = None  # this arm minus the reference arm
     p_holm: float | None = None  # over the arms against the reference
     dominated_by: list[str] = field(default_factory=list)
 
@@ -96,7 +96,7 @@ def arms(frame, study: str) -> tuple[list[Arm], str]:
         Arm(
             c.axes[axis],
             len(c.values(LOSS)),
-            stats.t_interval(c.values(LOSS)),
+            significance.t_interval(c.values(LOSS)),
             _one(c.values(BYTES), f"{BYTES} of {axis}={c.axes[axis]}"),
             context,
         )
@@ -106,12 +106,12 @@ def arms(frame, study: str) -> tuple[list[Arm], str]:
     if reference in losses:
         rest = [a for a in out if a.name != reference]
         for a in rest:
-            a.vs_reference = stats.welch(losses[reference], losses[a.name])
-        for a, p in zip(rest, stats.holm([a.vs_reference and a.vs_reference.p for a in rest])):
+            a.vs_reference = significance.welch(losses[reference], losses[a.name])
+        for a, p in zip(rest, significance.holm([a.vs_reference and a.vs_reference.p for a in rest])):
             a.p_holm = p
-    pairs = [(a, b, stats.welch(losses[a.name], losses[b.name])) for a, b in combinations(out, 2)]
-    for (a, b, test), p in zip(pairs, stats.holm([t and t.p for _, _, t in pairs])):
-        if p is None or p >= stats.ALPHA:  # no test (under two seeds a side, no spread) or within noise
+    pairs = [(a, b, significance.welch(losses[a.name], losses[b.name])) for a, b in combinations(out, 2)]
+    for (a, b, test), p in zip(pairs, significance.holm([t and t.p for _, _, t in pairs])):
+        if p is None or p >= significance.ALPHA:  # no test (under two seeds a side, no spread) or within noise
             continue
         better, worse = (b, a) if test.diff < 0 else (a, b)  # test.diff: b's mean minus a's
         if better.bytes_per_token <= worse.bytes_per_token:
@@ -168,7 +168,7 @@ def write(frame, study: str, level: float | None, out: Path, draw: bool = True) 
         frontier=sorted((a for a in found if a.on_frontier), key=lambda a: a.bytes_per_token),
         level=level,
         untested=untested,
-        alpha=stats.ALPHA,
+        alpha=significance.ALPHA,
         figure=(out / "frontier.png").is_file(),
     )
     atomic_write_text(out / "frontier.md", re.sub(r"\n{3,}", "\n\n", page).strip() + "\n")

@@ -20,9 +20,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .. import stats  # noqa: E402
-from ..pages import short, where  # noqa: E402
-from .aggregate import RunResult  # noqa: E402
+from attnlab.studies.report.aggregate import RunResult  # noqa: E402
+from attnlab.util import significance
+from attnlab.writing.pages import short, where  # noqa: E402
 
 LR_AXIS = "optim.lr"
 SIZE_AXES = ("model", "model.d_model", "model.n_layer")  # the axes that change the model's size
@@ -36,7 +36,7 @@ METRICS = ("lr_sensitivity", "lr_sensitivity_upper")
 def run_columns(run: RunResult) -> dict:
     """What the sensitivity needs beyond a run's metrics: its initial loss, ln of the vocabulary the model
     predicts over, and its parameters outside the embeddings (12 x layers x d_model^2, as the paper counts)."""
-    from ...data.tokens import load_tokenizer, padded
+    from attnlab.data.tokens import load_tokenizer, padded
 
     config = run.results.get("config", {})
     model, data = config.get("model") or {}, config.get("data") or {}
@@ -203,7 +203,7 @@ def against_source(
     rows = []
 
     def growth(group: list[Arm]):
-        return stats.welch(group[0].per_seed(), group[-1].per_seed())
+        return significance.welch(group[0].per_seed(), group[-1].per_seed())
 
     sizes = f"{off[0].size_label} to {off[-1].size_label}"
     grow = growth(off)
@@ -261,6 +261,6 @@ def against_source(
 
 
 def _sign_verdict(test, sign: int) -> str:
-    if test is None or test.p >= stats.ALPHA:
+    if test is None or test.p >= significance.ALPHA:
         return "untested"
     return "agrees" if test.diff * sign > 0 else "disagrees"

@@ -12,11 +12,11 @@ import matplotlib.ticker
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ...attention.stats import SINK_EPSILON  # noqa: E402
-from ...callbacks.attention_stats import read_history  # noqa: E402
-from ..pages import short, where  # noqa: E402
-from .aggregate import Cell  # noqa: E402
-from .lr import LR_AXIS  # noqa: E402
+from attnlab.attention.stats import SINK_EPSILON  # noqa: E402
+from attnlab.callbacks.attention_stats import read_history  # noqa: E402
+from attnlab.studies.report.aggregate import Cell  # noqa: E402
+from attnlab.studies.report.lr import LR_AXIS  # noqa: E402
+from attnlab.writing.pages import short, where  # noqa: E402
 
 
 def _numeric(value: str) -> float | None:

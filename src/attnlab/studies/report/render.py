@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ...attention.stats import table_stats
-from ...data.tasks import QUERY_CLASSES
-from .. import stats
-from ..pages import TEMPLATES, k_of_n_text, label, mean_ci, p_text, plain, short, signed_ci, where
+from attnlab.attention.stats import table_stats
+from attnlab.data.tasks import QUERY_CLASSES
+from attnlab.util import significance
+from attnlab.writing.pages import TEMPLATES, k_of_n_text, label, mean_ci, p_text, plain, short, signed_ci, where
 
 MAIN_METRICS = ("val/loss", "val/acc", "val/copy/acc", "val/bigram/loss", "heads/repeat_acc", "heads/in_context_score")
 MAIN_METRICS += ("heads/induction_control_max", "heads/induction_max", "mem/kv_cache_bytes_per_token")
@@ -85,7 +85,7 @@ def pooled_table(effects: list[dict]) -> dict:
             "untested"
             if e["test"] is None
             else "none"
-            if e["p_holm"] >= stats.ALPHA
+            if e["p_holm"] >= significance.ALPHA
             else ("higher" if e["diff"] > 0 else "lower"),
         ]
         for e in effects
@@ -200,7 +200,7 @@ def lr_tables(arms, context_free: float | None) -> list[dict]:
                 f"{a.size_label or '-'} ({a.params / 1e6:.2g}M)" if a.params else a.size_label or "-",
                 a.label,
                 *(
-                    mean_ci(*stats.t_interval(v)[:1], stats.t_interval(v)[1:] if len(v) > 1 else None)
+                    mean_ci(*significance.t_interval(v)[:1], significance.t_interval(v)[1:] if len(v) > 1 else None)
                     for v in (full, upper)
                 ),
                 str(len(full)),

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import stats
-from ..pages import TEMPLATES
-from . import analysis, lr, render
+from attnlab.studies.report import analysis, lr, render
+from attnlab.util import significance
+from attnlab.writing.pages import TEMPLATES
 
 
 def _measured(m) -> dict | str | None:
@@ -103,7 +103,7 @@ def summary_json(view: dict, frame, cells, effects, arms, out: Path) -> dict:
                 "df": e["test"] and e["test"].df,
                 "p": e["test"] and e["test"].p,
                 "p_holm": e["p_holm"],
-                "beyond_noise": e["p_holm"] is not None and e["p_holm"] < stats.ALPHA,
+                "beyond_noise": e["p_holm"] is not None and e["p_holm"] < significance.ALPHA,
                 "ci95": e["test"] and [e["test"].lo, e["test"].hi],
             }
             for e in effects

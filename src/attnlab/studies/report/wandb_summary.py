@@ -1,6 +1,6 @@
 """The study's table and plots as one W&B run in the study's W&B group, next to its training runs.
 
-``make table`` calls :func:`log_summary_run` after writing ``reports/<study>/``. The run goes where
+``make report`` calls :func:`log_summary_run` after writing ``reports/<study>/``. The run goes where
 the training runs went: the same project and group, offline unless they were online, its files
 under the sweep dir (``<sweep dir>/wandb/offline-run-*``) so that ``make sync`` uploads it with them.
 """

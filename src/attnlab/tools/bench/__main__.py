@@ -39,13 +39,13 @@ from pathlib import Path
 
 import torch
 
-from ...attention import BACKENDS
-from ...attention.backends import flash_attn_package
-from ...cli import command_parser
-from ...results import git_sha
-from .kernels import KernelPlan, matmul_peak_gflops, run_kernels
-from .report import memory_summary, write_breakdown, write_json, write_markdown, write_plots
-from .throughput import callback_overhead, train_throughput
+from attnlab.attention import BACKENDS
+from attnlab.attention.backends import flash_attn_package
+from attnlab.cli import command_parser
+from attnlab.tools.bench.bench_report import memory_summary, write_breakdown, write_json, write_markdown, write_plots
+from attnlab.tools.bench.kernels import KernelPlan, matmul_peak_gflops, run_kernels
+from attnlab.tools.bench.throughput import callback_overhead, train_throughput
+from attnlab.util.files import git_sha
 
 SECTIONS = ("kernels", "train", "callbacks", "e2e", "longctx", "compile", "decode")
 
@@ -150,8 +150,8 @@ SECTION_KEYS = {
 
 def longctx_plan(args: argparse.Namespace, device: torch.device):
     """The mode's long-context plan with the command line's changes; ValueError (one line) for a bad one."""
-    from .longctx import LongctxPlan, run_settings
-    from .throughput import device_overrides
+    from attnlab.tools.bench.longctx import LongctxPlan, run_settings
+    from attnlab.tools.bench.throughput import device_overrides
 
     settings = dict(LONGCTX[args.mode])
     if args.longctx_seq_lens is not None:
@@ -173,7 +173,7 @@ def longctx_plan(args: argparse.Namespace, device: torch.device):
 
 
 def _kept(merged: dict) -> list[str]:
-    from .report import _kept_sections
+    from attnlab.tools.bench.bench_report import _kept_sections
 
     return _kept_sections(merged)
 
@@ -399,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         section_s["callbacks"] = time.perf_counter() - t
         write_json(bench, out)
     if "e2e" in sections and device.type == "cpu":
-        from .endtoend import end_to_end
+        from attnlab.tools.bench.endtoend import end_to_end
 
         t = time.perf_counter()
         settings = dict(E2E[args.mode]) | ({"repeats": args.e2e_repeats} if args.e2e_repeats else {})
@@ -409,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         section_s["e2e"] = time.perf_counter() - t
         write_json(bench, out)
     if "longctx" in sections:
-        from .longctx import long_context
+        from attnlab.tools.bench.longctx import long_context
 
         def saved(section: dict) -> None:  # after every T: a killed bench keeps the rows it measured
             bench["longctx"] = section
@@ -420,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         section_s["longctx"] = time.perf_counter() - t
         write_json(bench, out)
     if "compile" in sections:
-        from .compiled import compile_throughput
+        from attnlab.tools.bench.compiled import compile_throughput
 
         t = time.perf_counter()
         settings = COMPILE[args.mode] | (
@@ -430,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         section_s["compile"] = time.perf_counter() - t
         write_json(bench, out)
     if "decode" in sections:  # KV-cache decoding per key/value-head count (bench/decode.py)
-        from .decode import DECODE, DECODE_HF, decode_section, transformers_section
+        from attnlab.tools.bench.decode import DECODE, DECODE_HF, decode_section, transformers_section
 
         t = time.perf_counter()
         bench["decode"] = decode_section(**DECODE[args.mode], device=device)
@@ -454,10 +454,10 @@ def run_breakdown(args: argparse.Namespace, out: Path) -> int:
     """One whole instrumented run (and a cProfile'd one): breakdown.json and breakdown.md in ``out``."""
     import tempfile
 
-    from .breakdown import breakdown
+    from attnlab.tools.bench.breakdown import breakdown
 
     print(
-        f"attnlab.tools.bench: breakdown of python -m attnlab.train {' '.join(args.overrides)}; "
+        f"attnlab.tools.bench: breakdown of python -m attnlab.training.train {' '.join(args.overrides)}; "
         f"load {os.getloadavg()[0]:.2f}; writing into {out}/"
     )
     with tempfile.TemporaryDirectory(prefix="attnlab-breakdown-") as work:

@@ -1,8 +1,8 @@
 """Breakdown of one whole ``attnlab train`` run: phase, seconds, share of the run.
 
 The bench starts the command ``make train`` runs (``python -m attnlab.cli train OVERRIDES``) with
-``ATTNLAB_PHASES=OUT.json``: the run records its own phases (``attnlab.timing``: the steps of
-``attnlab.train``, from the process's start, and inside fit Lightning's profiler actions) and
+``ATTNLAB_PHASES=OUT.json``: the run records its own phases (``attnlab.training.phases``: the steps of
+``attnlab.training.train``, from the process's start, and inside fit Lightning's profiler actions) and
 writes them when it exits. The bench times the whole process from outside, as a user's ``make
 train`` would be timed; what the recorder cannot see (process creation, interpreter teardown after
 the exit handlers) is the wall time minus the recorded span. ``phases.row_of`` turns the phases
@@ -19,9 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-from ...timing import ENV
-from .phases import GROUPS, group_of
-from .phases import rows as phase_rows
+from attnlab.tools.bench.phase_rows import GROUPS, group_of
+from attnlab.tools.bench.phase_rows import rows as phase_rows
+from attnlab.training.phases import ENV
 
 OUTSIDE = "outside every phase (exit handlers: W&B, logging)"
 INTERPRETER = "interpreter start and exit (wall minus the recorded span)"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from .throughput import PlainUpdate, device_overrides, make_setup
+from attnlab.tools.bench.throughput import PlainUpdate, device_overrides, make_setup
 
 
 def step_times(setup, compile_model: bool) -> tuple[list[float], list[float]]:

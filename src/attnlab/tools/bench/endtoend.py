@@ -1,4 +1,4 @@
-"""End to end: the whole ``python -m attnlab.train`` command against the plain script, same work.
+"""End to end: the whole ``python -m attnlab.training.train`` command against the plain script, same work.
 
 Each arm is a fresh process timed from outside (start-up, imports, data, training, validation,
 teardown: what a user waits for). ``make train`` (``attnlab train``) runs with its defaults (W&B offline + CSV,
@@ -20,14 +20,14 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ...config import compose_config
-from .timing import median_and_range, paired_ratios
+from attnlab.config.compose import compose_config
+from attnlab.tools.bench.timing import median_and_range, paired_ratios
 
 TARGET_RATIO = 1.05  # a whole default make train's wall time over the nanoGPT-structured plain script's
 
 
 def plain_spec(overrides: list[str]) -> dict:
-    """The settings ``plain_train`` needs, read from the config ``attnlab.train`` would compose."""
+    """The settings ``plain_train`` needs, read from the config ``attnlab.training.train`` would compose."""
     cfg = compose_config(overrides, "unused")
     data = cfg.data
     if not str(data.get("_target_", "")).endswith("TextDataModule") or data.get("bos"):

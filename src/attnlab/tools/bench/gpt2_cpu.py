@@ -53,8 +53,8 @@ class StepTimer(L.Callback):
 
 
 def prepared_corpus(directory: Path) -> Path:
-    from ...data.prepare import prepare
-    from ...data.text import shakespeare_text
+    from attnlab.data.prepare import prepare
+    from attnlab.data.text import shakespeare_text
 
     out = directory / "shakespeare_bpe"
     prepare(out, shakespeare_text()[:1_000_000], "shakespeare[:1000000]", vocab_size=4096)
@@ -64,10 +64,10 @@ def prepared_corpus(directory: Path) -> Path:
 def run(out_dir: Path, extra: list[str] = ()) -> dict:
     from omegaconf import OmegaConf
 
-    from ...config import compose_config
-    from ...resources import estimate_step
-    from ...results import git_sha
-    from ...train import train
+    from attnlab.config.compose import compose_config
+    from attnlab.training.resources import estimate_step
+    from attnlab.training.train import train
+    from attnlab.util.files import git_sha
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -111,7 +111,7 @@ def run(out_dir: Path, extra: list[str] = ()) -> dict:
     plain = sum(steps[i - 1] for i in PLAIN_STEPS) / len(PLAIN_STEPS)
     model = OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": 50304}
     if n_params is None:
-        from ...model import GPT, GPTConfig
+        from attnlab.model import GPT, GPTConfig
 
         with torch.device("meta"):
             n_params = sum(p.numel() for p in GPT(GPTConfig(**model)).parameters())
@@ -178,13 +178,13 @@ to the closing analysis).
 Step times: {", ".join(f"{s} s" for s in r["step_times_s"])} (steps 2 and 5 measure nothing; 4 runs the statistics,
 maps, memory and gradient norms; 3 and 6 the head analysis and a checkpoint). The step is the mean of steps 2 and 5;
 "extra" is a step's time above it. Peak RSS is the whole process's (Python, torch, the model, AdamW, activations and
-the measurements); the estimate counts one step's tensors (`attnlab.resources.estimate_step`). Status
+the measurements); the estimate counts one step's tensors (`attnlab.training.resources.estimate_step`). Status
 `{r["status"]}`, val loss {r["val_loss"]} after {r["steps"]} steps (numbers of a few steps mean nothing about the model).
 """
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ...cli import command_parser
+    from attnlab.cli import command_parser
 
     parser = command_parser("bench gpt2-cpu", __doc__.splitlines()[0])
     parser.add_argument("--out", default="reports/bench", help="where gpt2_cpu.json and gpt2_cpu.md go")

@@ -18,11 +18,11 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ...attention import DEFAULT_SCALING, attend, static_scale
-from ...attention.backends import flash_attn_package
-from ...errors import AttnlabError
-from ...profiling import peak_bytes
-from .timing import measure, median_and_range
+from attnlab.attention import DEFAULT_SCALING, attend, static_scale
+from attnlab.attention.backends import flash_attn_package
+from attnlab.tools.bench.timing import measure, median_and_range
+from attnlab.util.errors import AttnlabError
+from attnlab.util.profiling import peak_bytes
 
 BACKWARD_FACTOR = 2.5  # backward = 2.5 x forward FLOPs (two matmuls for dV/dP, two for dQ/dK, plus recompute)
 

@@ -8,7 +8,7 @@ and so the number of validations and of periodic measurements, is the same at ev
 T <= tokens_per_step (the batch shrinks instead); beyond it the batch is 1 and the steps shrink.
 
 Each run goes through ``python -m attnlab.tools.bench.longctx --child STAMPS -- train ...``, which is
-``attnlab train`` with its phase recorder on (``attnlab.timing``, as the breakdown reads it): when
+``attnlab train`` with its phase recorder on (``attnlab.training.phases``, as the breakdown reads it): when
 the last training step ended, and the seconds inside every callback's hooks (Lightning's profiler
 actions); plus the process's peak RSS (and the CUDA allocator's peak on a GPU). Per T: wall seconds of each arm (median), their ratio
 within each pair (median), the end-of-run analysis share (seconds in the callbacks' end-of-training
@@ -58,7 +58,7 @@ class LongctxPlan:
         return self.tokens_per_step * self.steps
 
     def lengths(self) -> tuple[int, ...]:
-        from ...attention.backends import KERNELS, explicit_attention
+        from attnlab.attention.backends import KERNELS, explicit_attention
 
         fused = KERNELS[self.attention] is not explicit_attention
         return tuple(self.seq_lens) + (tuple(self.fused_seq_lens) if fused else ())
@@ -121,10 +121,10 @@ def child(stamps: Path, argv: list[str]) -> int:
     so both run what ``attnlab train`` runs."""
     import resource
 
-    from ... import timing
-    from ...cli import main as cli_main
+    from attnlab.cli import main as cli_main
+    from attnlab.training import phases
 
-    recorder = timing.enable()
+    recorder = phases.enable()
     rc = 1
     try:
         rc = cli_main(argv)
@@ -160,8 +160,8 @@ def child(stamps: Path, argv: list[str]) -> int:
 
 def run_arm(overrides: list[str], run_dir: Path) -> dict:
     """One probed ``attnlab train`` run: e2e's sample (wall, step, val loss, kernel) plus the probes."""
-    from .endtoend import run_attnlab
-    from .phases import callback_seconds, is_end_of_training
+    from attnlab.tools.bench.endtoend import run_attnlab
+    from attnlab.tools.bench.phase_rows import callback_seconds, is_end_of_training
 
     stamps = run_dir.parent / f"{run_dir.name}.stamps.json"
     sample = run_attnlab(overrides, run_dir, command=(*CHILD, str(stamps), "--", "train"))
@@ -185,8 +185,8 @@ def run_arm(overrides: list[str], run_dir: Path) -> dict:
 
 def summarize(seq_len: int, settings: dict, overrides: list[str], samples: dict[str, list[dict]]) -> dict:
     """One table row from the alternated runs at one T: medians, paired ratios and the targets' verdicts
-    (``timing.against_target``: met in every pair, missed in every pair, or open)."""
-    from .timing import against_target, median_and_range, paired_ratios
+    (``phases.against_target``: met in every pair, missed in every pair, or open)."""
+    from attnlab.tools.bench.timing import against_target, median_and_range, paired_ratios
 
     d, n = samples["default"], samples["none"]
     wall_d, wall_n = median_and_range([s["wall_s"] for s in d]), median_and_range([s["wall_s"] for s in n])
@@ -245,7 +245,7 @@ def long_context(
     """Every T of the plan, shortest first; ``on_progress`` sees the section after each T (the bench
     saves it then, so a killed bench keeps the rows it measured). A T whose run fails (out of
     memory, say) is recorded with its error and the longer T are skipped."""
-    from .endtoend import alternated
+    from attnlab.tools.bench.endtoend import alternated
 
     lengths = plan.lengths()
     settings = {t: run_settings(plan, t) for t in lengths}  # every T checked before the first run

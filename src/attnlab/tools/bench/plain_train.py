@@ -2,7 +2,7 @@
 
 ``python -m attnlab.tools.bench.plain_train SPEC.json OUT.json``: the same model, corpus,
 split, seeded windows, batches, AdamW groups, warmup-cosine schedule, gradient clipping and
-validation cadence as ``python -m attnlab.train`` with that config, in a plain loop: no Lightning,
+validation cadence as ``python -m attnlab.training.train`` with that config, in a plain loop: no Lightning,
 no Hydra, no callbacks, no loggers, no checkpoints; losses to OUT.json. The spec is written by
 ``endtoend.plain_spec`` from the composed config, so both sides read the same settings.
 Nothing here imports Lightning, Hydra or W&B: their start-up is part of what is compared.

@@ -23,11 +23,11 @@ from hydra.utils import instantiate
 from lightning.pytorch.profilers import Profiler
 from omegaconf import DictConfig, OmegaConf
 
-from ...config import compose_config
-from ...console import quiet_lightning
-from ...module import GPTModule
-from ...train import build_callbacks
-from .timing import median_and_range, paired_ratios
+from attnlab.config.compose import compose_config
+from attnlab.tools.bench.timing import median_and_range, paired_ratios
+from attnlab.training.console import quiet_lightning
+from attnlab.training.lit_module import GPTModule
+from attnlab.training.train import build_callbacks
 
 INTERVAL_KEYS = ("every_n_steps", "every_n_train_steps", "check_every_n_steps")
 

@@ -1,0 +1,28 @@
+"""Compose the training config from Python (tests, repro, bench) exactly as the CLI does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, open_dict
+
+
+def find_conf_dir() -> Path:
+    """Hydra's config dir: ``attnlab/conf`` inside a built wheel (package data), else the
+    checkout's top-level ``conf/`` (source tree, editable install)."""
+    packaged = Path(__file__).parents[1] / "conf"
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parents[3] / "conf"
+
+
+CONF_DIR = find_conf_dir()
+
+
+def compose_config(overrides: list[str] | tuple[str, ...] = (), output_dir: str | Path | None = None) -> DictConfig:
+    """The config ``python -m attnlab.training.train *overrides`` would run, with its output dir set."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=list(overrides))
+    if output_dir is not None:
+        with open_dict(cfg):
+            cfg.paths.output_dir = str(output_dir)
+    return cfg
