@@ -147,7 +147,7 @@ def test_induction_count_and_interval_follow_the_phase_change_steps(reports):
     edit(reports, "induction_heads/summary.json", stall_all_but_one)
     (cell,) = findings.induction_heads(reports)["formed"]
     assert (cell["k"], cell["median_step"]) == (1, 1000)
-    assert (cell["lo"], cell["hi"]) == pytest.approx(findings.stats.wilson(1, 10))
+    assert (cell["lo"], cell["hi"]) == pytest.approx(findings.significance.wilson(1, 10))
 
 
 def test_repro_tally_counts_verdicts_and_refuses_an_unknown_one(reports):

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from attnlab.analysis.heads import SCORES, THRESHOLDS, TYPES
+from attnlab.analysis.panels import colored, image_axes, new_figure, save, tile
 from attnlab.util.files import atomic_write_text
 from attnlab.writing.markdown import markdown_table
 
@@ -68,8 +69,6 @@ def plot_heads(heads: list[dict], path: Path, title: str = "") -> None:
     """One layer x head heatmap per score, annotated, plus a panel of the types (one image, one
     Axes: ``analysis.panels``). Cells are 0.55 x 0.5 in, panels one cell apart."""
     import numpy as np
-
-    from attnlab.analysis.panels import colored, image_axes, new_figure, save, tile
 
     n_layer = max(h["layer"] for h in heads) + 1
     n_head = max(h["head"] for h in heads) + 1

@@ -10,6 +10,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
+from attnlab.analysis.panels import colored, image_axes, new_figure, save, tile
 from attnlab.analysis.probe import probe, probe_batch, training_precision
 from attnlab.callbacks.cadence import should_run
 
@@ -17,7 +18,6 @@ from attnlab.callbacks.cadence import should_run
 def plot_attention_maps(probs: list[torch.Tensor], path: Path, title: str) -> Path:
     """One heatmap per layer (rows) and head (columns), 2 in square, in one image
     (``analysis.panels``); ``probs[i]`` is (H, T, T)."""
-    from attnlab.analysis.panels import colored, image_axes, new_figure, save, tile
 
     n_head, t = probs[0].shape[0], probs[0].shape[-1]
     panels = [colored(layer[h].float().cpu().numpy(), "viridis", 0, 1) for layer in probs for h in range(n_head)]

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from attnlab.data.text import BOS, VAL_SEED, CharTokenizer, ResumableDataModule
+from attnlab.data.text import BOS, VAL_SEED, CharTokenizer, ResumableDataModule, shakespeare_text
 from attnlab.util.errors import DataError
 
 IGNORE = -100
@@ -368,8 +368,6 @@ class BigramBackcopyDataModule(TaskDataModule):
     ):
         self.n_triggers, self.chain, self.chain_support, self.chain_seed = n_triggers, chain, chain_support, chain_seed
         if chain == "shakespeare":
-            from attnlab.data.text import shakespeare_text
-
             self.chars, self.transition = corpus_bigrams(shakespeare_text())
             vocab_size = len(self.chars)
         super().__init__(vocab_size, bos=bos, **kwargs)

@@ -17,13 +17,13 @@ import torch
 from attnlab.analysis.heads import analyze_heads, build_probes
 from attnlab.analysis.outputs import HEADS_MD, write_outputs
 from attnlab.cli import command_parser
+from attnlab.interop.hf_load import is_hf_dir
 from attnlab.training.checkpointing import load_model
 from attnlab.util.errors import AttnlabError, CheckpointError, DataError
 
 
 def locate(path: str) -> tuple[Path, Path]:
     """(checkpoint, run dir) from a run dir, a checkpoint file or a Hugging Face model dir (both the dir)."""
-    from attnlab.interop.hf_load import is_hf_dir
 
     p = Path(path).expanduser()
     if is_hf_dir(p):  # a Hugging Face model dir: load_model reads it as a checkpoint

@@ -17,8 +17,11 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
+from attnlab.cli import command_parser
+from attnlab.inference.analyze import locate
 from attnlab.interop.families import NAMES, InteropError, family_of, hf_config
 from attnlab.interop.state_dicts import to_hf
+from attnlab.training.checkpointing import load_model
 from attnlab.util.errors import AttnlabError
 
 FORMATS = ("hf",)
@@ -51,8 +54,6 @@ def tokenizer_json(run_dir: Path) -> dict | None:
 def export(run: str, out: str, fmt: str = "hf") -> tuple[str, Path]:
     """Write ``run``'s model (a run dir or a .ckpt) into ``out``; returns (family, out). OUT is
     written whole into a temporary dir beside it and renamed: a refusal or a failure leaves nothing."""
-    from attnlab.inference.analyze import locate
-    from attnlab.training.checkpointing import load_model
 
     if fmt not in FORMATS:
         raise AttnlabError(f"--format={fmt}; expected one of {', '.join(FORMATS)}")
@@ -106,7 +107,6 @@ def write_hf(model, target: Path, tokenizer: dict | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from attnlab.cli import command_parser
 
     parser = command_parser("export", __doc__.splitlines()[0].strip("`: "))
     parser.add_argument("run", help="a run dir (with checkpoints/last.ckpt) or a .ckpt file")

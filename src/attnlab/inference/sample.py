@@ -16,6 +16,7 @@ import torch
 
 from attnlab.cli import command_parser
 from attnlab.data.tokens import load_tokenizer
+from attnlab.interop.hf_load import is_hf_dir
 from attnlab.training.checkpointing import load_model
 from attnlab.util.errors import CheckpointError, DataError
 
@@ -31,7 +32,6 @@ def resolve_checkpoint(run: str | None) -> Path:
         if ckpt is None:
             raise SystemExit("attnlab: error: no checkpoints/last.ckpt under logs/; run `make train` first")
         return ckpt
-    from attnlab.interop.hf_load import is_hf_dir
 
     path = Path(run)
     if is_hf_dir(path):  # a Hugging Face model dir, read by load_model

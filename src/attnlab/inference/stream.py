@@ -29,6 +29,10 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.cli import command_parser
+from attnlab.data.text import read_text_file
+from attnlab.data.tokens import load_tokenizer
+from attnlab.inference.analyze import locate
+from attnlab.training.checkpointing import load_model
 from attnlab.util.errors import AttnlabError, CheckpointError, DataError
 
 DEFAULT_SINKS = "0,1,2,4"
@@ -170,9 +174,6 @@ def stream_report(
 def run_tokens(run_dir: Path, module, ckpt: Path, text: Path | None, limit: int) -> tuple[torch.Tensor, str]:
     """The first ``limit`` token ids of --text FILE (the run's tokenizer) or of the run's validation split."""
     if text is not None:
-        from attnlab.data.text import read_text_file
-        from attnlab.data.tokens import load_tokenizer
-
         try:
             raw = read_text_file(str(text))
             tokenizer = load_tokenizer(ckpt, module.hparams.get("vocab"))
@@ -272,9 +273,6 @@ def main(argv: list[str] | None = None) -> None:
         if args.threads < 1:
             parser.error(f"--threads={args.threads}; expected a positive integer")
         torch.set_num_threads(args.threads)
-
-    from attnlab.inference.analyze import locate
-    from attnlab.training.checkpointing import load_model
 
     try:
         ckpt, run_dir = locate(args.run)

@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 
 from attnlab.cli import command_parser
+from attnlab.repro.record import render_dir
 from attnlab.repro.runner import MODES, OUT, main
+from attnlab.repro.wandb_run import log_repro_summary
 
 
 def cli(argv: list[str] | None = None) -> int:
@@ -40,8 +42,6 @@ def cli(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = OUT[args.mode] if args.out is None else args.out
     if args.render:
-        from attnlab.repro.record import render_dir
-
         if not (out / "repro.json").is_file():
             parser.error(f"--render: no repro.json in {out} (--out names a report directory)")
         print(f"attnlab: rendered {', '.join(map(str, render_dir(out)))} from {out / 'repro.json'}")
@@ -51,8 +51,6 @@ def cli(argv: list[str] | None = None) -> int:
     )
     main(args.mode, out, log=lambda msg: print(msg, flush=True), reports=args.reports)
     if args.wandb:
-        from attnlab.repro.wandb_run import log_repro_summary
-
         logs = Path("logs") / "repro"
         logs.mkdir(parents=True, exist_ok=True)
         claims = json.loads((out / "repro.json").read_text())["claims"]

@@ -11,6 +11,8 @@ import math
 import numpy as np
 import torch
 
+from attnlab.attention import qk_component_std
+from attnlab.model import GPT, GPTConfig
 from attnlab.repro.verdict import DETAIL, Check, Claim, Table, max_diff, printed, within
 from attnlab.writing.pages import fmt
 
@@ -397,8 +399,6 @@ def sigma_rule_table(sigmas=(0.25, 0.5, 1.0, 2.0), dims=(16, 128), samples: int 
 def model_logit_std(d_k: int, init_std: float = 0.02, d_model: int = 128, seed: int = 0) -> dict:
     """Layer-0 unscaled logit std of a freshly initialised GPT on random tokens, beside the two readings
     of "init variance sigma^2": q/k component variance (sigma = init_std sqrt(d_model)) or weight variance."""
-    from attnlab.attention import qk_component_std
-    from attnlab.model import GPT, GPTConfig
 
     torch.manual_seed(seed)
     model = GPT(
@@ -454,7 +454,6 @@ def checks_10(measured: dict) -> list[Check]:
 
 def claim_10(samples: int, training: dict | None = None) -> Claim:
     """Claim 10: the math and the GPT at init; ``training``: the sigma-rule and 1/sqrt(d) runs (full mode)."""
-    from attnlab.attention import qk_component_std
 
     rows = sigma_rule_table(samples=samples)
     model = [model_logit_std(d, INIT_10, D_MODEL_10) for d in (16, 128)]

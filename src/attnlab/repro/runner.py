@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from attnlab.analysis import plot_heads
+from attnlab.data.text import VAL_SEED
 from attnlab.repro import (
     equivalence_claims,
     figures,
@@ -25,9 +27,12 @@ from attnlab.repro import (
     memory_claims,
     numerics_claims,
     streaming_claims,
+    study_claims,
+    training_claims,
 )
 from attnlab.repro.record import write_reports
 from attnlab.repro.verdict import Claim
+from attnlab.studies.report.baseline import attention_free_levels
 
 # How much each mode measures. fast: under a minute, no training (what the tests run).
 MODES = {
@@ -95,11 +100,6 @@ def reproduce(mode: str, out: Path, log=print, reports: Path | None = None) -> t
 
     training_10 = None
     if cfg["training"]:
-        from attnlab.analysis import plot_heads
-        from attnlab.data.text import VAL_SEED
-        from attnlab.repro import study_claims, training_claims
-        from attnlab.studies.report.baseline import attention_free_levels
-
         jac_rows = step(
             "softmax Jacobian (claim 8)",
             lambda: jacobian_claims.jacobian_vs_logit_std(JAC_STDS, n=JAC_N, rows=cfg["jac_rows"]),

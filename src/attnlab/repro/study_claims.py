@@ -16,6 +16,8 @@ import csv
 import json
 from pathlib import Path
 
+from attnlab.attention.masks import Visibility
+from attnlab.attention.stats import uniform_sink_mass
 from attnlab.repro.judge import BB_BASE, BB_GATE, BB_SGD, BB_SIGMOID, BB_SLOTS, BB_WINDOW, BB_WINDOW_SIZE
 from attnlab.util.significance import holm
 
@@ -166,8 +168,6 @@ def _bb_arm(cell: dict) -> dict:
 def _window_levels(block_size: int, sinks: int) -> dict:
     """Uniform attention's first-token weight in the window arms' window, and the most the statistic can read there
     (every query that sees the first token putting all its weight on it): the share of the counted queries that see it."""
-    from attnlab.attention.masks import Visibility
-    from attnlab.attention.stats import uniform_sink_mass
 
     visibility = Visibility(True, BB_WINDOW_SIZE, sinks)
     seen = visibility.mask(block_size, block_size)[0, 0]

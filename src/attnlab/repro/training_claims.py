@@ -25,7 +25,9 @@ from attnlab.config.compose import compose_config
 from attnlab.data import TextDataModule
 from attnlab.model import GPT, GPTConfig
 from attnlab.repro import study_claims
-from attnlab.repro.judge import COPY_SOLVED, cells_8, checks_8, checks_12, checks_13
+from attnlab.repro.jacobian_claims import jacobian_table
+from attnlab.repro.judge import COPY_SOLVED, bb_sinks, cells_8, checks_8, checks_12, checks_13, k_of_n
+from attnlab.repro.streaming_claims import streaming_measurements
 from attnlab.repro.verdict import Claim, Table
 from attnlab.training.console import quiet_lightning
 from attnlab.training.train import train
@@ -254,7 +256,6 @@ def claim_8_measurements(res: dict, jac_rows: list[dict], jac_n: int, level: dic
 
 def claim_8(measured: dict) -> Claim:
     """Claim 8 from claim_8_measurements' dict (what repro.json keeps, so the claim re-renders from it)."""
-    from attnlab.repro.jacobian_claims import jacobian_table
 
     m, s, lv = measured["judged"], measured["settings"], measured["judged"]["level"]
     own = cells_8({**m, "study": None})
@@ -406,7 +407,6 @@ def testbed_uniform() -> float:
 
 
 def claim_13_measurements(res: dict, reports: Path) -> dict:
-    from attnlab.repro.streaming_claims import streaming_measurements
 
     h = res["heads"]
     return {
@@ -428,7 +428,6 @@ BB_COLUMNS = ("dormant", "active", "escape", "row_mass", "copy_acc", "max_prob",
 
 
 def claim_13(m: dict) -> Claim:
-    from attnlab.repro.judge import bb_sinks, k_of_n
 
     t, snk, bb = m["text"], m.get("sinks"), m.get("sinks_bb")
     tables = [

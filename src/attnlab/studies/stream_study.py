@@ -23,7 +23,11 @@ from pathlib import Path
 
 from attnlab.attention.stats import SINK_EPSILON
 from attnlab.cli import command_parser
+from attnlab.inference.analyze import run_datamodule
+from attnlab.inference.stream import DEFAULT_SINKS, parse_sinks, run_tokens, stream_report
 from attnlab.studies.report.aggregate import RunResult, group_cells, load_sweeps, swept_axes
+from attnlab.studies.report.plots import colours, legend_outside, save
+from attnlab.training.checkpointing import load_model
 from attnlab.util.files import atomic_write_text, json_safe
 from attnlab.util.significance import t_interval
 from attnlab.writing.pages import TEMPLATES
@@ -73,9 +77,6 @@ def first_token_weight(run: RunResult) -> dict[str, float | None]:
 def evaluate_run(run: RunResult, capacity: int, sinks: list[int], tokens: int, oracle_positions: int) -> dict:
     """One run's stream report (stream.stream_report) on its own validation tokens, kept in the run
     dir beside its checkpoint: a study evaluated while its sweep runs redoes only the new runs."""
-    from attnlab.inference.analyze import run_datamodule
-    from attnlab.inference.stream import run_tokens, stream_report
-    from attnlab.training.checkpointing import load_model
 
     ckpt = run.dir / "checkpoints" / "last.ckpt"
     saved = run.dir / f"stream_c{capacity}_k{'-'.join(map(str, sinks))}_n{tokens}_o{oracle_positions}_classes.json"
@@ -196,8 +197,6 @@ def plot(report: dict, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from attnlab.studies.report.plots import colours, legend_outside, save
-
     sinks = report["setup"]["sinks"]
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     for colour, arm in zip(colours(len(report["arms"])), report["arms"]):
@@ -273,7 +272,6 @@ def rerender(report: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from attnlab.inference.stream import DEFAULT_SINKS, parse_sinks
 
     parser = command_parser("stream-study", __doc__.splitlines()[0])
     parser.add_argument("dirs", nargs="*", type=Path, metavar="SWEEP_DIR", help="the study's sweep dirs")

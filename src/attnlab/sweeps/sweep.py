@@ -32,6 +32,7 @@ from typing import TextIO
 from attnlab.cli import command_parser
 from attnlab.config.compose import CONF_DIR
 from attnlab.sweeps import resume
+from attnlab.training.console import RUN_LOG, RUN_LOG_ENV, clock
 from attnlab.training.results import FINISHED_ENV, RESULTS
 
 
@@ -214,9 +215,6 @@ class SweepProgress:
         return lines
 
     def line(self, cell: Cell) -> str:
-        from attnlab.training.console import (
-            clock,  # console imports Lightning: not at the start of every `attnlab sweep`
-        )
 
         eta = self.eta_s()
         left = clock(eta) if eta is not None else "?"
@@ -360,7 +358,6 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    from attnlab.training.console import RUN_LOG, RUN_LOG_ENV
 
     spec = resume.sweep_spec(args.study, args.seeds, extra, args.launcher)
     earlier_dir = None if args.fresh else resume.unfinished_sweep(Path(args.logs), spec)

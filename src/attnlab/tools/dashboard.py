@@ -22,6 +22,9 @@ from pathlib import Path
 
 from attnlab.attention.stats import METRICS
 from attnlab.cli import command_parser
+from attnlab.config.compose import compose_config
+from attnlab.sweeps.sweep import studies, study_grid
+from attnlab.training.wandb_runs import axis_name
 
 SECTIONS = {
     "Loss": ["train/loss", "val/loss", "val/ppl", "val/acc"],
@@ -110,14 +113,11 @@ def plan(n_layer: int) -> dict[str, list[str]]:
 
 def study_axes(study: str) -> dict[str, list]:
     """The study's swept axes by their top-level W&B names -> their grid values."""
-    from attnlab.sweeps.sweep import study_grid
-    from attnlab.training.wandb_runs import axis_name
 
     return {axis_name(key): values for key, values in study_grid(study).items()}
 
 
 def study_layers(study: str) -> int:
-    from attnlab.config.compose import compose_config
 
     return int(compose_config([f"experiment={study}"]).model.n_layer)
 
@@ -230,7 +230,6 @@ def link_offline_runs(study: str, logs: Path, out: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from attnlab.sweeps.sweep import studies
 
     parser = command_parser("dashboard", __doc__.splitlines()[0])
     parser.add_argument(

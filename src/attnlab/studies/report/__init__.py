@@ -16,6 +16,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from attnlab.analysis.phase import head_history
+from attnlab.config.compose import CONF_DIR
 from attnlab.studies.report import analysis, frontier, lr, plots, render, summary
 from attnlab.studies.report.aggregate import group_cells, load_sweeps, recording_differences, swept_axes
 from attnlab.studies.report.baseline import baseline_of
@@ -29,6 +30,7 @@ from attnlab.studies.report.data import (
     write_runs,
 )
 from attnlab.studies.report.wandb_summary import log_summary_run
+from attnlab.util import significance
 from attnlab.util.files import atomic_write_text
 from attnlab.writing.pages import short
 
@@ -49,7 +51,6 @@ def shown(path) -> str:
 
 def declared_axes(study: str) -> list[str]:
     """The axes the study's experiment file sweeps (hydra.sweeper.params), with those of the experiments it extends."""
-    from attnlab.config.compose import CONF_DIR
 
     path = CONF_DIR / "experiment" / f"{study}.yaml"
     if not path.is_file():
@@ -230,7 +231,7 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
         else [],
         "recording": meta.get("recording_differences") or [],
         "frontier": meta.get("frontier"),
-        "alpha": analysis.stats.ALPHA,
+        "alpha": significance.ALPHA,
     }
     pages = render.render(view)
     atomic_write_text(out / "ablation.md", pages["ablation.md"])

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
 
+from attnlab.config.compose import CONF_DIR
 from attnlab.studies.report.aggregate import RENAMED_KEYS, sort_key
 from attnlab.studies.report.data import axes_of
 from attnlab.util import significance
@@ -115,7 +116,6 @@ class Question:
 def question_of(study: str, axes: list[str], conf_dir=None) -> Question:
     """The question declared in conf/experiment/<study>.yaml (or an experiment it extends), when its axes are
     the study's; else every level of each axis against the axis's reference."""
-    from attnlab.config.compose import CONF_DIR
 
     path = (conf_dir or CONF_DIR) / "experiment" / f"{study}.yaml"
     declared = {}

@@ -19,8 +19,11 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
+from attnlab.config.compose import CONF_DIR, compose_config
 from attnlab.data import TextDataModule
+from attnlab.data.tasks import IGNORE
 from attnlab.data.text import RandomWindows
+from attnlab.data.tokens import read_meta
 
 # nats: a run uses its attention when it ends at least this far below the attention-free (bigram) level
 CLEARLY_BELOW = 0.1
@@ -132,7 +135,6 @@ def token_levels(directory, vocab: int, dtype: str = "uint16") -> dict | None:
 
 def _scored_pairs(batches) -> tuple[torch.Tensor, torch.Tensor]:
     """(current token, next token) at every position a task scores (its target is not ignored)."""
-    from attnlab.data.tasks import IGNORE
 
     x, y = (torch.cat([b[i].reshape(-1) for b in batches]) for i in (0, 1))
     keep = y != IGNORE
@@ -179,7 +181,6 @@ def token_corpus_level(data_cfg: dict | None) -> dict | None:
     (a relative ``data.dir`` is taken from the current directory, as the run took it)."""
     if not data_cfg or not str(data_cfg.get("_target_", "")).endswith("TokenDataModule"):
         return None
-    from attnlab.data.tokens import read_meta
 
     directory = Path(data_cfg.get("dir") or "")
     try:
@@ -199,10 +200,6 @@ def baseline_of(runs) -> dict | None:
 def experiment_baseline(study: str) -> dict | None:
     """The attention-free level of the data ``experiment=<study>`` trains on: for a committed report whose
     runs are no longer on disk."""
-    from attnlab.config.compose import (  # Hydra's compose: only for a report whose runs are gone
-        CONF_DIR,
-        compose_config,
-    )
 
     if not (CONF_DIR / "experiment" / f"{study}.yaml").is_file():
         return None

@@ -20,6 +20,7 @@ import pandas as pd
 from attnlab.analysis.heads import types_by_layer
 from attnlab.analysis.phase import head_history, phase_change_step
 from attnlab.studies.report.aggregate import IGNORED_AXES, RENAMED_KEYS, RunResult, swept_axes
+from attnlab.studies.report.lr import SIZE_AXES
 from attnlab.training.results import training_fingerprint
 
 META = ["seed", "budget", "status", "error", "config", "run"]
@@ -140,7 +141,6 @@ def with_lr_columns(frame: pd.DataFrame, lr_summary: dict | None) -> pd.DataFram
     """An LR-sensitivity study's initial loss and size per run, from the arms its summary.json kept."""
     if not lr_summary:
         return frame
-    from attnlab.studies.report.lr import SIZE_AXES
 
     sizes = {a["size"]: a for a in lr_summary["arms"]}
     size_axes = [a for a in SIZE_AXES if a in frame]

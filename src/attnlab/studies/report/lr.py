@@ -20,6 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from attnlab.data.tokens import load_tokenizer, padded
 from attnlab.studies.report.aggregate import RunResult  # noqa: E402
 from attnlab.util import significance
 from attnlab.writing.pages import short, where  # noqa: E402
@@ -36,7 +37,6 @@ METRICS = ("lr_sensitivity", "lr_sensitivity_upper")
 def run_columns(run: RunResult) -> dict:
     """What the sensitivity needs beyond a run's metrics: its initial loss, ln of the vocabulary the model
     predicts over, and its parameters outside the embeddings (12 x layers x d_model^2, as the paper counts)."""
-    from attnlab.data.tokens import load_tokenizer, padded
 
     config = run.results.get("config", {})
     model, data = config.get("model") or {}, config.get("data") or {}

@@ -42,9 +42,21 @@ import torch
 from attnlab.attention import BACKENDS
 from attnlab.attention.backends import flash_attn_package
 from attnlab.cli import command_parser
-from attnlab.tools.bench.bench_report import memory_summary, write_breakdown, write_json, write_markdown, write_plots
+from attnlab.tools.bench.bench_report import (
+    _kept_sections,
+    memory_summary,
+    write_breakdown,
+    write_json,
+    write_markdown,
+    write_plots,
+)
+from attnlab.tools.bench.breakdown import breakdown
+from attnlab.tools.bench.compiled import compile_throughput
+from attnlab.tools.bench.decode import DECODE, DECODE_HF, decode_section, transformers_section
+from attnlab.tools.bench.endtoend import end_to_end
 from attnlab.tools.bench.kernels import KernelPlan, matmul_peak_gflops, run_kernels
-from attnlab.tools.bench.throughput import callback_overhead, train_throughput
+from attnlab.tools.bench.longctx import LongctxPlan, long_context, run_settings
+from attnlab.tools.bench.throughput import callback_overhead, device_overrides, train_throughput
 from attnlab.util.files import git_sha
 
 SECTIONS = ("kernels", "train", "callbacks", "e2e", "longctx", "compile", "decode")
@@ -150,8 +162,6 @@ SECTION_KEYS = {
 
 def longctx_plan(args: argparse.Namespace, device: torch.device):
     """The mode's long-context plan with the command line's changes; ValueError (one line) for a bad one."""
-    from attnlab.tools.bench.longctx import LongctxPlan, run_settings
-    from attnlab.tools.bench.throughput import device_overrides
 
     settings = dict(LONGCTX[args.mode])
     if args.longctx_seq_lens is not None:
@@ -173,7 +183,6 @@ def longctx_plan(args: argparse.Namespace, device: torch.device):
 
 
 def _kept(merged: dict) -> list[str]:
-    from attnlab.tools.bench.bench_report import _kept_sections
 
     return _kept_sections(merged)
 
@@ -399,8 +408,6 @@ def main(argv: list[str] | None = None) -> int:
         section_s["callbacks"] = time.perf_counter() - t
         write_json(bench, out)
     if "e2e" in sections and device.type == "cpu":
-        from attnlab.tools.bench.endtoend import end_to_end
-
         t = time.perf_counter()
         settings = dict(E2E[args.mode]) | ({"repeats": args.e2e_repeats} if args.e2e_repeats else {})
         names = settings.pop("arms")  # the mode's arms, unless --e2e-arms names others
@@ -409,7 +416,6 @@ def main(argv: list[str] | None = None) -> int:
         section_s["e2e"] = time.perf_counter() - t
         write_json(bench, out)
     if "longctx" in sections:
-        from attnlab.tools.bench.longctx import long_context
 
         def saved(section: dict) -> None:  # after every T: a killed bench keeps the rows it measured
             bench["longctx"] = section
@@ -420,8 +426,6 @@ def main(argv: list[str] | None = None) -> int:
         section_s["longctx"] = time.perf_counter() - t
         write_json(bench, out)
     if "compile" in sections:
-        from attnlab.tools.bench.compiled import compile_throughput
-
         t = time.perf_counter()
         settings = COMPILE[args.mode] | (
             {"steps": args.compile_steps, "warmup": max(2, args.compile_steps // 3)} if args.compile_steps else {}
@@ -430,8 +434,6 @@ def main(argv: list[str] | None = None) -> int:
         section_s["compile"] = time.perf_counter() - t
         write_json(bench, out)
     if "decode" in sections:  # KV-cache decoding per key/value-head count (bench/decode.py)
-        from attnlab.tools.bench.decode import DECODE, DECODE_HF, decode_section, transformers_section
-
         t = time.perf_counter()
         bench["decode"] = decode_section(**DECODE[args.mode], device=device)
         if args.mode in DECODE_HF and importlib.util.find_spec("transformers"):  # the hf extra's yardstick
@@ -453,8 +455,6 @@ def main(argv: list[str] | None = None) -> int:
 def run_breakdown(args: argparse.Namespace, out: Path) -> int:
     """One whole instrumented run (and a cProfile'd one): breakdown.json and breakdown.md in ``out``."""
     import tempfile
-
-    from attnlab.tools.bench.breakdown import breakdown
 
     print(
         f"attnlab.tools.bench: breakdown of python -m attnlab.training.train {' '.join(args.overrides)}; "

@@ -7,6 +7,7 @@ import math
 import statistics
 from pathlib import Path
 
+from attnlab.tools.bench.decode import decode_table
 from attnlab.tools.bench.endtoend import TARGET_RATIO as E2E_TARGET
 from attnlab.tools.bench.timing import against_target
 from attnlab.util.files import atomic_write_text, json_safe
@@ -510,8 +511,6 @@ def write_markdown(bench: dict, out: Path) -> Path:
             "",
         ]
     if bench.get("decode") and bench["decode"].get("rows"):
-        from attnlab.tools.bench.decode import decode_table
-
         lines += ["## Decoding with the KV cache", "", *decode_table(bench["decode"]), ""]
     path = Path(out) / "bench.md"
     atomic_write_text(path, "\n".join(lines))

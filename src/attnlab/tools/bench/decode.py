@@ -30,9 +30,13 @@ import torch
 from attnlab.cli import command_parser
 from attnlab.data.tokens import load_tokenizer
 from attnlab.inference.sample import resolve_checkpoint
+from attnlab.interop.families import family_of, hf_config
+from attnlab.interop.state_dicts import to_hf
+from attnlab.model.gpt import GPT, GPTConfig
 from attnlab.training.checkpointing import load_model
 from attnlab.util.errors import CheckpointError
 from attnlab.util.files import atomic_write_text, git_sha
+from attnlab.writing.markdown import markdown_table
 
 OUT = Path("reports/inference")
 SAMPLING = dict(temperature=0.8, top_k=40)  # attnlab sample's defaults
@@ -193,7 +197,6 @@ def decode_section(
     and 2 x layers x n_kv_head x d_k x element size; layers x (d_c + d_rope) x element size with a latent), the concurrency ceiling at ``budget_bytes``
     and the tokens/s of B sequences decoded as one batch. Variants alternate within every repeat (the
     order flips each repeat) and each speed ratio against multi-head attention is taken within a repeat."""
-    from attnlab.model.gpt import GPT, GPTConfig
 
     dims = {**DECODE_SHAPE, **(shape or {})}
     block = max(contexts) + new_tokens
@@ -369,9 +372,6 @@ def transformers_twin(model):
     """transformers' model (GPT2LMHeadModel or LlamaForCausalLM) holding ``model``'s weights."""
     import transformers
 
-    from attnlab.interop.families import family_of, hf_config
-    from attnlab.interop.state_dicts import to_hf
-
     config = asdict(model.cfg)
     kwargs, family = hf_config(config), family_of(config)
     kwargs.pop("model_type")
@@ -408,7 +408,6 @@ def transformers_section(
     ``generate()`` on the same weights (a random GPT-2-block model), the prompt's prefill included
     in both; the two arms alternate within every repeat (which goes first flips) and the ratio
     attnlab / transformers is taken within a repeat. The tokens both produce are compared."""
-    from attnlab.model.gpt import GPT, GPTConfig
 
     load_before = os.getloadavg()[0]
     rows = []
@@ -471,7 +470,6 @@ def transformers_section(
 
 def transformers_table(section: dict) -> list[str]:
     """bench.md's transformers rows."""
-    from attnlab.writing.markdown import markdown_table
 
     s = section["setup"]
     body = [
@@ -523,7 +521,6 @@ def _tolerance(setup: dict) -> str:
 
 def decode_table(section: dict) -> list[str]:
     """bench.md's decode section."""
-    from attnlab.writing.markdown import markdown_table
 
     s = section["setup"]
     batches = [str(b) for b in s["batches"]]

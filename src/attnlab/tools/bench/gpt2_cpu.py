@@ -25,6 +25,15 @@ from pathlib import Path
 import lightning as L
 import torch
 
+from attnlab.cli import command_parser
+from attnlab.config.compose import compose_config
+from attnlab.data.prepare import prepare
+from attnlab.data.text import shakespeare_text
+from attnlab.model import GPT, GPTConfig
+from attnlab.training.resources import estimate_step
+from attnlab.training.train import train
+from attnlab.util.files import git_sha
+
 STEPS, EVERY = 6, 3
 PLAIN_STEPS, MEASURED_STEP, HEADS_STEP = (2, 5), 4, 3  # 1-based steps (batches) by the cadences above
 CORPUS_LABEL = "data.dir=<the first 1,000,000 characters of the default corpus, attnlab prepare --vocab-size 4096>"
@@ -53,8 +62,6 @@ class StepTimer(L.Callback):
 
 
 def prepared_corpus(directory: Path) -> Path:
-    from attnlab.data.prepare import prepare
-    from attnlab.data.text import shakespeare_text
 
     out = directory / "shakespeare_bpe"
     prepare(out, shakespeare_text()[:1_000_000], "shakespeare[:1000000]", vocab_size=4096)
@@ -63,11 +70,6 @@ def prepared_corpus(directory: Path) -> Path:
 
 def run(out_dir: Path, extra: list[str] = ()) -> dict:
     from omegaconf import OmegaConf
-
-    from attnlab.config.compose import compose_config
-    from attnlab.training.resources import estimate_step
-    from attnlab.training.train import train
-    from attnlab.util.files import git_sha
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -111,8 +113,6 @@ def run(out_dir: Path, extra: list[str] = ()) -> dict:
     plain = sum(steps[i - 1] for i in PLAIN_STEPS) / len(PLAIN_STEPS)
     model = OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": 50304}
     if n_params is None:
-        from attnlab.model import GPT, GPTConfig
-
         with torch.device("meta"):
             n_params = sum(p.numel() for p in GPT(GPTConfig(**model)).parameters())
     estimate = estimate_step(model, n_params, cfg.data.batch_size, str(cfg.trainer.precision))
@@ -184,7 +184,6 @@ the measurements); the estimate counts one step's tensors (`attnlab.training.res
 
 
 def main(argv: list[str] | None = None) -> int:
-    from attnlab.cli import command_parser
 
     parser = command_parser("bench gpt2-cpu", __doc__.splitlines()[0])
     parser.add_argument("--out", default="reports/bench", help="where gpt2_cpu.json and gpt2_cpu.md go")

@@ -29,6 +29,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from attnlab.attention.backends import KERNELS, explicit_attention
+from attnlab.cli import main as cli_main
+from attnlab.tools.bench.endtoend import alternated, run_attnlab
+from attnlab.tools.bench.phase_rows import callback_seconds, is_end_of_training
+from attnlab.tools.bench.timing import against_target, median_and_range, paired_ratios
+from attnlab.training import phases
+
 TARGET_RATIO = 1.10  # default callbacks' wall time over callbacks=none's, at every T
 TARGET_END_SHARE = 0.05  # the end-of-run analysis over the run's wall time
 ARMS = {"default": [], "none": ["callbacks=none"]}
@@ -58,7 +65,6 @@ class LongctxPlan:
         return self.tokens_per_step * self.steps
 
     def lengths(self) -> tuple[int, ...]:
-        from attnlab.attention.backends import KERNELS, explicit_attention
 
         fused = KERNELS[self.attention] is not explicit_attention
         return tuple(self.seq_lens) + (tuple(self.fused_seq_lens) if fused else ())
@@ -121,9 +127,6 @@ def child(stamps: Path, argv: list[str]) -> int:
     so both run what ``attnlab train`` runs."""
     import resource
 
-    from attnlab.cli import main as cli_main
-    from attnlab.training import phases
-
     recorder = phases.enable()
     rc = 1
     try:
@@ -160,8 +163,6 @@ def child(stamps: Path, argv: list[str]) -> int:
 
 def run_arm(overrides: list[str], run_dir: Path) -> dict:
     """One probed ``attnlab train`` run: e2e's sample (wall, step, val loss, kernel) plus the probes."""
-    from attnlab.tools.bench.endtoend import run_attnlab
-    from attnlab.tools.bench.phase_rows import callback_seconds, is_end_of_training
 
     stamps = run_dir.parent / f"{run_dir.name}.stamps.json"
     sample = run_attnlab(overrides, run_dir, command=(*CHILD, str(stamps), "--", "train"))
@@ -186,7 +187,6 @@ def run_arm(overrides: list[str], run_dir: Path) -> dict:
 def summarize(seq_len: int, settings: dict, overrides: list[str], samples: dict[str, list[dict]]) -> dict:
     """One table row from the alternated runs at one T: medians, paired ratios and the targets' verdicts
     (``phases.against_target``: met in every pair, missed in every pair, or open)."""
-    from attnlab.tools.bench.timing import against_target, median_and_range, paired_ratios
 
     d, n = samples["default"], samples["none"]
     wall_d, wall_n = median_and_range([s["wall_s"] for s in d]), median_and_range([s["wall_s"] for s in n])
@@ -245,7 +245,6 @@ def long_context(
     """Every T of the plan, shortest first; ``on_progress`` sees the section after each T (the bench
     saves it then, so a killed bench keeps the rows it measured). A T whose run fails (out of
     memory, say) is recorded with its error and the longer T are skipped."""
-    from attnlab.tools.bench.endtoend import alternated
 
     lengths = plan.lengths()
     settings = {t: run_settings(plan, t) for t in lengths}  # every T checked before the first run
