@@ -11,7 +11,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from attnlab.attention.module import kv_values_per_token
+from attnlab.attention.config import kv_values_per_token
 from attnlab.callbacks.peak_memory import PeakMemoryMonitor
 from attnlab.config.checks import check_config
 from attnlab.config.compose import compose_config

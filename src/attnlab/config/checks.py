@@ -9,7 +9,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from attnlab.attention import AttentionConfig
 from attnlab.attention.backends import EXPLICIT
-from attnlab.attention.module import latent_refusal
+from attnlab.attention.config import latent_refusal
 from attnlab.config.schema import rules
 from attnlab.util.errors import ConfigError
 from attnlab.util.fields import Check

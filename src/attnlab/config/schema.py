@@ -2,7 +2,7 @@
 default (where Python is the place that holds it), what it accepts and a doc line.
 
 ``model`` is ``GPTConfig`` (model/gpt.py) and ``model.attention`` is ``AttentionConfig``
-(attention/module.py): the model is built from them, so they are the schema rather than a copy of
+(attention/config.py): the model is built from them, so they are the schema rather than a copy of
 it. The other sections are declared here. Fields are made with attnlab.util.fields' ``checked`` and
 ``choice``; a field without a default (``REQUIRED``) takes its value from conf/, which holds it.
 
