@@ -4,6 +4,7 @@ happened, and no intact checkpoint lost."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -15,10 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT, run_cli
-from omegaconf import OmegaConf
 from test_cli import SMOKE, assert_one_line_error, run_main
 
 from attnlab.config.compose import compose_config
+from attnlab.config.schema import Schema
 from attnlab.model.gpt import GPT, GPTConfig
 from attnlab.training.checkpointing import AtomicCheckpointIO, load_model, newest_intact, read_checkpoint
 from attnlab.training.lit_module import GPTModule
@@ -378,7 +379,7 @@ def test_cuda_out_of_memory_message(tmp_path):
     cfg = compose_config(["model.block_size=4096"], tmp_path)
     err = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79 GiB")
     step = estimate_step({**cfg.model, "vocab_size": 65, "attention": dict(cfg.model.attention)}, 10**6, 12)
-    line = str(out_of_memory(err, cfg, 12, step))
+    line = str(out_of_memory(err, Schema.from_cfg(cfg), 12, step))
     assert line.startswith("out of memory at step 12 (an allocation of 2.00 GiB failed)") and "attention=sdpa" in line
 
 
@@ -423,18 +424,14 @@ CONFIGS = [[f"model={m.stem}"] for m in sorted((ROOT / "conf" / "model").glob("*
 @pytest.mark.parametrize("overrides", CONFIGS, ids=lambda o: o[0])
 def test_presets_and_studies_are_not_refused(overrides, monkeypatch, tmp_path):
     """Nothing shipped is refused on a small machine: each preset and study fits 4 GiB by the estimate."""
-    cfg = compose_config(overrides, tmp_path)
-    module = GPTModule(
-        OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": 128},
-        OmegaConf.to_container(cfg.optim, resolve=True),
-        10,
-    )
+    typed = Schema.from_cfg(compose_config(overrides, tmp_path))
+    module = GPTModule(dataclasses.replace(typed.model, vocab_size=128), typed.optim, 10)
     monkeypatch.setattr("attnlab.training.resources.available_bytes", lambda device: 4 * 2**30)
-    step = check_fits(cfg, sum(p.numel() for p in module.parameters()), 128, torch.device("cpu"))
+    step = check_fits(typed, sum(p.numel() for p in module.parameters()), 128, torch.device("cpu"))
     assert 0 < step.total < 4 * 2**30
     monkeypatch.setattr("attnlab.training.resources.available_bytes", lambda device: step.total - 1)
     with pytest.raises(OutOfMemory):  # and the same estimate refuses a machine one byte too small
-        check_fits(cfg, sum(p.numel() for p in module.parameters()), 128, torch.device("cpu"))
+        check_fits(typed, sum(p.numel() for p in module.parameters()), 128, torch.device("cpu"))
 
 
 # ---- corner cases ------------------------------------------------------------------------------------

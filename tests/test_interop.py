@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from attnlab.attention.module import AttentionConfig
+from attnlab.attention.config import AttentionConfig
 from attnlab.config.compose import CONF_DIR
 from attnlab.inference.export import char_tokenizer_json, write_hf
 from attnlab.interop import families

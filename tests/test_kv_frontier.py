@@ -11,10 +11,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from attnlab.attention.module import kv_values_per_token
+from attnlab.attention.config import kv_values_per_token
 from attnlab.callbacks.peak_memory import PeakMemoryMonitor
-from attnlab.config.checks import check_config
 from attnlab.config.compose import compose_config
+from attnlab.config.schema import Schema
 from attnlab.model import GPT, GPTConfig
 from attnlab.studies import report
 from attnlab.studies.report import data, frontier
@@ -38,7 +38,7 @@ def model_config(cfg) -> GPTConfig:
 @pytest.mark.parametrize("arm", GRID["variant"])
 def test_the_experiment_composes_with_every_arm(arm, tmp_path):
     cfg = arm_config(arm, tmp_path)
-    check_config(cfg)
+    Schema.from_cfg(cfg)
     gpt = GPT(model_config(cfg))
     assert (cfg.study, cfg.model.n_head, cfg.model.block_size, cfg.model.pos_encoding) == ("kv_frontier", 4, 64, "rope")
     assert kv_values_per_token(gpt.cfg.attention, gpt.cfg.n_kv_head, gpt.cfg.d_k) == CACHE[arm]

@@ -202,17 +202,17 @@ def test_position_encodings_change_parameters_only_where_they_must():
 
 
 def test_config_refuses_alibi_with_forced_flash_and_unknown_values(make_cfg):
-    from attnlab.config.checks import check_config
+    from attnlab.config.schema import Schema
 
-    check_config(make_cfg("attention=sdpa", "model.pos_encoding=alibi"))
+    Schema.from_cfg(make_cfg("attention=sdpa", "model.pos_encoding=alibi"))
     with pytest.raises(ConfigError, match="model.pos_encoding='alibi'.*attention=flash"):
-        check_config(make_cfg("attention=flash", "model.pos_encoding=alibi"))
+        Schema.from_cfg(make_cfg("attention=flash", "model.pos_encoding=alibi"))
     with pytest.raises(ConfigError, match="model.pos_encoding='sinusoidal'.*learned, rope, alibi, none"):
-        check_config(make_cfg("model.pos_encoding=sinusoidal"))
+        Schema.from_cfg(make_cfg("model.pos_encoding=sinusoidal"))
     with pytest.raises(ConfigError, match="model.attention.escape='one'.*none, zero_logit, learned"):
-        check_config(make_cfg("model.attention.escape=one"))
+        Schema.from_cfg(make_cfg("model.attention.escape=one"))
     with pytest.raises(ConfigError, match="model.d_k=5.*even"):
-        check_config(make_cfg("model.pos_encoding=rope", "model.d_k=5"))
+        Schema.from_cfg(make_cfg("model.pos_encoding=rope", "model.d_k=5"))
 
 
 def test_phase_change_plot_reads_the_head_history_and_the_csv_loss(tmp_path):

@@ -15,8 +15,8 @@ import pytest
 import yaml
 from scipy import stats as scipy_stats
 
-from attnlab.config.checks import check_config
 from attnlab.config.compose import CONF_DIR, compose_config
+from attnlab.config.schema import Schema
 from attnlab.studies.report import build_report, write_report
 from attnlab.studies.report.analysis import cells_from_runs, contrasts, question_of
 from attnlab.studies.report.data import read_runs, write_runs
@@ -214,7 +214,7 @@ def swept(experiment: str) -> list[str]:
 
 @pytest.mark.parametrize("experiment", sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml")))
 def test_a_declared_question_names_a_swept_axis_and_training_ignores_it(experiment):
-    check_config(compose_config([f"experiment={experiment}"]))
+    Schema.from_cfg(compose_config([f"experiment={experiment}"]))
     question = question_of(experiment, swept(experiment))
     if experiment != "smoke":  # smoke extends dk_scaling with one cell
         assert question.declared and question.compare[0][0] in swept(experiment) and question.metrics

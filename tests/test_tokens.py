@@ -439,6 +439,7 @@ def test_gpt2_presets_on_a_small_machine_are_refused_before_training(preset, tmp
     them by the estimate, naming what to lower, while batch 1 of gpt2 (the CPU measurement) passes on 8 GiB."""
     from omegaconf import OmegaConf
 
+    from attnlab.config.schema import Schema
     from attnlab.model import GPT, GPTConfig
     from attnlab.training.resources import check_fits
     from attnlab.util.errors import OutOfMemory
@@ -451,8 +452,8 @@ def test_gpt2_presets_on_a_small_machine_are_refused_before_training(preset, tmp
         )
     monkeypatch.setattr("attnlab.training.resources.available_bytes", lambda device: 4 * 2**30)
     with pytest.raises(OutOfMemory, match="data.batch_size"):
-        check_fits(cfg, n, 50304, torch.device("cpu"))
+        check_fits(Schema.from_cfg(cfg), n, 50304, torch.device("cpu"))
     if preset == "gpt2":
         monkeypatch.setattr("attnlab.training.resources.available_bytes", lambda device: 8 * 2**30)
         small = compose_config([f"model={preset}", "data.batch_size=1"], tmp_path)
-        assert check_fits(small, n, 50304, torch.device("cpu")).total < 4 * 2**30
+        assert check_fits(Schema.from_cfg(small), n, 50304, torch.device("cpu")).total < 4 * 2**30

@@ -15,7 +15,7 @@ from attnlab.analysis.heads import cut_edges
 from attnlab.attention import BACKENDS, Attention, AttentionConfig, WeightRule, attend
 from attnlab.attention.sink import ESCAPES
 from attnlab.attention.stats import METRICS, attention_stats, metrics_table
-from attnlab.config.checks import check_config
+from attnlab.config.schema import Schema
 from attnlab.model import GPT, GPTConfig
 from attnlab.training.train import train
 from attnlab.util.errors import ConfigError, KernelUnavailable
@@ -214,7 +214,7 @@ def test_a_grouped_model_has_fewer_key_value_weights_and_agrees_across_backends(
 )
 def test_bad_variant_config_is_one_line_naming_the_key(make_cfg, overrides, key, accepted):
     with pytest.raises(ConfigError) as err:
-        check_config(make_cfg(*overrides))
+        Schema.from_cfg(make_cfg(*overrides))
     assert key in str(err.value) and accepted in str(err.value) and "\n" not in str(err.value)
 
 
@@ -250,7 +250,7 @@ def test_the_escape_slots_old_key_is_read_with_a_one_line_notice(make_cfg, tmp_p
     """model.attention.sink was renamed model.attention.escape (every metric called sink means the
     first-token phenomenon): the old key still sets it, in configs, checkpoints' model configs and
     recorded sweeps, for one release."""
-    from attnlab.config.checks import apply_renamed_keys
+    from attnlab.config.schema import apply_renamed_keys
     from attnlab.studies.report.aggregate import RunResult
 
     cfg = make_cfg("model.attention.sink=learned")
@@ -259,7 +259,7 @@ def test_the_escape_slots_old_key_is_read_with_a_one_line_notice(make_cfg, tmp_p
         "model.attention.sink is now model.attention.escape (set to learned); the old key is read until the next release"
     ]
     assert cfg.model.attention.escape == "learned" and cfg.model.attention.sink is None
-    check_config(cfg)
+    Schema.from_cfg(cfg)
     assert (
         GPTConfig(attention={"sink": "zero_logit"}).attention.escape == "zero_logit"
     )  # an old checkpoint's model config

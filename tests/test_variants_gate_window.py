@@ -425,15 +425,15 @@ def test_the_intermediates_record_holds_each_quantity_once_per_layer():
 
 
 def test_config_checks_the_new_keys_and_takes_differential_with_the_measurements(make_cfg):
-    from attnlab.config.checks import check_config
+    from attnlab.config.schema import Schema
     from attnlab.util.errors import ConfigError
 
-    check_config(
+    Schema.from_cfg(
         make_cfg("model.attention.gate=headwise", "model.attention.window=8", "model.attention.window_sinks=1")
     )
     with pytest.raises(ConfigError, match="model.attention.gate='both'.*none, headwise, elementwise"):
-        check_config(make_cfg("model.attention.gate=both"))
-    check_config(make_cfg("model.attention.differential=true", "callbacks=default"))
+        Schema.from_cfg(make_cfg("model.attention.gate=both"))
+    Schema.from_cfg(make_cfg("model.attention.differential=true", "callbacks=default"))
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,9 @@
 """The heart of attnlab: attention backends, scaling rules, the weight rule, masks and streaming statistics."""
 
 from attnlab.attention.backends import BACKENDS, DEFAULT_SCALING, attend
+from attnlab.attention.config import GATES, AttentionConfig, LatentConfig
 from attnlab.attention.masks import MASK_FILLS, Visibility, allowed_mask, fill_value
-from attnlab.attention.module import GATES, Attention, AttentionConfig, AttentionLayer, Intermediates, Knockout
+from attnlab.attention.module import Attention, AttentionLayer, Intermediates, Knockout
 from attnlab.attention.scaling import SCALINGS, Scale, qk_component_std, static_scale
 from attnlab.attention.weights import NORMALIZATIONS, WeightRule, Weights
 
@@ -18,6 +19,7 @@ __all__ = [
     "AttentionLayer",
     "Intermediates",
     "Knockout",
+    "LatentConfig",
     "Scale",
     "Visibility",
     "WeightRule",

@@ -2,16 +2,18 @@
 default (where Python is the place that holds it), what it accepts and a doc line.
 
 ``model`` is ``GPTConfig`` (model/gpt.py) and ``model.attention`` is ``AttentionConfig``
-(attention/module.py): the model is built from them, so they are the schema rather than a copy of
+(attention/config.py): the model is built from them, so they are the schema rather than a copy of
 it. The other sections are declared here. Fields are made with attnlab.util.fields' ``checked`` and
 ``choice``; a field without a default (``REQUIRED``) takes its value from conf/, which holds it.
 
-What follows from the schema: ``rules()``, the per-key config checks (config_checks.RULES);
-``axis_keys()``, the keys every run carries as W&B axes (wandb_runs.AXES); ``key_table()``,
-docs/configuration.md's key table (a test keeps the two equal); and ``Schema.from_cfg``, the typed
-view of a composed config that train() reads. A checked key absent from the composed config is
-checked as null (so a key with a check must be set in conf/); the typed view gives an absent key
-its field's default. ``model.vocab_size`` (``from_data``) is the data module's, not a config key.
+What follows from the schema: ``rules()``, the per-key config checks; ``axis_keys()``, the keys
+every run carries as W&B axes (wandb_runs.AXES); ``key_table()``, docs/configuration.md's key table
+(a test keeps the two equal); and ``Schema.from_cfg``, the one gate a composed config passes before
+anything runs (every per-key check, then the checks across keys, ``Schema.check``: one line per bad
+key, naming what is accepted) and the typed view train() reads. A checked key absent from the
+composed config is checked as null (so a key with a check must be set in conf/); the typed view
+gives an absent key its field's default. ``model.vocab_size`` (``from_data``) is the data module's,
+not a config key.
 
 Why a field walk rather than Hydra's ConfigStore or ``OmegaConf.structured``: ``data``, the
 callbacks and the loggers are ``_target_`` blocks that Hydra instantiates, with keys that differ
@@ -27,10 +29,12 @@ import typing
 from dataclasses import MISSING, dataclass, fields, is_dataclass
 from functools import cache
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+import torch
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from attnlab.analysis.heads import KNOCKOUT
-from attnlab.attention import AttentionConfig
+from attnlab.attention.backends import EXPLICIT
+from attnlab.attention.config import AttentionConfig, latent_refusal
 from attnlab.config.compose import compose_config
 from attnlab.data.tokens import DTYPES as TOKEN_DTYPES
 from attnlab.model.gpt import GPTConfig
@@ -52,6 +56,7 @@ from attnlab.writing.markdown import markdown_table
 
 OPTIMIZERS = ("adamw", "sgd")
 PRECISIONS = ("auto", "32", "32-true", "64", "64-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true")
+WANDB_MODES = ("offline", "online", "disabled")
 non_negative_int = int_at_least(0)
 
 
@@ -196,15 +201,97 @@ class Schema:
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> Schema:
-        """The typed view of a composed config: each declared key read once (a key absent from
-        ``cfg`` takes its field's default); instantiated blocks and undeclared keys stay in ``cfg``."""
-        return _build(cls, cfg, "")
+        """The gate and the typed view of a composed config: ConfigError for the first key whose
+        value is not accepted, each key's own check first (``rules``), then the checks across keys
+        (``check``); else each declared key read once (a key absent from ``cfg`` takes its field's
+        default). Instantiated blocks and undeclared keys stay in ``cfg``. A renamed key is read
+        under its new name once ``apply_renamed_keys`` has moved it, which the caller does once."""
+        for key, (ok, accepted) in rules(cls):
+            value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
+            if not ok(value):
+                raise ConfigError(key, value, accepted)
+        typed = _build(cls, cfg, "")
+        typed.check(cfg)
+        return typed
+
+    def check(self, cfg: DictConfig) -> None:
+        """The checks across keys: ConfigError for the first combination attnlab does not accept.
+        ``cfg`` holds what the typed view does not: the Trainer's accelerator and the W&B logger's
+        mode (blocks Hydra instantiates), and ``model.d_k`` as set (the typed one is filled in)."""
+        model, attention = self.model, self.model.attention
+        precision = str(self.trainer.precision)
+        accelerator = cfg.trainer.get("accelerator", "auto")
+        if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+            raise ConfigError("trainer.accelerator", accelerator, "cpu or auto on a machine without CUDA (trainer=cpu)")
+        if accelerator == "cpu" and precision.startswith("16"):
+            # Lightning would quietly train bf16-mixed instead: no fp16 AMP on CPU
+            raise ConfigError("trainer.precision", precision, "32, 64 or bf16-mixed on CPU (16-mixed needs a GPU)")
+        if cfg.model.get("d_k") is None and model.d_model % model.n_head:
+            raise ConfigError(
+                "model.d_model",
+                model.d_model,
+                f"a multiple of model.n_head={model.n_head} when model.d_k is null (or set model.d_k)",
+            )
+        if model.n_head % model.n_kv_head:
+            raise ConfigError(
+                "model.n_kv_head",
+                model.n_kv_head,
+                f"a divisor of model.n_head={model.n_head} (1: multi-query), or null",
+            )
+        if attention.normalize != "softmax":
+            if attention.backend not in EXPLICIT:
+                raise ConfigError(
+                    "model.attention.normalize",
+                    attention.normalize,
+                    f"softmax with attention={attention.backend} (sigmoid runs on {' and '.join(EXPLICIT)})",
+                )
+            if attention.escape != "none":
+                raise ConfigError(
+                    "model.attention.escape",
+                    attention.escape,
+                    "none with model.attention.normalize=sigmoid (an escape slot is a softmax's way out)",
+                )
+        if model.pos_encoding == "alibi" and attention.backend == "flash":
+            raise ConfigError(
+                "model.pos_encoding",
+                "alibi",
+                "learned, rope or none with attention=flash "
+                "(the forced flash kernel takes no bias; alibi runs on naive, scaled and sdpa)",
+            )
+        if model.pos_encoding == "rope" and model.d_k % 2:
+            raise ConfigError("model.d_k", model.d_k, "an even head dim with model.pos_encoding=rope")
+        if (refusal := latent_refusal(attention, model.n_head, model.n_kv_head, model.pos_encoding)) is not None:
+            raise refusal
+        if self.optim.qk_clip is not None:
+            if attention.qk_norm:  # a LayerNorm on q and k undoes any rescaling of their projections
+                raise ConfigError("optim.qk_clip", self.optim.qk_clip, "null with model.attention.qk_norm=true")
+            if model.compile:  # the step's q and k are read from eager forwards
+                raise ConfigError("optim.qk_clip", self.optim.qk_clip, "null with model.compile=true")
+        wandb = (cfg.get("logger") or {}).get("wandb")
+        if wandb is not None and wandb.get("mode") not in WANDB_MODES:
+            raise ConfigError("logger.wandb.mode", wandb.get("mode"), "one of " + ", ".join(WANDB_MODES))
+
+
+def apply_renamed_keys(cfg: DictConfig) -> list[str]:
+    """Move a value set under a renamed key (AttentionConfig's ``renamed_to``) to its new key, and
+    return one notice line per key moved (for one release the old names are still read)."""
+    notices = []
+    for f in fields(AttentionConfig):
+        new, old = f.metadata.get("renamed_to"), f"model.attention.{f.name}"
+        value = OmegaConf.select(cfg, old, default=None)
+        if new and value is not None:
+            with open_dict(cfg):
+                cfg.model.attention[new], cfg.model.attention[f.name] = value, None
+            notices.append(
+                f"{old} is now model.attention.{new} (set to {value}); the old key is read until the next release"
+            )
+    return notices
 
 
 @cache
 def type_hints(cls) -> dict[str, typing.Any]:
     """A schema class's field types, evaluated once: each evaluation compiles every annotation
-    (they are strings here), and the schema is walked at each process's start (RULES, AXES, from_cfg)."""
+    (they are strings here), and the schema is walked at each process's start (rules, AXES, from_cfg)."""
     return typing.get_type_hints(cls)
 
 
@@ -252,8 +339,9 @@ def walk(cls=Schema, prefix: str = ""):
             yield prefix + f.name, f, cls
 
 
+@cache
 def rules(cls=Schema) -> list[tuple[str, Check]]:
-    """Every key whose field declares what it accepts, with its check (config_checks.RULES)."""
+    """Every key whose field declares what it accepts, with its check (the gate's per-key checks)."""
     return [(key, check) for key, f, _ in walk(cls) if (check := field_check(f)) is not None]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from attnlab.attention.module import AttentionConfig
+from attnlab.attention.config import AttentionConfig
 from attnlab.util.errors import AttnlabError
 
 FAMILIES = ("gpt2", "llama", "deepseek_v3")

@@ -23,7 +23,7 @@ from torch import nn
 
 from attnlab.attention import Attention, AttentionConfig, AttentionLayer, Visibility
 from attnlab.attention.cache import KVCache, RollingKVCache
-from attnlab.attention.module import kv_values_per_token
+from attnlab.attention.config import kv_values_per_token
 from attnlab.attention.position import POS_ENCODINGS
 from attnlab.util.fields import (
     Check,

@@ -26,8 +26,8 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from attnlab.cli import command_parser
-from attnlab.config.checks import apply_renamed_keys
 from attnlab.config.compose import compose_config
+from attnlab.config.schema import apply_renamed_keys
 from attnlab.studies.report import tested_cells
 from attnlab.studies.report.aggregate import load_sweeps
 from attnlab.studies.report.analysis import cells_from_runs, contrasts

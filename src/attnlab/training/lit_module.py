@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from dataclasses import asdict
 
 import lightning as L
 import torch
@@ -41,9 +42,15 @@ def loggers_write_this_step(trainer: L.Trainer) -> bool:
 
 
 class GPTModule(L.LightningModule):
-    def __init__(self, model: dict, optim: dict, max_steps: int, vocab: list[str] | None = None):
+    def __init__(
+        self, model: GPTConfig | dict, optim: OptimConfig | dict, max_steps: int, vocab: list[str] | None = None
+    ):
+        """``model`` and ``optim`` typed (train()) or as a checkpoint's plain dicts; the checkpoint
+        holds plain dicts either way, which load without attnlab's classes (weights_only)."""
         super().__init__()
-        self.save_hyperparameters()
+        model = asdict(model) if isinstance(model, GPTConfig) else model
+        optim = asdict(optim) if isinstance(optim, OptimConfig) else optim
+        self.save_hyperparameters()  # reads the arguments as they are now: the plain dicts
         if not isinstance(model.get("compile", False), bool):
             raise ConfigError("model.compile", model["compile"], "true or false")
         self.model = GPT(GPTConfig(**model))

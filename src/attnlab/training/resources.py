@@ -12,11 +12,12 @@ of memory ends with the same kind of line (``out_of_memory``).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
+from attnlab.config.schema import Schema
 from attnlab.util.errors import OutOfMemory
 from attnlab.util.files import fmt_bytes
 
@@ -113,7 +114,7 @@ def available_bytes(device: torch.device) -> int | None:
     return free
 
 
-def what_to_lower(cfg, step: StepMemory) -> str:
+def what_to_lower(cfg: Schema, step: StepMemory) -> str:
     backend = cfg.model.attention.backend
     if step.attention >= max(step.activations, step.weights):
         return (
@@ -125,10 +126,10 @@ def what_to_lower(cfg, step: StepMemory) -> str:
     return "lower model.d_model or model.n_layer"
 
 
-def check_fits(cfg, n_params: int, vocab_size: int, device: torch.device, processes: int = 1) -> StepMemory:
+def check_fits(cfg: Schema, n_params: int, vocab_size: int, device: torch.device, processes: int = 1) -> StepMemory:
     """Raise OutOfMemory when the estimate for one step exceeds what ``device`` has available."""
-    model = dict(cfg.model) | {"vocab_size": vocab_size, "attention": dict(cfg.model.attention)}
-    step = estimate_step(model, n_params, cfg.data.batch_size, cfg.trainer.get("precision", "32"))
+    model = asdict(cfg.model) | {"vocab_size": vocab_size}
+    step = estimate_step(model, n_params, cfg.data.batch_size, cfg.trainer.precision)
     available = available_bytes(device)
     need = step.total * processes  # CPU DDP: the processes share the machine's RAM
     if available is not None and need > available:
@@ -149,8 +150,8 @@ def is_out_of_memory(err: BaseException) -> bool:
     return isinstance(err, torch.OutOfMemoryError) or "DefaultCPUAllocator" in text or "out of memory" in text.lower()
 
 
-def out_of_memory(err: BaseException, cfg, step: int | None, estimate: StepMemory | None) -> OutOfMemory:
-    """One line for an allocator failure met during the run."""
+def out_of_memory(err: BaseException, cfg: Schema | None, step: int | None, estimate: StepMemory | None) -> OutOfMemory:
+    """One line for an allocator failure met during the run (``cfg`` is read only with an ``estimate``)."""
     text = str(err)
     asked = re.search(r"tried to allocate (\d+) bytes", text) or re.search(
         r"Tried to allocate ([\d.]+ [KMGT]i?B)", text

@@ -7,6 +7,7 @@ turns known failures into one line on stderr and a non-zero exit.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import importlib.util
 import json
@@ -30,9 +31,8 @@ from lightning.pytorch.profilers import Profiler  # noqa: E402
 from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E402
 from omegaconf import DictConfig, OmegaConf, open_dict  # noqa: E402
 
-from attnlab.config.checks import apply_renamed_keys, check_config  # noqa: E402
 from attnlab.config.compose import CONF_DIR  # noqa: E402
-from attnlab.config.schema import Schema  # noqa: E402
+from attnlab.config.schema import Schema, apply_renamed_keys  # noqa: E402
 from attnlab.training import wandb_runs  # noqa: E402
 from attnlab.training.checkpointing import AtomicCheckpointIO, newest_intact, read_checkpoint  # noqa: E402
 from attnlab.training.console import progress_line, quiet_lightning, run_output  # noqa: E402
@@ -353,13 +353,13 @@ def train(cfg: DictConfig) -> dict:
         record = RunRecord(run_dir, cfg, config)
     record.data["slurm"] = slurm_job()
     loggers: list = []
-    trainer = estimate = None
+    trainer = estimate = typed = None
     try:
         init_from = None
         if cfg.model.get("init_from"):  # a bad dir is refused before any logger or data is built on it
             init_from = take_architecture(cfg, record)
-        check_config(cfg)
-        typed = Schema.from_cfg(cfg)  # the keys attnlab reads, typed; cfg still feeds instantiate and the record
+        # the gate, and the keys attnlab reads, typed; cfg still feeds instantiate and the record
+        typed = Schema.from_cfg(cfg)
         if init_from is not None:
             init_from.check(OmegaConf.to_container(cfg.model, resolve=True))
         L.seed_everything(typed.seed, workers=True, verbose=False)
@@ -382,8 +382,8 @@ def train(cfg: DictConfig) -> dict:
             dm.setup("fit")
             dm.tokenizer.save(run_dir / "vocab.json")
         with phases.phase("model: build"):
-            model_cfg = OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": dm.vocab_size}
-            module = GPTModule(model_cfg, OmegaConf.to_container(cfg.optim, resolve=True), max_steps, vocab=dm.vocab())
+            model_cfg = dataclasses.replace(typed.model, vocab_size=dm.vocab_size)
+            module = GPTModule(model_cfg, typed.optim, max_steps, vocab=dm.vocab())
             if init_from is not None:
                 init_from.load_into(module.model)
         with phases.phase("callbacks: build"):
@@ -410,7 +410,7 @@ def train(cfg: DictConfig) -> dict:
             with phases.phase("memory check"):
                 processes = trainer.num_devices if trainer.strategy.root_device.type == "cpu" else 1
                 estimate = check_fits(
-                    cfg,
+                    typed,
                     sum(p.numel() for p in module.parameters()),
                     dm.vocab_size,
                     trainer.strategy.root_device,
@@ -459,7 +459,7 @@ def train(cfg: DictConfig) -> dict:
         record_failure(record, "failed", err, str(err))
         raise
     except Exception as err:
-        known = as_known_fault(err, cfg, trainer, estimate)
+        known = as_known_fault(err, typed, trainer, estimate)
         if known is None:
             record_failure(record, "failed", err, f"{type(err).__name__}: {err}")
             raise
@@ -469,8 +469,9 @@ def train(cfg: DictConfig) -> dict:
         finish_wandb(loggers, failed=record.data["status"] != "ok")
 
 
-def as_known_fault(err: Exception, cfg: DictConfig, trainer, estimate) -> AttnlabError | None:
-    """Out of memory, or a disk that refused a file (a logger's, say): one line instead of a traceback."""
+def as_known_fault(err: Exception, cfg: Schema | None, trainer, estimate) -> AttnlabError | None:
+    """Out of memory, or a disk that refused a file (a logger's, say): one line instead of a traceback.
+    ``cfg``: None when the run failed before its config was typed."""
     if is_out_of_memory(err):
         return out_of_memory(err, cfg, trainer.global_step if trainer is not None else None, estimate)
     if isinstance(err, OSError) and err.filename and err.errno in DISK_HINTS:
