@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import MISSING, field, make_dataclass
+from dataclasses import MISSING, field, fields, make_dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from attnlab.attention import DEFAULT_SCALING, AttentionConfig
+from attnlab.attention import DEFAULT_SCALING, AttentionConfig, LatentConfig
 from attnlab.config.compose import compose_config, find_conf_dir
 from attnlab.config.schema import Schema, axis_keys, key_table, rules, walk
 from attnlab.model import GPTConfig
@@ -77,6 +77,15 @@ def test_a_key_absent_from_the_config_takes_its_fields_default(default_cfg):
         Schema.from_cfg(cfg)
 
 
+@pytest.mark.parametrize("key", ["model.dropout_p", "model.attention.heads", "model.attention.latent.d_q"])
+def test_a_key_the_model_does_not_declare_is_refused_not_dropped(tmp_path, key):
+    cfg = compose_config(["experiment=kv_frontier", "variant=mla_dc32", f"+{key}=1"], tmp_path)
+    with pytest.raises(ConfigError) as err:
+        Schema.from_cfg(cfg)
+    section = {"model": GPTConfig, "model.attention": AttentionConfig}.get(key.rsplit(".", 1)[0], LatentConfig)
+    assert err.value.key == key and all(f.name in err.value.accepted for f in fields(section))
+
+
 def test_adding_a_key_is_one_field(default_cfg):
     """A new attention option and a new top-level key, each declared once: the config check, the W&B
     axes and the doc's key table pick them up."""
@@ -110,7 +119,8 @@ def test_adding_a_key_is_one_field(default_cfg):
         Extended.from_cfg(cfg)
     cfg.patience = 5
     Extended.from_cfg(cfg)
-    assert Schema.from_cfg(cfg).seed == Extended.from_cfg(cfg).seed
+    with pytest.raises(ConfigError, match=r"^model.attention.temperature='fixed' is not accepted"):
+        Schema.from_cfg(cfg)  # a key only the extended schema declares
     assert Extended.from_cfg(cfg).patience == 5 and Extended.from_cfg(cfg).model.attention.temperature == "fixed"
 
 

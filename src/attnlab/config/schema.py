@@ -34,7 +34,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from attnlab.analysis.heads import KNOCKOUT
 from attnlab.attention.backends import EXPLICIT
-from attnlab.attention.config import AttentionConfig, latent_refusal
+from attnlab.attention.config import AttentionConfig, LatentConfig, latent_refusal
 from attnlab.config.compose import compose_config
 from attnlab.data.tokens import DTYPES as TOKEN_DTYPES
 from attnlab.model.gpt import GPTConfig
@@ -206,6 +206,7 @@ class Schema:
         (``check``); else each declared key read once (a key absent from ``cfg`` takes its field's
         default). Instantiated blocks and undeclared keys stay in ``cfg``. A renamed key is read
         under its new name once ``apply_renamed_keys`` has moved it, which the caller does once."""
+        unknown_keys(cfg, cls)
         for key, (ok, accepted) in rules(cls):
             value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
             if not ok(value):
@@ -270,6 +271,27 @@ class Schema:
         wandb = (cfg.get("logger") or {}).get("wandb")
         if wandb is not None and wandb.get("mode") not in WANDB_MODES:
             raise ConfigError("logger.wandb.mode", wandb.get("mode"), "one of " + ", ".join(WANDB_MODES))
+
+
+# the sections the model is built from, field by field: a key they do not declare would be dropped unread
+MODEL_SECTIONS = (GPTConfig, AttentionConfig, LatentConfig)
+
+
+def unknown_keys(cfg, cls=None, prefix: str = "") -> None:
+    """ConfigError for a key a model section does not declare (``+model.foo=1``), naming the keys it does."""
+    cls = cls or Schema
+    for f in fields(cls):
+        sub, node = section_type(cls, f), cfg.get(f.name) if isinstance(cfg, DictConfig) else None
+        if sub is None or not isinstance(node, DictConfig):
+            continue
+        if issubclass(sub, MODEL_SECTIONS):
+            declared = [g.name for g in fields(sub)]
+            for key in node:
+                if key not in declared:
+                    raise ConfigError(
+                        f"{prefix}{f.name}.{key}", node.get(key), f"a key of {prefix}{f.name}: " + ", ".join(declared)
+                    )
+        unknown_keys(node, sub, f"{prefix}{f.name}.")
 
 
 def apply_renamed_keys(cfg: DictConfig) -> list[str]:
