@@ -97,3 +97,14 @@ def test_welch_power_is_the_rate_at_which_simulated_welch_tests_find_the_differe
     )
     d = significance.detectable_difference(0.2, 5, 0.3, 7)
     assert significance.welch_power(d, 0.2, 5, 0.3, 7) == pytest.approx(0.8, abs=1e-6)
+
+
+@pytest.mark.parametrize("df", [1.0, 2.0, 3.5])
+def test_power_far_out_in_the_tail_is_finite_and_rises_with_the_effect(df):
+    """One side at a ceiling (accuracy 1.0 in every seed) leaves Welch one degree of freedom and a tiny
+    standard error: the power and the detectable difference must still be numbers."""
+    powers = [significance.t_power(nc, df) for nc in (2.0, 12.1, 30.1, 60.0)]
+    assert all(math.isfinite(p) for p in powers) and powers == sorted(powers) and powers[-1] > 0.99
+    ref, lvl = [1.0, 1.0], [0.9995, 1.0]
+    c = significance.welch(ref, lvl)
+    assert math.isfinite(c.detectable) and 0 < c.detectable < 0.05

@@ -54,7 +54,9 @@ def t_power(noncentrality: float, df: float, alpha: float = ALPHA) -> float:
     """The power of a two-sided t test at ``alpha`` with ``df`` degrees of freedom, where the true effect
     is ``noncentrality`` standard errors: the noncentral t's mass beyond the critical values (scipy.stats.nct)."""
     crit = stats.t.ppf(1 - alpha / 2, df)
-    return float(stats.nct.sf(crit, df, noncentrality) + stats.nct.cdf(-crit, df, noncentrality))
+    # the lower tail as the upper tail of the mirrored distribution: nct.cdf is NaN far out in its tail
+    # (a gap of many standard errors), where nct.sf returns the same value finitely
+    return float(stats.nct.sf(crit, df, noncentrality) + stats.nct.sf(crit, df, -noncentrality))
 
 
 def detectable(se: float, df: float, alpha: float = ALPHA, power: float = POWER) -> float:
