@@ -68,6 +68,11 @@ COMMANDS = {
         "main",
         "every run of a sweep decoded with rolling KV caches: what dropping the first tokens costs -> reports/<study>/",
     ),
+    "sink-search": (
+        "attnlab.studies.sink_search",
+        "main",
+        "does a head of a text model put 0.3 of its weight on the first token? runs and text studies -> reports/text_sinks/",
+    ),
     "export": (
         "attnlab.inference.export",
         "main",
