@@ -38,6 +38,7 @@ TEXT_MODULES = (
     "attnlab.data.tokens.TokenDataModule",
 )
 SETTING = ["corpus", "tokenizer", "n_layer", "d_model", "block_size", "max_steps", "bos"]
+TRIED = ["corpus", "tokenizer", "n_layer", "block_size", "max_steps", "bos"]  # the page's list of values searched
 COLUMNS = [
     "study",
     "overrides",
@@ -230,7 +231,7 @@ def verdict(settings: pd.DataFrame) -> dict:
     }
 
 
-def page(frame: pd.DataFrame, studies: list[str]) -> str:
+def page(frame: pd.DataFrame, studies: list[str], run_dirs: int) -> str:
     settings = settings_table(frame)
     table = {
         "columns": [
@@ -259,7 +260,7 @@ def page(frame: pd.DataFrame, studies: list[str]) -> str:
             for _, s in settings.iterrows()
         ],
     }
-    tried = {k: ", ".join(str(v) for v in sorted(frame[k].dropna().unique())) for k in SETTING if k != "d_model"}
+    tried = {k: ", ".join(str(v) for v in sorted(frame[k].dropna().unique())) for k in TRIED}
     template = TEMPLATES.get_template("sink_search.md.j2")
     return template.render(
         threshold=THRESHOLD,
@@ -268,13 +269,13 @@ def page(frame: pd.DataFrame, studies: list[str]) -> str:
         tried=tried,
         runs=len(frame),
         studies=studies,
-        run_dirs=int((~frame["source"].str.endswith("runs.csv")).sum()),
+        run_dirs=run_dirs,
     )
 
 
-def write(frame: pd.DataFrame, studies: list[str], out: Path) -> None:
+def write(frame: pd.DataFrame, studies: list[str], run_dirs: int, out: Path) -> None:
     atomic_write_text(out / "search.csv", frame.to_csv(index=False))
-    atomic_write_text(out / "search.md", page(frame, studies))
+    atomic_write_text(out / "search.md", page(frame, studies, run_dirs))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -289,7 +290,10 @@ def main(argv: list[str] | None = None) -> None:
     for run_dir in args.dirs:
         if not (run_dir / RESULTS).is_file():
             parser.error(f"RUN_DIR={run_dir} holds no {RESULTS}; expected a finished run dir")
-        status = json.loads((run_dir / RESULTS).read_text()).get("status")
+        try:
+            status = json.loads((run_dir / RESULTS).read_text()).get("status")
+        except (ValueError, AttributeError):
+            parser.error(f"RUN_DIR={run_dir}: its {RESULTS} is not a JSON object; expected a run's record")
         if status != "ok":
             parser.error(f"RUN_DIR={run_dir}: its {RESULTS} has status {status!r}; expected a finished run (ok)")
     if args.studies is None:
@@ -307,7 +311,7 @@ def main(argv: list[str] | None = None) -> None:
                 parser.error(f"--studies: {study} trains on {data.get('_target_')}; expected a text study")
     rows = [run_row(d) for d in args.dirs] + [row for s in studies for row in study_rows(s, args.reports)]
     frame = search_table(rows)
-    write(frame, studies, args.out)
+    write(frame, studies, len(args.dirs), args.out)
     v = verdict(settings_table(frame))
     print(f"wrote {args.out / 'search.csv'} ({len(frame)} rows) and {args.out / 'search.md'}")
     print(f"reached {THRESHOLD} in {v['reached']} of {v['settings']} settings; largest {plain(v['largest'])}")
