@@ -29,6 +29,7 @@ from attnlab.repro import (
     training_claims,
 )
 from attnlab.repro.__main__ import cli
+from attnlab.repro.record import stale_inputs, write_reports
 from attnlab.repro.verdict import DETAIL, MAIN, Check, Claim, Table, max_diff, same_printed, verdict_of, within
 from attnlab.util.files import json_safe
 from attnlab.writing.pages import AGREES, DEPENDS, DIFFERS, PARTLY, UNTESTED
@@ -638,6 +639,29 @@ def test_render_without_a_report_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit) as err:
         cli(["--render", "--out", str(tmp_path)])
     assert err.value.code == 2 and "repro.json" in capsys.readouterr().err
+
+
+def test_a_verdict_judged_on_a_report_that_changed_since_is_stale(tmp_path, capsys):
+    """repro.json holds a hash of each report file its claims cite; --check names the ones changed since."""
+    reports, out = tmp_path / "reports", tmp_path / "reports" / "repro"
+    (reports / "dk_scaling").mkdir(parents=True)
+    (reports / "streaming_bb").mkdir()
+    (reports / "dk_scaling" / "ablation.csv").write_text("cell,val/loss_mean\na,1.843\n")
+    (reports / "streaming_bb" / "stream.json").write_text("{}\n")
+    measured = {"study": {"source": "reports/dk_scaling"}, "studies": [{"source": "reports/streaming_bb/stream.md"}]}
+    claim = Claim(8, "a claim", "A", measured, [Check("holds", "it holds", 1.0, 1.0, True)])
+    meta = {"mode": "full", "torch": torch.__version__, "device": "CPU", "threads": 1, "wall_s": 1.0, "omitted": []}
+    write_reports([claim], out, meta, root=tmp_path)
+    assert sorted(json.loads((out / "repro.json").read_text())["meta"]["inputs"]) == [
+        "reports/dk_scaling/ablation.csv",
+        "reports/streaming_bb/stream.json",
+    ]
+    assert stale_inputs(out, tmp_path) == []
+    assert cli(["--check", "--out", str(out), "--reports", str(reports)]) == 0
+    (reports / "dk_scaling" / "ablation.csv").write_text("cell,val/loss_mean\na,1.837\n")
+    assert stale_inputs(out, tmp_path) == ["reports/dk_scaling/ablation.csv"]
+    assert cli(["--check", "--out", str(out), "--reports", str(reports)]) == 1
+    assert "reports/dk_scaling/ablation.csv" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- the studies the training claims cite

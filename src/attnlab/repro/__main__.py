@@ -1,7 +1,8 @@
-"""``attnlab repro --mode fast|full [--out DIR] [--render]``: reproduce and check the source claims.
+"""``attnlab repro --mode fast|full [--out DIR] [--render | --check]``: reproduce and check the source claims.
 
 Full mode writes reports/repro/ (the committed report); fast mode writes reports/repro/fast/ and
-leaves the committed report as it is. ``--render`` rebuilds a report's pages from its repro.json.
+leaves the committed report as it is. ``--render`` rebuilds a report's pages from its repro.json;
+``--check`` exits 1, naming them, when report files its claims read have changed since it was written.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import sys
 from pathlib import Path
 
 from attnlab.cli import command_parser
-from attnlab.repro.record import render_dir
+from attnlab.repro.record import render_dir, stale_inputs
 from attnlab.repro.runner import MODES, OUT, main
 from attnlab.repro.wandb_run import log_repro_summary
 
@@ -34,6 +35,11 @@ def cli(argv: list[str] | None = None) -> int:
         "--render", action="store_true", help="measure nothing: re-render the pages of --out from its repro.json"
     )
     parser.add_argument(
+        "--check",
+        action="store_true",
+        help="measure nothing: exit 1 when a report the claims of --out read has changed since (re-run to re-judge)",
+    )
+    parser.add_argument(
         "--wandb",
         choices=("offline", "online"),
         default=None,
@@ -45,6 +51,17 @@ def cli(argv: list[str] | None = None) -> int:
         if not (out / "repro.json").is_file():
             parser.error(f"--render: no repro.json in {out} (--out names a report directory)")
         print(f"attnlab: rendered {', '.join(map(str, render_dir(out)))} from {out / 'repro.json'}")
+        return 0
+    if args.check:
+        if not (out / "repro.json").is_file():
+            parser.error(f"--check: no repro.json in {out} (--out names a report directory)")
+        stale = stale_inputs(out, args.reports.parent)
+        for path in stale:
+            print(f"attnlab: {out / 'repro.json'} is older than {path}", file=sys.stderr)
+        if stale:
+            print(f"attnlab: re-judge with attnlab repro --mode {args.mode}", file=sys.stderr)
+            return 1
+        print(f"attnlab: {out / 'repro.json'} was judged on the reports as they are")
         return 0
     print(
         f"attnlab: repro --mode {args.mode} writes {out}/" + (" (the committed report)" if out == OUT["full"] else "")

@@ -138,7 +138,7 @@ def reproduce(mode: str, out: Path, log=print, reports: Path | None = None) -> t
 def main(mode: str, out: Path | None = None, log=print, reports: Path | None = None) -> list[Claim]:
     out = OUT[mode] if out is None else Path(out)
     claims, meta = reproduce(mode, out, log, reports)
-    paths = write_reports(claims, out, meta)
+    paths = write_reports(claims, out, meta, root=(Path("reports") if reports is None else Path(reports)).parent)
     for c in claims:
         log(f"claim {c.id:>2}: {c.verdict:<8} {c.claim}")
     log(f"wrote {', '.join(map(str, paths))} ({meta['wall_s']:.0f} s)")
