@@ -36,6 +36,8 @@ INPUTS = (
     "streaming_bb/stream.json",
     "streaming/stream.json",
     "lr_sensitivity/summary.json",
+    "kv_frontier/summary.json",
+    "kv_frontier/plan.json",
     "repro/repro.json",
 )
 
@@ -256,8 +258,36 @@ def repro(reports: Path) -> dict:
     return {"claims": len(claims), "tally": [(v, counts[v]) for v in VERDICTS if counts[v]]}
 
 
+def kv_frontier(reports: Path) -> dict:
+    """Each way of shrinking the KV cache against multi-head attention on recall: the report's answer-accuracy
+    tests (summary.json's contrasts, arm minus baseline, Holm over the arms) beside each arm's cache bytes."""
+    summary = _json(reports, "kv_frontier/summary.json")
+    frontier = {a["arm"]: a for a in summary["frontier"]["arms"]}
+    reference = summary["frontier"]["reference"]
+    rows = []
+    for c in summary["contrasts"]["val/acc"]:
+        row = {"arm": c["level"], "verdict": c["verdict"], "bytes": frontier[c["level"]]["kv_bytes_per_token"]}
+        if c.get("ci95") is not None:
+            lo, hi = c["ci95"]
+            row |= {"diff": c["diff"], "lo": lo, "hi": hi, "p": c["p_holm"], "detectable": c["detectable"]}
+        rows.append(row)
+    acc = next(
+        cell["metrics"]["val/acc"] for cell in summary["cells_ci95"] if cell["axes"].get("variant") == reference
+    )
+    return {
+        "rows": sorted(rows, key=lambda r: -r["bytes"]),
+        "reference": reference,
+        "reference_acc": acc["mean"],
+        "reference_bytes": frontier[reference]["kv_bytes_per_token"],
+        "context": summary["frontier"]["context"],
+        "seeds": summary["seeds_per_cell"],
+        "floor": _json(reports, "kv_frontier/plan.json")["task_floor"]["in_context"],
+    }
+
+
 def findings(reports: Path = ROOT / "reports") -> dict:
     return {
+        "kv": kv_frontier(reports),
         "dk": dk_scaling(reports),
         "induction": induction_heads(reports),
         "sinks": sinks(reports),
