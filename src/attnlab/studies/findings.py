@@ -271,9 +271,7 @@ def kv_frontier(reports: Path) -> dict:
             lo, hi = c["ci95"]
             row |= {"diff": c["diff"], "lo": lo, "hi": hi, "p": c["p_holm"], "detectable": c["detectable"]}
         rows.append(row)
-    acc = next(
-        cell["metrics"]["val/acc"] for cell in summary["cells_ci95"] if cell["axes"].get("variant") == reference
-    )
+    acc = next(cell["metrics"]["val/acc"] for cell in summary["cells_ci95"] if cell["axes"].get("variant") == reference)
     return {
         "rows": sorted(rows, key=lambda r: -r["bytes"]),
         "reference": reference,

@@ -21,6 +21,8 @@ import lightning as L
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from attnlab.interop.hf_load import is_hf_dir, model_from_hf
+from attnlab.training.lit_module import GPTModule
 from attnlab.util.errors import CheckpointError
 from attnlab.util.files import atomic_file, fmt_bytes, write_failure
 
@@ -126,12 +128,8 @@ def read_checkpoint(path) -> dict[str, Any]:
 def load_model(path):
     """(GPTModule, checkpoint) from a checked checkpoint file, read once (for sample and analyze), or
     from a Hugging Face model dir of the GPT-2, Llama or DeepSeek-V3 family (interop.hf_load; step 0)."""
-    from attnlab.interop.hf_load import is_hf_dir
-    from attnlab.training.lit_module import GPTModule
 
     if is_hf_dir(path):
-        from attnlab.interop.hf_load import model_from_hf
-
         model, state = model_from_hf(path)
         checkpoint = {"hyper_parameters": {"model": model, "optim": {}, "max_steps": 1}, "global_step": 0}
         module = GPTModule(**checkpoint["hyper_parameters"])

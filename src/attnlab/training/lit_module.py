@@ -17,6 +17,8 @@ import torch.nn.functional as F
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
+from attnlab.analysis.probe import capture
+from attnlab.attention.stats import head_max_logits
 from attnlab.config.schema import OptimConfig
 from attnlab.model import GPT, GPTConfig
 from attnlab.training.rng import rng_state, set_rng_state
@@ -129,8 +131,6 @@ class GPTModule(L.LightningModule):
         """The training forward, keeping each head's largest logit (``stats.head_max_logits``, the
         statistics' max_logit) from the q and k it recorded: detached views of tensors the backward
         keeps anyway."""
-        from attnlab.analysis.probe import capture
-        from attnlab.attention.stats import head_max_logits
 
         with capture(self.model) as records:
             _, loss = self.step_forward(x, y)

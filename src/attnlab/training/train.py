@@ -33,6 +33,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict  # noqa: E402
 
 from attnlab.config.compose import CONF_DIR  # noqa: E402
 from attnlab.config.schema import Schema, apply_renamed_keys  # noqa: E402
+from attnlab.interop.hf_load import HFCheckpoint, architecture_from, given_model_keys, vocabulary_from  # noqa: E402
 from attnlab.training import wandb_runs  # noqa: E402
 from attnlab.training.checkpointing import AtomicCheckpointIO, newest_intact, read_checkpoint  # noqa: E402
 from attnlab.training.console import progress_line, quiet_lightning, run_output  # noqa: E402
@@ -308,7 +309,6 @@ def take_architecture(cfg: DictConfig, record: RunRecord):
     no Hydra overrides, every field is taken), and the data's vocabulary unpadded unless the run set
     data.vocab_multiple (hf_load.vocabulary_from); results.json records the dir, its model_type and
     the fields taken. Returns the opened checkpoint (interop.hf_load.HFCheckpoint)."""
-    from attnlab.interop.hf_load import HFCheckpoint, architecture_from, given_model_keys, vocabulary_from
 
     ckpt = HFCheckpoint.open(cfg.model.init_from)
     overrides = record.data["overrides"]
