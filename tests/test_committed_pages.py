@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.repro import record as repro_report
+from attnlab.repro import record
 from attnlab.studies import findings, stream_study
 from attnlab.studies.report import write_report
 from attnlab.tools.bench import bench_report, decode, gpt2_cpu
@@ -52,10 +52,15 @@ def test_a_stream_page_is_the_render_of_its_stream_json(study):
 
 
 def test_the_repro_pages_are_the_render_of_repro_json():
-    pages = repro_report.render(json.loads((REPORTS / "repro" / "repro.json").read_text()))
+    pages = record.render(json.loads((REPORTS / "repro" / "repro.json").read_text()))
     assert sorted(pages) == ["README_section.md", "repro.md"]
     for name, page in pages.items():
         assert page == text(REPORTS / "repro" / name), name
+
+
+def test_the_repro_was_judged_on_the_committed_reports():
+    """Every report file a claim reads is the one its verdict was judged on (else: attnlab repro --mode full)."""
+    assert record.stale_inputs(ROOT / "reports" / "repro", ROOT) == []
 
 
 def test_the_readme_findings_are_the_render_of_the_reports():

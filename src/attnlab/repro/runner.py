@@ -88,7 +88,7 @@ def reproduce(mode: str, out: Path, log=print, reports: Path | None = None) -> t
         lambda: memory_claims.memory_measurements(list(cfg["mem_ts"]), bench=reports / "bench" / "bench.json"),
     )
     claims += [memory_claims.claim_6(mem), memory_claims.claim_14(mem), memory_claims.claim_15(mem)]
-    figures.memory(mem["rows"], out / "memory_claims.png")
+    figures.memory(mem["rows"], out / "memory.png")
     claims.append(step("claim 16 (the streaming studies' reports)", lambda: streaming_claims.claim_16(reports)))
     stds = [2 ** (i / 2) for i in range(-4, 11)]
     figures.saturation(
@@ -121,7 +121,7 @@ def reproduce(mode: str, out: Path, log=print, reports: Path | None = None) -> t
         ]
         training_10 = training_claims.claim_10_training(res)
         plot_heads(res["heads"]["heads"], out / "heads.png", "Head scores and types, tiny GPT (claim 12)")
-        figures.jacobian(jac_rows, out / "jacobian_claims.png")
+        figures.jacobian(jac_rows, out / "jacobian.png")
     claims.append(step("claim 10", lambda: numerics_claims.claim_10(cfg["samples"], training_10)))
     claims.sort(key=lambda c: c.id)
     meta = {
