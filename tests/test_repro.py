@@ -625,8 +625,7 @@ def test_a_fast_run_writes_beside_the_committed_report(tmp_path, monkeypatch):
     fast = json.loads((committed / "fast" / "repro.json").read_text())
     assert [c["id"] for c in fast["claims"]] == FAST_IDS and fast["meta"]["omitted"] == list(runner.TRAINING_IDS)
     assert all(
-        (committed / "fast" / png).stat().st_size > 1000
-        for png in ("saturation.png", "dot_std.png", "memory.png")
+        (committed / "fast" / png).stat().st_size > 1000 for png in ("saturation.png", "dot_std.png", "memory.png")
     )
     md = (committed / "fast" / "repro.md").read_text()
     (committed / "fast" / "repro.md").unlink()
