@@ -459,7 +459,6 @@ def test_a_fast_bench_leaves_the_committed_bench_as_it_is(tmp_path, monkeypatch,
     """`make bench BENCH=fast` with no --out, every section's runner stubbed: its files land in reports/bench/fast/,
     the committed reports/bench/ keeps its bytes, and the console names the directory it wrote."""
     from attnlab.tools.bench import __main__ as bench_cli
-    from attnlab.tools.bench import compiled, decode, endtoend
 
     monkeypatch.chdir(tmp_path)
     committed = tmp_path / "reports" / "bench"
@@ -470,10 +469,10 @@ def test_a_fast_bench_leaves_the_committed_bench_as_it_is(tmp_path, monkeypatch,
     monkeypatch.setattr(bench_cli, "run_kernels", lambda plan, device: [])
     monkeypatch.setattr(bench_cli, "train_throughput", lambda *a, **k: [])
     monkeypatch.setattr(bench_cli, "callback_overhead", lambda **k: {})
-    monkeypatch.setattr(endtoend, "end_to_end", lambda arms, **k: {})
-    monkeypatch.setattr(longctx, "long_context", lambda plan, on_progress: {})
-    monkeypatch.setattr(compiled, "compile_throughput", lambda **k: [])
-    monkeypatch.setattr(decode, "decode_section", lambda **k: {})
+    monkeypatch.setattr(bench_cli, "end_to_end", lambda arms, **k: {})
+    monkeypatch.setattr(bench_cli, "long_context", lambda plan, on_progress: {})
+    monkeypatch.setattr(bench_cli, "compile_throughput", lambda **k: [])
+    monkeypatch.setattr(bench_cli, "decode_section", lambda **k: {})
 
     assert bench_cli.main(["--mode", "fast", "--device", "cpu"]) == 0
     fast = committed / "fast"

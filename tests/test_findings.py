@@ -88,7 +88,7 @@ def test_dk_verdict_flips_when_the_unscaled_cell_matches_the_scaled_one(reports)
 def test_eviction_carried_by_one_seed_is_untested_and_consistent_seeds_collapse(reports):
     softmax = findings.streaming(reports, "streaming_bb")["sink"][0]
     assert softmax["verdict"] == "untested" and softmax["one_seed_carries"]
-    assert softmax["lo"] < 2 < softmax["hi"]
+    assert softmax["lo"] < 2 and softmax["hi"] > 1.01  # neither collapse nor no cost: the interval decides nothing
 
     def every_seed_collapses(data):
         data["arms"][0]["drop_cost"]["per_seed"] = [0.90, 0.95, 0.92]  # PPL ratios 2.46, 2.59, 2.51

@@ -17,8 +17,9 @@ import json
 from pathlib import Path
 
 from attnlab.attention.stats import SINK_EPSILON
-from attnlab.repro.verdict import DETAIL, Check, Claim, Table
+from attnlab.repro.verdict import DETAIL, KEPT_DIGITS, Check, Claim, Table
 from attnlab.studies.stream_study import COLLAPSE, COLLAPSE_RATIO, NO_COST, NO_COST_RATIO
+from attnlab.util.files import json_safe
 from attnlab.writing.pages import fmt, span
 
 STUDIES = {
@@ -155,7 +156,7 @@ def _row(a: dict) -> list:
 
 
 def claim_16(reports: Path) -> Claim:
-    m = streaming_measurements(reports)
+    m = json_safe(streaming_measurements(reports), digits=KEPT_DIGITS)  # judged on the values repro.json keeps
     tables = [
         Table(
             f"{st['setting']} ({st['source']}): evicting the first tokens from a {st['cache']}-entry rolling cache",

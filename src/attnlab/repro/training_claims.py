@@ -28,9 +28,10 @@ from attnlab.repro import study_claims
 from attnlab.repro.jacobian_claims import jacobian_table
 from attnlab.repro.judge import COPY_SOLVED, bb_sinks, cells_8, checks_8, checks_12, checks_13, k_of_n
 from attnlab.repro.streaming_claims import streaming_measurements
-from attnlab.repro.verdict import Claim, Table
+from attnlab.repro.verdict import KEPT_DIGITS, Claim, Table
 from attnlab.training.console import quiet_lightning
 from attnlab.training.train import train
+from attnlab.util.files import json_safe
 from attnlab.writing.pages import fmt, span
 
 SEED = 1337
@@ -256,7 +257,7 @@ def claim_8_measurements(res: dict, jac_rows: list[dict], jac_n: int, level: dic
 
 def claim_8(measured: dict) -> Claim:
     """Claim 8 from claim_8_measurements' dict (what repro.json keeps, so the claim re-renders from it)."""
-
+    measured = json_safe(measured, digits=KEPT_DIGITS)  # judged on the values repro.json keeps
     m, s, lv = measured["judged"], measured["settings"], measured["judged"]["level"]
     own = cells_8({**m, "study": None})
     tables = [
@@ -345,6 +346,7 @@ def claim_12_measurements(res: dict, reports: Path) -> dict:
 
 
 def claim_12(m: dict) -> Claim:
+    m = json_safe(m, digits=KEPT_DIGITS)
     t, ind = m["text"], m.get("induction")
     tables = [
         Table(
@@ -428,6 +430,7 @@ BB_COLUMNS = ("dormant", "active", "escape", "row_mass", "copy_acc", "max_prob",
 
 
 def claim_13(m: dict) -> Claim:
+    m = json_safe(m, digits=KEPT_DIGITS)
 
     t, snk, bb = m["text"], m.get("sinks"), m.get("sinks_bb")
     tables = [

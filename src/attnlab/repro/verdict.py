@@ -25,6 +25,7 @@ from attnlab.util.files import json_safe
 from attnlab.writing.pages import AGREES, DEPENDS, DIFFERS, PARTLY, UNTESTED
 
 MAIN, DETAIL = "main", "detail"
+KEPT_DIGITS = 6  # significant digits repro.json keeps; a claim's checks read its measurements at this precision
 
 
 @dataclass
@@ -110,7 +111,7 @@ class Claim:
                 "source": self.source,
                 "measured": self.measured,
             },
-            digits=6,
+            digits=KEPT_DIGITS,
         )
 
 

@@ -24,8 +24,7 @@ from attnlab.analysis.phase import head_history
 from attnlab.cli import command_parser
 from attnlab.config.compose import CONF_DIR
 from attnlab.data.tokens import META, read_meta
-from attnlab.studies.report.data import axes_of, read_runs
-from attnlab.sweeps.plan import cell_overrides, current_config
+from attnlab.studies.report.data import axes_of, cell_overrides, current_config, read_runs
 from attnlab.training.results import RESULTS
 from attnlab.util.files import atomic_write_text
 from attnlab.writing.pages import TEMPLATES, plain, where

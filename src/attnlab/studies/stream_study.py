@@ -259,7 +259,10 @@ def stream_study(
 
 
 def write(report: dict, out: Path) -> None:
+    """stream.json, then the page and the figure from what it keeps (the measured values at its precision, the
+    derived fields rebuilt from them), so that --render gives them again."""
     out.mkdir(parents=True, exist_ok=True)
+    report = rerender(json_safe(report, digits=6))
     atomic_write_text(out / "stream.json", json.dumps(json_safe(report, digits=6), indent=1) + "\n")
     plot(report, out / "stream.png")
     atomic_write_text(out / "stream.md", markdown(report))

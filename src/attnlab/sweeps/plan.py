@@ -27,16 +27,21 @@ from omegaconf import OmegaConf
 
 from attnlab.cli import command_parser
 from attnlab.config.compose import compose_config
-from attnlab.config.schema import apply_renamed_keys
 from attnlab.studies.report import tested_cells
 from attnlab.studies.report.aggregate import load_sweeps
 from attnlab.studies.report.analysis import cells_from_runs, contrasts
 from attnlab.studies.report.baseline import experiment_baseline
-from attnlab.studies.report.data import DEFAULT_BUDGET, axes_of, frame_from_runs, read_runs
+from attnlab.studies.report.data import (
+    DEFAULT_BUDGET,
+    axes_of,
+    cell_overrides,
+    current_config,
+    frame_from_runs,
+    read_runs,
+)
 from attnlab.sweeps.sweep import PLAN, studies, unknown_study
 from attnlab.sweeps.sweep import main as sweep
-from attnlab.training.devices import prepare_device
-from attnlab.training.results import TRAINING, training_fingerprint
+from attnlab.training.results import training_fingerprint
 from attnlab.util import significance
 from attnlab.util.files import atomic_write_text
 
@@ -47,24 +52,6 @@ JOBS = 2  # runs at once, as `make sweep` runs them on two cores
 def declared(study: str) -> dict:
     """The study's composed ``question`` block (seeds, difference, learned, hours, ...)."""
     return OmegaConf.to_container(compose_config([f"experiment={study}"]).get("question") or {}, resolve=True)
-
-
-def cell_overrides(study: str, axes: dict[str, str], budget: str) -> list[str]:
-    extra = [] if budget == DEFAULT_BUDGET else budget.split(",")
-    return [f"experiment={study}", *(f"{a}={v}" for a, v in axes.items() if v != "-"), *extra]
-
-
-def current_config(overrides: list[str]) -> dict:
-    """The config a job of these overrides records in results.json (renamed keys moved, precision resolved)."""
-    cfg = compose_config(overrides)
-    apply_renamed_keys(cfg)
-    prepare_device(cfg)
-    # the sections a fingerprint reads; the rest interpolates Hydra's run-time paths
-    out = {}
-    for key in (*TRAINING, "trainer", "seed"):
-        value = cfg.get(key)
-        out[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-    return out
 
 
 def current_rows(frame: pd.DataFrame, study: str) -> tuple[pd.DataFrame, int]:

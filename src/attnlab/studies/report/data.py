@@ -16,12 +16,16 @@ import math
 from pathlib import Path
 
 import pandas as pd
+from omegaconf import OmegaConf
 
 from attnlab.analysis.heads import types_by_layer
 from attnlab.analysis.phase import head_history, phase_change_step
+from attnlab.config.compose import compose_config
+from attnlab.config.schema import apply_renamed_keys
 from attnlab.studies.report.aggregate import IGNORED_AXES, RENAMED_KEYS, RunResult, swept_axes
 from attnlab.studies.report.lr import SIZE_AXES
-from attnlab.training.results import training_fingerprint
+from attnlab.training.devices import prepare_device
+from attnlab.training.results import TRAINING, training_fingerprint
 
 META = ["seed", "budget", "status", "error", "config", "run"]
 DEFAULT_BUDGET = "default"
@@ -185,3 +189,22 @@ def merge(
     merged = pd.concat([both[0], both[1][~dup]], ignore_index=True)
     metrics = [c for c in merged.columns if c not in axes and c not in META]
     return merged[[*axes, *(c for c in META if c in merged), *metrics]], both[1][dup]
+
+
+def cell_overrides(study: str, axes: dict[str, str], budget: str) -> list[str]:
+    """The overrides a cell's job ran with: its experiment, its axes, its budget's own overrides."""
+    extra = [] if budget == DEFAULT_BUDGET else budget.split(",")
+    return [f"experiment={study}", *(f"{a}={v}" for a, v in axes.items() if v != "-"), *extra]
+
+
+def current_config(overrides: list[str]) -> dict:
+    """The config a job of these overrides records in results.json (renamed keys moved, precision resolved)."""
+    cfg = compose_config(overrides)
+    apply_renamed_keys(cfg)
+    prepare_device(cfg)
+    # the sections a fingerprint reads; the rest interpolates Hydra's run-time paths
+    out = {}
+    for key in (*TRAINING, "trainer", "seed"):
+        value = cfg.get(key)
+        out[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+    return out

@@ -186,7 +186,7 @@ def run_arm(overrides: list[str], run_dir: Path) -> dict:
 
 def summarize(seq_len: int, settings: dict, overrides: list[str], samples: dict[str, list[dict]]) -> dict:
     """One table row from the alternated runs at one T: medians, paired ratios and the targets' verdicts
-    (``phases.against_target``: met in every pair, missed in every pair, or open)."""
+    (``timing.against_target``: met in every pair, missed in every pair, or open)."""
 
     d, n = samples["default"], samples["none"]
     wall_d, wall_n = median_and_range([s["wall_s"] for s in d]), median_and_range([s["wall_s"] for s in n])
