@@ -20,7 +20,8 @@ callbacks and the loggers are ``_target_`` blocks that Hydra instantiates, with 
 per option, and experiments add keys freely; a structured config in the defaults list would make
 the composed config strict (unknown keys refused, values typed) and change what composes. The
 schema instead reads the keys it declares from the composed DictConfig and ignores the rest, so
-composition stays exactly Hydra's.
+composition stays exactly Hydra's; only the model's sections, built field by field, refuse a key they
+do not declare (``unknown_keys``), since it would be dropped unread.
 """
 
 from __future__ import annotations
