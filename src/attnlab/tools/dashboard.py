@@ -49,8 +49,8 @@ HEADLINE = {
     "backends": ["val/loss", "perf/tokens_per_s", "mem/peak_bytes"],
     "dk_scaling": ["val/loss", "attn/L{i}/entropy_norm"],
     "gqa": ["val/loss", "mem/kv_cache_bytes_per_token"],
-    "gqa_long": ["val/loss", "mem/kv_cache_bytes_per_token"],
-    "kv_frontier": ["val/loss", "mem/kv_cache_bytes_per_token"],
+    "gqa_long": ["val/acc", "val/loss", "mem/kv_cache_bytes_per_token"],
+    "kv_frontier": ["val/acc", "val/loss", "mem/kv_cache_bytes_per_token"],
     "streaming": ["val/loss", "attn/L{i}/sink_mass"],
     "streaming_bb": ["val/loss", "attn/L{i}/sink_mass_dormant", "val/copy/acc"],
     "induction_heads": ["val/loss", "heads/in_context_score", "heads/L{i}/induction_max"],
@@ -61,6 +61,7 @@ HEADLINE = {
     "sinks_bb": ["val/loss", "attn/L{i}/sink_mass_dormant", "val/copy/acc"],
     "sinks_bb_sgd": ["val/loss", "attn/L{i}/sink_mass_dormant", "val/copy/acc"],
     "smoke": ["val/loss", "attn/L{i}/entropy_norm"],
+    "text_sinks": ["heads/sink_max", "attn/L{i}/sink_mass", "val/loss"],
     "variants": ["val/loss", "attn/L{i}/sink_mass", "attn/L{i}/max_logit", "perf/tokens_per_s"],
 }
 DEFAULT_HEADLINE = ["val/loss", "attn/L{i}/entropy_norm"]
