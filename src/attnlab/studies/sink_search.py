@@ -24,7 +24,7 @@ from attnlab.analysis.phase import head_history
 from attnlab.cli import command_parser
 from attnlab.config.compose import CONF_DIR
 from attnlab.data.tokens import META, read_meta
-from attnlab.studies.report.data import axes_of, cell_overrides, current_config, read_runs
+from attnlab.studies.report.data import DEFAULT_BUDGET, axes_of, cell_overrides, current_config, read_runs
 from attnlab.training.results import RESULTS
 from attnlab.util.files import atomic_write_text
 from attnlab.writing.pages import TEMPLATES, plain, where
@@ -189,7 +189,7 @@ def study_rows(study: str, reports: Path) -> list[dict]:
 def text_studies(reports: Path) -> list[str]:
     """Every study with a runs.csv and an experiment file whose composed config trains on text."""
     names = sorted(p.parent.name for p in reports.glob("*/runs.csv"))
-    return [s for s in names if is_study(s, reports) and trains_on_text(study_config(s, {}, "default"))]
+    return [s for s in names if is_study(s, reports) and trains_on_text(study_config(s, {}, DEFAULT_BUDGET))]
 
 
 def is_study(study: str, reports: Path) -> bool:
@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> None:
                     f"--studies: {study} is not a study here; expected {args.reports}/{study}/runs.csv "
                     f"and conf/experiment/{study}.yaml"
                 )
-            data = study_config(study, {}, "default")["data"]
+            data = study_config(study, {}, DEFAULT_BUDGET)["data"]
             if not trains_on_text({"data": data}):
                 parser.error(f"--studies: {study} trains on {data.get('_target_')}; expected a text study")
     rows = [run_row(d) for d in args.dirs] + [row for s in studies for row in study_rows(s, args.reports)]
