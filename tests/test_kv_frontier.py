@@ -23,7 +23,15 @@ from attnlab.util import significance
 
 GRID = study_grid("kv_frontier")
 # cached values per token and layer (4 heads of 32), and the window's entries at most
-CACHE = {"baseline": 256, "gqa_kv2": 128, "mqa": 64, "mla_dc64": 72, "mla_dc32": 40, "window_kept": 256}
+CACHE = {
+    "baseline": 256,
+    "gqa_kv2": 128,
+    "mqa": 64,
+    "mla_dc128": 144,
+    "mla_dc64": 72,
+    "mla_dc32": 40,
+    "window_kept": 256,
+}
 
 
 def arm_config(arm: str, tmp_path):
@@ -44,7 +52,10 @@ def test_the_experiment_composes_with_every_arm(arm, tmp_path):
     assert kv_values_per_token(gpt.cfg.attention, gpt.cfg.n_kv_head, gpt.cfg.d_k) == CACHE[arm]
     attention_parameters = sum(p.numel() for p in gpt.blocks[0].attn.parameters())
     mha = 4 * 128 * 128
-    if arm.startswith("mla") or arm in ("baseline", "window_kept"):  # matched: within the latents' norm weights
+    if arm == "mla_dc128":  # DeepSeek-V2's ratio: no query latent matches multi-head at this width
+        assert attention_parameters == 80_552
+        assert kv_values_per_token(gpt.cfg.attention, gpt.cfg.n_kv_head, gpt.cfg.d_k) == 2.25 * 2 * 32
+    elif arm.startswith("mla") or arm in ("baseline", "window_kept"):  # matched: within the latents' norm weights
         assert abs(attention_parameters - mha) <= 300
     else:  # grouped / multi-query: the shared key/value heads' weights are gone
         kv_heads = gpt.cfg.n_kv_head
