@@ -30,7 +30,7 @@ from attnlab.config.compose import compose_config
 from attnlab.studies.report import tested_cells
 from attnlab.studies.report.aggregate import load_sweeps
 from attnlab.studies.report.analysis import cells_from_runs, contrasts
-from attnlab.studies.report.baseline import experiment_baseline
+from attnlab.studies.report.baseline import experiment_baseline, study_level
 from attnlab.studies.report.data import (
     DEFAULT_BUDGET,
     axes_of,
@@ -94,6 +94,15 @@ def task_floor(config: dict) -> dict | None:
     return dm.floors()
 
 
+def _compared(cell, cells: list, axis: str, reference: str) -> bool:
+    """Whether ``cell`` is the reference side of a comparison: at the reference level, with a cell that differs
+    from it on ``axis`` alone (a reference-level cell no other level is compared with is not the reference arm)."""
+    if cell.axes.get(axis) != reference:
+        return False
+    rest = {k: v for k, v in cell.axes.items() if k != axis}
+    return any(c.axes.get(axis) != reference and {k: v for k, v in c.axes.items() if k != axis} == rest for c in cells)
+
+
 def build_plan(study: str, frame: pd.DataFrame, hours: float | None = None, dropped: int = 0) -> dict:
     question_cfg = declared(study)
     frame = frame[frame["budget"] == DEFAULT_BUDGET] if (frame["budget"] == DEFAULT_BUDGET).any() else frame
@@ -105,11 +114,11 @@ def build_plan(study: str, frame: pd.DataFrame, hours: float | None = None, drop
     hours = float(hours or question_cfg.get("hours") or DEFAULT_HOURS)
     config = current_config([f"experiment={study}"])
     seconds, timed = seconds_per_run(frame, config)
-    level = (experiment_baseline(study) or {}).get("bigram")
+    level = (study_level(study) or experiment_baseline(study) or {}).get("bigram")  # the report's, if it has one
     floor = task_floor(config)
     learned = question.learned
     reference_axis, reference = question.compare[0] if question.compare else (None, None)
-    refs = [c for c in cells if reference_axis and c.axes.get(reference_axis) == reference] or cells
+    refs = [c for c in cells if reference_axis and _compared(c, cells, reference_axis, reference)] or cells
     ref_loss = min((m for c in refs if (m := c.mean("val/loss")) is not None), default=None)
     ref_acc = max((m for c in refs if (m := c.mean("val/acc")) is not None), default=None)
     problems = []

@@ -8,10 +8,15 @@ above it compares two models that both ignore attention. Both levels are fitted 
 text for a token corpus) and scored on the val split, whole and on given window sets (those a study's runs
 validated on). A generated task's levels are taken over the positions it scores, fitted on its train
 stream and scored on the val batches its runs validate on.
+
+A study has one level: its report computes it once (summary.json's ``attention_free_level``) and its plan
+reads it from there (``study_level``); a generated task's train stream is drawn with ``LEVEL_SEED``, not the
+seed of whichever run the level is computed beside, so two computations of one study's level agree.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -27,6 +32,8 @@ from attnlab.data.tokens import read_meta
 
 # nats: a run uses its attention when it ends at least this far below the attention-free (bigram) level
 CLEARLY_BELOW = 0.1
+# the seed of the train stream a generated task's levels are fitted on: the same for every run of a study
+LEVEL_SEED = 0
 
 
 def _counts(ids: torch.Tensor, vocab: int, pairs: bool) -> torch.Tensor:
@@ -141,7 +148,7 @@ def _scored_pairs(batches) -> tuple[torch.Tensor, torch.Tensor]:
     return x[keep], y[keep]
 
 
-def task_levels(data_cfg: dict, block_size: int, seed: int = 0, train_batches: int = 256) -> dict:
+def task_levels(data_cfg: dict, block_size: int, seed: int = LEVEL_SEED, train_batches: int = 256) -> dict:
     """The attention-free levels of a generated task (data=mqar, induction, bigram_backcopy): unigram and
     bigram cross-entropy over the positions the task scores, fitted on ``train_batches`` of the run's own
     train stream (add-k chosen on a held-out eighth of them) and scored on the val batches its runs
@@ -204,14 +211,25 @@ def experiment_baseline(study: str) -> dict | None:
     if not (CONF_DIR / "experiment" / f"{study}.yaml").is_file():
         return None
     cfg = compose_config([f"experiment={study}"])
-    parts = {"data": cfg.data, "model": {"block_size": cfg.model.block_size}, "seed": cfg.seed}
+    parts = {"data": cfg.data, "model": {"block_size": cfg.model.block_size}}
     return baseline_of_config(OmegaConf.to_container(OmegaConf.create(parts), resolve=True))
 
 
+def study_level(study: str, reports: Path = Path("reports")) -> dict | None:
+    """The attention-free level ``reports/<study>/summary.json`` holds (the one its report computed and
+    prints), or None when the study has no report yet or its report has no level."""
+    summary = Path(reports) / study / "summary.json"
+    if not summary.is_file():
+        return None
+    return json.loads(summary.read_text(encoding="utf-8")).get("attention_free_level") or None
+
+
 def baseline_of_config(config: dict) -> dict | None:
+    """The attention-free level of a run's data; a generated task's is fitted on the ``LEVEL_SEED`` stream,
+    whatever seed the run trained with."""
     data = config.get("data")
     if task_data(data):
-        return task_levels(data, config["model"]["block_size"], config.get("seed", 0))
+        return task_levels(data, config["model"]["block_size"])
     if not text_corpus(data):
         return token_corpus_level(data)
     level = attention_free_levels()
