@@ -193,10 +193,11 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
     )
     effects = analysis.pooled(cells, axes, "val/loss") if not arms else []
     if draw:
-        plots.final_value_plots(cells, axes, level, out)
+        plots.final_value_plots(cells, axes, level, out, question.metrics[0])
     view = {
         "study": study,
         "axes": axes,
+        "varying": plots.varying_axes(cells, axes),
         "question": question,
         "families": families,
         "interactions": crossed,
@@ -209,7 +210,7 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
         "cells": cells,
         "seeds": seeds_text(cells),
         "per_seed_kept": frame is not None,
-        "figures": [p.name for p in render.figures(out)],
+        "figures": [p.name for p in render.figures(out, question.metrics[0])],
         "out": out,
         "main": render.main_table(cells, axes, level),
         "comparisons": [render.comparisons_table(f) for f in families.values()],

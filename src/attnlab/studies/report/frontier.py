@@ -120,34 +120,52 @@ def arms(frame, study: str) -> tuple[list[Arm], str]:
     return out, reference
 
 
-def plot(found: list[Arm], level: float | None, path: Path) -> Path:
-    """Val loss (95 % t interval) against KV bytes per token, log x; the frontier arms joined; the
-    attention-free level across where known; sequences per GiB on the top axis."""
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for a in found:
-        mean, lo, hi = a.loss
-        colour = "C0" if a.on_frontier else "0.55"
-        ax.errorbar(a.bytes_per_token, mean, yerr=[[mean - lo], [hi - mean]], fmt="o", capsize=3, color=colour)
-        ax.annotate(a.name, (a.bytes_per_token, mean), textcoords="offset points", xytext=(5, 4), fontsize=7)
-    front = sorted((a.bytes_per_token, a.loss[0]) for a in found if a.on_frontier)
-    ax.plot(*zip(*front), color="C0", lw=1, label="frontier")
-    if level is not None:
-        ax.axhline(level, color="k", ls="--", lw=0.9, label=f"attention-free (bigram) {level:.3f}")
+def primary_intervals(frame, study: str) -> tuple[str, dict[str, tuple[float, float, float]]]:
+    """The question's primary metric (the first of question.metrics) per arm: mean and 95 % t interval."""
+    question = analysis.question_of(study, axes_of(frame))
+    metric, axis = question.metrics[0], question.compare[0][0]
+    if metric not in frame:
+        return metric, {}
+    cells = analysis.cells_from_runs(frame, [axis], sort=False)
+    return metric, {c.axes[axis]: significance.t_interval(v) for c in cells if len(v := c.values(metric))}
+
+
+def plot(found: list[Arm], level: float | None, path: Path, metric: str = LOSS, primary: dict | None = None) -> Path:
+    """Against KV bytes per token (log x, sequences per GiB on the top axis): the question's primary ``metric``
+    per arm (``primary``: name -> mean and 95 % t interval) where it is not the val loss, then the val loss
+    (95 % t interval) with the frontier arms joined and the attention-free level across where known."""
+    panels = [metric, LOSS] if primary and metric != LOSS else [LOSS]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
     context = found[0].context
-    ax.set_xscale("log")
-    ax.set_xlabel(f"KV cache bytes per token at T = {context}")
-    ax.set_ylabel("final val loss (mean, 95 % t interval)")
-    per_gib = lambda b: GIB / (np.maximum(b, 1e-9) * context)  # noqa: E731 - its own inverse; matplotlib probes 0
-    top = ax.secondary_xaxis("top", functions=(per_gib, per_gib))
-    top.set_xlabel(f"sequences of {context} tokens per GiB of cache", fontsize=8)
-    some = ticker.FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else "")  # 2, 5, 20, 50, ...
-    for axis in (ax.xaxis, top.xaxis):  # plain numbers, not powers of ten, on both log axes
-        axis.set_major_formatter(ticker.FormatStrFormatter("%g"))
-        axis.set_minor_formatter(some)
-    ax.tick_params(axis="x", which="both", labelsize=7)
-    top.tick_params(axis="x", which="both", labelsize=7)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, frameon=False)
+    for ax, shown in zip(axes[0], panels):
+        values = {a.name: a.loss for a in found} if shown == LOSS else primary
+        for a in found:
+            if a.name not in values:
+                continue
+            mean, lo, hi = values[a.name]
+            colour = "C0" if a.on_frontier else "0.55"
+            ax.errorbar(a.bytes_per_token, mean, yerr=[[mean - lo], [hi - mean]], fmt="o", capsize=3, color=colour)
+            ax.annotate(a.name, (a.bytes_per_token, mean), textcoords="offset points", xytext=(5, 4), fontsize=7)
+        if shown == LOSS:
+            front = sorted((a.bytes_per_token, a.loss[0]) for a in found if a.on_frontier)
+            ax.plot(*zip(*front), color="C0", lw=1, label="frontier (on val loss)")
+            if level is not None:
+                ax.axhline(level, color="k", ls="--", lw=0.9, label=f"attention-free (bigram) {level:.3f}")
+            ax.legend(fontsize=7, frameon=False)
+        ax.set_xscale("log")
+        ax.set_xlabel(f"KV cache bytes per token at T = {context}")
+        ax.set_ylabel(f"final {shown} (mean, 95 % t interval)")
+        per_gib = lambda b: GIB / (np.maximum(b, 1e-9) * context)  # noqa: E731 - its own inverse; matplotlib probes 0
+        top = ax.secondary_xaxis("top", functions=(per_gib, per_gib))
+        top.set_xlabel(f"sequences of {context} tokens per GiB of cache", fontsize=8)
+        some = ticker.FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else "")  # 2, 5, 20, 50, ...
+        for axis in (ax.xaxis, top.xaxis):  # plain numbers, not powers of ten, on both log axes
+            axis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+            axis.set_minor_formatter(some)
+        ax.tick_params(axis="x", which="both", labelsize=7)
+        top.tick_params(axis="x", which="both", labelsize=7)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
     return save(fig, path)
 
 
@@ -158,7 +176,7 @@ def write(frame, study: str, level: float | None, out: Path, draw: bool = True) 
     ref = next((a for a in found if a.name == reference), None)
     untested = level is not None and ref is not None and ref.loss[0] >= level
     if draw:
-        plot(found, level, out / "frontier.png")
+        plot(found, level, out / "frontier.png", *primary_intervals(frame, study))
     page = TEMPLATES.get_template("frontier.md.j2").render(
         study=study,
         arms=found,

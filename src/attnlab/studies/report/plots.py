@@ -342,9 +342,21 @@ def heads_over_training(histories: dict[str, list[list[dict]]], path: Path) -> P
     return save(fig, path)
 
 
-def final_value_plots(cells, axes: list[str], level: float | None, out: Path) -> None:
-    """Final values against a numeric axis (with the attention-free level where known), from the cells alone."""
-    if "model.d_k" in axes:
+def varying_axes(cells, axes: list[str]) -> list[str]:
+    """The axes on which the cells take more than one value (an axis with one value compares nothing)."""
+    return [a for a in axes if len({c.axes.get(a) for c in cells}) > 1]
+
+
+def figure_name(metric: str, axis: str) -> str:
+    """The file of ``metric`` drawn against ``axis``: val_acc_vs_n_kv_head.png."""
+    return f"{metric.replace('/', '_')}_vs_{short(axis)}.png"
+
+
+def final_value_plots(cells, axes: list[str], level: float | None, out: Path, metric: str = "val/loss") -> None:
+    """Final values against each numeric axis the cells vary on, from the cells alone: the question's primary
+    ``metric`` and the val loss (with the attention-free level where known)."""
+    varying = varying_axes(cells, axes)
+    if "model.d_k" in varying:
         metric_vs_axis(
             cells, "model.d_k", "val/loss", out / "val_loss_vs_dk.png", ylabel="final val loss", baseline=level
         )
@@ -353,6 +365,8 @@ def final_value_plots(cells, axes: list[str], level: float | None, out: Path) ->
             default=-1,
         )
         layer_stat_vs_axis(cells, "model.d_k", "entropy_norm", layers, out / "entropy_norm_vs_dk.png")
-    for axis in axes:
+    for axis in varying:
         if axis not in ("model.d_k", LR_AXIS):
-            metric_vs_axis(cells, axis, "val/loss", out / f"val_loss_vs_{short(axis)}.png", baseline=level)
+            for m in dict.fromkeys([metric, "val/loss"]):
+                baseline = level if m == "val/loss" else None
+                metric_vs_axis(cells, axis, m, out / figure_name(m, axis), ylabel=f"final {m}", baseline=baseline)

@@ -19,7 +19,8 @@ MACHINE_METRICS = {"perf/tokens_per_s": 1.0, "mem/peak_bytes": 1 / 2**20}
 LAYER = re.compile(r"^(attn|heads)/L(\d+)/(.+)$")
 LAYER_STATS = [*table_stats(QUERY_CLASSES), "previous_token_max", "sink_max", "induction_max"]
 LAYER_STATS += ["induction_knockout_all_heads"]
-FIGURES = ("lr_sensitivity.png", "val_loss_vs_dk.png", "sink_formation.png")
+# the figure of a study's question, where it has its own: the frontier, the LR grid, the d_k curve, the sink
+FIGURES = ("frontier.png", "lr_sensitivity.png", "val_loss_vs_dk.png", "sink_formation.png")
 
 
 def table(columns: list[str], rows: list[list[str]], title: str | None = None) -> dict:
@@ -226,13 +227,14 @@ def lr_tables(arms, context_free: float | None) -> list[dict]:
     return out
 
 
-def figures(out: Path) -> list[Path]:
-    """The report's figures, the main one first (the study's own plot, else a final value against an axis)."""
+def figures(out: Path, metric: str = "val/loss") -> list[Path]:
+    """The report's figures, the question's first: the study's own plot, else its primary ``metric`` against
+    an axis, else the val loss against one."""
     pngs = sorted(out.glob("*.png"))
-    main = [p for name in FIGURES for p in pngs if p.name == name] + [
-        p for p in pngs if p.name.startswith("val_loss_vs_")
-    ]
-    return list(dict.fromkeys([*main, *pngs]))
+    lead = [p for name in FIGURES for p in pngs if p.name == name]
+    for name in dict.fromkeys([metric, "val/loss"]):
+        lead += [p for p in pngs if p.name.startswith(f"{name.replace('/', '_')}_vs_")]
+    return list(dict.fromkeys([*lead, *pngs]))
 
 
 def render(view: dict) -> dict[str, str]:
