@@ -1,14 +1,26 @@
 """Every test and interval the reports print, as thin calls into scipy.stats.
 
-One module so a reviewer can check each number against scipy's documentation: Welch's t-test with
-its interval (``ttest_ind(equal_var=False)``, ``ttest_ind_from_stats`` where only a cell's mean, std
-and count exist), the one-sample t-test, t intervals, Wilson intervals for k of n, Holm's step-down
-correction, and the smallest difference a pair of cells could detect (two-sided, 80 % power).
+One module so a reviewer can check each number against scipy's documentation. Each outcome kind has
+its own test, chosen by what the data are (``OUTCOMES``):
+
+- continuous: Welch's t-test with its interval (``ttest_ind(equal_var=False)``; ``ttest_ind_from_stats``
+  where only a cell's mean, std and count exist), or the exact permutation test of the difference of
+  means (``permutation_test``) where a side has ``EXACT_UP_TO`` seeds or fewer or no spread: a t-test
+  there rests on a normality and a spread that two to five seeds cannot show;
+- learned (reached a threshold or not): k of n with Wilson intervals, Fisher's exact test, its exact power;
+- onset (the step a run learned, right-censored at its budget): Kaplan-Meier curves (``ecdf`` on
+  ``CensoredData``), the median onset with its interval, the log-rank test, its power by simulation;
+- skewed ratios: the median with a bootstrap interval, the sign test and Wilcoxon's signed-rank test on
+  the log ratios.
+
+Holm's step-down correction counts every comparison of a family, untestable ones as p = 1. Planning
+reads a spread no smaller than the metric's resolution and, at few seeds, its upper confidence bound.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,6 +29,20 @@ from scipy import optimize, stats
 
 ALPHA = 0.05
 POWER = 0.8
+EXACT_UP_TO = 5  # seeds a side at or below which a continuous contrast is tested exactly (permutation)
+EXACT_ENUMERATION = 200_000  # arrangements enumerated exactly; beyond, a fixed-seed Monte Carlo
+RESAMPLES = 9_999
+OUTCOMES = {
+    "continuous": "a final value per seed: Welch's t-test, or the exact permutation test where a side has "
+    f"{EXACT_UP_TO} seeds or fewer or no spread (a t-test there rests on a normality and a spread so few seeds cannot show)",
+    "learned": "learned or not (the final value reaches question.learned): k of n with Wilson intervals and Fisher's "
+    "exact test, since a learned/unlearned split is bimodal and no mean or spread describes it",
+    "onset": "the step a run first reaches question.learned, right-censored at its budget: Kaplan-Meier curves, the "
+    "median onset with its interval and the log-rank test against the reference (a run that has not learned by "
+    "its cap says nothing about later), with k of n learned and Fisher's exact test beside them",
+    "ratio": "a ratio per seed, skewed: its median with a bootstrap interval, the sign test and Wilcoxon's "
+    "signed-rank test on the log ratios (no normality assumed)",
+}
 
 
 @dataclass(frozen=True)
@@ -206,12 +232,15 @@ def wilson(k: int, n: int, confidence: float = 1 - ALPHA) -> tuple[float, float]
 
 
 def holm(pvalues: Sequence[float | None]) -> list[float | None]:
-    """Holm's step-down adjustment over the p-values that are not None (which stay None)."""
+    """Holm's step-down adjustment over a family. A comparison without a p-value (None or NaN: no test
+    possible) still counts in the family's size, as p = 1, and stays None: dropping it would shrink
+    the correction of the others."""
+    m = len(pvalues)
     idx = [i for i, p in enumerate(pvalues) if p is not None and math.isfinite(p)]
-    out: list[float | None] = [None] * len(pvalues)
+    out: list[float | None] = [None] * m
     running = 0.0
     for rank, i in enumerate(sorted(idx, key=lambda i: pvalues[i])):
-        running = max(running, min(1.0, (len(idx) - rank) * pvalues[i]))
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
         out[i] = running
     return out
 
@@ -240,4 +269,267 @@ def interaction(
         n_ref=sum(n for _, _, n, sign in cells if sign < 0),
         n_level=sum(n for _, _, n, sign in cells if sign > 0),
         detectable=detectable(se, df, alpha, power),
+    )
+
+
+# ---------------------------------------------------------------- continuous: the exact test
+@dataclass(frozen=True)
+class Exact:
+    """The permutation test of mean(level) - mean(reference): its two-sided p and the smallest p any
+    arrangement of these seed counts can give (2 / C(n_ref + n_level, n_ref) when enumerated)."""
+
+    diff: float
+    p: float
+    p_min: float
+    n_ref: int
+    n_level: int
+    enumerated: bool
+
+    def reachable(self, alpha: float = ALPHA) -> bool:
+        """Whether these seed counts can reach ``alpha`` at all."""
+        return self.p_min < alpha
+
+
+def exact_needed(reference: Sequence[float], level: Sequence[float]) -> bool:
+    """Whether a continuous contrast is tested exactly: a side with EXACT_UP_TO seeds or fewer, or without spread."""
+    ref, lvl = _finite(reference), _finite(level)
+    small = min(len(ref), len(lvl)) <= EXACT_UP_TO
+    flat = (len(ref) > 1 and np.ptp(ref) == 0) or (len(lvl) > 1 and np.ptp(lvl) == 0)
+    return bool(small or flat)
+
+
+def _mean_difference(x, y, axis=-1):
+    return np.mean(x, axis=axis) - np.mean(y, axis=axis)
+
+
+def permutation(reference: Sequence[float], level: Sequence[float]) -> Exact | None:
+    """The two-sided permutation test of the difference of means (``scipy.stats.permutation_test``,
+    independent samples): exact over every arrangement where they number EXACT_ENUMERATION or fewer,
+    else RESAMPLES fixed-seed resamples. None below one value a side or below two values in all."""
+    ref, lvl = _finite(reference), _finite(level)
+    if len(ref) < 1 or len(lvl) < 1 or len(ref) + len(lvl) < 3:
+        return None
+    arrangements = math.comb(len(ref) + len(lvl), len(ref))
+    enumerated = arrangements <= EXACT_ENUMERATION
+    res = stats.permutation_test(
+        (lvl, ref),
+        _mean_difference,
+        permutation_type="independent",
+        vectorized=True,
+        n_resamples=np.inf if enumerated else RESAMPLES,
+        alternative="two-sided",
+        rng=np.random.default_rng(0),
+    )
+    p_min = min(1.0, 2 / arrangements) if enumerated else 2 / (RESAMPLES + 1)
+    return Exact(float(lvl.mean() - ref.mean()), float(res.pvalue), p_min, len(ref), len(lvl), enumerated)
+
+
+# ---------------------------------------------------------------- spread for planning
+def sd_upper(sd: float, n: int, confidence: float = 1 - ALPHA) -> float:
+    """The one-sided upper confidence bound of a population sd from a sample sd of ``n`` values (the
+    chi-square bound): at 2 seeds it is 16x the sample sd, at 3 4.4x. NaN below two values."""
+    if n < 2 or not math.isfinite(sd):
+        return math.nan
+    return float(sd * math.sqrt((n - 1) / stats.chi2.ppf(1 - confidence, n - 1)))
+
+
+def planning_sd(sd: float, n: int, resolution: float = 0.0, confidence: float = 1 - ALPHA) -> float:
+    """The spread a plan assumes: the sd's upper confidence bound, never below the metric's resolution
+    (for an accuracy, one scored query): zero spread at two seeds is not a known zero."""
+    upper = sd_upper(sd, n, confidence)
+    return max(upper, resolution) if math.isfinite(upper) else math.nan
+
+
+# ---------------------------------------------------------------- learned: k of n
+@dataclass(frozen=True)
+class Proportions:
+    """k of n learned in the reference and in the level, with Wilson intervals and Fisher's exact p."""
+
+    k_ref: int
+    n_ref: int
+    k_level: int
+    n_level: int
+    p: float
+    ci_ref: tuple[float, float]
+    ci_level: tuple[float, float]
+
+    @property
+    def diff(self) -> float:
+        return self.k_level / self.n_level - self.k_ref / self.n_ref
+
+    @property
+    def p_min(self) -> float:
+        """Fisher's smallest p at these counts (all of one side learned, none of the other)."""
+        return fisher_p(self.n_ref, self.n_ref, 0, self.n_level)
+
+
+def fisher_p(k_ref: int, n_ref: int, k_level: int, n_level: int) -> float:
+    """Fisher's exact two-sided p of a 2x2 table of learned / not learned."""
+    table = [[k_ref, n_ref - k_ref], [k_level, n_level - k_level]]
+    return float(stats.fisher_exact(table).pvalue)
+
+
+def proportions(k_ref: int, n_ref: int, k_level: int, n_level: int) -> Proportions | None:
+    if n_ref < 1 or n_level < 1:
+        return None
+    return Proportions(
+        k_ref,
+        n_ref,
+        k_level,
+        n_level,
+        fisher_p(k_ref, n_ref, k_level, n_level),
+        wilson(k_ref, n_ref),
+        wilson(k_level, n_level),
+    )
+
+
+def fisher_power(p_ref: float, p_level: float, n_ref: int, n_level: int, alpha: float = ALPHA) -> float:
+    """Fisher's exact test's power, exactly: the binomial probability of every table it rejects at ``alpha``."""
+    k1, k2 = np.arange(n_ref + 1), np.arange(n_level + 1)
+    w1, w2 = stats.binom.pmf(k1, n_ref, p_ref), stats.binom.pmf(k2, n_level, p_level)
+    return float(sum(w1[a] * w2[b] for a in k1 for b in k2 if fisher_p(int(a), n_ref, int(b), n_level) < alpha))
+
+
+def fisher_seeds_needed(
+    p_ref: float, p_level: float, alpha: float = ALPHA, power: float = POWER, most: int = 40
+) -> int | None:
+    """The fewest seeds a side at which Fisher's test finds learning probabilities ``p_ref`` against
+    ``p_level`` with ``power``; None if more than ``most``."""
+    for n in range(2, most + 1):
+        if fisher_power(p_ref, p_level, n, n, alpha) >= power:
+            return n
+    return None
+
+
+# ---------------------------------------------------------------- onset: censored times
+@dataclass(frozen=True)
+class Survival:
+    """A Kaplan-Meier curve of the fraction of runs not yet learned, with its pointwise interval, and the
+    median onset with its interval (None where the curve, or its band, never falls to one half)."""
+
+    times: tuple[float, ...]  # every step a run ended at (learned or censored), ascending
+    survival: tuple[float, ...]
+    lo: tuple[float, ...]
+    hi: tuple[float, ...]
+    n: int
+    events: int
+    cap: float  # the last step any run was followed to
+    median: float | None
+    median_lo: float | None
+    median_hi: float | None
+
+
+def censored(times: Sequence[float], censored: Sequence[bool]) -> stats.CensoredData:
+    t, c = np.asarray(times, dtype=float), np.asarray(censored, dtype=bool)
+    return stats.CensoredData(uncensored=t[~c], right=t[c])
+
+
+def _first_at_or_below(times: np.ndarray, curve: np.ndarray, level: float = 0.5) -> float | None:
+    hit = np.nonzero(curve <= level + 1e-12)[0]
+    return float(times[hit[0]]) if len(hit) else None
+
+
+def kaplan_meier(times: Sequence[float], censored_: Sequence[bool], confidence: float = 1 - ALPHA) -> Survival:
+    """The fraction not yet learned over steps (``scipy.stats.ecdf`` on ``CensoredData``, its survival
+    function, log-log interval). The median's interval is the steps where the band's lower and upper
+    curves first reach one half (the band inverted, Brookmeyer and Crowley's construction)."""
+    t, c = np.asarray(times, dtype=float), np.asarray(censored_, dtype=bool)
+    cap = float(t.max()) if len(t) else math.nan
+    if not (~c).any():  # no run learned: the curve stays at 1
+        return Survival((), (), (), (), len(t), 0, cap, None, None, None)
+    sf = stats.ecdf(censored(t, c)).sf
+    with warnings.catch_warnings():  # the log-log band is undefined where the curve is 0 or 1: NaN, filled below
+        warnings.simplefilter("ignore", RuntimeWarning)
+        band = sf.confidence_interval(confidence, method="log-log")
+    steps, surv = sf.quantiles, sf.probabilities
+    low = np.nan_to_num(band.low.probabilities, nan=0.0)
+    high = np.nan_to_num(band.high.probabilities, nan=1.0)
+    return Survival(
+        tuple(map(float, steps)),
+        tuple(map(float, surv)),
+        tuple(map(float, low)),
+        tuple(map(float, high)),
+        len(t),
+        int((~c).sum()),
+        cap,
+        _first_at_or_below(steps, surv),
+        _first_at_or_below(steps, low),
+        _first_at_or_below(steps, high),
+    )
+
+
+def logrank_p(ref_times, ref_censored, level_times, level_censored) -> float:
+    """The log-rank test's two-sided p of two arms' onsets (``scipy.stats.logrank``); NaN where neither
+    arm has an event (nothing to compare)."""
+    if all(ref_censored) and all(level_censored):
+        return math.nan
+    res = stats.logrank(censored(level_times, level_censored), censored(ref_times, ref_censored))
+    return float(res.pvalue)
+
+
+def logrank_power(
+    ref_times, ref_censored, level_times, level_censored, n: int, alpha: float = ALPHA, draws: int = 400, seed: int = 0
+) -> float:
+    """The log-rank test's power at ``n`` seeds a side by simulation: each arm's onsets resampled from its
+    own runs (censored where they were), the test run on each draw. NaN where neither arm has an event."""
+    rng = np.random.default_rng(seed)
+    ref = np.column_stack([np.asarray(ref_times, float), np.asarray(ref_censored, bool)])
+    lvl = np.column_stack([np.asarray(level_times, float), np.asarray(level_censored, bool)])
+    if ref[:, 1].all() and lvl[:, 1].all():
+        return math.nan
+    hits = 0
+    for _ in range(draws):
+        a, b = ref[rng.integers(0, len(ref), n)], lvl[rng.integers(0, len(lvl), n)]
+        p = logrank_p(a[:, 0], a[:, 1].astype(bool), b[:, 0], b[:, 1].astype(bool))
+        hits += bool(math.isfinite(p) and p < alpha)
+    return hits / draws
+
+
+# ---------------------------------------------------------------- skewed ratios
+@dataclass(frozen=True)
+class Ratios:
+    """Per-seed ratios (level over reference): their median with a percentile-bootstrap interval, how many
+    lie above 1, the sign test's p and Wilcoxon's signed-rank p on the log ratios (both two-sided)."""
+
+    n: int
+    median: float
+    lo: float
+    hi: float
+    above: int
+    p_sign: float
+    p_wilcoxon: float
+
+    @property
+    def p(self) -> float:
+        """The verdict's p: the sign test's, which assumes neither symmetry nor a distribution."""
+        return self.p_sign
+
+
+def ratios(values: Sequence[float], confidence: float = 1 - ALPHA) -> Ratios | None:
+    """None below two finite positive ratios."""
+    r = _finite(values)
+    r = r[r > 0]
+    if len(r) < 2:
+        return None
+    boot = stats.bootstrap(
+        (r,),
+        np.median,
+        confidence_level=confidence,
+        n_resamples=RESAMPLES,
+        method="percentile",
+        rng=np.random.default_rng(0),
+    )
+    logs = np.log(r)
+    nonzero = logs[logs != 0]
+    above = int((r > 1).sum())
+    p_sign = float(stats.binomtest(above, len(nonzero), 0.5).pvalue) if len(nonzero) else 1.0
+    p_wilcoxon = float(stats.wilcoxon(nonzero).pvalue) if len(nonzero) else 1.0
+    return Ratios(
+        len(r),
+        float(np.median(r)),
+        float(boot.confidence_interval.low),
+        float(boot.confidence_interval.high),
+        above,
+        p_sign,
+        p_wilcoxon,
     )
