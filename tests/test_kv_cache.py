@@ -211,7 +211,8 @@ def test_cache_holds_the_key_value_heads_not_their_expansion():
 
 
 def test_a_latent_cache_holds_the_latent_and_the_rotated_rope_key():
-    """MLA: (B, 1, block, d_rope) RoPE keys, each rotated at its position, and (B, 1, block, d_c) latents."""
+    """MLA: one row per position, (B, 1, block, d_c + d_rope): the normed latent, then the RoPE key
+    rotated at its position; no values."""
     model = tiny_model("sdpa", "mla_rope")
     idx, caches = tokens(t=5), model.kv_caches()
     with torch.no_grad():
@@ -219,9 +220,9 @@ def test_a_latent_cache_holds_the_latent_and_the_rotated_rope_key():
         model.next_logits(idx[:, 2:5], caches)
         attn = model.blocks[0].attn
         _, c, k_rope = attn.qkv_proj(model.blocks[0].ln_1(model.embed(idx))).split(attn.qkv_sizes, dim=-1)
-    assert caches[0].k.shape == (2, 1, BLOCK, 4) and caches[0].v.shape == (2, 1, BLOCK, 6)
-    torch.testing.assert_close(caches[0].k[:, :, :5], attn.rotary(k_rope.unsqueeze(1)), atol=1e-12, rtol=0)
-    torch.testing.assert_close(caches[0].v[:, 0, :5], attn.kv_norm(c), atol=1e-12, rtol=0)
+    assert caches[0].k.shape == (2, 1, BLOCK, 6 + 4) and caches[0].v is None
+    torch.testing.assert_close(caches[0].k[:, :, :5, 6:], attn.rotary(k_rope.unsqueeze(1)), atol=1e-12, rtol=0)
+    torch.testing.assert_close(caches[0].k[:, 0, :5, :6], attn.kv_norm(c), atol=1e-12, rtol=0)
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,8 @@ kernel -> gate -> output projection, every variant a field of ``AttentionConfig`
 ``Attention`` inside it owns what turns q, k, v into the heads' outputs (backend, scaling,
 normalisation, window, ALiBi bias, escape slot, key/value groups, the differential map). What a
 measurement reads is written once, where it is computed, into one ``Intermediates`` record per
-forward when the layer is asked to record (analysis/probe.py asks).
+forward when the layer is asked to record (analysis/probe.py asks). Latent attention's projections and
+its two decode forms are attention/latent.py; checkpoint keys of earlier layouts, attention/migrations.py.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnlab.attention import migrations
 from attnlab.attention.backends import attend
 from attnlab.attention.config import AttentionConfig, latent_refusal
+from attnlab.attention.latent import LatentAttention
 from attnlab.attention.masks import Visibility
 from attnlab.attention.position import POS_ENCODINGS, Rotary, alibi_bias, alibi_slopes
 from attnlab.attention.scaling import Scale, qk_component_std
@@ -132,10 +135,14 @@ class Attention(nn.Module):
         self.training_kernels: list[str] = []  # kernels of the training forwards, in order of first use
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        """Checkpoints written before the escape slot's rename hold ``sink.logit``: read it as ``escape.logit``."""
-        if prefix + "sink.logit" in state_dict:
-            state_dict[prefix + "escape.logit"] = state_dict.pop(prefix + "sink.logit")
+        migrations.attention_keys(state_dict, prefix)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def ran(self, kernel: str) -> None:
+        """Note the kernel of this forward (``kernel``; ``training_kernels`` in a training forward)."""
+        self.kernel = kernel
+        if self.training and torch.is_grad_enabled() and kernel not in self.training_kernels:
+            self.training_kernels.append(kernel)  # probes run in eval mode under no_grad: never counted
 
     @property
     def backend(self) -> str:
@@ -286,9 +293,7 @@ class Attention(nn.Module):
             if q.shape[-2] != k.shape[-2]:
                 raise ValueError("Attention.knockout cuts (B, T, T) edges of a full forward; it takes no KV cache")
             out = self._knocked_out(out, q, k, v, key_padding_mask)
-        self.kernel = kernel
-        if self.training and torch.is_grad_enabled() and kernel not in self.training_kernels:
-            self.training_kernels.append(kernel)  # probes run in eval mode under no_grad: never counted
+        self.ran(kernel)
         if self.record_to is not None:
             self.intermediates = Intermediates(self, q.detach(), k.detach(), v.detach(), out.detach())
             self.record_to.append(self.intermediates)
@@ -337,7 +342,7 @@ class QKV(NamedTuple):
     v: torch.Tensor
 
 
-class AttentionLayer(nn.Module):
+class AttentionLayer(LatentAttention, nn.Module):
     """The whole attention layer: (B, T, d_model) in, its residual contribution (B, T, d_model) out.
 
     x -> qkv_proj (one matmul) -> heads -> q_norm, k_norm (qk_norm) -> RoPE -> KV cache ->
@@ -376,7 +381,7 @@ class AttentionLayer(nn.Module):
         self.qkv_sizes = (inner, kv_inner, kv_inner)
         self.latent = cfg.latent if cfg.latent.d_c is not None else None
         d_rope = self.latent.d_rope if self.latent is not None else 0
-        if self.latent is not None:  # _latent_qkv
+        if self.latent is not None:  # attention/latent.py
             self._build_latent(d_model, n_head, d_k)
         self.qkv_proj = nn.Linear(d_model, sum(self.qkv_sizes), bias=bias)
         self.out_proj = nn.Linear(inner, d_model, bias=bias)
@@ -410,14 +415,7 @@ class AttentionLayer(nn.Module):
         self.resid_dropout = nn.Dropout(dropout) if dropout > 0 else None
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        """Older checkpoints hold ``...attn.attn.*`` (a learned scale or escape logit; now
-        ``...attn.attention.*``) and separate ``q_proj``, ``k_proj``, ``v_proj`` weights (now the
-        rows of ``qkv_proj``): read them as they are now."""
-        for key in [k for k in state_dict if k.startswith(prefix + "attn.")]:
-            state_dict[prefix + "attention." + key[len(prefix) + 5 :]] = state_dict.pop(key)
-        parts = [prefix + f"{name}_proj.weight" for name in QKV._fields]
-        if all(key in state_dict for key in parts):
-            state_dict[prefix + "qkv_proj.weight"] = torch.cat([state_dict.pop(key) for key in parts])
+        migrations.layer_keys(state_dict, prefix)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def qkv_parts(self, rows: torch.Tensor) -> QKV:
@@ -438,6 +436,9 @@ class AttentionLayer(nn.Module):
     def forward(self, x, key_padding_mask=None, cache=None):
         """``cache`` (attention/cache.py): x continues the positions cached there; its keys and
         values are appended and its queries attend to every cached one."""
+        if self.latent is not None and self._absorbs(cache, x.shape[1]):
+            y = self._absorbed_forward(x, cache, key_padding_mask)  # attention/latent.py
+            return y if self.resid_dropout is None else self.resid_dropout(y)
         q, k, v = self._qkv(x, cache) if self.latent is None else self._latent_qkv(x, cache)
         attended = self.attention(q, k, v, key_padding_mask=key_padding_mask)  # (B, H, T, d_k)
         out = attended
@@ -475,44 +476,6 @@ class AttentionLayer(nn.Module):
             q, k = rotate(q, k.shape[-2] - q.shape[-2]), rotate(k)
         return q, k, v
 
-    def _build_latent(self, d_model: int, n_head: int, d_k: int) -> None:
-        """MLA's projections (``LatentConfig``). ``qkv_proj`` reads x once for the queries (or
-        their latent, d_cq), the key/value latent (d_c) and the RoPE key (d_rope): ``qkv_parts``
-        names them q, k and v. ``kv_up`` expands a latent into every head's key (its first
-        n_head * d_k rows) and value; ``q_up`` a query latent into the queries, each head's d_k
-        content part then its d_rope RoPE part. Each latent is RMS-normed before its expansion, as
-        in DeepSeek-V2."""
-        lat = self.latent
-        q_width = n_head * (d_k + lat.d_rope)
-        self.qkv_sizes = (lat.d_cq or q_width, lat.d_c, lat.d_rope)
-        self.kv_norm = nn.RMSNorm(lat.d_c, eps=1e-6)
-        self.kv_up = nn.Linear(lat.d_c, 2 * n_head * d_k, bias=False)
-        self.q_latent_norm = nn.RMSNorm(lat.d_cq, eps=1e-6) if lat.d_cq else None
-        self.q_up = nn.Linear(lat.d_cq, q_width, bias=False) if lat.d_cq else None
-
-    def _latent_qkv(self, x, cache):
-        """MLA's q, k (B, H, T|T_k, d_k + d_rope) and v (B, H, T_k, d_k).
-
-        The cache (attention/cache.py, as it stores any pair) holds the RoPE key (B, 1, T, d_rope) in
-        its keys' place and the normed latent (B, 1, T, d_c) in its values', (d_c + d_rope) values per
-        token, and the keys and values are re-expanded from every cached latent at each step, rather than decoded through absorbed
-        projections (W_uk folded into the queries, W_uv into the output projection). Re-expanding
-        runs the training forward's own computation, so every backend and every statistic takes
-        MLA unchanged and cached logits equal the full forward's; its cost, T_k x d_c x 2 H d_k
-        multiply-adds per step and layer, is what absorption saves at serving scale, where the
-        kernel then attends over d_c-wide heads (a kernel attnlab's backends do not have)."""
-        lat, h, d = self.latent, self.n_head, self.d_k
-        b, t, _ = x.shape
-        q, c, k_rope = self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
-        if self.q_up is not None:
-            q = self.q_up(self.q_latent_norm(q))
-        q_c, q_rope = q.view(b, t, h, d + lat.d_rope).transpose(1, 2).split((d, lat.d_rope), dim=-1)
-        c, k_rope = self.kv_norm(c).unsqueeze(1), k_rope.unsqueeze(1)  # (B, 1, T, d_c), (B, 1, T, d_rope)
-        q_rope, k_rope, c = self._rotated_and_cached(q_rope, k_rope, c, cache, self.rotary)
-        k_c, v = (self._heads(part) for part in self.kv_up(c.squeeze(1)).split(h * d, dim=-1))
-        k = torch.cat([k_c, k_rope.expand(-1, h, -1, -1)], dim=-1)
-        return torch.cat([q_c, q_rope], dim=-1), k, v
-
     @torch.no_grad()
     def clip_qk(self, max_logit: torch.Tensor, threshold: float) -> int:
         """QK-clip (Kimi K2's MuonClip): each head h whose largest logit ``max_logit[h]`` passed
@@ -525,13 +488,8 @@ class AttentionLayer(nn.Module):
         its logits. An additive bias (ALiBi) is not scaled."""
         over = max_logit > threshold
         gamma = torch.where(over, threshold / max_logit.clamp_min(1e-30), torch.ones_like(max_logit)).float()
-        if self.latent is not None:  # the content parts sqrt(gamma) each, the RoPE query gamma: its key is shared
-            d, w = self.d_k, self.q_up.weight if self.q_up is not None else self.qkv_parts(self.qkv_proj.weight).q
-            q_rows = w.view(self.n_head, d + self.latent.d_rope, -1)
-            q_rows[:, :d].mul_(gamma.sqrt().view(-1, 1, 1).to(w.dtype))
-            q_rows[:, d:].mul_(gamma.view(-1, 1, 1).to(w.dtype))
-            k_rows = self.kv_up.weight[: self.n_head * d].view(self.n_head, d, -1)
-            k_rows.mul_(gamma.sqrt().view(-1, 1, 1).to(w.dtype))
+        if self.latent is not None:
+            self._clip_latent(gamma)
             return int(over.sum())
         key_scale = gamma.view(self.n_kv_head, -1).amin(1).sqrt()  # (H_kv,)
         query_scale = gamma / key_scale.repeat_interleave(self.n_head // self.n_kv_head)  # (H,)

@@ -256,9 +256,10 @@ class GPT(nn.Module):
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-100)
         return logits, loss
 
-    def kv_caches(self) -> list[KVCache]:
-        """An empty KV cache per layer, room for block_size positions (attention/cache.py)."""
-        return [KVCache(self.cfg.block_size) for _ in self.blocks]
+    def kv_caches(self, latent_decode: str = "auto") -> list[KVCache]:
+        """An empty KV cache per layer, room for block_size positions (attention/cache.py);
+        ``latent_decode``: how latent attention reads it (auto, absorbed or expanded)."""
+        return [KVCache(self.cfg.block_size, latent_decode) for _ in self.blocks]
 
     def rolling_kv_caches(self, capacity: int, sinks: int) -> list[RollingKVCache]:
         """A streaming cache per layer (attention/cache.py): the first ``sinks`` tokens and the most
