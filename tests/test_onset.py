@@ -77,3 +77,72 @@ def test_kv_frontier_stops_multi_head_at_its_onset_and_records_it(tmp_path):
     assert results["onset/step"] == metrics["step"] < 1500
     assert results["onset/step"] % 250 == 0 and results["val/acc"] >= 0.9
     assert results["machine/cpus"] >= 1 and results["machine/load"] >= 0
+
+
+def onset_runs(arms: dict[str, list[tuple[int, bool]]]):
+    """A kv_frontier runs.csv: per arm, (step, learned) per seed."""
+    import pandas as pd
+
+    rows = []
+    for arm, runs in arms.items():
+        for seed, (step, learned) in enumerate(runs):
+            rows.append(
+                {
+                    "variant": arm,
+                    "attention": "sdpa",
+                    "model.attention.scaling": "inv_sqrt_d",
+                    "model.block_size": 64,
+                    "seed": seed,
+                    "budget": "default",
+                    "status": "ok",
+                    "error": "",
+                    "config": "",
+                    "run": f"{arm}{seed}",
+                    "val/loss": 0.01 if learned else 1.86,
+                    "val/acc": 0.95 if learned else 0.21,
+                    "mem/kv_cache_bytes_per_token": 2048.0 if arm == "baseline" else 512.0,
+                    "mem/kv_cache_context": 64.0,
+                    "onset/step": float(step),
+                    "onset/censored": 0.0 if learned else 1.0,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_an_onset_report_compares_arms_by_log_rank_and_k_of_n(tmp_path):
+    """Multi-head learns in every seed by step 500; multi-query in none by 6,000; grouped-query as multi-head.
+    The report reads multi-query as later (log-rank, Holm over both arms) and grouped-query as no difference,
+    with k of n and the median onsets the curves give."""
+    from attnlab.studies.report import write_report
+    from attnlab.studies.report.data import write_runs
+    from attnlab.util import significance
+
+    early = [(250, True), (500, True), (250, True), (500, True), (250, True)]
+    arms = {"baseline": early, "gqa_kv2": early[::-1], "mqa": [(6000, False)] * 5}
+    out = tmp_path / "kv_frontier"
+    out.mkdir()
+    write_runs(onset_runs(arms), out / "runs.csv")
+    data = write_report(out, {"study": "kv_frontier"}, draw=True)
+    learning = data["learning"]
+    by_level = {c["level"]: c for c in learning["comparisons"]}
+    assert by_level["mqa"]["verdict"] == "later"
+    assert by_level["gqa_kv2"]["verdict"] == "none"
+    assert by_level["mqa"]["k"] == [5, 0] and by_level["mqa"]["n"] == [5, 5]
+    p = [by_level[a]["p_logrank"] for a in ("gqa_kv2", "mqa")]
+    assert [by_level[a]["p_holm"] for a in ("gqa_kv2", "mqa")] == pytest.approx(significance.holm(p))
+    assert by_level["mqa"]["p_fisher"] == pytest.approx(2 / 252)
+    medians = {a["axes"]["variant"]: a["median"] for a in learning["arms"]}
+    assert medians == {"baseline": 250.0, "gqa_kv2": 250.0, "mqa": None}
+    assert (out / "onset.png").is_file()
+    assert data["contrasts"] == {}  # no means of a bimodal outcome
+
+
+def test_an_unknown_outcome_is_refused_naming_the_accepted_ones(tmp_path):
+    from attnlab.studies.report import analysis
+    from attnlab.util.errors import ConfigError
+
+    conf = tmp_path / "experiment"
+    conf.mkdir()
+    (conf / "x.yaml").write_text("question:\n  ask: a\n  axis: variant\n  reference: baseline\n  outcome: average\n")
+    with pytest.raises(ConfigError, match="question.outcome.*continuous, learned, onset, ratio"):
+        analysis.question_of("x", ["variant"], conf_dir=tmp_path)

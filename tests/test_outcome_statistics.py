@@ -59,16 +59,18 @@ def test_the_exact_test_matches_a_hand_enumeration():
 
 
 @pytest.mark.parametrize(
-    ("ref", "lvl", "exact"),
+    ("ref", "lvl", "shown", "decides"),
     [
-        ([1.0, 1.0, 1.0], [0.2, 0.25, 0.3], True),  # a side at a ceiling with no spread
-        ([0.1] * 8, [0.2 + 0.01 * i for i in range(8)], True),  # zero spread at 8 seeds
-        ([0.1 + 0.01 * i for i in range(6)], [0.2 + 0.01 * i for i in range(6)], False),  # Welch's ground
-        ([0.1, 0.2, 0.3, 0.4, 0.5], [0.2 + 0.01 * i for i in range(9)], True),  # one side with 5
+        ([1.0, 1.0, 1.0], [0.2, 0.25, 0.3], True, True),  # a side at a ceiling with no spread
+        ([0.1] * 8, [0.2 + 0.01 * i for i in range(8)], True, True),  # zero spread at 8 seeds
+        ([0.1, 0.12, 0.13], [0.2, 0.22, 0.25], True, False),  # 3 a side: no arrangement reaches 0.05
+        ([0.1, 0.12, 0.13, 0.11], [0.2, 0.22, 0.25, 0.21], True, True),  # 4 a side: 2/70 can
+        ([0.1 + 0.01 * i for i in range(6)], [0.2 + 0.01 * i for i in range(6)], False, False),  # Welch's ground
     ],
 )
-def test_the_exact_test_is_chosen_for_few_seeds_or_zero_spread(ref, lvl, exact):
-    assert sig.exact_needed(ref, lvl) is exact
+def test_the_deciding_test_follows_the_seeds_and_their_spread(ref, lvl, shown, decides):
+    assert sig.exact_shown(ref, lvl) is shown
+    assert sig.exact_decides(ref, lvl) is decides
 
 
 # ---------------------------------------------------------------- spread for planning
@@ -80,7 +82,8 @@ def test_the_sd_upper_bound_at_one_and_two_degrees_of_freedom():
 
 def test_zero_spread_is_planned_at_the_metrics_resolution_not_at_zero():
     assert sig.planning_sd(0.0, 2, resolution=1 / 6144) == pytest.approx(1 / 6144)
-    assert sig.planning_sd(0.01, 2, resolution=1 / 6144) == pytest.approx(0.1595, rel=1e-3)
+    # Browne's 80 % bound at one degree of freedom: sqrt(1 / chi2.ppf(0.2, 1)) = 3.94 times the sample sd
+    assert sig.planning_sd(0.01, 2, resolution=1 / 6144) == pytest.approx(0.0394, rel=2e-3)
 
 
 # ---------------------------------------------------------------- learned: k of n

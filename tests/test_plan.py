@@ -1,5 +1,6 @@
-"""The planner: seeds a side from the noncentral t at each comparison's spread, the reference's learning
-checked against the attention-free level and the task's floor, and the hours those seeds cost."""
+"""The planner: seeds a side for each outcome kind (Welch's noncentral t at an sd's upper bound, the exact
+test's smallest p, Fisher's exact power), the reference's learning checked, and the hours the cells that
+need seeds cost at their own seconds a run."""
 
 from __future__ import annotations
 
@@ -17,58 +18,86 @@ from attnlab.sweeps.sweep import declared_seeds, planned_seeds
 from attnlab.util import significance
 
 
-def runs(acc: dict[str, list[float]], loss: float = 1.0, wall_s: float = 90.0) -> pd.DataFrame:
+def runs(
+    values: dict[str, list[float]], metric: str = "val/loss", wall_s: dict | float = 90.0, **extra
+) -> pd.DataFrame:
     rows = [
         {"variant": arm, "seed": seed, "budget": DEFAULT_BUDGET, "status": "ok", "error": "", "config": "", "run": ""}
-        | {"val/acc": value, "val/loss": loss + 0.01 * seed, "wall_s": wall_s}
-        for arm, values in acc.items()
-        for seed, value in enumerate(values)
+        | {metric: value, "wall_s": wall_s[arm] if isinstance(wall_s, dict) else wall_s}
+        | {k: v[arm][seed] for k, v in extra.items()}
+        for arm, arm_values in values.items()
+        for seed, value in enumerate(arm_values)
     ]
     return pd.DataFrame(rows)
 
 
-@pytest.fixture(scope="module")
-def levels():
-    return plan.experiment_baseline("kv_frontier")["bigram"]
-
-
-def test_seeds_needed_follow_each_comparisons_spread_and_the_hours_follow_the_seeds(levels):
+def test_seeds_needed_plan_from_each_sds_upper_bound_and_price_the_cells_that_need_them():
+    """variants (continuous, difference 0.02): each comparison's seeds from Browne's 80 % upper bound of each
+    cell's sd, no fewer than the exact test needs over the family; hours from each cell's own seconds."""
     frame = runs(
-        {"baseline": [0.95, 0.97, 0.93], "mqa": [0.90, 0.96, 0.84], "gqa_kv2": [0.951, 0.952, 0.953]},
-        loss=levels - 1.0,
+        {"baseline": [1.50, 1.52, 1.48], "mqa": [1.50, 1.56, 1.44], "gate": [1.501, 1.502, 1.503]},
+        wall_s={"baseline": 100.0, "mqa": 100.0, "gate": 400.0},
     )
-    made = plan.build_plan("kv_frontier", frame, hours=1000)
+    made = plan.build_plan("variants", frame, hours=1000)
     assert not made["problems"] and made["cells"] == 3
     by_arm = {row["comparison"].split(": ")[1].split(" vs ")[0]: row for row in made["comparisons"]}
+    ref = np.array([1.50, 1.52, 1.48])
     for arm, row in by_arm.items():
-        ref, lvl = np.array([0.95, 0.97, 0.93]), frame[frame["variant"] == arm]["val/acc"].to_numpy()
-        expected = significance.seeds_needed(ref.std(ddof=1), lvl.std(ddof=1), 0.05)
-        assert row["seeds_needed"] == expected and row["within_budget"]
-    assert made["seeds"] == max(r["seeds_needed"] for r in made["comparisons"])
-    assert made["hours"] == pytest.approx(made["seeds"] * 3 * 90.0 / plan.JOBS / 3600)
-    assert (
-        plan.verdict(made)
-        == f"untested: needs {made['seeds_for_all']} seeds ({made['hours_for_all']:.1f} hours on this machine)"
-        " for 2 of 2 comparisons"
-    )
-    tight = runs({"baseline": [0.950, 0.951, 0.952], "mqa": [0.950, 0.952, 0.951]}, loss=levels - 1.0)
-    assert plan.verdict(plan.build_plan("kv_frontier", tight, hours=1000)).startswith("answered")
+        lvl = frame[frame["variant"] == arm]["val/loss"].to_numpy()
+        upper = [significance.planning_sd(a.std(ddof=1), 3) for a in (ref, lvl)]
+        expected = max(significance.seeds_needed(*upper, 0.02), plan.exact_seeds(2))
+        assert row["seeds_needed"] == expected and row["sd_planned"] == pytest.approx(upper)
+    assert plan.exact_seeds(2) == 5  # 2/C(8,4) = 0.029 is not below 0.05/2; 2/C(10,5) = 0.0079 is
+    # the hours: each cell brought to the seeds its comparisons need, at its own seconds
+    need = {a: r["seeds_needed"] for a, r in by_arm.items()}
+    cost = (max(need.values()) - 3) * 100 + (need["mqa"] - 3) * 100 + (need["gate"] - 3) * 400
+    assert made["hours_for_all"] == pytest.approx(cost / plan.JOBS / 3600)
+    assert plan.verdict(made).startswith(f"untested: needs {made['seeds_for_all']} seeds a side")
 
-    capped = plan.build_plan("kv_frontier", frame, hours=0.05)  # 3 cells x 90 s x 2 seeds fits, no more
+    capped = plan.build_plan("variants", frame, hours=0.1)  # one seed of the 3 cells: 600 s; 2 jobs
     assert capped["most_seeds"] == 2 and not capped["answerable"]
-    assert plan.verdict(capped).startswith(f"untested: needs {capped['seeds_for_all']} seeds")
-    assert "over the 0.05 hours allowed" in plan.verdict(capped)
+    assert "over the 0.1 hours allowed" in plan.verdict(capped)
 
 
-def test_a_reference_that_has_not_learned_the_task_leaves_every_comparison_untested(levels):
-    below_floor = runs({"baseline": [0.30, 0.35, 0.32], "mqa": [0.31, 0.33, 0.30]}, loss=levels - 1.0)
-    made = plan.build_plan("kv_frontier", below_floor, hours=1000)
+def test_zero_spread_plans_at_the_resolution_and_a_flat_pair_is_not_known():
+    flat = runs({"baseline": [1.5, 1.5, 1.5], "mqa": [1.5, 1.5, 1.5]})
+    row = plan.build_plan("variants", flat, hours=1000)["comparisons"][0]
+    assert row["seeds_needed"] is None and row["test"] == "exact"  # nothing bounds a spread of 0 for a loss
+    config = plan.current_config(["experiment=kv_frontier"])
+    assert plan.resolution(config, "val/acc") == pytest.approx(1 / (8 * 32 * 24))  # one scored query
+    assert plan.resolution(config, "val/loss") == 0.0
+
+
+def onset_runs(arms: dict[str, list[tuple[int, bool]]]) -> pd.DataFrame:
+    steps = {a: [float(s) for s, _ in r] for a, r in arms.items()}
+    cens = {a: [0.0 if learned else 1.0 for _, learned in r] for a, r in arms.items()}
+    acc = {a: [0.95 if learned else 0.21 for _, learned in r] for a, r in arms.items()}
+    return runs(
+        acc,
+        "val/acc",
+        60.0,
+        **{"onset/step": steps, "onset/censored": cens, "val/loss": {a: [0.01] * len(r) for a, r in arms.items()}},
+    )
+
+
+def test_an_onset_plan_asks_for_the_seeds_that_find_an_arm_that_never_learns():
+    """2 of 2 against 0 of 2: Fisher's p is 1/3 whatever happens, so the plan asks for 4 a side (2/70) and
+    gives the power these 2 seeds have (none)."""
+    made = plan.build_plan("kv_frontier", onset_runs({"baseline": [(250, True)] * 2, "mqa": [(6000, False)] * 2}), 1000)
+    row = made["comparisons"][0]
+    assert row["seeds_needed"] == significance.fisher_seeds_needed(1.0, 0.0) == 4
+    assert row["power_never_learns"] == 0.0 and not row["resolved"]
+    assert plan.verdict(made).startswith("untested: needs 4 seeds a side")
+    five = plan.build_plan("kv_frontier", onset_runs({"baseline": [(250, True)] * 5, "mqa": [(6000, False)] * 5}), 1000)
+    assert five["comparisons"][0]["resolved"] and plan.verdict(five).startswith("answered")
+
+
+def test_a_reference_that_never_learned_leaves_every_comparison_untested():
+    made = plan.build_plan(
+        "kv_frontier", onset_runs({"baseline": [(6000, False)] * 3, "mqa": [(6000, False)] * 3}), 1000
+    )
     assert made["problems"] and not any(r["within_budget"] for r in made["comparisons"])
-    assert made["task_floor"]["in_context"] < 0.3  # guessing among the values in context
-    assert plan.verdict(made).startswith("untested")
-
-    above_level = runs({"baseline": [0.95, 0.96, 0.97], "mqa": [0.95, 0.96, 0.97]}, loss=levels + 0.1)
-    assert plan.build_plan("kv_frontier", above_level, hours=1000)["problems"]
+    assert plan.verdict(made).startswith("untested: the reference learned")
 
 
 def test_mqar_floors_match_their_closed_forms():

@@ -27,7 +27,7 @@ from omegaconf import OmegaConf
 
 from attnlab.cli import command_parser
 from attnlab.config.compose import compose_config
-from attnlab.studies.report import tested_cells
+from attnlab.studies.report import onset, tested_cells
 from attnlab.studies.report.aggregate import load_sweeps
 from attnlab.studies.report.analysis import cells_from_runs, contrasts
 from attnlab.studies.report.baseline import experiment_baseline, study_level
@@ -44,6 +44,7 @@ from attnlab.sweeps.sweep import main as sweep
 from attnlab.training.results import training_fingerprint
 from attnlab.util import significance
 from attnlab.util.files import atomic_write_text
+from attnlab.writing.pages import where
 
 DEFAULT_HOURS = 6.0  # what a study may cost on this machine when it declares no question.hours
 JOBS = 2  # runs at once, as `make sweep` runs them on two cores
@@ -103,17 +104,136 @@ def _compared(cell, cells: list, axis: str, reference: str) -> bool:
     return any(c.axes.get(axis) != reference and {k: v for k, v in c.axes.items() if k != axis} == rest for c in cells)
 
 
+def seconds_by_cell(frame: pd.DataFrame, axes: list[str], config: dict) -> tuple[dict[str, float], str]:
+    """Each cell's seconds a run, from its own finished runs (median wall time); a cell without one takes the
+    median of all runs. An arm that costs four times another is priced so."""
+    overall, timed = seconds_per_run(frame, config)
+    ok = frame[frame["status"] == "ok"]
+    out = {}
+    for key, rows in ok.groupby(axes, sort=False) if axes else [((), ok)]:
+        key = key if isinstance(key, tuple) else (key,)
+        wall = rows["wall_s"].dropna() if "wall_s" in rows else pd.Series(dtype=float)
+        label = where(dict(zip(axes, map(str, key))))
+        if len(wall) or overall is not None:
+            out[label] = float(wall.median()) if len(wall) else overall
+    return out, ("each cell's median wall time" if timed.startswith("median") else timed)
+
+
+def load_by_cell(frame: pd.DataFrame, axes: list[str]) -> dict[str, float]:
+    """Each cell's median machine load per CPU while its runs trained (runs that recorded it): above 1, they
+    waited for a core, and their wall time prices the machine as much as the arm."""
+    if "machine/load_per_cpu" not in frame:
+        return {}
+    ok = frame[(frame["status"] == "ok") & frame["machine/load_per_cpu"].notna()]
+    groups = ok.groupby(axes, sort=False) if axes else [((), ok)]
+    return {
+        where(dict(zip(axes, map(str, k if isinstance(k, tuple) else (k,))))): float(r["machine/load_per_cpu"].median())
+        for k, r in groups
+    }
+
+
+def resolution(config: dict, metric: str) -> float:
+    """The smallest step a metric can take between two runs: for a generated task's answer accuracy, one
+    scored query of its validation set; 0 where not known."""
+    data = dict(config["data"])
+    if metric.endswith("/acc") and str(data.get("_target_", "")).endswith("MQARDataModule"):
+        scored = data.get("val_batches", 8) * data["batch_size"] * data.get("num_queries", data.get("num_pairs", 1))
+        return 1.0 / scored
+    return 0.0
+
+
+def exact_seeds(family_size: int, alpha: float = significance.ALPHA) -> int:
+    """The fewest seeds a side at which the exact permutation test can pass Holm's first step over the
+    family: 2 / C(2n, n) below alpha / family size."""
+    n = 2
+    while 2 / math.comb(2 * n, n) >= alpha / max(family_size, 1):
+        n += 1
+    return n
+
+
+def continuous_rows(tested, axes, question, metric: str, floor_sd: float) -> list[dict]:
+    """Per comparison of a continuous outcome: the seeds a side at which Welch's test finds the declared
+    difference, each sd taken at its upper 80 % bound (Browne 1995) and never below the metric's resolution, and no fewer
+    than the exact test needs where it decides."""
+    family = contrasts(tested, axes, question, metric)
+    rows = []
+    for c in family:
+        std_ref = c.test.std_ref if c.test else math.nan
+        std_level = c.test.std_level if c.test else math.nan
+        sds = [significance.planning_sd(s, n, floor_sd) for s, n in ((std_ref, c.n[0]), (std_level, c.n[1]))]
+        resolved = c.verdict in ("higher", "lower")  # beyond seed noise already: these seeds answer it
+        known = all(math.isfinite(sd) and sd > 0 for sd in sds)
+        need = None
+        if resolved:
+            need = min(c.n)
+        elif known and question.difference:
+            need = significance.seeds_needed(*sds, question.difference)
+            need = max(need, exact_seeds(len(family))) if need is not None else None
+        rows.append(
+            {
+                "comparison": f"{c.axis}: {c.level} vs {c.reference}",
+                "where": c.where,
+                "cells": [where({a: {**c.at, c.axis: lvl}.get(a) for a in axes}) for lvl in (c.reference, c.level)],
+                "seeds": list(c.n),
+                "reference": c.ref_mean,
+                "level": c.level_mean,
+                "std_reference": std_ref,
+                "std_level": std_level,
+                "sd_planned": sds,
+                "test": c.test_name,
+                "p_holm": c.p_holm,
+                "resolved": resolved,
+                "seeds_needed": need,
+            }
+        )
+    return rows
+
+
+def learning_rows(frame, axes, question) -> list[dict]:
+    """Per comparison of a learned or onset outcome: k of n; the seeds a side at which Fisher's exact test
+    finds an arm that never learns where the reference learns at its observed rate (the costly failure two
+    seeds cannot bound), its exact power now, and for onsets the log-rank test's power now, simulated from
+    the arms' own runs."""
+    arms = onset.arms_of(frame, axes, question)
+    rows = []
+    for c in onset.compare(arms, axes, question):
+        rate = c.ref.k / c.ref.n
+        resolved = c.verdict not in ("none", "untested")
+        need = min(c.ref.n, c.arm.n) if resolved else significance.fisher_seeds_needed(rate, 0.0) if rate > 0 else None
+        power_logrank = (
+            significance.logrank_power(c.ref.steps, ~c.ref.learned, c.arm.steps, ~c.arm.learned, min(c.ref.n, c.arm.n))
+            if c.onset
+            else None
+        )
+        rows.append(
+            {
+                "comparison": f"{c.axis}: {c.level} vs {c.reference}",
+                "where": c.where,
+                "cells": [where(c.ref.axes), where(c.arm.axes)],
+                "seeds": [c.ref.n, c.arm.n],
+                "reference": f"{c.ref.k} of {c.ref.n}",
+                "level": f"{c.arm.k} of {c.arm.n}",
+                "test": c.test_name,
+                "p_holm": c.p_holm,
+                "power_never_learns": significance.fisher_power(rate, 0.0, c.ref.n, c.arm.n) if rate > 0 else None,
+                "power_logrank": power_logrank,
+                "resolved": resolved,
+                "seeds_needed": need,
+            }
+        )
+    return rows
+
+
 def build_plan(study: str, frame: pd.DataFrame, hours: float | None = None, dropped: int = 0) -> dict:
     question_cfg = declared(study)
     frame = frame[frame["budget"] == DEFAULT_BUDGET] if (frame["budget"] == DEFAULT_BUDGET).any() else frame
     axes = axes_of(frame)
     cells = cells_from_runs(frame, axes)
-    axes, tested, _, question = tested_cells(study, frame, axes, cells)
+    tested_axes, tested, _, question = tested_cells(study, frame, axes, cells)
     metric = question.metrics[0]
-    difference = question.difference
     hours = float(hours or question_cfg.get("hours") or DEFAULT_HOURS)
     config = current_config([f"experiment={study}"])
-    seconds, timed = seconds_per_run(frame, config)
+    seconds, timed = seconds_by_cell(frame, axes, config)
     level = (study_level(study) or experiment_baseline(study) or {}).get("bigram")  # the report's, if it has one
     floor = task_floor(config)
     learned = question.learned
@@ -124,45 +244,39 @@ def build_plan(study: str, frame: pd.DataFrame, hours: float | None = None, drop
     problems = []
     if level is not None and ref_loss is not None and ref_loss >= level:
         problems.append(f"the reference's val loss {ref_loss:.3f} is not below the attention-free level {level:.3f}")
-    if learned is not None and ref_acc is not None and ref_acc < learned:
+    learning = question.outcome in ("learned", "onset")
+    if learning:
+        ref_k = [a for a in onset.arms_of(frame, axes, question) if a.axes.get(reference_axis) == reference]
+        if ref_k and not any(a.k for a in ref_k):
+            problems.append(f"the reference learned (reached {learned}) in none of its {sum(a.n for a in ref_k)} runs")
+    elif learned is not None and ref_acc is not None and ref_acc < learned:
         problems.append(f"the reference answers {ref_acc:.3f} of the queries, below the {learned} it must reach")
-    runs_per_seed = len(cells)
-    most = max(2, int(hours * 3600 * JOBS / (seconds * runs_per_seed))) if seconds else None
-    rows = []
-    for c in contrasts(tested, axes, question, metric):
-        std_ref = c.test.std_ref if c.test else math.nan
-        std_level = c.test.std_level if c.test else math.nan
-        resolved = c.verdict in ("higher", "lower")  # beyond seed noise already: these seeds answer it
-        need = (
-            min(c.n) if resolved else significance.seeds_needed(std_ref, std_level, difference) if difference else None
-        )
-        rows.append(
-            {
-                "comparison": f"{c.axis}: {c.level} vs {c.reference}",
-                "where": c.where,
-                "seeds": list(c.n),
-                "reference": c.ref_mean,
-                "level": c.level_mean,
-                "std_reference": std_ref,
-                "std_level": std_level,
-                "p_holm": c.p_holm,
-                "resolved": resolved,
-                "seeds_needed": need,
-                "within_budget": need is not None and most is not None and need <= most and not problems,
-            }
-        )
-    reachable = [r["seeds_needed"] for r in rows if r["within_budget"]]
-    seeds = max(reachable, default=None)
-    needed = max((r["seeds_needed"] for r in rows if r["seeds_needed"]), default=None)
+    floor_sd = resolution(config, metric)
+    rows = (
+        learning_rows(frame, axes, question)
+        if learning
+        else continuous_rows(tested, tested_axes, question, metric, floor_sd)
+    )
+    per_seed = sum(seconds.values()) if seconds else None  # one seed of every cell
+    most = max(2, int(hours * 3600 * JOBS / per_seed)) if per_seed else None
+    for r in rows:
+        r["within_budget"] = r["seeds_needed"] is not None and most is not None and r["seeds_needed"] <= most
+        r["within_budget"] = r["within_budget"] and not problems
+    open_rows = [r for r in rows if not _answered(r)]
+    needed = max((r["seeds_needed"] for r in open_rows if r["seeds_needed"]), default=None)
     plan = {
         "study": study,
+        "outcome": question.outcome,
         "metric": metric,
-        "difference": difference,
+        "difference": question.difference,
         "runs_read": int((frame["status"] == "ok").sum()),
         "runs_left_out": dropped,
-        "cells": runs_per_seed,
-        "seconds_per_run": seconds,
+        "cells": len(cells),
+        "seconds_per_cell": seconds,
+        "seconds_per_run": float(np.median(list(seconds.values()))) if seconds else None,
         "timed": timed,
+        "load_per_cpu": load_by_cell(frame, axes),
+        "resolution": floor_sd,
         "attention_free_level": level,
         "reference_val_loss": ref_loss,
         "reference_val_acc": ref_acc,
@@ -172,17 +286,32 @@ def build_plan(study: str, frame: pd.DataFrame, hours: float | None = None, drop
         "hours_cap": hours,
         "most_seeds": most,
         "comparisons": rows,
-        "seeds": seeds,
-        "hours": _hours(seeds, runs_per_seed, seconds),
         "seeds_for_all": needed,
-        "hours_for_all": _hours(needed, runs_per_seed, seconds),
+        "hours_for_all": _open_hours(open_rows, seconds),
     }
-    plan["answerable"] = bool(rows) and all(r["within_budget"] for r in rows)
+    plan["seeds"] = needed if needed is not None and most is not None and needed <= most else None
+    plan["answerable"] = bool(rows) and not problems and all(_answered(r) or r["within_budget"] for r in rows)
     return plan
 
 
-def _hours(seeds: int | None, cells: int, seconds: float | None) -> float | None:
-    return None if seeds is None or seconds is None else seeds * cells * seconds / JOBS / 3600
+def _answered(row: dict) -> bool:
+    """Resolved, or its seeds already detect what the plan plans for."""
+    return row["resolved"] or (row["seeds_needed"] or math.inf) <= min(row["seeds"])
+
+
+def _open_hours(rows: list[dict], seconds: dict[str, float]) -> float | None:
+    """The hours to bring each cell of the open comparisons to the seeds its comparisons need, at its own
+    seconds a run: the cells that need seeds, not the whole grid."""
+    need: dict[str, tuple[int, int]] = {}
+    for r in rows:
+        if r["seeds_needed"] is None:
+            return None
+        for cell, have in zip(r["cells"], r["seeds"]):
+            want = max(need.get(cell, (0, have))[0], r["seeds_needed"])
+            need[cell] = (want, have)
+    if any(cell not in seconds for cell in need):
+        return None
+    return sum(max(want - have, 0) * seconds[cell] for cell, (want, have) in need.items()) / JOBS / 3600
 
 
 def verdict(plan: dict) -> str:
@@ -190,18 +319,29 @@ def verdict(plan: dict) -> str:
     if plan["problems"]:
         return "untested: " + "; ".join(plan["problems"]) + " (a longer budget or an easier task first)"
     rows = plan["comparisons"]
-    if rows and all(r["resolved"] or (r["seeds_needed"] or math.inf) <= min(r["seeds"]) for r in rows):
-        return "answered: every comparison is resolved or its seeds detect the declared difference"
+    if rows and all(_answered(r) for r in rows):
+        return "answered: every comparison is resolved or its seeds detect what the plan plans for"
     if plan["seeds_for_all"] is None:
         return "untested: no seed spread to plan from (run the plan with --pilot)"
+    open_rows = [r for r in rows if not _answered(r)]
     over = (
         "" if plan["seeds_for_all"] <= (plan["most_seeds"] or 0) else f", over the {plan['hours_cap']:g} hours allowed"
     )
-    open_rows = [r for r in rows if not (r["resolved"] or (r["seeds_needed"] or math.inf) <= min(r["seeds"]))]
+    hours = plan["hours_for_all"]
     return (
-        f"untested: needs {plan['seeds_for_all']} seeds ({plan['hours_for_all']:.1f} hours on this machine){over}"
-        f" for {len(open_rows)} of {len(rows)} comparisons"
+        f"untested: needs {plan['seeds_for_all']} seeds a side"
+        + (f" ({hours:.1f} hours on this machine for the cells that need them)" if hours is not None else "")
+        + f"{over} for {len(open_rows)} of {len(rows)} comparisons"
     )
+
+
+PLANNED_FOR = {
+    "continuous": "Welch's test finds the declared difference with 80 % power, each cell's sd at its upper 80 % "
+    "bound (and never below the metric's resolution), and no fewer than the exact test needs where it decides",
+    "learned": "Fisher's exact test finds, with 80 % power, an arm that never learns where the reference learns "
+    "at its observed rate",
+}
+PLANNED_FOR["onset"] = PLANNED_FOR["learned"] + "; the log-rank test's power now is simulated from the arms' own runs"
 
 
 def markdown(plan: dict) -> str:
@@ -209,15 +349,17 @@ def markdown(plan: dict) -> str:
         return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
 
     floor = plan["task_floor"] or {}
+    seconds = plan["seconds_per_cell"] or {}
+    loads = plan["load_per_cpu"] or {}
     lines = [
         f"# Plan: {plan['study']}",
         "",
         f"**{verdict(plan)}**",
         "",
-        f"Primary metric {plan['metric']}, declared difference {num(plan['difference'])}; "
+        f"Outcome {plan['outcome']}; primary metric {plan['metric']}, declared difference {num(plan['difference'])}; "
         f"{plan['runs_read']} finished runs read ({plan['runs_left_out']} left out: trained with other settings); "
-        f"{plan['cells']} cells; a run takes {num(plan['seconds_per_run'], '.0f')} s ({plan['timed']}); "
-        f"{JOBS} runs at once; at most {num(plan['most_seeds'], 'd')} seeds a cell fit in {plan['hours_cap']:g} hours.",
+        f"{plan['cells']} cells; {JOBS} runs at once; at most {num(plan['most_seeds'], 'd')} seeds a cell fit in "
+        f"{plan['hours_cap']:g} hours. Seeds needed: the fewest a side at which {PLANNED_FOR[plan['outcome']]}.",
         "",
         f"Reference arm: val loss {num(plan['reference_val_loss'], '.4f')} against the attention-free level "
         f"{num(plan['attention_free_level'], '.4f')}; answer accuracy {num(plan['reference_val_acc'], '.3f')}"
@@ -225,16 +367,36 @@ def markdown(plan: dict) -> str:
         + "".join(f"; floor ({k}) {v:.3f}" for k, v in floor.items())
         + ".",
         "",
-        "| comparison | where | seeds now | reference | level | std (ref, level) | p (Holm) | seeds needed (80 % power) "
-        "| within budget |",
-        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in plan["comparisons"]:
-        lines.append(
-            f"| {r['comparison']} | {r['where']} | {r['seeds'][0]}, {r['seeds'][1]} | {num(r['reference'], '.4g')} "
-            f"| {num(r['level'], '.4g')} | {num(r['std_reference'])}, {num(r['std_level'])} | {num(r['p_holm'], '.2g')} "
-            f"| {'resolved' if r['resolved'] else num(r['seeds_needed'], 'd')} | {'yes' if r['within_budget'] else 'no'} |"
-        )
+    if plan["outcome"] in ("learned", "onset"):
+        lines += [
+            "| comparison | where | seeds now | reference | level | test | p (Holm) | power now (never learns) "
+            "| power now (log-rank) | seeds needed | within budget |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in plan["comparisons"]:
+            lines.append(
+                f"| {r['comparison']} | {r['where']} | {r['seeds'][0]}, {r['seeds'][1]} | {r['reference']} | {r['level']} "
+                f"| {r['test']} | {num(r['p_holm'], '.2g')} | {num(r['power_never_learns'], '.2f')} "
+                f"| {num(r['power_logrank'], '.2f')} | {'resolved' if r['resolved'] else num(r['seeds_needed'], 'd')} "
+                f"| {'yes' if r['within_budget'] else 'no'} |"
+            )
+    else:
+        lines += [
+            "| comparison | where | seeds now | reference | level | std (ref, level) | sd planned (ref, level) | test "
+            "| p (Holm) | seeds needed (80 % power) | within budget |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in plan["comparisons"]:
+            sd = r["sd_planned"]
+            lines.append(
+                f"| {r['comparison']} | {r['where']} | {r['seeds'][0]}, {r['seeds'][1]} | {num(r['reference'], '.4g')} "
+                f"| {num(r['level'], '.4g')} | {num(r['std_reference'])}, {num(r['std_level'])} | {num(sd[0])}, {num(sd[1])} "
+                f"| {r['test']} | {num(r['p_holm'], '.2g')} "
+                f"| {'resolved' if r['resolved'] else num(r['seeds_needed'], 'd')} | {'yes' if r['within_budget'] else 'no'} |"
+            )
+    lines += ["", "| cell | seconds a run (its median) | machine load per CPU (median) |", "|---|---|---|"]
+    lines += [f"| {cell} | {sec:.0f} | {num(loads.get(cell), '.2f')} |" for cell, sec in seconds.items()]
     return "\n".join(lines) + "\n"
 
 

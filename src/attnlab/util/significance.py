@@ -4,9 +4,10 @@ One module so a reviewer can check each number against scipy's documentation. Ea
 its own test, chosen by what the data are (``OUTCOMES``):
 
 - continuous: Welch's t-test with its interval (``ttest_ind(equal_var=False)``; ``ttest_ind_from_stats``
-  where only a cell's mean, std and count exist), or the exact permutation test of the difference of
-  means (``permutation_test``) where a side has ``EXACT_UP_TO`` seeds or fewer or no spread: a t-test
-  there rests on a normality and a spread that two to five seeds cannot show;
+  where only a cell's mean, std and count exist), beside the exact permutation test of the difference of
+  means (``permutation_test``) where a side has ``EXACT_UP_TO`` seeds or fewer or no spread; the exact
+  test decides where a side has no spread and wherever its seeds can reach alpha (``exact_decides``):
+  it assumes no distribution, which two to five seeds cannot show;
 - learned (reached a threshold or not): k of n with Wilson intervals, Fisher's exact test, its exact power;
 - onset (the step a run learned, right-censored at its budget): Kaplan-Meier curves (``ecdf`` on
   ``CensoredData``), the median onset with its interval, the log-rank test, its power by simulation;
@@ -32,16 +33,11 @@ POWER = 0.8
 EXACT_UP_TO = 5  # seeds a side at or below which a continuous contrast is tested exactly (permutation)
 EXACT_ENUMERATION = 200_000  # arrangements enumerated exactly; beyond, a fixed-seed Monte Carlo
 RESAMPLES = 9_999
-OUTCOMES = {
-    "continuous": "a final value per seed: Welch's t-test, or the exact permutation test where a side has "
-    f"{EXACT_UP_TO} seeds or fewer or no spread (a t-test there rests on a normality and a spread so few seeds cannot show)",
-    "learned": "learned or not (the final value reaches question.learned): k of n with Wilson intervals and Fisher's "
-    "exact test, since a learned/unlearned split is bimodal and no mean or spread describes it",
-    "onset": "the step a run first reaches question.learned, right-censored at its budget: Kaplan-Meier curves, the "
-    "median onset with its interval and the log-rank test against the reference (a run that has not learned by "
-    "its cap says nothing about later), with k of n learned and Fisher's exact test beside them",
-    "ratio": "a ratio per seed, skewed: its median with a bootstrap interval, the sign test and Wilcoxon's "
-    "signed-rank test on the log ratios (no normality assumed)",
+OUTCOMES = {  # what a run's result is (question.outcome); the report names its tests by it
+    "continuous": "a final value per seed",
+    "learned": "learned or not: whether a run's final value reaches question.learned",
+    "onset": "the step a run first reaches question.learned, censored at its budget",
+    "ratio": "a ratio per seed, skewed",
 }
 
 
@@ -290,12 +286,27 @@ class Exact:
         return self.p_min < alpha
 
 
-def exact_needed(reference: Sequence[float], level: Sequence[float]) -> bool:
-    """Whether a continuous contrast is tested exactly: a side with EXACT_UP_TO seeds or fewer, or without spread."""
+def exact_shown(reference: Sequence[float], level: Sequence[float]) -> bool:
+    """Whether a continuous contrast gets the exact test beside Welch's: a side with EXACT_UP_TO seeds or
+    fewer, or without spread."""
     ref, lvl = _finite(reference), _finite(level)
-    small = min(len(ref), len(lvl)) <= EXACT_UP_TO
-    flat = (len(ref) > 1 and np.ptp(ref) == 0) or (len(lvl) > 1 and np.ptp(lvl) == 0)
-    return bool(small or flat)
+    return bool(min(len(ref), len(lvl)) <= EXACT_UP_TO or _flat(ref) or _flat(lvl))
+
+
+def _flat(values: np.ndarray) -> bool:
+    return len(values) > 1 and np.ptp(values) == 0
+
+
+def exact_decides(reference: Sequence[float], level: Sequence[float], alpha: float = ALPHA) -> bool:
+    """Which test decides a continuous contrast. The exact test, where a side has no spread (Welch's t then
+    rests on one side's spread alone) or where it is shown and its seeds can reach ``alpha``; Welch's t
+    where the exact test cannot reach it (2 or 3 seeds a side) and both sides vary."""
+    ref, lvl = _finite(reference), _finite(level)
+    if _flat(ref) or _flat(lvl):
+        return True
+    if not exact_shown(ref, lvl) or len(ref) + len(lvl) < 3:
+        return False
+    return 2 / math.comb(len(ref) + len(lvl), len(ref)) < alpha
 
 
 def _mean_difference(x, y, axis=-1):
@@ -333,7 +344,10 @@ def sd_upper(sd: float, n: int, confidence: float = 1 - ALPHA) -> float:
     return float(sd * math.sqrt((n - 1) / stats.chi2.ppf(1 - confidence, n - 1)))
 
 
-def planning_sd(sd: float, n: int, resolution: float = 0.0, confidence: float = 1 - ALPHA) -> float:
+PLANNING_CONFIDENCE = 0.8  # Browne (1995): plan from the sd's 80 % upper bound, so 80 % power is had 80 % of the time
+
+
+def planning_sd(sd: float, n: int, resolution: float = 0.0, confidence: float = PLANNING_CONFIDENCE) -> float:
     """The spread a plan assumes: the sd's upper confidence bound, never below the metric's resolution
     (for an accuracy, one scored query): zero spread at two seeds is not a known zero."""
     upper = sd_upper(sd, n, confidence)
@@ -442,8 +456,8 @@ def kaplan_meier(times: Sequence[float], censored_: Sequence[bool], confidence: 
         warnings.simplefilter("ignore", RuntimeWarning)
         band = sf.confidence_interval(confidence, method="log-log")
     steps, surv = sf.quantiles, sf.probabilities
-    low = np.nan_to_num(band.low.probabilities, nan=0.0)
-    high = np.nan_to_num(band.high.probabilities, nan=1.0)
+    low = np.where(np.isnan(band.low.probabilities), surv, band.low.probabilities)  # at S = 0 or 1 the band is S
+    high = np.where(np.isnan(band.high.probabilities), surv, band.high.probabilities)
     return Survival(
         tuple(map(float, steps)),
         tuple(map(float, surv)),

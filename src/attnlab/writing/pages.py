@@ -40,7 +40,8 @@ LABELS = {
 AGREES, PARTLY, DEPENDS, DIFFERS, UNTESTED = "agrees", "partly", "depends", "differs", "untested"
 VERDICTS = (AGREES, PARTLY, DEPENDS, DIFFERS, UNTESTED)
 # a verdict as a sentence reads it; every other verdict is its own word
-WORDS = {v: v for v in ("lower", "higher", "larger", "smaller", "raises", "lowers", "untested")}
+WORDS = {v: v for v in ("lower", "higher", "larger", "smaller", "raises", "lowers", "untested", "earlier", "later")}
+WORDS |= {"fewer": "fewer runs learned", "more": "more runs learned"}
 WORDS["none"] = "no difference beyond seed noise"
 
 
@@ -95,7 +96,7 @@ def mean_ci(mean: float | None, interval: tuple[float, float] | None = None, sca
 def signed_ci(diff: float, lo: float | None = None, hi: float | None = None) -> str:
     """A difference with its 95 % interval, "+0.115 [+0.103, +0.127]"; the difference alone without one."""
     if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
-        return f"{diff:+.3f}"
+        return f"{diff:+.3g}"
     places = max(std_decimals((hi - lo) / 2), 0)
     return f"{_fixed(diff, places, '+')} [{_fixed(lo, places, '+')}, {_fixed(hi, places, '+')}]"
 

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from attnlab.analysis.phase import head_history
 from attnlab.config.compose import CONF_DIR
-from attnlab.studies.report import analysis, frontier, lr, plots, render, summary
+from attnlab.studies.report import analysis, frontier, lr, onset, plots, render, summary
 from attnlab.studies.report.aggregate import group_cells, load_sweeps, recording_differences, swept_axes
 from attnlab.studies.report.baseline import baseline_of
 from attnlab.studies.report.data import (
@@ -179,8 +179,10 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
     tested_axes, tested, arms, question = tested_cells(study, frame, axes, cells)
     if arms and draw:
         lr.plot(arms, (baseline or {}).get("unigram"), out / "lr_sensitivity.png")
-    families = {}
-    for metric in question.metrics:
+    families, learning = {}, None
+    if question.outcome in ("learned", "onset") and frame is not None:  # k of n and onsets, not means
+        learning = learning_view(frame, axes, question, out, draw)
+    for metric in question.metrics if learning is None else ():
         family = analysis.contrasts(tested, tested_axes, question, metric)
         analysis.reference_gap(family, cells, level)
         analysis.reference_learned(family, cells, question.learned)
@@ -191,7 +193,7 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
         if question.across
         else []
     )
-    effects = analysis.pooled(cells, axes, "val/loss") if not arms else []
+    effects = analysis.pooled(cells, axes, "val/loss") if not arms and learning is None else []
     if draw:
         plots.final_value_plots(cells, axes, level, out, question.metrics[0])
     view = {
@@ -223,7 +225,7 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
         "source_name": lr.SOURCE,
         "head_types": render.head_types_table(frame, axes) if frame is not None else None,
         "phase": render.phase_table(frame, axes) if frame is not None else None,
-        "per_seed": render.per_seed_table(frame, axes, [*render.MAIN_METRICS, *question.metrics])
+        "per_seed": render.per_seed_table(frame, axes, per_seed_metrics(question, frame))
         if frame is not None
         else None,
         "machine": render.machine_table(cells, axes),
@@ -233,6 +235,9 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
         "recording": meta.get("recording_differences") or [],
         "frontier": meta.get("frontier"),
         "alpha": significance.ALPHA,
+        "outcomes": significance.OUTCOMES,
+        "learning": learning,
+        "exact_up_to": significance.EXACT_UP_TO,
     }
     pages = render.render(view)
     atomic_write_text(out / "ablation.md", pages["ablation.md"])
@@ -242,6 +247,29 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
     data = {**meta, **summary.summary_json(view, frame, cells, effects, arms, out)}
     atomic_write_text(out / "summary.json", json.dumps(data, indent=2, default=summary.json_default) + "\n")
     return data
+
+
+def learning_view(frame, axes: list[str], question: analysis.Question, out: Path, draw: bool) -> dict:
+    """An onset or learned study's arms, comparisons, table, figure and summary entries."""
+    arms = onset.arms_of(frame, axes, question)
+    family = onset.compare(arms, axes, question)
+    axis = question.compare[0][0] if question.compare else None
+    caps = [a.survival.cap for a in arms if a.survival is not None]
+    if draw and caps and axis:
+        onset.plot(arms, axis, max(caps), out / onset.FIGURE)
+    return {
+        "family": family,
+        "table": onset.table(family),
+        "summary": onset.summary(family, arms, axis),
+        "cap": max(caps) if caps else None,
+        "reference_learned": family[0].ref.k if family else None,
+    }
+
+
+def per_seed_metrics(question: analysis.Question, frame) -> list[str]:
+    """The per-seed table's columns: the main metrics, the question's, and an onset study's step and censoring."""
+    extra = [onset.ONSET, onset.CENSORED] if question.outcome == "onset" else []
+    return [m for m in dict.fromkeys([*render.MAIN_METRICS, *question.metrics, *extra]) if m in frame]
 
 
 def seeds_text(cells) -> str:

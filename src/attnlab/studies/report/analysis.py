@@ -20,6 +20,7 @@ from attnlab.config.compose import CONF_DIR
 from attnlab.studies.report.aggregate import RENAMED_KEYS, sort_key
 from attnlab.studies.report.data import axes_of
 from attnlab.util import significance
+from attnlab.util.errors import ConfigError
 from attnlab.writing.pages import where
 
 SCALING_AXIS = "model.attention.scaling"
@@ -111,6 +112,7 @@ class Question:
     difference: float | None = None  # the difference the study is meant to resolve, in the metric's unit
     declared: bool = True
     learned: float | None = None  # the answer accuracy the reference arm must reach before arms are compared
+    outcome: str = "continuous"  # what a run's result is, which decides its test (significance.OUTCOMES)
 
 
 def question_of(study: str, axes: list[str], conf_dir=None) -> Question:
@@ -124,6 +126,11 @@ def question_of(study: str, axes: list[str], conf_dir=None) -> Question:
         declared = (cfg.get("question") or {}) | declared
         parents = [d for d in cfg.get("defaults", []) if isinstance(d, str) and d != "_self_"]
         path = path.parent / f"{parents[0]}.yaml" if parents else path.parent / "-"
+    outcome = declared.get("outcome", "continuous")
+    if outcome not in significance.OUTCOMES:
+        raise ConfigError("question.outcome", outcome, ", ".join(significance.OUTCOMES))
+    if outcome in ("learned", "onset") and declared.get("learned") is None:
+        raise ConfigError("question.learned", None, f"a threshold in (0, 1] for question.outcome={outcome}")
     if declared.get("axis") in axes:
         return Question(
             declared["ask"],
@@ -132,6 +139,7 @@ def question_of(study: str, axes: list[str], conf_dir=None) -> Question:
             declared.get("across") if declared.get("across") in axes else None,
             declared.get("difference"),
             learned=declared.get("learned"),
+            outcome=outcome,
         )
     compared = [SCALING_AXIS] if SCALING_AXIS in axes else axes
     return Question("", ["val/loss"], [(a, "") for a in compared], declared=False)
@@ -159,18 +167,52 @@ class Comparison:
     n: tuple[int, int]
     below: float | None = None  # how far the reference arm ends below the attention-free level
     unlearned: bool = False  # the reference arm's answer accuracy is below the question's ``learned``
-    p_holm: float | None = None
+    p_holm: float | None = None  # the deciding test's p, Holm-corrected over the family
     seeds_needed: int | None = None  # seeds a side to detect the question's difference at this spread
+    exact: significance.Exact | None = None  # the permutation test, where shown (few seeds or no spread)
+    exact_decides: bool = False  # it decides the verdict (significance.exact_decides), else Welch's t does
 
     @property
     def diff(self) -> float:
         return self.level_mean - self.ref_mean
 
     @property
+    def p(self) -> float | None:
+        """The deciding test's p: the exact test's where it decides, else Welch's."""
+        if self.exact is not None and self.exact_decides:
+            return self.exact.p
+        return self.test.p if self.test else None
+
+    @property
+    def test_name(self) -> str:
+        return "exact" if self.exact is not None and self.exact_decides else "Welch" if self.test else "-"
+
+    @property
+    def untested_because(self) -> str | None:
+        """Why the comparison cannot be answered here, or None."""
+        if self.below is not None and self.below <= 0:
+            return "the reference arm is not below the attention-free level"
+        if self.unlearned:
+            return "the reference arm has not learned the task"
+        if self.p is None:
+            return "under two seeds a side"
+        if self.exact is not None and self.exact_decides and not self.exact.reachable():
+            return f"{self.n[0]} and {self.n[1]} seeds cannot reach p < {significance.ALPHA} by an exact test"
+        return None
+
+    @property
+    def detectable(self) -> float | None:
+        """The smallest difference these seeds detect (Welch, 80 % power); None where a side has no spread:
+        a sample sd of 0 is not a known 0."""
+        if self.test is None or self.test.std_ref == 0 or self.test.std_level == 0:
+            return None
+        return self.test.detectable
+
+    @property
     def verdict(self) -> str:
-        """higher | lower (beyond seed noise after Holm) | none | untested (no seed spread, or a reference
-        arm that is not below the attention-free level: its models do not use their attention)."""
-        if self.test is None or (self.below is not None and self.below <= 0) or self.unlearned:
+        """higher | lower (beyond seed noise after Holm, by the deciding test) | none | untested (see
+        ``untested_because``: no test these seeds can pass, or a reference arm that does not do the task)."""
+        if self.untested_because is not None:
             return "untested"
         if self.p_holm is not None and self.p_holm < significance.ALPHA:
             return "higher" if self.diff > 0 else "lower"
@@ -187,6 +229,17 @@ def compare(ref: Cell, lvl: Cell, metric: str):
         return significance.welch(ref.samples[metric], lvl.samples[metric])
     a, b = ref.stats(metric), lvl.stats(metric)
     return significance.welch_from_stats(*a, *b) if a and b else None
+
+
+def compare_exactly(ref: Cell, lvl: Cell, metric: str) -> tuple[significance.Exact | None, bool]:
+    """The permutation test of two cells where it is shown (few seeds or no spread, the seeds' values kept),
+    and whether it decides (``significance.exact_decides``)."""
+    if metric not in ref.samples or metric not in lvl.samples:
+        return None, False
+    a, b = ref.samples[metric], lvl.samples[metric]
+    if not significance.exact_shown(a, b):
+        return None, False
+    return significance.permutation(a, b), significance.exact_decides(a, b)
 
 
 def contrasts(cells: list[Cell], axes: list[str], question: Question, metric: str) -> list[Comparison]:
@@ -219,11 +272,22 @@ def contrasts(cells: list[Cell], axes: list[str], question: Question, metric: st
                     (twin.stats(metric)[2], cell.stats(metric)[2]),
                 )
             )
-    for c, p in zip(out, significance.holm([c.test.p if c.test else None for c in out])):
+            out[-1].exact, out[-1].exact_decides = compare_exactly(twin, cell, metric)
+    for c, p in zip(out, significance.holm([c.p for c in out])):
         c.p_holm = p
         if c.test and question.difference and metric == question.metrics[0]:
-            c.seeds_needed = c.test.seeds_needed(question.difference)
+            c.seeds_needed = seeds_to_detect(c.test, question.difference)
     return out
+
+
+def seeds_to_detect(test: significance.Contrast, difference: float) -> int | None:
+    """Seeds a side at which Welch's test finds ``difference`` with 80 % power, were each cell's sd its upper
+    80 % confidence bound (a sample sd from two or three seeds can be a sixteenth of the true one); None
+    where a side shows no spread, since nothing bounds it from these seeds."""
+    if test.std_ref == 0 or test.std_level == 0:
+        return None
+    upper = [significance.planning_sd(s, n) for s, n in ((test.std_ref, test.n_ref), (test.std_level, test.n_level))]
+    return significance.seeds_needed(*upper, difference)
 
 
 @dataclass

@@ -62,16 +62,19 @@ def comparisons_table(family) -> dict:
             f"{c.n[0]}, {c.n[1]}",
             mean_ci(c.ref_mean, c.ref_interval),
             mean_ci(c.level_mean, c.level_interval),
-            signed_ci(c.diff, *(c.test.lo, c.test.hi) if c.test else (None, None)),
+            signed_ci(c.diff, *(c.test.lo, c.test.hi) if c.test_name == "Welch" else (None, None)),
+            c.test_name,
             p_text(c.test.p if c.test else None),
+            p_text(c.exact.p if c.exact else None),
             p_text(c.p_holm),
-            plain(c.test.detectable) if c.test else "-",
-            c.verdict,
+            plain(c.detectable) if c.detectable is not None else "-",
+            c.verdict if c.untested_because is None else f"untested: {c.untested_because}",
         ]
         for c in family
     ]
-    header = ["comparison", "where", "seeds", "reference", "level", "difference [95 % CI]", "p", "p (Holm)"]
-    return table([*header, "detectable (80 % power)", "verdict"], rows, label(family[0].metric))
+    header = ["comparison", "where", "seeds", "reference", "level", "difference [95 % CI]", "deciding test"]
+    header += ["p (Welch)", "p (exact)", "p (Holm)", "detectable (80 % power)", "verdict"]
+    return table(header, rows, label(family[0].metric))
 
 
 def pooled_table(effects: list[dict]) -> dict:

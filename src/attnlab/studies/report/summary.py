@@ -48,13 +48,17 @@ def _contrast(c) -> dict:
         "ci95": [t.lo, t.hi] if t else None,
         "n": list(c.n),
         "df": t.df if t else None,
-        "p": t.p if t else None,
+        "test": c.test_name,
+        "p": c.p,
+        "p_welch": t.p if t else None,
+        "p_exact_min": c.exact.p_min if c.exact else None,
         "p_holm": c.p_holm,
-        "detectable": t.detectable if t else None,
+        "detectable": c.detectable,
         "seeds_needed": c.seeds_needed,
         "below_attention_free": c.below,
         "beyond_noise": c.verdict in ("higher", "lower"),
         "verdict": c.verdict,
+        "untested_because": c.untested_because,
     }
 
 
@@ -72,6 +76,7 @@ def summary_json(view: dict, frame, cells, effects, arms, out: Path) -> dict:
         "question": {**vars(view["question"])},
         "headline": " ".join(TEMPLATES.get_template("headline.j2").render(**view).split()),
         "contrasts": {m: [_contrast(c) for c in f] for m, f in families.items()},
+        "learning": view["learning"]["summary"] if view.get("learning") else None,
         "interactions": [
             {
                 "metric": x.metric,
