@@ -473,6 +473,7 @@ def test_a_fast_bench_leaves_the_committed_bench_as_it_is(tmp_path, monkeypatch,
     monkeypatch.setattr(bench_cli, "long_context", lambda plan, on_progress: {})
     monkeypatch.setattr(bench_cli, "compile_throughput", lambda **k: [])
     monkeypatch.setattr(bench_cli, "decode_section", lambda **k: {})
+    monkeypatch.setattr(bench_cli, "latent_train_section", lambda **k: {})
 
     assert bench_cli.main(["--mode", "fast", "--device", "cpu"]) == 0
     fast = committed / "fast"
@@ -1091,3 +1092,50 @@ def test_cli_tiny_longctx_section(tmp_path):
         line.split("|")[6].strip() for line in md.splitlines() if line.startswith(f"| {section['rows'][0]['T']} |")
     ]
     assert verdict_cells == [VERDICT_CELLS[section["rows"][0]["ratio_verdict"]]]
+
+
+def test_the_latent_training_check_reads_its_ratios_within_the_repeats(tmp_path):
+    """Each latent arm's step against multi-head's within a repeat, read against the 1.3x target with the
+    repeats' spread; an arm without its conf/variant file is named, not measured."""
+    import shutil
+
+    from attnlab.tools.bench.bench_report import latent_train_table
+    from attnlab.tools.bench.latent_train import LATENT_TRAIN, TARGET_RATIO, VARIANTS, latent_train_section
+    from attnlab.tools.bench.timing import against_target
+
+    shutil.copy(VARIANTS / "mla_dc64.yaml", tmp_path)
+    settings = {**LATENT_TRAIN["tiny"], "arms": ("mla_dc64", "mla_absent")}
+    section = latent_train_section(**settings, variants=tmp_path, log=lambda _: None)
+    assert section["missing"] == ["mla_absent"]
+    rows = {r["arm"]: r for r in section["rows"]}
+    assert set(rows) == {"mha", "mla_dc64"} and (rows["mla_dc64"]["d_c"], rows["mha"]["d_c"]) == (64, None)
+    pairs = [a / m for a, m in zip(rows["mla_dc64"]["step_s"], rows["mha"]["step_s"])]
+    assert len(pairs) == section["setup"]["repeats"]
+    assert rows["mla_dc64"]["ratio_to_mha"] == pytest.approx(statistics.median(pairs), rel=1e-12)
+    assert rows["mla_dc64"]["ratio_range"] == [min(pairs), max(pairs)]
+    assert rows["mla_dc64"]["verdict"] == against_target(min(pairs), max(pairs), TARGET_RATIO)
+    table = latent_train_table(section)
+    assert sum(line.startswith("| mla_dc64 | 64 + 8 (81) |") for line in table) == 1
+
+
+def test_bench_latent_train_section_lands_in_bench_json_and_md(tmp_path):
+    assert (
+        bench_main(
+            [
+                "--mode",
+                "tiny",
+                "--sections",
+                "latent_train",
+                "--device",
+                "cpu",
+                "--threads",
+                "1",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
+    bench = json.loads((tmp_path / "bench.json").read_text())
+    assert [r["arm"] for r in bench["latent_train"]["rows"]] == ["mha", "mla_dc64"]
+    assert "## Latent attention's training step" in (tmp_path / "bench.md").read_text()

@@ -2,7 +2,7 @@
 index.html, ablation.csv, frontier.md and summary.json from its runs.csv (or ablation.csv), stream.md from
 stream.json, repro.md and its README section from repro.json, the README's findings block, and the benchmark
 pages from their json. Not rendered from data: reports/inference/stream.md and reports/heads/ (written from
-checkpoints), reports/bench/decode/ (its bench.json predates a field the benchmark now records)."""
+checkpoints)."""
 
 from __future__ import annotations
 

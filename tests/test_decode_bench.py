@@ -46,7 +46,9 @@ def test_ratios_to_mha_are_taken_within_the_repeats(section):
             "gqa",
             "mqa",
             "mla_4dk",
+            "mla_4dk_expanded",
             "mla_2dk",
+            "mla_2dk_expanded",
             "escape_zero_logit",
             "escape_learned",
             "softmax_scaled",
@@ -80,10 +82,81 @@ def test_bench_decode_section_lands_in_bench_json_and_md(tmp_path):
     assert [r["batch"] for r in hf_rows] == list(decode.DECODE_HF["tiny"]["batches"])
     table = (tmp_path / "bench.md").read_text()
     assert "## Decoding with the KV cache" in table
-    for variant in ("mqa", "mla_4dk", "mla_2dk"):  # a row per context, latent arms beside the others
-        assert sum(line.startswith(f"| {variant} |") for line in table.splitlines()) == len(
-            bench["decode"]["setup"]["contexts"]
+    main, goal = table.split("Latent attention against its goal")
+    setup = bench["decode"]["setup"]
+    for variant in ("mqa", "mla_4dk", "mla_2dk_expanded"):  # a row per context, latent arms beside the others
+        assert sum(line.startswith(f"| {variant} |") for line in main.splitlines()) == len(setup["contexts"])
+        if variant.startswith("mla"):  # and a row per context and batch against the goal
+            rows = sum(line.startswith(f"| {variant} |") for line in goal.splitlines())
+            assert rows == len(setup["contexts"]) * len(setup["batches"])
+
+
+def test_latent_arms_decode_in_the_form_they_name(section):
+    """The plain latent arms' steps absorb (the caches' auto) and the _expanded arms' re-expand, with the
+    same cache bytes per token."""
+    for T in section["setup"]["contexts"]:
+        rows = {r["variant"]: r for r in section["rows"] if r["T"] == T}
+        for arm in ("mla_4dk", "mla_2dk"):
+            assert (rows[arm]["latent_path"], rows[f"{arm}_expanded"]["latent_path"]) == ("absorbed", "expanded")
+            assert rows[arm]["kv_bytes_per_token"] == rows[f"{arm}_expanded"]["kv_bytes_per_token"]
+        assert rows["mha"]["latent_path"] is None
+
+
+def test_a_rows_roofline_counts_what_a_token_reads_and_computes(section):
+    """mha: every weight once over the batch plus the cache; absorbed latent attention drops kv_up and
+    reads the folded projections; re-expanding reads the expanded keys and values besides the cache."""
+    s = section["setup"]
+    elem, layers, h, d = 4, 2, 4, 8  # the tiny shape
+    for T in s["contexts"]:
+        rows = {r["variant"]: r for r in section["rows"] if r["T"] == T}
+        for b in map(str, s["batches"]):
+            mha, absorbed, expanded = (rows[v]["throughput"][b] for v in ("mha", "mla_4dk", "mla_4dk_expanded"))
+            d_model, vocab = 32, 65
+            per_layer = 3 * h * d * d_model + d_model * h * d + 2 * 4 * d_model * d_model  # qkv, out, MLP
+            weights = layers * per_layer + vocab * d_model
+            assert mha["macs_per_token"] == weights + layers * T * h * 2 * d
+            assert mha["bytes_read_per_token"] == pytest.approx(weights * elem / int(b) + layers * T * 2 * h * d * elem)
+            d_c, d_rope = 4 * d, d // 2
+            attn_absorbed = layers * T * h * 2 * (d_c + d_rope)
+            folded = layers * ((h * (d_c + d_rope) + d_c + d_rope) * d_model + d_model * h * d_c)
+            assert (
+                absorbed["macs_per_token"]
+                == weights - layers * (per_layer - 2 * 4 * d_model * d_model) + folded + attn_absorbed
+            )
+            cache = layers * T * (d_c + d_rope) * elem
+            assert expanded["bytes_read_per_token"] - cache - layers * T * h * (2 * d + d_rope) * elem == pytest.approx(
+                (expanded["macs_per_token"] - layers * (T * d_c * 2 * h * d + T * h * (2 * d + d_rope))) * elem / int(b)
+            )
+            for tp in (mha, absorbed, expanded):
+                y = s["yardsticks"]
+                seconds = (
+                    tp["bytes_read_per_token"] / (y["read_gb_per_s"] * 1e9),
+                    2 * tp["macs_per_token"] / (y["matmul_gflops"] * 1e9),
+                )
+                assert tp["roofline_s_per_token"] == max(seconds)
+                assert tp["bound"] == ("bytes" if seconds[0] >= seconds[1] else "multiply-adds")
+
+
+def test_the_goal_table_explains_each_absorbed_row_short_of_its_goal(section):
+    """Every absorbed row under its goal gets a line, with its measured ratio; rows at or over it none."""
+    import copy
+
+    s = copy.deepcopy(section)
+    rows = [r for r in s["rows"] if r["latent_path"] == "absorbed"]
+    for i, r in enumerate(rows):  # alternately just under and at the goal
+        for b, tp in r["throughput"].items():
+            tp["ratio_to_mha"] = decode.latent_goal(r["T"], int(b)) - (0.01 if i % 2 == 0 else 0.0)
+    lines = decode.latent_goal_table(s)
+    why = [line for line in lines if line.startswith("- ")]
+    short = [(r, b) for i, r in enumerate(rows) if i % 2 == 0 for b in r["throughput"]]
+    assert len(why) == len(short)
+    for line, (r, b) in zip(why, short):
+        goal = decode.latent_goal(r["T"], int(b))
+        assert line.startswith(
+            f"- {r['variant']} at T {r['T']}, B {b}: {goal - 0.01:.2f}x against a goal of {goal:.1f}x"
         )
+    assert decode.latent_goal(1024, 1) == decode.latent_goal(2048, 16) == 1.0
+    assert decode.latent_goal(512, 1) == decode.latent_goal(2048, 4) == 0.8
 
 
 # ------------------------------------------------------------------ transformers' generate() beside attnlab

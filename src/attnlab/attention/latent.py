@@ -80,29 +80,30 @@ class LatentAttention:
         if self.q_up is not None:
             q = self.q_up(self.q_latent_norm(q))
         q_c, q_rope = q.view(b, t, h, d + lat.d_rope).transpose(1, 2).split((d, lat.d_rope), dim=-1)
-        q_rope, rows = self._rows(q_rope, c, k_rope, cache)
-        k_c, v = (self._heads(part) for part in self.kv_up(rows[:, 0, :, : lat.d_c]).split(h * d, dim=-1))
-        k = torch.cat([k_c, rows[..., lat.d_c :].expand(-1, h, -1, -1)], dim=-1)
+        q_rope, c, k_rope, _ = self._rows(q_rope, c, k_rope, cache)
+        k_c, v = (self._heads(part) for part in self.kv_up(c.squeeze(1)).split(h * d, dim=-1))
+        k = torch.cat([k_c, k_rope.expand(-1, h, -1, -1)], dim=-1)
         return torch.cat([q_c, q_rope], dim=-1), k, v
 
     def _rows(self, q_rope, c, k_rope, cache):
-        """q_rope rotated and the rows [c, k_rope] (B, 1, T_k, d_c + d_rope) of every position: the
-        latent RMS-normed, the RoPE key rotated, the cache updated. A plain cache stores keys rotated
-        at their position in the text; a rolling one before RoPE, every key then rotated at its index
-        in the cache and the queries last (as ``_rotated_and_cached``)."""
+        """q_rope rotated, c (B, 1, T_k, d_c) RMS-normed and k_rope (B, 1, T_k, d_rope) rotated, of every
+        position, the cache updated; with a cache c and k_rope are views of its rows [c, k_rope]
+        (B, 1, T_k, d_c + d_rope), returned last (else None). A plain cache stores keys rotated at their
+        position in the text; a rolling one before RoPE, every key then rotated at its index in the
+        cache and the queries last (as ``_rotated_and_cached``)."""
         t, d_c = q_rope.shape[-2], self.latent.d_c
-        rows = torch.cat([self.kv_norm(c), k_rope], dim=-1).unsqueeze(1)  # (B, 1, T, d_c + d_rope)
+        c, k_rope = self.kv_norm(c).unsqueeze(1), k_rope.unsqueeze(1)  # (B, 1, T, d_c), (B, 1, T, d_rope)
         rope_in_cache = cache is not None and cache.keys_before_rope
         if self.rotary is not None and not rope_in_cache:
             start = 0 if cache is None else cache.length
-            q_rope = self.rotary(q_rope, start)
-            rows = torch.cat([rows[..., :d_c], self.rotary(rows[..., d_c:], start)], dim=-1)
-        if cache is not None:
-            rows, _ = cache.update(rows, None)
+            q_rope, k_rope = self.rotary(q_rope, start), self.rotary(k_rope, start)
+        if cache is None:
+            return q_rope, c, k_rope, None
+        rows, _ = cache.update(torch.cat([c, k_rope], dim=-1), None)
         if self.rotary is not None and rope_in_cache:
             q_rope = self.rotary(q_rope, rows.shape[-2] - t)
             rows = torch.cat([rows[..., :d_c], self.rotary(rows[..., d_c:])], dim=-1)
-        return q_rope, rows
+        return q_rope, rows[..., :d_c], rows[..., d_c:], rows
 
     def _absorbs(self, cache, t_q: int) -> bool:
         """Whether this forward takes the absorbed form: only over a cache (a full forward is the
@@ -135,7 +136,7 @@ class LatentAttention:
             q, c, k_rope = self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
             q = F.linear(self.q_latent_norm(q), w_in)
         q_lat, q_rope = q.view(b, t, h, width).transpose(1, 2).split((d_c, lat.d_rope), dim=-1)
-        q_rope, rows = self._rows(q_rope, c, k_rope, cache)
+        q_rope, _, _, rows = self._rows(q_rope, c, k_rope, cache)
         out = self._attend_rows(torch.cat([q_lat, q_rope], dim=-1), rows, key_padding_mask)[..., :d_c]
         if self.gate_proj is None:
             return F.linear(out.transpose(1, 2).reshape(b, t, h * d_c), w_out, self.out_proj.bias)

@@ -6,7 +6,9 @@ full  T = 256..8192 on CPU (512..32768 on CUDA), 5 repeats, training throughput,
       (whole runs of one token budget at T = 64..2048, and 4096 with a fused backend, default
       callbacks against none, 3 alternated pairs: about 20 minutes on its own, estimated), eager
       vs torch.compile, KV-cache decoding (prefill, ms per token, KV bytes, batched throughput per
-      n_kv_head, T = 256..2048); about an hour on 2 quiet cores (estimated), more when busy.
+      n_kv_head and latent attention absorbed and re-expanded, T = 256..2048, with each latent row's
+      roofline), latent attention's training step against multi-head's at kv_frontier's shape
+      (target 1.3x); about an hour on 2 quiet cores (estimated), more when busy.
 fast  every section, smaller, in under 3 minutes on 2 cores (134 s once, quiet, a warm inductor
       cache; a cold one adds about 30 s): kernels timed at T = 256 and 1024, memory to 4096;
       3 repeats for the in-process sections; one alternated pair of a 40-step end-to-end arm and
@@ -55,11 +57,12 @@ from attnlab.tools.bench.compiled import compile_throughput
 from attnlab.tools.bench.decode import DECODE, DECODE_HF, decode_section, transformers_section
 from attnlab.tools.bench.endtoend import end_to_end
 from attnlab.tools.bench.kernels import KernelPlan, matmul_peak_gflops, run_kernels
+from attnlab.tools.bench.latent_train import LATENT_TRAIN, latent_train_section
 from attnlab.tools.bench.longctx import LongctxPlan, long_context, run_settings
 from attnlab.tools.bench.throughput import callback_overhead, device_overrides, train_throughput
 from attnlab.util.files import git_sha
 
-SECTIONS = ("kernels", "train", "callbacks", "e2e", "longctx", "compile", "decode")
+SECTIONS = ("kernels", "train", "callbacks", "e2e", "longctx", "compile", "decode", "latent_train")
 
 
 def kernel_plan(mode: str, device: torch.device) -> KernelPlan:
@@ -157,6 +160,7 @@ SECTION_KEYS = {
     "longctx": ("longctx",),
     "compile": ("compile",),
     "decode": ("decode",),
+    "latent_train": ("latent_train",),
 }
 
 
@@ -377,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         "longctx": {},
         "compile": [],
         "decode": {},
+        "latent_train": {},
     }
     if args.merge:
         bench = merge_previous(bench, out, sections)
@@ -439,6 +444,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.mode in DECODE_HF and importlib.util.find_spec("transformers"):  # the hf extra's yardstick
             bench["decode"]["transformers"] = transformers_section(**DECODE_HF[args.mode], device=device)
         section_s["decode"] = time.perf_counter() - t
+        write_json(bench, out)
+    if "latent_train" in sections and args.mode in LATENT_TRAIN:  # bench/latent_train.py
+        t = time.perf_counter()
+        bench["latent_train"] = latent_train_section(**LATENT_TRAIN[args.mode], device=device)
+        section_s["latent_train"] = time.perf_counter() - t
     if "kernels" in sections:
         bench["machine"]["load_after"] = list(os.getloadavg())
     if "merged" in bench:

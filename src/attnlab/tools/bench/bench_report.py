@@ -512,9 +512,50 @@ def write_markdown(bench: dict, out: Path) -> Path:
         ]
     if bench.get("decode") and bench["decode"].get("rows"):
         lines += ["## Decoding with the KV cache", "", *decode_table(bench["decode"]), ""]
+    if bench.get("latent_train") and bench["latent_train"].get("rows"):
+        lines += ["## Latent attention's training step", "", *latent_train_table(bench["latent_train"]), ""]
     path = Path(out) / "bench.md"
     atomic_write_text(path, "\n".join(lines))
     return path
+
+
+def latent_train_table(section: dict) -> list[str]:
+    """bench.md's latent_train section: each arm's step time against multi-head attention's."""
+    s = section["setup"]
+    header = [
+        "arm",
+        "d_c + d_rope (d_cq)",
+        "parameters",
+        "ms/step",
+        "step / mha's (min-max)",
+        f"<= {s['target_ratio']}x",
+    ]
+    body = [
+        [
+            r["arm"],
+            "-" if r["d_c"] is None else f"{r['d_c']} + {r['d_rope']} ({r['d_cq'] or '-'})",
+            r["parameters"],
+            _f(r["step_ms"], ".1f"),
+            f"{_f(r['ratio_to_mha'])}{_range(r['ratio_range'])}",
+            _verdict(r["verdict"]),
+        ]
+        for r in section["rows"]
+    ]
+    lines = [
+        f"kv_frontier's model (conf/experiment/kv_frontier.yaml: {s['n_layer']} attention-only layers, d_model "
+        f"{s['d_model']}, {s['n_head']} heads, block {s['block_size']}, batch {s['batch_size']}, vocabulary "
+        f"{s['vocab_size']}, {s['pos_encoding']}, {s['backend']}), each latent arm its conf/variant file; a step = "
+        f"forward, cross-entropy, backward, clipping, AdamW on random batches; {s['steps']} steps timed after "
+        f"{s['warmup']} per arm and repeat, {s['repeats']} repeats, arms alternated (the order flips every repeat), "
+        f"ratios within a repeat, medians. Target: at most {s['target_ratio']}x multi-head's step; yes when every "
+        f"repeat's ratio is within it, no when none is, open otherwise. {s['threads']} torch thread(s), load average "
+        f"{_f(s['load_avg_1m'][0], '.1f')} before and {_f(s['load_avg_1m'][1], '.1f')} after (a shared machine).",
+        "",
+        *markdown_table(header, body, align="llrrrl").splitlines(),
+    ]
+    if section.get("missing"):
+        lines += ["", "Not measured (no conf/variant file): " + ", ".join(section["missing"]) + "."]
+    return lines
 
 
 def write_breakdown(result: dict, out: Path) -> Path:

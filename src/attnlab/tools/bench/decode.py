@@ -27,12 +27,15 @@ from pathlib import Path
 
 import torch
 
+from attnlab.attention.latent import step_macs
 from attnlab.cli import command_parser
 from attnlab.data.tokens import load_tokenizer
 from attnlab.inference.sample import resolve_checkpoint
 from attnlab.interop.families import family_of, hf_config
 from attnlab.interop.state_dicts import to_hf
 from attnlab.model.gpt import GPT, GPTConfig
+from attnlab.tools.bench.kernels import matmul_peak_gflops
+from attnlab.tools.bench.timing import measure
 from attnlab.training.checkpointing import load_model
 from attnlab.util.errors import CheckpointError
 from attnlab.util.files import atomic_write_text, git_sha
@@ -129,15 +132,21 @@ BUDGET_BYTES = 2**30  # the stated memory budget of the concurrency ceiling (1 G
 def decode_variants(n_head: int, d_k: int) -> dict[str, dict]:
     """GPTConfig changes per variant: the key/value heads (multi-head, grouped, multi-query), latent
     attention with a latent of 4 d_k (DeepSeek-V2's d_c, a cache about GQA's with 2.25 groups at 4
-    heads) and of 2 d_k, each with a RoPE key of d_k / 2, the escape slot on multi-head, and sigmoid
-    attention, which only the explicit kernel runs: beside it softmax on that same kernel
-    (``softmax_scaled``), the reference its own cost is read against."""
+    heads) and of 2 d_k, each with a RoPE key of d_k / 2, decoded absorbed (the caches' ``auto``:
+    a prefill expands, a step absorbs) and re-expanded (``_expanded``; ``latent_decode``, the caches'
+    setting, attention/latent.py), the escape slot on multi-head, and sigmoid attention, which only
+    the explicit kernel runs: beside it softmax on that same kernel (``softmax_scaled``), the
+    reference its own cost is read against."""
+    mla_4dk = {"attention": {"latent": {"d_c": 4 * d_k, "d_rope": d_k // 2}}}
+    mla_2dk = {"attention": {"latent": {"d_c": 2 * d_k, "d_rope": d_k // 2}}}
     return {
         "mha": {},
         "gqa": {"n_kv_head": n_head // 2},
         "mqa": {"n_kv_head": 1},
-        "mla_4dk": {"attention": {"latent": {"d_c": 4 * d_k, "d_rope": d_k // 2}}},
-        "mla_2dk": {"attention": {"latent": {"d_c": 2 * d_k, "d_rope": d_k // 2}}},
+        "mla_4dk": mla_4dk,
+        "mla_4dk_expanded": {**mla_4dk, "latent_decode": "expanded"},
+        "mla_2dk": mla_2dk,
+        "mla_2dk_expanded": {**mla_2dk, "latent_decode": "expanded"},
         "escape_zero_logit": {"attention": {"escape": "zero_logit"}},
         "escape_learned": {"attention": {"escape": "learned"}},
         "softmax_scaled": {"attention": {"backend": "scaled"}},
@@ -147,11 +156,12 @@ def decode_variants(n_head: int, d_k: int) -> dict[str, dict]:
 
 def kv_bytes_per_token(caches) -> tuple[float, float]:
     """(filled, allocated) bytes per cached position and sequence, summed over the layers, read from
-    the cache tensors: the filled part of k and v, and their whole storage over its room."""
+    the cache tensors: the filled part of k and v (a latent layer's rows: k alone), and their whole
+    storage over its room."""
     filled = allocated = 0.0
     for c in caches:
         b = c.k.shape[0]
-        for t in (c.k, c.v):
+        for t in (c.k, c.v) if c.v is not None else (c.k,):
             filled += t[:, :, : c.length].numel() * t.element_size() / (b * c.length)
             allocated += t.numel() * t.element_size() / (b * t.shape[2])
     return filled, allocated
@@ -201,9 +211,11 @@ def decode_section(
     dims = {**DECODE_SHAPE, **(shape or {})}
     block = max(contexts) + new_tokens
     load_before = os.getloadavg()[0]
-    models, refused = {}, {}
+    models, refused, modes = {}, {}, {}
+    yardsticks = roofline_yardsticks(device)
     for name, change in decode_variants(dims["n_head"], dims["d_model"] // dims["n_head"]).items():
         change = dict(change)
+        modes[name] = change.pop("latent_decode", "auto")
         attention = {"backend": backend, **change.pop("attention", {})}
         torch.manual_seed(0)
         try:
@@ -223,11 +235,12 @@ def decode_section(
             0, dims["vocab_size"], (max(batches), T + 1), generator=torch.Generator().manual_seed(T)
         ).to(device)
         per = {n: {"prefill_s": [], "decode_s": [], "tput": {b: [] for b in batches}} for n in names}
+        load_at_T = os.getloadavg()[0]
         for b in batches:
             caches = {}
             with torch.no_grad():
                 for n in names:  # warm-up and the prefill the repeats rewind to
-                    caches[n] = models[n].kv_caches()
+                    caches[n] = models[n].kv_caches(modes[n])
                     models[n].next_logits(ids[:b, :T], caches[n])
                     _decode(models[n], caches[n], ids[:b, T:], 2)
             for r in range(repeats):
@@ -248,6 +261,7 @@ def decode_section(
                         per[n]["decode_s"].append(s)
             if b == 1:
                 measured = {n: kv_bytes_per_token((_rewind(caches[n], T), caches[n])[1]) for n in names}
+                paths = {n: models[n].blocks[0].attn.latent_path for n in names}
             del caches
         for n in names:
             cfg, model = models[n].cfg, models[n]
@@ -270,6 +284,9 @@ def decode_section(
                 "latent_d_rope": cfg.attention.latent.d_rope,
                 "element_size": elem,
                 "escape": cfg.attention.escape,
+                "latent_decode": modes[n] if cfg.attention.latent.d_c is not None else None,
+                "latent_path": paths[n],  # the form the decoding steps took (layer 0, the last step)
+                "load_avg_1m": load_at_T,
                 "prefill_s": statistics.median(p["prefill_s"]),
                 "prefill_s_range": _spread(p["prefill_s"]),
                 "ms_per_token": statistics.median(ms),
@@ -294,6 +311,7 @@ def decode_section(
                     "range": _spread(p["tput"][b]),
                     "ratio_to_mha": statistics.median(ratio),
                     "ratio_range": _spread(ratio),
+                    **decode_costs(model, T, b, paths[n], yardsticks),
                 }
             rows.append(row)
         mha = next((r for r in rows if r["T"] == T and r["variant"] == "mha"), None)
@@ -320,9 +338,75 @@ def decode_section(
             "budget_bytes": budget_bytes,
             "threads": torch.get_num_threads(),
             "load_avg_1m": [load_before, os.getloadavg()[0]],
+            "yardsticks": yardsticks,
         },
         "rows": rows,
         "refused": refused,
+    }
+
+
+# ---- the roofline of a decoding step: what a token must read and compute, against this machine's rates -----
+
+
+def read_bandwidth(device: torch.device | str, mib: int = 256, repeats: int = 5) -> float:
+    """Bytes/s of reading a ``mib`` MiB float32 tensor once (a sum), median of ``repeats``: the rate
+    at which a step streams a cache larger than the CPU's caches."""
+    x = torch.ones(mib * 2**20 // 4, device=device)
+    seconds = measure(lambda: x.sum(), torch.device(device), repeats=repeats, warmup=1)
+    return x.numel() * 4 / statistics.median(seconds)
+
+
+def roofline_yardsticks(device: torch.device | str) -> dict:
+    """This machine's read bandwidth and matmul rate, measured at the start of the decode section."""
+    n = 1024 if torch.device(device).type == "cpu" else 4096
+    mm = matmul_peak_gflops(torch.device(device), torch.float32, n, repeats=5)
+    return {"read_gb_per_s": read_bandwidth(device) / 1e9, "matmul_gflops": mm["median"], "matmul_n": n}
+
+
+def _numel(*tensors) -> int:
+    return sum(t.numel() for t in tensors if t is not None)
+
+
+@torch.no_grad()
+def decode_costs(model, context: int, batch: int, path: str | None, yardsticks: dict) -> dict:
+    """What one decoded token costs at ``context`` cached positions, ``batch`` sequences a step,
+    every layer summed: bytes read (the weights a step uses, over the batch, and the sequence's
+    cache; re-expanded latent attention also reads the keys and values it expands), multiply-adds
+    (one per weight used, and the attention's: ``latent.step_macs`` for latent attention, whose
+    absorbed query and output maps are the folded weights), and the roofline time: the larger of
+    bytes / read bandwidth and 2 x multiply-adds / matmul rate."""
+    cfg, elem = model.cfg, next(model.parameters()).element_size()
+    h, d, t = cfg.n_head, cfg.d_k, context
+    weights = attention_macs = extra_bytes = 0
+    for block in model.blocks:
+        attn = block.attn
+        weights += _numel(block.mlp.fc.weight, block.mlp.proj.weight) if block.mlp is not None else 0
+        weights += _numel(attn.gate_proj.weight if attn.gate_proj is not None else None)
+        lat = attn.latent
+        if lat is None:
+            weights += _numel(attn.qkv_proj.weight, attn.out_proj.weight)
+            attention_macs += t * h * 2 * d
+        elif path == "absorbed":
+            w_in, _, w_out = attn.absorbed_weights()
+            q_up = attn.q_up is not None  # with a query latent, qkv_proj still reads x and q_up's weight is folded
+            weights += _numel(w_in, w_out, attn.qkv_proj.weight if q_up else None)
+            attention_macs += t * h * 2 * (lat.d_c + lat.d_rope)
+        else:
+            weights += _numel(attn.qkv_proj.weight, attn.out_proj.weight, attn.kv_up.weight)
+            weights += _numel(attn.q_up.weight if attn.q_up is not None else None)
+            attention_macs += step_macs(1, t, h, d, lat.d_c, lat.d_rope)["expanded"]
+            extra_bytes += t * h * (2 * d + lat.d_rope) * elem  # the expanded keys and values, read by the kernel
+    weights += model.lm_head.weight.numel()
+    cache_bytes = cfg.kv_cache_bytes(t, elem)
+    read = weights * elem / batch + cache_bytes + extra_bytes
+    macs = weights + attention_macs
+    bytes_s = read / (yardsticks["read_gb_per_s"] * 1e9)
+    macs_s = 2 * macs / (yardsticks["matmul_gflops"] * 1e9)
+    return {
+        "bytes_read_per_token": read,
+        "macs_per_token": macs,
+        "roofline_s_per_token": max(bytes_s, macs_s),
+        "bound": "bytes" if bytes_s >= macs_s else "multiply-adds",
     }
 
 
@@ -545,7 +629,8 @@ def decode_table(section: dict) -> list[str]:
                 r["T"],
                 f"2 x {r['n_kv_head']} x {r['d_k']}"
                 if r["latent_d_c"] is None
-                else f"{r['latent_d_c']} + {r['latent_d_rope']} (latent, RoPE key)",
+                else f"{r['latent_d_c']} + {r['latent_d_rope']} (latent, RoPE key)"
+                + (f", {FORMS.get(r['latent_path'], r['latent_path'])}" if r.get("latent_path") else ""),
                 f"{1e3 * r['prefill_s']:.1f}",
                 f"{r['ms_per_token']:.2f} ({r['ms_per_token_range'][0]:.2f}-{r['ms_per_token_range'][1]:.2f})",
                 f"{r['ms_per_token_ratio_to_mha']:.2f} ({r['ms_per_token_ratio_range'][0]:.2f}-"
@@ -585,8 +670,102 @@ def decode_table(section: dict) -> list[str]:
         ]
     if section.get("refused"):
         lines += ["", "Refused: " + "; ".join(f"{n}: {why}" for n, why in section["refused"].items())]
+    if any(r.get("latent_path") == "absorbed" for r in section["rows"]):
+        lines += ["", *latent_goal_table(section)]
     if section.get("transformers"):
         lines += ["", *transformers_table(section["transformers"])]
+    return lines
+
+
+FORMS = {"absorbed": "absorbed", "expanded": "re-expanded"}
+
+
+def latent_goal(T: int, batch: int) -> float:
+    """Absorbed latent attention's goal in tokens/s against multi-head's (issue 58): at least 1.0x
+    at T >= 1024 for B 1 and 16, at least 0.8x at every other row."""
+    return 1.0 if T >= 1024 and batch in (1, 16) else 0.8
+
+
+def _per(row: dict, mha: dict, b: str, key: str) -> float:
+    return row["throughput"][b][key] / mha["throughput"][b][key]
+
+
+def shortfall(row: dict, mha: dict, b: str, setup: dict) -> str:
+    """Why a row's tokens/s ratio falls short of its goal, in roofline terms, from the row's data."""
+    tp, base, y = row["throughput"][b], mha["throughput"][b], setup["yardsticks"]
+    ms, roof = 1e3 / tp["tokens_per_s"], 1e3 * tp["roofline_s_per_token"]
+    mha_ms, mha_roof = 1e3 / base["tokens_per_s"], 1e3 * base["roofline_s_per_token"]
+    return (
+        f"{row['variant']} at T {row['T']}, B {b}: {tp['ratio_to_mha']:.2f}x against a goal of "
+        f"{latent_goal(row['T'], int(b)):.1f}x. A token reads {tp['bytes_read_per_token'] / 1e3:.0f} kB "
+        f"({_per(row, mha, b, 'bytes_read_per_token'):.2f}x mha's) and does {tp['macs_per_token'] / 1e6:.2f} M "
+        f"multiply-adds ({_per(row, mha, b, 'macs_per_token'):.2f}x); at {y['read_gb_per_s']:.1f} GB/s and "
+        f"{y['matmul_gflops']:.0f} GFLOP/s the roofline gives "
+        f"{base['roofline_s_per_token'] / tp['roofline_s_per_token']:.2f}x ({tp['bound']}-bound). Measured, a "
+        f"token takes {ms:.3f} ms against a roofline of {roof:.3f} ms (mha {mha_ms:.3f} against {mha_roof:.3f}): "
+        f"{100 * (1 - roof / ms):.0f} % of its time is neither bytes nor multiply-adds but the step's "
+        f"per-operation overhead, {ms - roof - (mha_ms - mha_roof):+.3f} ms a token beyond mha's."
+    )
+
+
+def latent_goal_table(section: dict) -> list[str]:
+    """Latent attention's rows against the goal, per T and B, with the roofline of each: bytes read
+    and multiply-adds per token beside multi-head attention's and, for an absorbed row short of its
+    goal, why (``shortfall``)."""
+    s = section["setup"]
+    mha = {r["T"]: r for r in section["rows"] if r["variant"] == "mha"}
+    body, short = [], []
+    for r in (r for r in section["rows"] if r.get("latent_path")):
+        for b in map(str, s["batches"]):
+            tp, goal, base = r["throughput"][b], latent_goal(r["T"], int(b)), mha[r["T"]]
+            absorbed = r["latent_path"] == "absorbed"
+            met = tp["ratio_to_mha"] >= goal
+            if absorbed and not met:
+                short.append(shortfall(r, base, b, s))
+            body.append(
+                [
+                    r["variant"],
+                    FORMS.get(r["latent_path"], r["latent_path"]),
+                    r["T"],
+                    b,
+                    f"{tp['ratio_to_mha']:.2f} ({tp['ratio_range'][0]:.2f}-{tp['ratio_range'][1]:.2f})",
+                    f"{goal:.1f}" if absorbed else "-",
+                    ("yes" if met else "**no**") if absorbed else "-",
+                    f"{r['kv_bytes_ratio_to_mha']:.2f}",
+                    f"{_per(r, base, b, 'bytes_read_per_token'):.2f}",
+                    f"{_per(r, base, b, 'macs_per_token'):.2f}",
+                    f"{base['throughput'][b]['roofline_s_per_token'] / tp['roofline_s_per_token']:.2f} ({tp['bound']})",
+                    f"{1e3 / tp['tokens_per_s']:.3f} / {1e3 * tp['roofline_s_per_token']:.3f}",
+                ]
+            )
+    header = [
+        "variant",
+        "form",
+        "T",
+        "B",
+        "tok/s / mha's (min-max)",
+        "goal",
+        "met",
+        "KV B/token / mha's",
+        "bytes read/token / mha's",
+        "multiply-adds/token / mha's",
+        "roofline tok/s / mha's (bound)",
+        "ms/token measured / roofline",
+    ]
+    y = s["yardsticks"]
+    lines = [
+        "Latent attention against its goal (absorbed: at least 1.0x multi-head's tokens/s at T >= 1024 for B 1 "
+        "and 16, at least 0.8x elsewhere), from the rows above. Bytes read per token: the weights a step uses over "
+        "the batch, the sequence's cache and, re-expanded, the keys and values it expands; multiply-adds per token: "
+        "one per weight used plus the attention's (absorbed: T x H x 2 (d_c + d_rope); re-expanded: "
+        "T x d_c x 2 H d_k + T x H (2 d_k + d_rope)); roofline = the larger of bytes / read bandwidth and "
+        f"2 x multiply-adds / matmul rate, at this run's {y['read_gb_per_s']:.1f} GB/s (a 256 MiB sum) and "
+        f"{y['matmul_gflops']:.0f} GFLOP/s (a {y['matmul_n']}x{y['matmul_n']} matmul).",
+        "",
+        *markdown_table(header, body, align="llrrrlrrrrrr").splitlines(),
+    ]
+    if short:
+        lines += ["", "Where an absorbed row falls short:", "", *(f"- {why}" for why in short)]
     return lines
 
 
