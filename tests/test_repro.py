@@ -485,7 +485,15 @@ def _m8(cells, grad_ratio=6.5, at_11=0.16):
 
 def test_claim_8_turns_with_the_study_cells():
     trains, fails = _cell8("0.02", 64, 1.82, 1.85), _cell8("fan_in", 128, 2.4, 1.76)
-    assert verdict_of(judge.checks_8(_m8([trains, fails]))) == DEPENDS
+    # every mechanism check fails (the init gradient 6.5x larger unscaled, the Jacobian alive, no saturation):
+    # the outcome depends on the cell, but not for the stated reason, so at most partly
+    assert verdict_of(judge.checks_8(_m8([trains, fails]))) == PARTLY
+    holds = {"grad_ratio": 0.5, "at_11": 0.01}
+    saturated = judge.checks_8(_m8([trains, fails], **holds))
+    for k in saturated:
+        if k.id == "saturated-at-init":
+            k.passed = True
+    assert verdict_of(saturated) == DEPENDS  # its mechanism holds: the dependence stands
     assert [k.condition for k in judge.checks_8(_m8([trains, fails])) if k.passed is True] == [
         "init_std=fan_in, d_k=128"
     ]

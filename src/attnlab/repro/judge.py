@@ -9,7 +9,7 @@ seed alone leaves a check untested.
 from __future__ import annotations
 
 from attnlab.attention.stats import SINK_EPSILON
-from attnlab.repro.verdict import DETAIL, Check
+from attnlab.repro.verdict import DETAIL, MECHANISM, Check
 from attnlab.studies.report.baseline import CLEARLY_BELOW
 from attnlab.util.significance import ALPHA, wilson
 
@@ -93,7 +93,7 @@ def checks_8(m: dict) -> list[Check]:
             j["at_11"] / j["peak"],
             0.1,
             j["at_11"] < 0.1 * j["peak"],
-            DETAIL,
+            MECHANISM,
         ),
         Check(
             "qk-grad-smaller",
@@ -101,7 +101,7 @@ def checks_8(m: dict) -> list[Check]:
             f["grad_ratio"],
             1,
             f["grad_ratio"] < 1,
-            DETAIL,
+            MECHANISM,
         ),
         Check(
             "saturated-at-init",
@@ -109,7 +109,7 @@ def checks_8(m: dict) -> list[Check]:
             i["max_prob"],
             NEAR_ONE_HOT,
             i["max_prob"] > NEAR_ONE_HOT,
-            DETAIL,
+            MECHANISM,
         ),
     ]
 

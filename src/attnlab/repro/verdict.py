@@ -9,6 +9,8 @@ function of the checks alone, so a test can flip a measurement and see it turn:
 - main checks of one statement under different conditions (``condition`` set) that pass under one
   and fail under another -> ``depends`` (the conditions are printed with it);
 - a ``detail`` check (a printed figure, a side remark) fails while the main ones hold -> ``partly``;
+- a ``mechanism`` check (the reason the source gives for its claim) fails -> at most ``partly``: the
+  outcome may hold, but not for the stated reason, so neither ``agrees`` nor ``depends`` is earned;
 - else ``agrees``.
 
 An interval that straddles its threshold, or a single seed, is an untested check, never a pass.
@@ -24,7 +26,8 @@ from typing import Any
 from attnlab.util.files import json_safe
 from attnlab.writing.pages import AGREES, DEPENDS, DIFFERS, PARTLY, UNTESTED
 
-MAIN, DETAIL = "main", "detail"
+MAIN, DETAIL, MECHANISM = "main", "detail", "mechanism"
+ROLES = (MAIN, DETAIL, MECHANISM)
 KEPT_DIGITS = 6  # significant digits repro.json keeps; a claim's checks read its measurements at this precision
 
 
@@ -54,14 +57,21 @@ class Check:
     needs: str = ""
 
     def __post_init__(self):
-        if self.role not in (MAIN, DETAIL):
-            raise ValueError(f"check role must be one of {MAIN}, {DETAIL}, got {self.role!r}")
+        if self.role not in ROLES:
+            raise ValueError(f"check role must be one of {', '.join(ROLES)}, got {self.role!r}")
         if self.passed is None and not self.needs:
             raise ValueError(f"check {self.name!r}: an untested check says what would test it (needs)")
         self.passed = None if self.passed is None else bool(self.passed)
 
 
 def verdict_of(checks: list[Check]) -> str:
+    verdict = _main_verdict(checks)
+    if verdict in (AGREES, DEPENDS) and any(c.passed is False for c in checks if c.role == MECHANISM):
+        return PARTLY
+    return verdict
+
+
+def _main_verdict(checks: list[Check]) -> str:
     main = [c for c in checks if c.role == MAIN]
     plain = [c.passed for c in main if not c.condition]
     conditional = [c.passed for c in main if c.condition]

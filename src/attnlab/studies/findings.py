@@ -168,7 +168,7 @@ def streaming(reports: Path, study: str) -> dict:
             {
                 "arm": arm["arm"].split(" (", 1)[-1].rstrip(")"),
                 "ratios": e["ratio"],
-                "geomean": e["geomean"],
+                "median": e["median"],
                 "lo": e["ci"][0] if e["ci"] else None,
                 "hi": e["ci"][1] if e["ci"] else None,
                 "verdict": e["verdict"],

@@ -8,8 +8,8 @@ validation split, or one long validation sequence of a task): perplexity with th
 kept in a rolling cache of C entries, the recomputed window (the oracle) and dense attention within
 the block; beside them the run's first-token weight from its own statistics. Per arm (a cell of the
 sweep's axes) the cost of evicting the first tokens is StreamingLLM's measure (Xiao et al. 2023,
-Table 3): PPL(0 kept) / PPL(most kept) per seed, over seeds its geometric mean with the 95 % t
-interval of the log ratios, and a verdict from that interval. Writes ``<out>/stream.{md,json,png}``
+Table 3): PPL(0 kept) / PPL(most kept) per seed, over seeds its median with a bootstrap interval and the
+sign test (the ratios are skewed: one seed can sit far out), and a verdict from them. Writes ``<out>/stream.{md,json,png}``
 (default out: reports/<study>); ``--render`` rebuilds a report's derived fields, stream.md and
 stream.png from the per-seed values its stream.json holds, decoding nothing.
 """
@@ -28,8 +28,8 @@ from attnlab.inference.stream import DEFAULT_SINKS, parse_sinks, run_tokens, str
 from attnlab.studies.report.aggregate import RunResult, group_cells, load_sweeps, swept_axes
 from attnlab.studies.report.plots import colours, legend_outside, save
 from attnlab.training.checkpointing import load_model
+from attnlab.util import significance
 from attnlab.util.files import atomic_write_text, json_safe
-from attnlab.util.significance import t_interval
 from attnlab.writing.pages import TEMPLATES
 
 DEFAULT_TOKENS = 2048
@@ -37,6 +37,7 @@ DEFAULT_TOKENS = 2048
 # higher without the first tokens, so "collapse" asks that it at least doubles; "no cost" that it
 # moves by under 1 % either way.
 COLLAPSE, NO_COST, UNTESTED = "collapse", "no cost", "untested"
+COST, GAIN = "cost", "gain"  # every seed, or nearly, on one side of 1 by the sign test, short of a collapse
 COLLAPSE_RATIO = 2.0
 NO_COST_RATIO = 1.01
 # what a stream.json arm holds as measured; every other field is derived from these
@@ -166,20 +167,36 @@ def derive(arm: dict, kept: int) -> dict:
 
 
 def eviction(log_ratios: list[float]) -> dict:
-    """PPL(0 kept) / PPL(most kept) per seed and over seeds: the geometric mean with the 95 % t interval
-    of the log ratios mapped back, and the verdict it supports (under two seeds: untested)."""
+    """PPL(0 kept) / PPL(most kept) per seed and over seeds, read as the skewed ratios they are: the median
+    with its percentile-bootstrap 95 % interval, how many seeds lie above 1, the sign test and Wilcoxon's
+    signed-rank test on the log ratios (``significance.ratios``), and the verdict: collapse where the
+    interval's lower bound reaches COLLAPSE_RATIO, no cost where it lies within NO_COST_RATIO of 1, a cost
+    (or a gain) where the sign test finds the seeds on one side of 1, else untested. Under three seeds: untested."""
     ratios = [math.exp(d) for d in log_ratios]
     n = len(ratios)
-    if n < 2:
-        return {"ratio": ratios, "geomean": ratios[0] if ratios else None, "ci": None, "n": n, "verdict": UNTESTED}
-    mean, lo, hi = (math.exp(x) for x in t_interval(log_ratios))
+    summary = significance.ratios(ratios)
+    if summary is None:
+        return {"ratio": ratios, "median": ratios[0] if ratios else None, "ci": None, "n": n, "verdict": UNTESTED}
+    lo, hi = summary.lo, summary.hi
     if lo >= COLLAPSE_RATIO:
         verdict = COLLAPSE
     elif 1 / NO_COST_RATIO <= lo and hi <= NO_COST_RATIO:
         verdict = NO_COST
+    elif summary.p_sign < significance.ALPHA:
+        verdict = COST if summary.median > 1 else GAIN
     else:
         verdict = UNTESTED
-    return {"ratio": ratios, "geomean": mean, "ci": [lo, hi], "n": n, "verdict": verdict}
+    return {
+        "ratio": ratios,
+        "median": summary.median,
+        "ci": [lo, hi],
+        "above": summary.above,
+        "p_sign": summary.p_sign,
+        "p_wilcoxon": summary.p_wilcoxon,
+        "geomean": statistics.geometric_mean(ratios),
+        "n": n,
+        "verdict": verdict,
+    }
 
 
 def markdown(report: dict) -> str:
@@ -326,5 +343,5 @@ def main(argv: list[str] | None = None) -> None:
         e = a["eviction"]
         if e:
             print(
-                f"{a['arm']}: PPL(0 kept) / PPL({e['kept']} kept) {e['geomean']:.3f} over {e['n']} seeds: {e['verdict']}"
+                f"{a['arm']}: PPL(0 kept) / PPL({e['kept']} kept) {e['median']:.3f} (median) over {e['n']} seeds: {e['verdict']}"
             )

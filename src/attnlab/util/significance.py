@@ -520,10 +520,10 @@ class Ratios:
 
 
 def ratios(values: Sequence[float], confidence: float = 1 - ALPHA) -> Ratios | None:
-    """None below two finite positive ratios."""
+    """None below three finite positive ratios: a bootstrap of two values is those values."""
     r = _finite(values)
     r = r[r > 0]
-    if len(r) < 2:
+    if len(r) < 3:
         return None
     boot = stats.bootstrap(
         (r,),
