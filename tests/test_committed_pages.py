@@ -1,5 +1,5 @@
 """Every committed page is a render of the committed data beside it, byte for byte: a study's ablation.md,
-index.html, ablation.csv, frontier.md and summary.json from its runs.csv (or ablation.csv), stream.md from
+index.html, ablation.csv and summary.json from its runs.csv (or ablation.csv), stream.md from
 stream.json, repro.md and its README section from repro.json, the README's findings block, and the benchmark
 pages from their json. Not rendered from data: reports/inference/stream.md and reports/heads/ (written from
 checkpoints)."""
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / "reports"
 STUDIES = sorted(p.parent.name for p in REPORTS.glob("*/ablation.md"))
 STREAMS = sorted(p.parent.name for p in REPORTS.glob("*/stream.json") if (p.parent / "summary.json").is_file())
-STUDY_PAGES = ("ablation.md", "index.html", "ablation.csv", "frontier.md", "summary.json", "runs.csv")
+STUDY_PAGES = ("ablation.md", "index.html", "ablation.csv", "summary.json", "runs.csv")
 
 
 def text(path: Path) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import pandas as pd
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -16,10 +15,7 @@ from attnlab.callbacks.peak_memory import PeakMemoryMonitor
 from attnlab.config.compose import compose_config
 from attnlab.config.schema import Schema
 from attnlab.model import GPT, GPTConfig
-from attnlab.studies import report
-from attnlab.studies.report import data, frontier
 from attnlab.sweeps.sweep import study_grid
-from attnlab.util import significance
 
 GRID = study_grid("kv_frontier")
 # cached values per token and layer (4 heads of 32), and the window's entries at most
@@ -101,112 +97,3 @@ def test_the_logged_kv_bytes_are_the_cache_at_the_block_size_per_token(arm, tmp_
     held = min(64, 36) if arm == "window_kept" else 64
     assert logged["mem/kv_cache_context"] == cfg.block_size == 64
     assert logged["mem/kv_cache_bytes_per_token"] == per_entry * held / 64
-
-
-# ---- the frontier report, from a runs.csv written here
-NOISE = (-0.01, -0.005, 0.0, 0.005, 0.01)  # five seeds: a 95 % interval of about +-0.01 around each mean
-
-
-def runs_frame(arms: dict[str, tuple[float, float]], context: int = 64, spread: float = 1.0) -> pd.DataFrame:
-    """runs.csv's rows: per arm (mean val loss, KV bytes per token), five seeds around the mean."""
-    rows = [
-        {
-            "model.block_size": str(context),
-            "variant": arm,
-            "seed": seed,
-            "budget": "default",
-            "status": "ok",
-            "error": "",
-            "run": f"{arm}_{seed}",
-            "val/loss": loss + spread * noise,
-            "mem/kv_cache_bytes_per_token": per_token,
-            "mem/kv_cache_context": float(context),
-        }
-        for arm, (loss, per_token) in arms.items()
-        for seed, noise in enumerate(NOISE)
-    ]
-    return pd.DataFrame(rows)
-
-
-def on_frontier(arms: dict[str, tuple[float, float]], **kw) -> set[str]:
-    found, _ = frontier.arms(runs_frame(arms, **kw), "kv_frontier")
-    return {a.name for a in found if a.on_frontier}
-
-
-def test_an_arm_leaves_the_frontier_when_a_cheaper_arm_is_lower_beyond_seed_noise():
-    arms = {"baseline": (1.00, 2048.0), "gqa_kv2": (1.20, 512.0), "mqa": (1.50, 256.0)}
-    assert on_frontier(arms) == {"baseline", "gqa_kv2", "mqa"}  # each cheaper arm is worse: a trade
-    arms["mqa"] = (1.10, 256.0)  # cheaper than gqa_kv2 and lower: gqa_kv2 is dominated, baseline is not
-    assert on_frontier(arms) == {"baseline", "mqa"}
-    arms["mqa"] = (0.90, 256.0)  # cheapest and lowest: it alone
-    assert on_frontier(arms) == {"mqa"}
-    found, _ = frontier.arms(runs_frame(arms), "kv_frontier")
-    assert {a.name: sorted(a.dominated_by) for a in found} == {"baseline": ["mqa"], "gqa_kv2": ["mqa"], "mqa": []}
-
-
-def test_a_lower_loss_within_seed_noise_dominates_nothing():
-    arms = {"baseline": (1.000, 2048.0), "mqa": (0.995, 256.0)}
-    assert on_frontier(arms, spread=3.0) == {"baseline", "mqa"}  # 0.005 lower, seeds +-0.03: not resolved
-    assert on_frontier(arms, spread=0.1) == {"mqa"}  # the same means, seeds +-0.001: resolved
-
-
-def test_equal_bytes_leave_the_arm_with_the_lower_loss():
-    """At T <= window + kept the window arm's cache is multi-head's: the lower loss beyond noise wins."""
-    assert on_frontier({"baseline": (1.0, 2048.0), "window_kept": (1.1, 2048.0)}, context=32) == {"baseline"}
-    assert on_frontier({"baseline": (1.1, 2048.0), "window_kept": (1.0, 2048.0)}, context=32) == {"window_kept"}
-    assert on_frontier({"baseline": (1.0, 2048.0), "window_kept": (1.0, 2048.0)}, context=32) == {
-        "baseline",
-        "window_kept",
-    }
-
-
-def test_bytes_and_sequences_per_gib_are_the_cache_formula(window_and_mha, tmp_path):
-    window, mha = window_and_mha
-    context = window.block_size
-    per_token = {
-        arm: cfg.kv_cache_bytes(context, 4) / context for arm, cfg in zip(("window_kept", "baseline"), (window, mha))
-    }
-    frame = runs_frame({"baseline": (1.0, per_token["baseline"]), "window_kept": (1.3, per_token["window_kept"])})
-    data.write_runs(frame, tmp_path / "runs.csv")
-    summary = report.write_report(tmp_path, {"study": "kv_frontier", "attention_free_level": None}, draw=False)
-    arms = {a["arm"]: a for a in summary["frontier"]["arms"]}
-    for arm, cfg in (("window_kept", window), ("baseline", mha)):
-        assert arms[arm]["kv_bytes_per_token"] == cfg.kv_cache_bytes(context, 4) / context
-        assert arms[arm]["kv_bytes_per_sequence"] == cfg.kv_cache_bytes(context, 4)
-        assert arms[arm]["sequences_per_gib"] == 2**30 / cfg.kv_cache_bytes(context, 4)
-    assert arms["window_kept"]["kv_bytes_per_sequence"] == window.n_layer * 256 * 4 * 36
-    assert summary["frontier"]["context"] == 64
-    assert set(summary["frontier"]["on_frontier"]) == {"baseline", "window_kept"}  # cheaper but worse: a trade
-    assert (tmp_path / "frontier.md").is_file()
-
-
-def test_the_reference_contrast_is_welch_with_holm_over_the_arms():
-    arms = {"baseline": (1.0, 2048.0), "gqa_kv2": (1.05, 512.0), "mqa": (1.2, 256.0)}
-    frame = runs_frame(arms)
-    found, reference = frontier.arms(frame, "kv_frontier")
-    assert reference == "baseline" and found[0].name == "baseline" and found[0].vs_reference is None
-    losses = {arm: frame[frame["variant"] == arm]["val/loss"] for arm in arms}
-    tests = [significance.welch(losses["baseline"], losses[a.name]) for a in found[1:]]
-    assert [a.vs_reference for a in found[1:]] == tests
-    assert [a.p_holm for a in found[1:]] == significance.holm([t.p for t in tests])
-
-
-def test_the_reference_arm_above_the_attention_free_level_makes_the_question_untested(tmp_path):
-    data.write_runs(runs_frame({"baseline": (1.0, 2048.0), "mqa": (1.2, 256.0)}), tmp_path / "runs.csv")
-    for bigram, untested in ((1.5, False), (0.9, True)):
-        meta = {"study": "kv_frontier", "attention_free_level": {"bigram": bigram, "unigram": 2.0}}
-        assert report.write_report(tmp_path, meta, draw=False)["frontier"]["untested"] is untested
-
-
-def test_the_figure_is_drawn(tmp_path):
-    data.write_runs(runs_frame({"baseline": (1.0, 2048.0), "mqa": (1.2, 256.0)}), tmp_path / "runs.csv")
-    frontier.write(data.read_runs(tmp_path / "runs.csv"), "kv_frontier", 1.5, tmp_path)
-    assert (tmp_path / "frontier.png").stat().st_size > 0
-
-
-@pytest.mark.parametrize("column", ["mem/kv_cache_context", "mem/kv_cache_bytes_per_token"])
-def test_a_runs_table_without_the_cache_columns_is_refused_before_anything_is_written(column, tmp_path):
-    frame = runs_frame({"baseline": (1.0, 2048.0), "mqa": (1.2, 256.0)}).drop(columns=[column])
-    with pytest.raises(SystemExit, match=column):
-        frontier.write(frame, "kv_frontier", None, tmp_path)
-    assert not list(tmp_path.iterdir())

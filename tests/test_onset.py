@@ -146,3 +146,25 @@ def test_an_unknown_outcome_is_refused_naming_the_accepted_ones(tmp_path):
     (conf / "x.yaml").write_text("question:\n  ask: a\n  axis: variant\n  reference: baseline\n  outcome: average\n")
     with pytest.raises(ConfigError, match="question.outcome.*continuous, learned, onset, ratio"):
         analysis.question_of("x", ["variant"], conf_dir=tmp_path)
+
+
+def test_an_arm_leaves_the_frontier_when_a_cheaper_one_learns_earlier_beyond_noise():
+    from attnlab.studies.report import analysis, onset
+
+    early, never = [(250, True)] * 5, [(6000, False)] * 5
+    frame = onset_runs({"baseline": never, "gqa_kv2": early, "mqa": never})
+    frame.loc[frame["variant"] == "gqa_kv2", "mem/kv_cache_bytes_per_token"] = 1024.0
+    question = analysis.question_of("kv_frontier", ["variant"])
+    arms = onset.arms_of(frame, ["variant"], question)
+    nbytes = onset.cache_bytes(frame, "variant")
+    assert nbytes == {"baseline": 2048.0, "gqa_kv2": 1024.0, "mqa": 512.0}
+    # gqa_kv2 holds half multi-head's bytes and learns in every seed where it never does: multi-head is off;
+    # multi-query is cheaper than both and dominated by neither cheaper arm
+    assert onset.frontier(arms, "variant", nbytes) == ["gqa_kv2", "mqa"]
+    # the same onsets at equal bytes dominate nothing beyond noise
+    same = onset.arms_of(onset_runs({"baseline": early, "gqa_kv2": early[::-1], "mqa": early}), ["variant"], question)
+    assert onset.frontier(same, "variant", {"baseline": 2048.0, "gqa_kv2": 1024.0, "mqa": 512.0}) == [
+        "baseline",
+        "gqa_kv2",
+        "mqa",
+    ]

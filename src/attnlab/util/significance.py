@@ -304,7 +304,7 @@ def exact_decides(reference: Sequence[float], level: Sequence[float], alpha: flo
     ref, lvl = _finite(reference), _finite(level)
     if _flat(ref) or _flat(lvl):
         return True
-    if not exact_shown(ref, lvl) or len(ref) + len(lvl) < 3:
+    if not exact_shown(ref, lvl) or min(len(ref), len(lvl)) < 2:
         return False
     return 2 / math.comb(len(ref) + len(lvl), len(ref)) < alpha
 
@@ -316,9 +316,9 @@ def _mean_difference(x, y, axis=-1):
 def permutation(reference: Sequence[float], level: Sequence[float]) -> Exact | None:
     """The two-sided permutation test of the difference of means (``scipy.stats.permutation_test``,
     independent samples): exact over every arrangement where they number EXACT_ENUMERATION or fewer,
-    else RESAMPLES fixed-seed resamples. None below one value a side or below two values in all."""
+    else RESAMPLES fixed-seed resamples. None below two values a side."""
     ref, lvl = _finite(reference), _finite(level)
-    if len(ref) < 1 or len(lvl) < 1 or len(ref) + len(lvl) < 3:
+    if len(ref) < 2 or len(lvl) < 2:
         return None
     arrangements = math.comb(len(ref) + len(lvl), len(ref))
     enumerated = arrangements <= EXACT_ENUMERATION

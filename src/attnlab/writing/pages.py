@@ -1,6 +1,6 @@
 """How the studies' pages are written: the formats of numbers, intervals and p-values, the words for metrics
 and verdicts, and the one Jinja2 environment that renders every page from templates/ (a study's ablation.md,
-index.html, frontier.md and stream.md, repro.md and its README section, the README's findings block).
+index.html and stream.md, repro.md and its README section, the README's findings block).
 
 Three number formats, each the habit of the pages that use it: ``plain`` and ``mean_ci`` (a study report: a
 value to its seeds' precision), ``sig`` (the findings: significant digits, a true minus sign) and ``fmt``

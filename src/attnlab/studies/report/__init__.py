@@ -1,5 +1,5 @@
 """A study's runs -> reports/<study>/: runs.csv (one row per run and seed), and from it alone ablation.md,
-index.html, ablation.csv (per cell), summary.json and the plots of final values (kv_frontier: frontier.md too).
+index.html, ablation.csv (per cell), summary.json and the plots of final values (an onset study: onset.png too).
 
 A sweep of a study that already has a report adds its runs to runs.csv: a cell and seed already there is
 kept as it was and listed, runs of another budget (extra overrides such as ``debug=smoke``) go to
@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from attnlab.analysis.phase import head_history
 from attnlab.config.compose import CONF_DIR
-from attnlab.studies.report import analysis, frontier, lr, onset, plots, render, summary
+from attnlab.studies.report import analysis, lr, onset, plots, render, summary
 from attnlab.studies.report.aggregate import group_cells, load_sweeps, recording_differences, swept_axes
 from attnlab.studies.report.baseline import baseline_of
 from attnlab.studies.report.data import (
@@ -174,8 +174,6 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
         axes, cells = analysis.cells_from_summaries(pd.read_csv(out / "ablation.csv", dtype=str, keep_default_na=False))
     baseline = meta.get("attention_free_level")
     level = (baseline or {}).get("bigram")
-    if study in frontier.STUDIES and frame is not None:  # frontier.md beside ablation.md, its data checked first
-        meta["frontier"] = frontier.write(frame, study, level, out, draw)
     tested_axes, tested, arms, question = tested_cells(study, frame, axes, cells)
     if arms and draw:
         lr.plot(arms, (baseline or {}).get("unigram"), out / "lr_sensitivity.png")
@@ -233,7 +231,6 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
         if frame is not None
         else [],
         "recording": meta.get("recording_differences") or [],
-        "frontier": meta.get("frontier"),
         "alpha": significance.ALPHA,
         "outcomes": significance.OUTCOMES,
         "learning": learning,
@@ -255,12 +252,15 @@ def learning_view(frame, axes: list[str], question: analysis.Question, out: Path
     family = onset.compare(arms, axes, question)
     axis = question.compare[0][0] if question.compare else None
     caps = [a.survival.cap for a in arms if a.survival is not None]
+    nbytes = onset.cache_bytes(frame, axis) if axis else {}
+    front = onset.frontier(arms, axis, nbytes) if nbytes else []
     if draw and caps and axis:
-        onset.plot(arms, axis, max(caps), out / onset.FIGURE)
+        onset.plot(arms, axis, max(caps), out / onset.FIGURE, nbytes, front)
     return {
         "family": family,
         "table": onset.table(family),
-        "summary": onset.summary(family, arms, axis),
+        "summary": onset.summary(family, arms, axis, nbytes, front),
+        "on_frontier": front,
         "cap": max(caps) if caps else None,
         "reference_learned": family[0].ref.k if family else None,
     }

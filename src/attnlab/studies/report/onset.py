@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -155,12 +156,47 @@ def compare(arms: list[Arm], axes: list[str], question: Question) -> list[OnsetC
     return out
 
 
-def plot(arms: list[Arm], axis: str, cap: float, path: Path) -> Path | None:
-    """The fraction of each arm's runs that have learned, over steps (one minus its Kaplan-Meier curve)."""
+BYTES = "mem/kv_cache_bytes_per_token"
+
+
+def cache_bytes(frame: pd.DataFrame, axis: str) -> dict[str, float]:
+    """Each arm's KV cache bytes per token, as its runs logged them (one value an arm), where logged."""
+    if BYTES not in frame:
+        return {}
+    ok = frame[(frame["status"] == "ok") & frame[BYTES].notna()]
+    return {str(k): float(rows[BYTES].iloc[0]) for k, rows in ok.groupby(axis, sort=False)}
+
+
+def frontier(arms: list[Arm], axis: str, nbytes: dict[str, float]) -> list[str]:
+    """The arms no other arm dominates: b dominates a when its cache holds no more bytes a token and it
+    learns earlier beyond seed noise (the log-rank test of the pair, Holm over every pair of arms)."""
+    known = [a for a in arms if a.axes[axis] in nbytes and a.steps is not None]
+    pairs = [(a, b) for i, a in enumerate(known) for b in known[i + 1 :]]
+    p = [significance.logrank_p(a.steps, ~a.learned, b.steps, ~b.learned) for a, b in pairs]
+    dominated = set()
+    for (a, b), p_holm in zip(pairs, significance.holm(p)):
+        if p_holm is None or p_holm >= significance.ALPHA:
+            continue
+        better, worse = (a, b) if a.restricted_mean < b.restricted_mean else (b, a)
+        if nbytes[better.axes[axis]] <= nbytes[worse.axes[axis]]:
+            dominated.add(worse.axes[axis])
+    return [a.axes[axis] for a in known if a.axes[axis] not in dominated]
+
+
+def plot(arms: list[Arm], axis: str, cap: float, path: Path, nbytes: dict[str, float], front: list[str]) -> Path | None:
+    """Left: the fraction of each arm's runs that have learned, over steps (one minus its Kaplan-Meier curve).
+    Right: the fraction learned within the budget (Wilson's 95 % interval) against the KV cache bytes per
+    token, the arms on the frontier joined."""
     if not arms or arms[0].steps is None:
         return None
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, (ax, per_byte) = plt.subplots(1, 2, figsize=(12, 4), gridspec_kw={"width_ratios": [3, 2]})
     for arm, colour in zip(arms, colours(len(arms))):
+        name = arm.axes.get(axis, "")
+        if name in nbytes:
+            lo, hi = arm.wilson
+            share = arm.k / arm.n
+            per_byte.errorbar(nbytes[name], share, yerr=[[share - lo], [hi - share]], fmt="o", capsize=3, color=colour)
+            per_byte.annotate(name, (nbytes[name], share), textcoords="offset points", xytext=(5, 4), fontsize=7)
         km = arm.survival
         steps = [0.0, *km.times, cap]
         learned = [0.0, *(1 - s for s in km.survival), 1 - (km.survival[-1] if km.survival else 1.0)]
@@ -170,7 +206,17 @@ def plot(arms: list[Arm], axis: str, cap: float, path: Path) -> Path | None:
     ax.set_ylim(-0.03, 1.03)
     ax.set_xlabel("training step")
     ax.set_ylabel("fraction of runs learned")
-    ax.set_title(f"Onset by {short(axis)}: runs that reached the threshold (Kaplan-Meier)")
+    ax.set_title(f"Onset by {short(axis)}: runs that reached the threshold (Kaplan-Meier)", fontsize=9)
+    on = sorted((nbytes[n], next(a.k / a.n for a in arms if a.axes.get(axis) == n)) for n in front if n in nbytes)
+    if on:
+        per_byte.plot(*zip(*on), color="k", lw=0.8, label="frontier (log-rank, Holm)")
+    per_byte.set_xscale("log")
+    per_byte.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    per_byte.xaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    per_byte.set_xlabel("KV cache bytes per token")
+    per_byte.set_ylabel(f"fraction learned within {cap:.0f} steps")
+    per_byte.set_ylim(-0.03, 1.03)
+    per_byte.grid(alpha=0.3)
     legend_outside(fig, title=f"{short(axis)} (learned/runs)")
     return save(fig, path)
 
@@ -214,12 +260,16 @@ def table(family: list[OnsetComparison]) -> dict:
     return md_table([*header, "deciding test", "p (Holm)", "verdict"], rows)
 
 
-def summary(family: list[OnsetComparison], arms: list[Arm], axis: str | None) -> dict:
-    """summary.json's onset entries: each arm's counts and curve, each comparison's tests and verdict."""
+def summary(
+    family: list[OnsetComparison], arms: list[Arm], axis: str | None, nbytes: dict[str, float], front: list[str]
+) -> dict:
+    """summary.json's onset entries: each arm's counts, curve and cache bytes, each comparison's tests and
+    verdict, and the arms on the frontier."""
 
     def arm_entry(arm: Arm) -> dict:
         km = arm.survival
         entry = {"axes": arm.axes, "k": arm.k, "n": arm.n, "wilson": list(arm.wilson)}
+        entry["kv_bytes_per_token"] = nbytes.get(arm.axes.get(axis))
         if km is not None:
             entry |= {
                 "steps": [float(s) for s in arm.steps],
@@ -232,6 +282,7 @@ def summary(family: list[OnsetComparison], arms: list[Arm], axis: str | None) ->
 
     return {
         "axis": axis,
+        "on_frontier": front,
         "arms": [arm_entry(a) for a in arms],
         "comparisons": [
             {

@@ -19,8 +19,8 @@ MACHINE_METRICS = {"perf/tokens_per_s": 1.0, "mem/peak_bytes": 1 / 2**20}
 LAYER = re.compile(r"^(attn|heads)/L(\d+)/(.+)$")
 LAYER_STATS = [*table_stats(QUERY_CLASSES), "previous_token_max", "sink_max", "induction_max"]
 LAYER_STATS += ["induction_knockout_all_heads"]
-# the figure of a study's question, where it has its own: the frontier, the LR grid, the d_k curve, the sink
-FIGURES = ("frontier.png", "lr_sensitivity.png", "val_loss_vs_dk.png", "sink_formation.png")
+# the figure of a study's question, where it has its own: the onsets, the LR grid, the d_k curve, the sink
+FIGURES = ("onset.png", "lr_sensitivity.png", "val_loss_vs_dk.png", "sink_formation.png")
 
 
 def table(columns: list[str], rows: list[list[str]], title: str | None = None) -> dict:

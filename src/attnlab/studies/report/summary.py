@@ -44,6 +44,7 @@ def _contrast(c) -> dict:
         "level": c.level,
         "reference": c.reference,
         "where": c.where,
+        "where_axes": c.at,
         "diff": c.diff,
         "ci95": [t.lo, t.hi] if t else None,
         "n": list(c.n),
