@@ -102,3 +102,22 @@ def test_the_probe_logs_gate_mean_and_the_residual_metrics_per_layer():
         GPT(GPTConfig(vocab_size=11, block_size=12, n_layer=1, n_head=2, d_model=16)), torch.zeros(1, 4).long()
     )
     assert "gate_mean" not in record_stats(plain[0])
+
+
+def test_one_sink_rule_at_the_threshold_for_every_reader():
+    """Gu et al.'s rule is strict: a head at exactly 0.3 is no sink, in the statistic, the head types and the
+    text-sink search alike."""
+    import torch
+
+    from attnlab.analysis.heads import head_type
+    from attnlab.attention.stats import SINK_EPSILON, is_sink
+    from attnlab.studies import sink_search
+
+    at, above = SINK_EPSILON, SINK_EPSILON + 1e-6
+    assert not is_sink(at) and is_sink(above)
+    assert is_sink(torch.tensor([at, above])).tolist() == [False, True]
+    base = {"induction": 0.0, "previous_token": 0.0, "positional": 0.0, "entropy_norm": 0.5}
+    assert head_type({**base, "sink": at}) == "content" and head_type({**base, "sink": above}) == "sink"
+    assert head_type({**base, "sink": 0.0, "escape": at}) == "content"
+    assert head_type({**base, "sink": 0.0, "escape": above}) == "escape"
+    assert sink_search.step_reached([{"step": 500, "sink_max": at}, {"step": 1000, "sink_max": above}]) == 1000

@@ -36,8 +36,8 @@ on a repeat an induction head attends at a fixed offset and would look positiona
 Type, the first rule that holds (thresholds in THRESHOLDS, chosen before any run):
   induction       induction - induction_control >= 0.3  (uniform attention: about 1/(1.5 L) each)
   previous_token  previous_token >= 0.5  (most of the weight on the token before)
-  sink            sink >= 0.3            (Gu et al. 2024's threshold for a sink head)
-  escape          escape >= 0.3          (the same threshold: the weight parked in the escape slot)
+  sink            sink > 0.3             (Gu et al. 2024's rule for a sink head: attention.stats.is_sink)
+  escape          escape > 0.3           (the same rule: the weight parked in the escape slot)
   uniform         entropy_norm >= 0.9    (near-uniform averaging over the context)
   positional      positional >= 0.7      (another content-independent pattern, e.g. offset 2)
   content         otherwise: where the head looks depends on what the tokens are (the article's
@@ -54,7 +54,7 @@ import torch
 
 from attnlab.analysis.probe import ProbeRecord, eval_mode, probe_plan, probe_with_logits
 from attnlab.attention import Knockout, allowed_mask
-from attnlab.attention.stats import SINK_EPSILON
+from attnlab.attention.stats import SINK_EPSILON, is_sink
 from attnlab.data.text import BOS  # the token the data modules put first with data.bos
 
 SCORES = (
@@ -71,7 +71,7 @@ THRESHOLDS = {
     "induction": 0.3,
     "previous_token": 0.5,
     "sink": SINK_EPSILON,
-    "escape": 0.3,
+    "escape": SINK_EPSILON,
     "uniform": 0.9,
     "positional": 0.7,
 }
@@ -221,15 +221,20 @@ def induction_knockout(
     return drop
 
 
+def _sink_rule(weight: float, threshold: float) -> bool:
+    """is_sink at the documented threshold; the same strict comparison at another one a caller passes."""
+    return is_sink(weight) if threshold == SINK_EPSILON else weight > threshold
+
+
 def head_type(scores: dict[str, float], thresholds: dict[str, float] = THRESHOLDS) -> str:
     """The first type whose rule holds (order and thresholds documented in the module docstring)."""
     if scores["induction"] - scores.get("induction_control", 0.0) >= thresholds["induction"]:
         return "induction"
     if scores["previous_token"] >= thresholds["previous_token"]:
         return "previous_token"
-    if scores["sink"] >= thresholds["sink"]:
+    if _sink_rule(scores["sink"], thresholds["sink"]):
         return "sink"
-    if scores.get("escape", 0.0) >= thresholds["escape"]:
+    if _sink_rule(scores.get("escape", 0.0), thresholds["escape"]):
         return "escape"
     if scores["entropy_norm"] >= thresholds["uniform"]:
         return "uniform"

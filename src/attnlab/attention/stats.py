@@ -171,6 +171,12 @@ def signed_map_mass(rec, part: str, block: int = 128) -> torch.Tensor | None:
 SINK_EPSILON = 0.3  # Gu et al. 2024's threshold on a head's mean first-token weight
 
 
+def is_sink(weight):
+    """Gu et al. 2024's rule: a head is a sink where its mean first-token weight exceeds SINK_EPSILON (a float,
+    or a tensor of them). The one comparison every reader of the threshold makes."""
+    return weight > SINK_EPSILON
+
+
 METRICS = (
     Metric("entropy", "mean over queries of H_i = -sum_j p_ij log p_ij (nats)", rows=entropy),
     Metric(
@@ -219,7 +225,7 @@ METRICS = (
         f"{SINK_EPSILON} (Gu et al. 2024's Sink metric at epsilon {SINK_EPSILON}); per head: 1 or 0",
         rows=lambda r: r.p[..., 0],
         queries="first_key",
-        per_head=lambda v: (v > SINK_EPSILON).float(),
+        per_head=lambda v: is_sink(v).float(),
         table=True,
         panel=f"Sink heads (first-token weight > {SINK_EPSILON}) per layer",
     ),

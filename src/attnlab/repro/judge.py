@@ -8,7 +8,7 @@ seed alone leaves a check untested.
 
 from __future__ import annotations
 
-from attnlab.attention.stats import SINK_EPSILON
+from attnlab.attention.stats import SINK_EPSILON, is_sink
 from attnlab.repro.verdict import DETAIL, MECHANISM, Check
 from attnlab.studies.report.baseline import CLEARLY_BELOW
 from attnlab.util.significance import ALPHA, wilson
@@ -231,7 +231,7 @@ CAUSE = "the sink goes where rows need not sum to one (the 'softmax must sum to 
 
 def bb_sinks(arm: dict) -> list[bool]:
     """Per seed of a testbed arm: do its dormant queries put more than the sink threshold on the first token?"""
-    return [x is not None and x > SINK_EPSILON for x in arm["dormant"]]
+    return [x is not None and is_sink(x) for x in arm["dormant"]]
 
 
 def _removed(flags: list[bool], condition: str, **measured) -> Check:
@@ -256,8 +256,8 @@ def checks_13(m: dict) -> list[Check]:
     if BB_BASE in arms:
         evidence["sinks testbed, softmax + AdamW, dormant queries"] = k_of_n(bb_sinks(arms[BB_BASE]))["seeds"]
     tb_forms = BB_BASE in arms and len(arms[BB_BASE]["dormant"]) > 1 and most(bb_sinks(arms[BB_BASE]))
-    study_forms = base is not None and base["seeds"] > 1 and max(base["sink_max"]) > SINK_EPSILON
-    needs = ONE_SEED if t["top"] > SINK_EPSILON else "a model in which sinks form (`make sweep SWEEP=sinks_bb`)"
+    study_forms = base is not None and base["seeds"] > 1 and is_sink(max(base["sink_max"]))
+    needs = ONE_SEED if is_sink(t["top"]) else "a model in which sinks form (`make sweep SWEEP=sinks_bb`)"
     checks = [
         Check(
             "sink-forms",
@@ -279,7 +279,7 @@ def checks_13(m: dict) -> list[Check]:
         slots = {k: c for k in ESCAPES if (c := snk["cells"].get(f"bos=true, sink={k}")) is not None}
         checks += [
             _removed(
-                [max(c["sink_max"]) > SINK_EPSILON],
+                [is_sink(max(c["sink_max"]))],
                 f"sinks study: the {k} slot",
                 **{"largest first-token weight": max(c["sink_max"])},
             )
@@ -288,7 +288,7 @@ def checks_13(m: dict) -> list[Check]:
     if rope is not None and any(a["sink"] for a in rope["arms"]):  # the arms offered a way out of the sum to one
         checks += [
             _removed(
-                [w > SINK_EPSILON for w in a["weights"]],
+                [is_sink(w) for w in a["weights"]],
                 f"sinks testbed with RoPE: {a['arm']}",
                 **{"largest first-token weight": max(a["weights"])},
             )

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from attnlab.attention.stats import SINK_EPSILON
+from attnlab.attention.stats import SINK_EPSILON, is_sink
 from attnlab.repro.verdict import DETAIL, KEPT_DIGITS, Check, Claim, Table
 from attnlab.studies.stream_study import COLLAPSE, COLLAPSE_RATIO, COST, NO_COST, NO_COST_RATIO
 from attnlab.util.files import json_safe
@@ -44,7 +44,7 @@ def arm_measurements(arm: dict) -> dict:
         "arm": arm["arm"],
         "weights": weights,
         "dormant": bool(arm["dormant_first_token_weight"]),
-        "sink": bool(weights) and 2 * sum(w > SINK_EPSILON for w in weights) > len(weights),
+        "sink": bool(weights) and 2 * sum(is_sink(w) for w in weights) > len(weights),
         "eviction": arm["eviction"],
     }
 

@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 from attnlab.analysis.phase import PHASE_LEVEL
-from attnlab.attention.stats import SINK_EPSILON
+from attnlab.attention.stats import SINK_EPSILON, is_sink
 from attnlab.studies.stream_study import COLLAPSE_RATIO, NO_COST, NO_COST_RATIO, eviction
 from attnlab.util import significance
 from attnlab.writing.pages import TEMPLATES, VERDICTS, short
@@ -140,7 +140,7 @@ def _sink_arms(reports: Path, study: str, label: str | None = None) -> list[dict
         arms.append(
             {
                 "arm": label or _arm_label(cell["axes"]),
-                "k": sum(w >= SINK_EPSILON for w in weights),
+                "k": sum(is_sink(w) for w in weights),
                 "n": len(weights),
                 "max": max(weights),
                 "untested": "uniform attention" if uniform else "above the attention-free level" if unused else None,
@@ -174,7 +174,7 @@ def streaming(reports: Path, study: str) -> dict:
                 "verdict": e["verdict"],
                 # one seed carries the mean when it holds more than the others together
                 "one_seed_carries": len(per_seed) > 2 and total > 0 and max(abs(x) for x in per_seed) > total / 2,
-                "sink_seeds": sum(w >= SINK_EPSILON for w in weights),
+                "sink_seeds": sum(is_sink(w) for w in weights),
                 # the queries that need no attention, where an evicted sink's weight goes (stream.md's table)
                 "dormant": ((arm.get("eviction") or {}).get("by_class") or {}).get("dormant"),
             }

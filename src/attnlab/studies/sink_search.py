@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnlab.analysis.heads import THRESHOLDS
 from attnlab.analysis.phase import head_history
+from attnlab.attention.stats import SINK_EPSILON, is_sink
 from attnlab.cli import command_parser
 from attnlab.config.compose import CONF_DIR
 from attnlab.data.tokens import META, read_meta
@@ -29,7 +29,7 @@ from attnlab.training.results import RESULTS
 from attnlab.util.files import atomic_write_text
 from attnlab.writing.pages import TEMPLATES, plain, where
 
-THRESHOLD = THRESHOLDS["sink"]  # Gu et al. 2024's 0.3, the head analysis' rule for a sink head
+THRESHOLD = SINK_EPSILON  # Gu et al. 2024's 0.3 (attention.stats.is_sink)
 REACHED = f"step_reached_{THRESHOLD}"
 TEXT_MODULES = (
     "attnlab.data.TextDataModule",
@@ -126,7 +126,7 @@ def first_token(metrics) -> dict:
 
 def step_reached(history: list[dict], threshold: float = THRESHOLD) -> int | None:
     """The first measured step at which the best head's first-token weight reaches ``threshold``."""
-    return next((h["step"] for h in history if (number(h.get("sink_max")) or 0.0) >= threshold), None)
+    return next((h["step"] for h in history if (number(h.get("sink_max")) or 0.0) > threshold), None)
 
 
 def run_row(run_dir: Path) -> dict:
@@ -205,7 +205,7 @@ def search_table(rows: list[dict]) -> pd.DataFrame:
 
 def settings_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Per setting: runs, the first-token weight's mean and max over them, val loss mean, runs reaching 0.3."""
-    measured = frame.assign(reached=frame["first_token_weight"] >= THRESHOLD)
+    measured = frame.assign(reached=frame["first_token_weight"].map(is_sink))
     grouped = measured.groupby(SETTING, dropna=False, sort=True)
     return grouped.agg(
         runs=("source", "size"),
