@@ -281,10 +281,24 @@ def test_a_study_page_title_names_the_axes_that_vary(study):
     assert named == varying, (study, named, varying)
 
 
-def test_the_frontier_page_leads_with_the_frontier():
-    page = (ROOT / "reports" / "kv_frontier" / "index.html").read_text()
-    first = re.search(r"<figcaption>(.*?)</figcaption>", page).group(1)
-    assert first == "frontier"
+@pytest.mark.parametrize("study", [s for s in STUDY_PAGES if (ROOT / "reports" / s / "runs.csv").is_file()])
+def test_a_study_page_leads_with_its_questions_figure(study):
+    """The first figure is the study's own where it has one (render.FIGURES, in order), and never a plot
+    against an axis whose cells take one value (every arm at one x)."""
+    from attnlab.studies.report.data import axes_of, read_runs
+    from attnlab.studies.report.render import FIGURES
+    from attnlab.writing.pages import short
+
+    out = ROOT / "reports" / study
+    first = re.search(r"<figcaption>(.*?)</figcaption>", (out / "index.html").read_text())
+    if first is None:
+        return  # a page without figures
+    own = [name for name in FIGURES if (out / name).is_file()]
+    if own:
+        assert first.group(1) == own[0][: -len(".png")], (study, first.group(1), own[0])
+    frame = read_runs(out / "runs.csv")
+    single = {short(a) for a in axes_of(frame) if frame[a].nunique() == 1}
+    assert not ("_vs_" in first.group(1) and first.group(1).split("_vs_")[1] in single), (study, first.group(1))
 
 
 # ---------------------------------------------------------------- the README as a door
