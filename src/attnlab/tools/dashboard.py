@@ -50,7 +50,7 @@ HEADLINE = {
     "dk_scaling": ["val/loss", "attn/L{i}/entropy_norm"],
     "gqa": ["val/loss", "mem/kv_cache_bytes_per_token"],
     "gqa_long": ["val/acc", "val/loss", "mem/kv_cache_bytes_per_token"],
-    "kv_frontier": ["val/acc", "val/loss", "mem/kv_cache_bytes_per_token"],
+    "kv_frontier": ["onset/step", "val/acc", "mem/kv_cache_bytes_per_token"],
     "streaming": ["val/loss", "attn/L{i}/sink_mass"],
     "streaming_bb": ["val/loss", "attn/L{i}/sink_mass_dormant", "val/copy/acc"],
     "induction_heads": ["val/loss", "heads/in_context_score", "heads/L{i}/induction_max"],
