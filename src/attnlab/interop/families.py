@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from attnlab.attention.config import AttentionConfig
+from attnlab.model.gpt import GPTConfig
 from attnlab.util.errors import AttnlabError
 
 FAMILIES = ("gpt2", "llama", "deepseek_v3")
@@ -106,10 +107,10 @@ def refusal(model: dict) -> str | None:
     for key, accepted in BLOCK[family].items():
         if model.get(key) not in accepted:
             return f"model.{key}={model.get(key)}: {name} has no such block; expected {' or '.join(map(str, accepted))}"
-    d_k = model.get("d_k") or model["d_model"] // model["n_head"]
+    d_k = GPTConfig.head_dim(model["d_model"], model["n_head"], model.get("d_k"))
     if family == "gpt2":
         if d_k * model["n_head"] != model["d_model"]:
-            return f"model.d_k={d_k}: GPT-2's heads split d_model; expected d_model / n_head = {model['d_model'] // model['n_head']}"
+            return f"model.d_k={d_k}: GPT-2's heads split d_model; expected d_model / n_head = {GPTConfig.head_dim(model['d_model'], model['n_head'])}"
         if (model.get("n_kv_head") or model["n_head"]) != model["n_head"]:
             return f"model.n_kv_head={model['n_kv_head']}: GPT-2 has no grouped-query attention; expected n_head"
     return None
@@ -121,7 +122,7 @@ def hf_config(model: dict) -> dict:
     if problem:
         raise InteropError(problem)
     family = family_of(model)
-    d_k = model.get("d_k") or model["d_model"] // model["n_head"]
+    d_k = GPTConfig.head_dim(model["d_model"], model["n_head"], model.get("d_k"))
     # attnlab has no end-of-text token: no id stops transformers' generate early
     common = {
         "vocab_size": model["vocab_size"],

@@ -103,12 +103,17 @@ class GPTConfig:
     def __post_init__(self):
         if isinstance(self.attention, dict):
             self.attention = AttentionConfig(**self.attention)
-        if self.d_k is None:
-            self.d_k = self.d_model // self.n_head
+        self.d_k = self.head_dim(self.d_model, self.n_head, self.d_k)
         if self.n_kv_head is None:
             self.n_kv_head = self.n_head
         if self.mlp_hidden is None:  # SwiGLU's two input matrices: 2/3 of the width keeps GELU's parameter count
             self.mlp_hidden = 4 * self.d_model if self.mlp != "swiglu" else -(-8 * self.d_model // 24) * 8
+
+    @staticmethod
+    def head_dim(d_model: int, n_head: int, d_k: int | None = None) -> int:
+        """A head's width: ``d_k`` where set, else d_model / n_head (so n_head * d_k projects back to d_model).
+        Static, for the readers that hold the model section as a dict or a DictConfig."""
+        return d_k or d_model // n_head
 
     def kv_cache_bytes(self, context: int, element_size: int) -> int:
         """Bytes one sequence's KV cache holds at ``context`` tokens, over every layer: the values of

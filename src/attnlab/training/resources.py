@@ -17,11 +17,11 @@ from pathlib import Path
 
 import torch
 
+from attnlab.attention.backends import EXPLICIT
 from attnlab.config.schema import Schema
+from attnlab.model.gpt import GPTConfig
 from attnlab.util.errors import OutOfMemory
 from attnlab.util.files import fmt_bytes
-
-EXPLICIT = ("naive", "scaled")  # backends that materialise the T x T matrix
 
 # Activations saved for backward per layer, in units of B x T x d_model (d) and B x T x n_head*d_k
 # (inner), read off the model: ln_1 in/out, the block's residual output, ln_2 out, the MLP's fc and
@@ -58,7 +58,7 @@ def estimate_step(model: dict, n_params: int, batch: int, precision: str = "32")
     """Bytes one training step holds at its peak, from the model config (block_size, n_layer, ...)."""
     w, a = element_bytes(precision)
     t, n_layer, heads, d = model["block_size"], model["n_layer"], model["n_head"], model["d_model"]
-    inner = heads * (model.get("d_k") or d // heads)
+    inner = heads * GPTConfig.head_dim(d, heads, model.get("d_k"))
     vocab = model.get("vocab_size", 256)
     tokens = batch * t
     per_layer = (PER_LAYER_D_ATTN_ONLY if model.get("attn_only") else PER_LAYER_D) * d + PER_LAYER_INNER * inner

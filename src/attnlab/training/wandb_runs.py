@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnlab.config.compose import CONF_DIR
 from attnlab.config.schema import axis_keys
+from attnlab.model.gpt import GPTConfig
 
 # Last parts of a key that say nothing alone: such an axis is named by its last two parts (optim.name -> optim_name).
 GENERIC_NAMES = {"name", "source", "type", "path", "mode", "_target_"}
@@ -125,7 +126,7 @@ def axes(cfg: DictConfig, overrides: list[str] = ()) -> dict:
     values = {}
     for name, key in AXES.items():
         values[name] = choices.get(key) if name in GROUP_AXES else OmegaConf.select(cfg, key, default=None)
-    values["d_k"] = values["d_k"] or cfg.model.d_model // cfg.model.n_head
+    values["d_k"] = GPTConfig.head_dim(cfg.model.d_model, cfg.model.n_head, values["d_k"])
     values["n_kv_head"] = values["n_kv_head"] or values["n_head"]
     values["data"] = cfg.data.get("source") or cfg.data.get("_target_", "").rsplit(".", 1)[-1]
     values["study"] = cfg.get("study")
