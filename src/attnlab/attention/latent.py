@@ -12,12 +12,15 @@ the cache holds the row [c, k_rope]. Head h's key is [W_UK_h c, k_rope] and its 
   absorbed  W_UK maps each head's content query into latent space (q_c W_UK_h, d_c wide), the
             heads attend as multi-query attention over the cached rows themselves, scores
             q_lat . c + q_rope . k_rope at the same scale, and W_UV maps each head's d_c-wide
-            output back to d_k before the output projection. Nothing per key is expanded.
+            output back to d_k. Nothing per key is expanded. As DeepSeek-V2's inference note
+            has it, W_UK is folded into the query projection and W_UV into the output projection
+            (``absorbed_weights``; with a gate, which multiplies each head's d_k-wide output,
+            W_UV runs as a map).
 
 Multiply-adds of t_q queries over t_k keys, one layer (``step_macs``):
 
   expanded  t_k d_c 2 H d_k (the expansion)  +  t_q t_k H (2 d_k + d_rope)
-  absorbed  2 t_q H d_k d_c (W_UK and W_UV)  +  t_q t_k H 2 (d_c + d_rope)
+  absorbed  2 t_q H d_k d_c (W_UK and W_UV as maps)  +  t_q t_k H 2 (d_c + d_rope)
 
 The expansion is paid per key, absorption per query: a decoding step (t_q = 1) is cheaper absorbed
 at any t_k; a prefill (t_q = t_k) is cheaper expanded once d_c > d_k, where the absorbed heads'

@@ -703,8 +703,8 @@ def shortfall(row: dict, mha: dict, b: str, setup: dict) -> str:
         f"{y['matmul_gflops']:.0f} GFLOP/s the roofline gives "
         f"{base['roofline_s_per_token'] / tp['roofline_s_per_token']:.2f}x ({tp['bound']}-bound). Measured, a "
         f"token takes {ms:.3f} ms against a roofline of {roof:.3f} ms (mha {mha_ms:.3f} against {mha_roof:.3f}): "
-        f"{100 * (1 - roof / ms):.0f} % of its time is neither bytes nor multiply-adds but the step's "
-        f"per-operation overhead, {ms - roof - (mha_ms - mha_roof):+.3f} ms a token beyond mha's."
+        f"{100 * (1 - roof / ms):.0f} % of its time lies above the roofline (per-operation overhead, and "
+        f"kernels below the yardsticks' rates), {ms - roof - (mha_ms - mha_roof):+.3f} ms a token more than mha's."
     )
 
 
