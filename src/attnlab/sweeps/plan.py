@@ -137,7 +137,8 @@ def resolution(config: dict, metric: str) -> float:
     scored query of its validation set; 0 where not known."""
     data = dict(config["data"])
     if metric.endswith("/acc") and str(data.get("_target_", "")).endswith("MQARDataModule"):
-        scored = data.get("val_batches", 8) * data["batch_size"] * data.get("num_queries", data.get("num_pairs", 1))
+        queries = data.get("num_queries") or data.get("num_pairs") or 8  # MQARDataModule's defaults
+        scored = (data.get("val_batches") or 8) * data["batch_size"] * queries
         return 1.0 / scored
     return 0.0
 
@@ -259,9 +260,9 @@ def build_plan(study: str, frame: pd.DataFrame, hours: float | None = None, drop
     )
     per_seed = sum(seconds.values()) if seconds else None  # one seed of every cell
     most = max(2, int(hours * 3600 * JOBS / per_seed)) if per_seed else None
-    for r in rows:
-        r["within_budget"] = r["seeds_needed"] is not None and most is not None and r["seeds_needed"] <= most
-        r["within_budget"] = r["within_budget"] and not problems
+    for r in rows:  # the hours to bring this comparison's two cells to its seeds, within the cap
+        cost = _open_hours([r], seconds) if r["seeds_needed"] is not None else None
+        r["within_budget"] = cost is not None and cost <= hours and not problems
     open_rows = [r for r in rows if not _answered(r)]
     needed = max((r["seeds_needed"] for r in open_rows if r["seeds_needed"]), default=None)
     plan = {
@@ -324,10 +325,8 @@ def verdict(plan: dict) -> str:
     if plan["seeds_for_all"] is None:
         return "untested: no seed spread to plan from (run the plan with --pilot)"
     open_rows = [r for r in rows if not _answered(r)]
-    over = (
-        "" if plan["seeds_for_all"] <= (plan["most_seeds"] or 0) else f", over the {plan['hours_cap']:g} hours allowed"
-    )
     hours = plan["hours_for_all"]
+    over = f", over the {plan['hours_cap']:g} hours allowed" if hours is None or hours > plan["hours_cap"] else ""
     return (
         f"untested: needs {plan['seeds_for_all']} seeds a side"
         + (f" ({hours:.1f} hours on this machine for the cells that need them)" if hours is not None else "")

@@ -261,6 +261,7 @@ def learning_view(frame, axes: list[str], question: analysis.Question, out: Path
         "table": onset.table(family),
         "summary": onset.summary(family, arms, axis, nbytes, front),
         "on_frontier": front,
+        "tally": onset.tally(arms, axis) if axis else [],
         "cap": max(caps) if caps else None,
         "reference_learned": family[0].ref.k if family else None,
     }

@@ -221,6 +221,16 @@ def plot(arms: list[Arm], axis: str, cap: float, path: Path, nbytes: dict[str, f
     return save(fig, path)
 
 
+def tally(arms: list[Arm], axis: str) -> list[tuple[str, int, int]]:
+    """Per level of the compared axis, runs learned and runs, summed over the other axes' settings."""
+    out: dict[str, list[int]] = {}
+    for arm in arms:
+        k_n = out.setdefault(arm.axes[axis], [0, 0])
+        k_n[0] += arm.k
+        k_n[1] += arm.n
+    return [(level, k, n) for level, (k, n) in out.items()]
+
+
 def table(family: list[OnsetComparison]) -> dict:
     """Per arm: k of n learned with Wilson's interval, the median onset with its interval, and the tests."""
 
