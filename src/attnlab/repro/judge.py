@@ -171,7 +171,9 @@ def checks_12(m: dict) -> list[Check]:
         "a deep model in which sinks form: they are reported in LMs pre-trained on billions of tokens (Gu et al. 2024)"
     )
     if testbed is not None and most(bb_sinks(testbed)):
-        sink_needs = "a deep model in which sinks form: here one formed only in the one-layer sinks testbed"
+        sink_needs = (
+            "a deep model in which sinks form in most seeds: here they did so only in the one-layer sinks testbed"
+        )
 
     def shown(ev):
         return {k: k_of_n(v)["seeds"] for k, v in ev.items() if v}
