@@ -606,13 +606,14 @@ def test_the_committed_verdicts_follow_from_their_checks_and_the_checks_from_the
 
 
 def test_evicting_the_first_tokens_is_judged_by_the_ratio_verdict_not_by_the_seeds_that_rose():
+    """The testbed's softmax arm costs in every one of its 10 seeds (sign test) with its interval far below a
+    doubling: a real cost, not the source's collapse, so the claim differs there; were it a collapse, it
+    would agree."""
     c16 = next(c for c in _committed()["claims"] if c["id"] == 16)
     base = next(a for a in c16["measured"]["studies"]["streaming_bb"]["arms"] if a["sink"])
     e = base["eviction"]
-    assert (
-        min(e["ratio"]) > 1 and e["n"] == 10 and e["ci"][0] < 1 < 1.01 < e["ci"][1] < 2 and e["verdict"] == "untested"
-    )
-    assert c16["verdict"] == UNTESTED
+    assert min(e["ratio"]) > 1 and e["n"] == 10 and 1 < e["ci"][0] < e["ci"][1] < 2 and e["verdict"] == "cost"
+    assert c16["verdict"] == DIFFERS
     flipped = json.loads(json.dumps(c16["measured"]))
     for a in flipped["studies"]["streaming_bb"]["arms"]:
         if a["sink"]:
@@ -755,7 +756,8 @@ def test_the_dk_scaling_study_is_read_with_holm_over_its_pairs(tmp_path):
     assert [(c["init_std"], c["d_k"]) for c in study["cells"]] == [("0.02", 128), ("fan_in", 128)]
     assert [c["p_holm"] for c in study["cells"]] == [pytest.approx(0.3), pytest.approx(0.02)]
     assert study["cells"][1]["unscaled"] == {"mean": 2.4, "std": 0.01, "n": 3}
-    assert verdict_of(judge.checks_8({**_m8(None), "study": study})) == DEPENDS
+    # fails at one init and trains at the other; its mechanism checks fail, so at most partly
+    assert verdict_of(judge.checks_8({**_m8(None), "study": study})) == PARTLY
 
 
 def _testbed_report(path, cells: list[tuple[dict, list[float]]], contrasts: dict | None = None):
