@@ -290,7 +290,8 @@ def build_plan(study: str, frame: pd.DataFrame, hours: float | None = None, drop
         "seeds_for_all": needed,
         "hours_for_all": _open_hours(open_rows, seconds),
     }
-    plan["seeds"] = needed if needed is not None and most is not None and needed <= most else None
+    fits = plan["hours_for_all"] is not None and plan["hours_for_all"] <= hours
+    plan["seeds"] = needed if needed is not None and fits else None  # what seeds: auto runs (at least 2)
     plan["answerable"] = bool(rows) and not problems and all(_answered(r) or r["within_budget"] for r in rows)
     return plan
 
