@@ -12,19 +12,16 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
 import matplotlib.ticker
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from attnlab.studies.report.analysis import Question, reference_level  # noqa: E402
-from attnlab.studies.report.plots import colours, legend_outside, save  # noqa: E402
-from attnlab.studies.report.render import table as md_table  # noqa: E402
-from attnlab.util import significance  # noqa: E402
-from attnlab.writing.pages import p_text, short, where  # noqa: E402
+from attnlab.studies.report.analysis import Question, reference_level
+from attnlab.studies.report.plots import colours, legend_outside, save  # plots sets the Agg backend
+from attnlab.studies.report.render import table as md_table
+from attnlab.util import significance
+from attnlab.writing.pages import p_text, short, where
 
 ONSET, CENSORED = "onset/step", "onset/censored"
 FIGURE = "onset.png"
