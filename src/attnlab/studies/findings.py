@@ -283,7 +283,7 @@ def kv_frontier(reports: Path) -> dict:
         "reference_k": ref["k"],
         "reference_n": ref["n"],
         "reference_bytes": ref["kv_bytes_per_token"],
-        "cap": ref["cap"],
+        "cap": max(a["cap"] for a in arms.values()),  # the budget: the last step any run was followed to
     }
 
 

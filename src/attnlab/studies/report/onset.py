@@ -209,7 +209,7 @@ def plot(arms: list[Arm], axis: str, cap: float, path: Path, nbytes: dict[str, f
         per_byte.plot(*zip(*on), color="k", lw=0.8, label="frontier (log-rank, Holm)")
     per_byte.set_xscale("log")
     per_byte.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
-    per_byte.xaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    per_byte.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     per_byte.set_xlabel("KV cache bytes per token")
     per_byte.set_ylabel(f"fraction learned within {cap:.0f} steps")
     per_byte.set_ylim(-0.03, 1.03)
