@@ -631,13 +631,14 @@ def patched_by_name(cfg) -> dict:
     from lightning.pytorch.loops.evaluation_loop import _EvaluationLoop
 
     from attnlab.data.text import ResumableDataModule, TextDataModule
-    from attnlab.training import results
+    from attnlab.training import loggers, results
     from attnlab.training import train as train_mod
     from attnlab.training.interrupt import GracefulInterrupt
     from attnlab.training.lit_module import GPTModule
 
     named = {
-        train_mod: ("train", "start_experiments", "check_kernel_runs", "build_callbacks"),
+        train_mod: ("train", "check_kernel_runs", "build_callbacks"),
+        loggers: ("start_experiments",),
         results: ("git_sha",),
         results.RunRecord: ("__init__", "finish"),
         GPTModule: (

@@ -5,6 +5,7 @@ bad checkpoint, is one line; ``model.init_from`` takes the checkpoint's architec
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from dataclasses import asdict
@@ -20,7 +21,7 @@ from attnlab.config.compose import CONF_DIR
 from attnlab.inference.export import char_tokenizer_json, write_hf
 from attnlab.interop import families
 from attnlab.interop.families import MAPPED, attention_defaults, hf_config, refusal
-from attnlab.interop.hf_load import HFCheckpoint, architecture_from, given_model_keys, model_from_hf
+from attnlab.interop.hf_load import HFCheckpoint, architecture_from, model_from_hf
 from attnlab.model.gpt import GPT, GPTConfig
 from attnlab.util.errors import AttnlabError
 
@@ -418,19 +419,76 @@ def test_a_learned_position_table_bounds_a_given_context(tmp_path):
         architecture_from(ckpt, {"block_size"}, tiny_preset() | {"block_size": 2 * BLOCK})
 
 
-def test_the_fields_a_run_sets_are_its_model_overrides_and_its_experiment_and_variant_files():
+@contextlib.contextmanager
+def hydra_job(*overrides: str):
+    """Inside a Hydra job composed from ``overrides``, as ``attnlab train`` runs one: HydraConfig holds its record."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=list(overrides), return_hydra_config=True)
+        with open_dict(cfg):
+            cfg.hydra.runtime.output_dir = cfg.hydra.run.dir
+        HydraConfig.instance().set_config(cfg)
+        job = cfg.copy()
+        with open_dict(job):
+            del job["hydra"]  # the job's config, as the task function receives it
+        try:
+            yield job
+        finally:
+            HydraConfig.instance().cfg = None
+
+
+def given(section: str, *overrides: str) -> set[str]:
+    from attnlab.training.init_from import below, given_keys
+
+    with hydra_job(*overrides):
+        return below(given_keys(), section)
+
+
+def test_the_fields_a_run_sets_are_its_overrides_and_the_experiment_and_variant_files_hydra_composed(tmp_path):
     overrides = ["model=gpt2", "model.n_layer=2", "++model.attention.gate=headwise", "trainer.max_steps=3"]
-    assert given_model_keys(overrides, CONF_DIR) == {"n_layer", "attention.gate"}
-    mla = given_model_keys(["variant=mla_dc32"], CONF_DIR)
+    assert given("model", *overrides) == {"n_layer", "attention.gate"}
+    mla = given("model", "variant=mla_dc32")
     assert mla == {"pos_encoding", "attention.latent.d_c", "attention.latent.d_rope", "attention.latent.d_cq"}
     # kv_frontier's own keys and those of mqar, which its defaults list names
-    kv_frontier = given_model_keys(["experiment=kv_frontier"], CONF_DIR)
+    kv_frontier = given("model", "experiment=kv_frontier")
     assert kv_frontier == {"n_head", "pos_encoding", "n_layer", "d_model", "init_std", "attn_only"}
     # the data keys a run sets, read the same way (model.init_from takes the padding where none is set)
-    assert given_model_keys([*overrides, "data=tokens", "+data.vocab_multiple=8"], CONF_DIR, "data") == {
-        "vocab_multiple"
-    }
-    assert given_model_keys(overrides, CONF_DIR, "data") == set()
+    assert given("data", *overrides, "data=tokens", "data.vocab_multiple=8") == {"vocab_multiple"}
+    assert given("data", *overrides, "data=tokens") == set()
+    # an experiment file from the run's own search path (a user's --config-dir) counts as well
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "wide_heads.yaml").write_text("# @package _global_\nmodel:\n  d_k: 96\n")
+    assert given("model", f"hydra.searchpath=[file://{tmp_path}]", "experiment=wide_heads") == {"d_k"}
+
+
+def test_init_from_is_one_step_whose_taken_fields_follow_hydras_record(tmp_path):
+    """take_architecture: outside a Hydra job every field is the checkpoint's; in one, a field its
+    overrides or its variant file set is kept, and one the checkpoint contradicts is refused before
+    the gate; without model.init_from the config is left as it is."""
+    from types import SimpleNamespace
+
+    from attnlab.config.compose import compose_config
+    from attnlab.training.init_from import take_architecture
+
+    small_gpt2(tmp_path / "hf")
+    init_from = f"model.init_from={tmp_path / 'hf'}"
+    record = SimpleNamespace(data={})
+    cfg = compose_config([init_from, "model.block_size=16"], tmp_path / "run")
+    ckpt = take_architecture(cfg, record)  # from Python: no Hydra job, nothing given
+    assert isinstance(ckpt, HFCheckpoint) and ckpt.family == record.data["init_from"]["model_type"] == "gpt2"
+    assert cfg.model.block_size == 32 and "block_size" in record.data["init_from"]["taken"]
+    assert record.data["config"]["model"]["n_layer"] == cfg.model.n_layer == 2
+    with hydra_job(init_from, "model.block_size=16") as cfg:
+        take_architecture(cfg, record)
+        assert (cfg.model.block_size, cfg.model.n_layer, cfg.model.d_model) == (16, 2, 32)
+        assert "block_size" not in record.data["init_from"]["taken"]
+    with hydra_job(init_from, "variant=mla_dc32") as cfg, pytest.raises(AttnlabError, match="model.pos_encoding=rope"):
+        take_architecture(cfg, record)
+    untouched = compose_config(["model.block_size=16"])
+    assert take_architecture(untouched, record) is None and untouched == compose_config(["model.block_size=16"])
 
 
 # ------------------------------------------------------------------- fine-tuning a variant

@@ -175,40 +175,10 @@ def architecture_from(ckpt: HFCheckpoint, given: set[str], model: dict) -> dict:
     return taken
 
 
-def given_model_keys(overrides: list[str], conf_dir: Path, section: str = "model") -> set[str]:
-    """The model fields (dotted keys under ``model``, or under ``section``) a run sets itself: its
-    ``model.<key>=`` overrides and what its ``experiment=`` and ``variant=`` files set (with the files
-    their defaults list names). A ``model=`` preset is not among them: its sizes are what a checkpoint
-    replaces (nor a ``data=`` choice: its padding is what the checkpoint's vocabulary replaces)."""
-    keys: set[str] = set()
-    for override in overrides:
-        key, _, value = override.lstrip("+~").partition("=")
-        if key.startswith(section + "."):
-            keys.add(key.removeprefix(section + "."))
-        elif key in ("experiment", "variant") and value:
-            keys |= _group_file_keys(conf_dir / key, value, section)
-    return keys
-
-
-def _group_file_keys(group: Path, name: str, section: str = "model") -> set[str]:
-    """The ``section`` keys that conf/<group>/<name>.yaml sets, its defaults in the same group included."""
-    from omegaconf import OmegaConf
-
-    path = group / f"{name}.yaml"
-    if not path.is_file():  # Hydra refuses an unknown choice before train() runs
-        return set()
-    conf = OmegaConf.to_container(OmegaConf.load(path))
-    keys = set(flat(conf.get(section) or {}))
-    for entry in conf.get("defaults") or ():
-        if isinstance(entry, str) and entry != "_self_" and not entry.startswith("/"):
-            keys |= _group_file_keys(group, entry, section)
-    return keys
-
-
 def vocabulary_from(given: set[str], data: dict) -> dict:
     """The data keys a run starting from a checkpoint takes: ``vocab_multiple=1`` where the data pads
-    its vocabulary (data=tokens) and the run did not set the padding itself (``given``: its data
-    keys, as given_model_keys reads them), so that the model's vocabulary is the data's, which
+    its vocabulary (data=tokens) and the run did not set the padding itself (``given``: the data
+    keys it set), so that the model's vocabulary is the data's, which
     ``attnlab prepare --tokenizer DIR`` made the checkpoint's; a padding the run set is kept (and
     refused in load_into where it changes the size)."""
     if "vocab_multiple" not in data or "vocab_multiple" in given:

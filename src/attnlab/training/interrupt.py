@@ -8,7 +8,7 @@ that was installed before training when it is submitit's, which requeues it (or 
 otherwise it stops as on SIGTERM. Requeueing has that one owner: Lightning's own SLURM
 auto-requeue is turned off (``slurm.cluster_plugins``) because it saves from inside the signal
 handler, in the middle of a step. The requeued attempt resumes from the checkpoint
-(``train.resume_checkpoint``).
+(``continuation.resume_checkpoint``).
 
 The signal only sets a flag; the checkpoint is written between steps, so it is a consistent state
 to resume from (``resume=true``). Lightning installs a SIGTERM handler of its own once fit has

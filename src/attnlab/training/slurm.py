@@ -2,7 +2,7 @@
 on a SLURM cluster").
 
 - ``scheduler_restarts``: how often SLURM has requeued this job; a requeued attempt resumes its
-  own run dir (``train.resume_checkpoint``). ``being_requeued``: whether a SIGTERM is SLURM
+  own run dir (``continuation.resume_checkpoint``). ``being_requeued``: whether a SIGTERM is SLURM
   requeueing the job itself (a preemption), so the run says so and leaves submitit no result.
 - ``cluster_plugins``: Lightning's SLURM environment with its auto-requeue off, so requeueing has
   one owner, submitit (callbacks/interrupt.py says why).

@@ -5,7 +5,8 @@ torchmetrics imports ``scipy.signal`` when it is imported itself, only to give o
 every training process's start-up on a 2-core machine (reports/bench/breakdown.md), and nothing in
 training uses scipy.signal. ``defer_scipy_signal()`` puts a stand-in module in its place that
 imports the real one at the first attribute anyone reads (its ``hamming`` included), so code that
-does use scipy.signal gets the real module, one import later.
+does use scipy.signal gets the real module, one import later. The package's ``__init__`` calls it, so it
+runs before any training module imports Lightning.
 """
 
 from __future__ import annotations
