@@ -681,7 +681,7 @@ FORMS = {"absorbed": "absorbed", "expanded": "re-expanded"}
 
 
 def latent_goal(T: int, batch: int) -> float:
-    """Absorbed latent attention's goal in tokens/s against multi-head's (issue 58): at least 1.0x
+    """Absorbed latent attention's goal in tokens/s against multi-head's: at least 1.0x
     at T >= 1024 for B 1 and 16, at least 0.8x at every other row."""
     return 1.0 if T >= 1024 and batch in (1, 16) else 0.8
 
