@@ -54,7 +54,7 @@ import torch
 
 from attnlab.analysis.probe import ProbeRecord, eval_mode, probe_plan, probe_with_logits
 from attnlab.attention import Knockout, allowed_mask
-from attnlab.attention.stats import SINK_EPSILON, is_sink
+from attnlab.attention.stats import SINK_EPSILON
 from attnlab.data.text import BOS  # the token the data modules put first with data.bos
 
 SCORES = (
@@ -221,20 +221,16 @@ def induction_knockout(
     return drop
 
 
-def _sink_rule(weight: float, threshold: float) -> bool:
-    """is_sink at the documented threshold; the same strict comparison at another one a caller passes."""
-    return is_sink(weight) if threshold == SINK_EPSILON else weight > threshold
-
-
 def head_type(scores: dict[str, float], thresholds: dict[str, float] = THRESHOLDS) -> str:
     """The first type whose rule holds (order and thresholds documented in the module docstring)."""
     if scores["induction"] - scores.get("induction_control", 0.0) >= thresholds["induction"]:
         return "induction"
     if scores["previous_token"] >= thresholds["previous_token"]:
         return "previous_token"
-    if _sink_rule(scores["sink"], thresholds["sink"]):
+    # strict, as attention.stats.is_sink: at THRESHOLDS these are that rule
+    if scores["sink"] > thresholds["sink"]:
         return "sink"
-    if _sink_rule(scores.get("escape", 0.0), thresholds["escape"]):
+    if scores.get("escape", 0.0) > thresholds["escape"]:
         return "escape"
     if scores["entropy_norm"] >= thresholds["uniform"]:
         return "uniform"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -47,7 +48,7 @@ class Arm:
     def wilson(self) -> tuple[float, float]:
         return significance.wilson(self.k, self.n)
 
-    @property
+    @cached_property  # read by the table, the summary, the figure and the caps
     def survival(self) -> significance.Survival | None:
         return None if self.steps is None else significance.kaplan_meier(self.steps, ~self.learned)
 
