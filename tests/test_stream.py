@@ -118,10 +118,46 @@ def test_by_class_reads_only_the_positions_past_the_first_eviction():
     nll = torch.arange(1, 11, dtype=torch.float64) / 10
     writes = torch.arange(10, dtype=torch.float64).unsqueeze(1).repeat(1, 2)
     even = torch.arange(11) % 2 == 0  # masks over the N ids, one longer than the N - 1 predictions
-    out = stream.by_class(nll, writes, {"even": even, "odd": ~even}, start=4)
+    masks = {name: stream.past_eviction(m[None], 10, 4) for name, m in {"even": even, "odd": ~even}.items()}
+    out = stream.by_class(nll, writes, masks)
     assert out["even"]["positions"] == 3 and out["odd"]["positions"] == 3  # 4, 6, 8 and 5, 7, 9
     assert out["even"]["write_norm"] == [6.0, 6.0] and out["odd"]["write_norm"] == [7.0, 7.0]
     assert out["even"]["ppl"] == pytest.approx(float(torch.exp(nll[[4, 6, 8]].mean())))
+
+
+def test_several_sequences_pool_every_position_into_one_perplexity():
+    """(S, N) ids: each perplexity is exp of the mean NLL over all S x (N - 1) positions, i.e. the geometric
+    mean of the sequences' own perplexities (equal lengths), and a class mask counts each sequence's
+    positions past its own first eviction."""
+    model = tiny_model(2)
+    seqs = torch.stack([torch.randint(0, 13, (31,), generator=torch.Generator().manual_seed(s)) for s in (1, 2, 3)])
+    classes = {"even": seqs % 2 == 0, "odd": seqs % 2 == 1}
+    pooled = stream.stream_report(model, seqs, C, [0, 2], oracle_limit=7, classes=classes)
+    alone = [
+        stream.stream_report(model, s, C, [0, 2], oracle_limit=7, classes={k: m[i] for k, m in classes.items()})
+        for i, s in enumerate(seqs)
+    ]
+    assert pooled["sequences"] == 3 and pooled["tokens"] == 31 and pooled["positions"] == 90
+    assert pooled["evicting_positions"] == sum(a["evicting_positions"] for a in alone) == 3 * (30 - C)
+    assert pooled["oracle"]["positions"] == 3 * alone[0]["oracle"]["positions"]
+
+    def geometric(values):
+        return float(torch.tensor(values, dtype=torch.float64).log().mean().exp())
+
+    for i, row in enumerate(pooled["rolling"]):
+        nll = torch.cat([stream.rolling_nll(model, s, C, row["sinks"]) for s in seqs])
+        assert row["ppl"] == pytest.approx(float(torch.exp(nll.mean())), rel=1e-12)
+        assert row["ppl"] == pytest.approx(geometric([a["rolling"][i]["ppl"] for a in alone]), rel=1e-12)
+        assert row["ppl_oracle_positions"] == pytest.approx(
+            geometric([a["rolling"][i]["ppl_oracle_positions"] for a in alone]), rel=1e-12
+        )
+        for name, c in row["classes"].items():
+            assert c["positions"] == sum(a["rolling"][i]["classes"][name]["positions"] for a in alone)
+        assert sum(c["positions"] for c in row["classes"].values()) == pooled["evicting_positions"]
+    assert pooled["oracle"]["ppl"] == pytest.approx(geometric([a["oracle"]["ppl"] for a in alone]), rel=1e-12)
+    assert pooled["dense"]["ppl"] == pytest.approx(geometric([a["dense"]["ppl"] for a in alone]), rel=1e-12)
+    # one sequence given as (N,) or as (1, N) is the same report
+    assert stream.stream_report(model, seqs[0], C, [0]) == stream.stream_report(model, seqs[:1], C, [0])
 
 
 # ------------------------------------------------------------------------------- the command
@@ -168,6 +204,15 @@ def test_stream_json_on_a_text_file_and_the_validation_split(runs, tmp_path, cap
     assert report["tokens"] == 100 and report["oracle"]["positions"] <= 10
     assert [r["sinks"] for r in report["rolling"]] == [0, 1, 2, 4]
     assert all(1 < r["ppl"] < 1e4 for r in report["rolling"])
+    # --sequences: consecutive stretches of the text, pooled; the first is the single-sequence text
+    stream.main([str(runs["rope"]), "--cache", "8", "--sinks", "0", "--text", str(corpus), "--tokens", "60", "--json"])
+    one = json.loads(capsys.readouterr().out)
+    args = ["--cache", "8", "--sinks", "0", "--text", str(corpus), "--tokens", "60", "--sequences", "3", "--json"]
+    stream.main([str(runs["rope"]), *args])
+    three = json.loads(capsys.readouterr().out)
+    assert three["sequences"] == 3 and three["tokens"] == 60 and three["positions"] == 3 * 59
+    assert three["source"].startswith("3 consecutive stretches") and one["sequences"] == 1
+    assert three["rolling"][0]["ppl"] != pytest.approx(one["rolling"][0]["ppl"], rel=1e-9)
 
 
 @pytest.mark.parametrize(
@@ -179,6 +224,8 @@ def test_stream_json_on_a_text_file_and_the_validation_split(runs, tmp_path, cap
         ("rope", ["--cache", "8", "--sinks", "a,1"], 2),
         ("rope", ["--cache", "0"], 2),
         ("rope", ["--cache", "8", "--tokens", "0"], 2),
+        ("rope", ["--cache", "8", "--sequences", "0"], 2),
+        ("rope", ["--cache", "8", "--tokens", "100", "--sequences", "100000"], 1),  # more than the split holds
         ("rope", ["--cache", "8", "--text", "nowhere.txt"], 1),
         ("learned", ["--cache", "8"], 1),  # learned positions take no rolling cache
     ],

@@ -203,6 +203,7 @@ def test_stream_study_evaluates_every_run_of_a_sweep(make_cfg, tmp_path, capsys)
     ids, _ = run_tokens(Path(run["run"]), module, Path(run["run"]) / "checkpoints" / "last.ckpt", None, 40)
     torch.manual_seed(0)
     direct = stream_report(module.model, ids, 8, [0, 1])
+    assert ids.shape == (1, 40) and report["setup"]["sequences"] == 1
     assert [r["ppl"] for r in run["stream"]["rolling"]] == pytest.approx([r["ppl"] for r in direct["rolling"]])
     assert "bigram_backcopy" in report["setup"]["source"] and report["setup"]["tokens"] == 40
     # the testbed's dormant and active queries split the positions past the first eviction between them
@@ -211,6 +212,19 @@ def test_stream_study_evaluates_every_run_of_a_sweep(make_cfg, tmp_path, capsys)
         assert sum(c["positions"] for c in row["classes"].values()) == run["stream"]["evicting_positions"]
     by_class = report["arms"][0]["eviction"]["by_class"]
     assert set(by_class) == {"dormant", "active"} and all(len(c["write_ratio"]) == 1 for c in by_class.values())
+    # --sequences 3: three validation draws, the same for every run, the first of them the one above
+    many = tmp_path / "many"
+    args = ["--cache", "8", "--sinks", "0,1", "--tokens", "40", "--sequences", "3", "--out", str(many)]
+    stream_study.main([str(sweep), *args])
+    pooled = json.loads((many / "stream.json").read_text())
+    three, _ = run_tokens(Path(run["run"]), module, Path(run["run"]) / "checkpoints" / "last.ckpt", None, 40, 3)
+    assert torch.equal(three[0], ids[0]) and not torch.equal(three[1], three[0])
+    assert pooled["setup"]["sequences"] == 3 and "3 validation sequences" in pooled["setup"]["source"]
+    direct = stream_report(module.model, three, 8, [0, 1])
+    assert [r["ppl"] for r in pooled["runs"][0]["stream"]["rolling"]] == pytest.approx(
+        [r["ppl"] for r in direct["rolling"]], rel=1e-5  # stream.json keeps 6 significant digits
+    )
+    assert pooled["runs"][0]["stream"]["evicting_positions"] == 3 * (39 - 8)
 
 
 def test_the_eviction_cost_per_query_class_follows_its_own_seeds():

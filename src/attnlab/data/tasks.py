@@ -413,10 +413,10 @@ class BigramBackcopyDataModule(TaskDataModule):
         scored[:, 0] = False  # the token after <bos> has no context to predict it from
         return seq, scored
 
-    def stream_ids(self, n: int) -> np.ndarray:
-        """One sequence of n tokens, ``<bos>`` first, from the validation stream: a text longer than
+    def stream_ids(self, n: int, index: int = 0) -> np.ndarray:
+        """Sequence ``index`` of n tokens, ``<bos>`` first, from the validation stream: a text longer than
         the block, for decoding past it (attnlab stream); the same for every training seed."""
-        return self.generate(rng_for(VAL_SEED, VAL_STREAM, 0), 1, length=n - 1)[0][0]
+        return self.generate(rng_for(VAL_SEED, VAL_STREAM, index), 1, length=n - 1)[0][0]
 
     def metric_masks(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """Which positions of inputs ``x`` (B, T) are trigger queries (``copy``) and which are not."""

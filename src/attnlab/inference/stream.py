@@ -16,7 +16,8 @@ is read from each step's logits, for each kept-sink count k. Two references on t
 
 The text: the first N tokens of the run's validation split (rebuilt from its results.json; a task
 such as the sinks testbed draws one N-token sequence from its validation stream), or ``--text FILE``
-encoded with the run's own tokenizer.
+encoded with the run's own tokenizer. ``--sequences S`` reads S such sequences (consecutive stretches,
+or S draws of a task) and pools their positions into every perplexity.
 """
 
 from __future__ import annotations
@@ -69,13 +70,11 @@ def rolling_decode(model, ids: torch.Tensor, capacity: int, sinks: int) -> tuple
     return nll, writes
 
 
-def by_class(nll: torch.Tensor, writes: torch.Tensor, classes: dict[str, torch.Tensor], start: int) -> dict:
-    """Per query class (positions >= ``start``, where the cache has evicted): perplexity and each layer's
-    mean attention write norm."""
+def by_class(nll: torch.Tensor, writes: torch.Tensor, classes: dict[str, torch.Tensor]) -> dict:
+    """Per query class (a mask over the positions of ``nll``): perplexity and each layer's mean attention
+    write norm."""
     out = {}
     for name, mask in classes.items():
-        mask = mask[: len(nll)].clone()
-        mask[:start] = False
         if mask.any():
             out[name] = {
                 "positions": int(mask.sum()),
@@ -83,6 +82,14 @@ def by_class(nll: torch.Tensor, writes: torch.Tensor, classes: dict[str, torch.T
                 "write_norm": [float(w) for w in writes[mask].mean(0)],
             }
     return out
+
+
+def past_eviction(mask: torch.Tensor, positions: int, start: int) -> torch.Tensor:
+    """A (S, N) query-class mask cut to each sequence's ``positions`` predicted positions, those before
+    ``start`` (where the cache has not yet evicted) dropped, laid end to end as the pooled NLLs are."""
+    mask = mask[:, :positions].clone()
+    mask[:, :start] = False
+    return mask.reshape(-1)
 
 
 @torch.no_grad()
@@ -134,36 +141,44 @@ def perplexity(nll: torch.Tensor) -> float:
 def stream_report(
     model, ids: torch.Tensor, capacity: int, sinks: list[int], oracle_limit: int = 512, classes: dict | None = None
 ) -> dict:
-    """Perplexities of the rolling caches (one per kept-sink count) and of both references on ``ids``;
-    with ``classes`` (query class -> (N,) mask of positions, a task's), each cache's perplexity and
-    attention write norms per class over the positions past the first eviction."""
-    positions = oracle_positions(len(ids), oracle_limit)
+    """Perplexities of the rolling caches (one per kept-sink count) and of both references on ``ids``, one
+    sequence (N,) or several of one length (S, N) whose positions pool into each perplexity (the mean NLL
+    over all of them), so that one sequence's quirks weigh 1/S; with ``classes`` (query class -> (N,) or
+    (S, N) mask of positions, a task's), each cache's perplexity and attention write norms per class over
+    the positions past the first eviction."""
+    seqs = ids if ids.dim() == 2 else ids[None]
+    n = seqs.shape[1]
+    positions = oracle_positions(n, oracle_limit)
     at = torch.tensor(positions)
-    oracle = window_nll(model, ids, capacity, positions)
-    dense = dense_nll(model, ids)
+    oracle = torch.cat([window_nll(model, s, capacity, positions) for s in seqs])
+    dense = [dense_nll(model, s) for s in seqs]
+    masks = {c: past_eviction(m if m.dim() == 2 else m[None], n - 1, capacity) for c, m in (classes or {}).items()}
     rows = []
     for k in sinks:
-        nll, writes = rolling_decode(model, ids, capacity, k)
-        rows.append({"sinks": k, "ppl": perplexity(nll), "ppl_oracle_positions": perplexity(nll[at])})
-        if classes:
-            rows[-1]["classes"] = by_class(nll, writes, classes, start=capacity)
+        decoded = [rolling_decode(model, s, capacity, k) for s in seqs]
+        nll = torch.cat([d[0] for d in decoded])
+        at_oracle = torch.cat([d[0][at] for d in decoded])
+        rows.append({"sinks": k, "ppl": perplexity(nll), "ppl_oracle_positions": perplexity(at_oracle)})
+        if masks:
+            rows[-1]["classes"] = by_class(nll, torch.cat([d[1] for d in decoded]), masks)
     return {
-        "tokens": len(ids),
-        "positions": len(ids) - 1,
+        "tokens": n,
+        "sequences": len(seqs),
+        "positions": len(seqs) * (n - 1),
         "capacity": capacity,
         "block_size": model.cfg.block_size,
-        "evicting_positions": max(0, len(ids) - 1 - capacity),
+        "evicting_positions": len(seqs) * max(0, n - 1 - capacity),
         "rolling": rows,
         "oracle": {
             "kind": "sliding window recomputed: a full forward over the last C tokens (no sinks)",
-            "positions": len(positions),
+            "positions": len(seqs) * len(positions),
             "stride": positions[1] - positions[0] if len(positions) > 1 else 1,
             "ppl": perplexity(oracle),
         },
         "dense": {
             "kind": "consecutive block_size windows, each a full forward",
-            "ppl": perplexity(dense),
-            "ppl_oracle_positions": perplexity(dense[at]),
+            "ppl": perplexity(torch.cat(dense)),
+            "ppl_oracle_positions": perplexity(torch.cat([d[at] for d in dense])),
         },
     }
 
@@ -171,8 +186,11 @@ def stream_report(
 # ---- the command -------------------------------------------------------------------------------
 
 
-def run_tokens(run_dir: Path, module, ckpt: Path, text: Path | None, limit: int) -> tuple[torch.Tensor, str]:
-    """The first ``limit`` token ids of --text FILE (the run's tokenizer) or of the run's validation split."""
+def run_tokens(
+    run_dir: Path, module, ckpt: Path, text: Path | None, limit: int, sequences: int = 1
+) -> tuple[torch.Tensor, str]:
+    """(S, limit) token ids: S = ``sequences`` consecutive stretches of --text FILE (the run's tokenizer) or
+    of the run's validation split, or, for a task, S sequences drawn from its validation stream."""
     if text is not None:
         try:
             raw = read_text_file(str(text))
@@ -184,7 +202,7 @@ def run_tokens(run_dir: Path, module, ckpt: Path, text: Path | None, limit: int)
             raise SystemExit(
                 f"attnlab: error: --text={str(text)!r} has characters outside the run's vocabulary: {unknown[:10]!r}"
             )
-        return torch.tensor(tokenizer.encode(raw)[:limit], dtype=torch.long), f"{text}"
+        return stretches(tokenizer.encode(raw), limit, sequences, f"{text}"), described(f"{text}", sequences)
     results = run_dir / "results.json"
     if not results.is_file():
         raise SystemExit(
@@ -197,22 +215,43 @@ def run_tokens(run_dir: Path, module, ckpt: Path, text: Path | None, limit: int)
     try:
         dm = instantiate(cfg["data"], block_size=cfg["model"]["block_size"], steps=1, seed=cfg.get("seed", 0))
         dm.setup("fit")
-        # a task's validation rows are block-long: it draws one longer sequence instead (the sinks testbed)
-        ids = dm.stream_ids(limit) if hasattr(dm, "stream_ids") else dm.val_ids[:limit]
+        # a task's validation rows are block-long: it draws longer sequences instead (the sinks testbed)
+        if hasattr(dm, "stream_ids"):
+            ids = torch.stack([torch.as_tensor(dm.stream_ids(limit, i), dtype=torch.long) for i in range(sequences)])
+            drawn = "one validation sequence" if sequences == 1 else f"{sequences} validation sequences"
+            return ids, f"{drawn} of data={dm.name}"
+        val_ids, source = dm.val_ids, f"the validation split of data={cfg['data'].get('source', 'tokens')}"
     except (AttnlabError, DataError, OSError, AttributeError) as err:
         raise SystemExit(
             f"attnlab: error: {run_dir}: cannot rebuild the run's validation split ({err}); "
             "expected a text or token corpus run, or --text FILE"
         ) from None
-    if hasattr(dm, "stream_ids"):
-        return torch.as_tensor(ids, dtype=torch.long), f"one validation sequence of data={dm.name}"
-    return torch.as_tensor(ids, dtype=torch.long), f"the validation split of data={cfg['data'].get('source', 'tokens')}"
+    return stretches(val_ids, limit, sequences, source), described(source, sequences)
+
+
+def stretches(ids, limit: int, sequences: int, source: str) -> torch.Tensor:
+    """(S, limit) consecutive stretches of a token sequence (one stretch: its first ``limit`` tokens, or all
+    of it when shorter); more stretches than it holds is an error naming --sequences."""
+    ids = torch.as_tensor(ids, dtype=torch.long)
+    if sequences == 1:
+        return ids[:limit][None]
+    if len(ids) < sequences * limit:
+        raise SystemExit(
+            f"attnlab: error: --sequences={sequences}: {source} holds {len(ids)} tokens, fewer than "
+            f"{sequences} x --tokens={limit}; expected at most {len(ids) // limit} sequences"
+        )
+    return ids[: sequences * limit].view(sequences, limit)
+
+
+def described(source: str, sequences: int) -> str:
+    return source if sequences == 1 else f"{sequences} consecutive stretches of {source}"
 
 
 def markdown(report: dict) -> str:
     c = report["capacity"]
     lines = [
-        f"{report['source']}: {report['tokens']} tokens ({report['evicting_positions']} of {report['positions']} "
+        f"{report['source']}: {report['tokens']} tokens{' each' if report.get('sequences', 1) > 1 else ''} "
+        f"({report['evicting_positions']} of {report['positions']} "
         f"predicted positions past the first eviction), cache {c}, block {report['block_size']}; the oracle at "
         f"{report['oracle']['positions']} positions, a stride of {report['oracle']['stride']}",
         "",
@@ -260,13 +299,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--oracle-positions", type=int, default=512, help="at most this many oracle positions (default 512)"
     )
+    parser.add_argument(
+        "--sequences", type=int, default=1, help="sequences of --tokens each, pooled into every perplexity (default 1)"
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
     if args.cache < 1:
         parser.error(f"--cache={args.cache}; expected a positive integer at most the run's block_size")
     sinks = parse_sinks(parser, args.sinks, args.cache)
-    for flag, value in (("--tokens", args.tokens), ("--oracle-positions", args.oracle_positions)):
+    for flag, value in (
+        ("--tokens", args.tokens),
+        ("--oracle-positions", args.oracle_positions),
+        ("--sequences", args.sequences),
+    ):
         if value < 1:
             parser.error(f"{flag}={value}; expected a positive integer")
     if args.threads is not None:
@@ -287,10 +333,10 @@ def main(argv: list[str] | None = None) -> None:
             model.rolling_kv_caches(args.cache, k)
         except ValueError as err:
             raise SystemExit(f"attnlab: error: --cache={args.cache} --sinks={k}: {err}") from None
-    ids, source = run_tokens(run_dir, module, ckpt, args.text, args.tokens)
-    if len(ids) < args.cache + 2:
+    ids, source = run_tokens(run_dir, module, ckpt, args.text, args.tokens, args.sequences)
+    if ids.shape[1] < args.cache + 2:
         raise SystemExit(
-            f"attnlab: error: {source} gives {len(ids)} tokens; expected at least --cache + 2 = "
+            f"attnlab: error: {source} gives {ids.shape[1]} tokens; expected at least --cache + 2 = "
             f"{args.cache + 2} (one position past the first eviction)"
         )
     report = {

@@ -1,10 +1,10 @@
 """A streaming study's table: every run of a sweep decoded past its block with rolling KV caches.
 
-    attnlab stream-study SWEEP_DIR [SWEEP_DIR ...] --cache C [--sinks 0,1,2,4] [--tokens N] [--out DIR]
+    attnlab stream-study SWEEP_DIR [SWEEP_DIR ...] --cache C [--sinks 0,1,2,4] [--tokens N] [--sequences S] [--out DIR]
     attnlab stream-study --render REPORT_DIR
 
-Each finished run's last checkpoint goes through ``stream.stream_report`` on the same tokens (its
-validation split, or one long validation sequence of a task): perplexity with the first k tokens
+Each finished run's last checkpoint goes through ``stream.stream_report`` on the same tokens (S stretches of
+its validation split, or S long validation sequences of a task, pooled): perplexity with the first k tokens
 kept in a rolling cache of C entries, the recomputed window (the oracle) and dense attention within
 the block; beside them the run's first-token weight from its own statistics. Per arm (a cell of the
 sweep's axes) the cost of evicting the first tokens is StreamingLLM's measure (Xiao et al. 2023,
@@ -75,20 +75,23 @@ def first_token_weight(run: RunResult) -> dict[str, float | None]:
     return {"max_layer": max(layers, default=None), "dormant": run.metric("attn/L0/sink_mass_dormant")}
 
 
-def evaluate_run(run: RunResult, capacity: int, sinks: list[int], tokens: int, oracle_positions: int) -> dict:
+def evaluate_run(
+    run: RunResult, capacity: int, sinks: list[int], tokens: int, oracle_positions: int, sequences: int = 1
+) -> dict:
     """One run's stream report (stream.stream_report) on its own validation tokens, kept in the run
     dir beside its checkpoint: a study evaluated while its sweep runs redoes only the new runs."""
 
     ckpt = run.dir / "checkpoints" / "last.ckpt"
-    saved = run.dir / f"stream_c{capacity}_k{'-'.join(map(str, sinks))}_n{tokens}_o{oracle_positions}_classes.json"
+    many = f"_s{sequences}" if sequences > 1 else ""
+    saved = run.dir / f"stream_c{capacity}_k{'-'.join(map(str, sinks))}_n{tokens}{many}_o{oracle_positions}_classes.json"
     if saved.is_file() and saved.stat().st_mtime >= ckpt.stat().st_mtime:
         return json.loads(saved.read_text())
     module = load_model(ckpt)[0].eval()
-    ids, source = run_tokens(run.dir, module, ckpt, None, tokens)
+    ids, source = run_tokens(run.dir, module, ckpt, None, tokens, sequences)
     dm = run_datamodule(run.dir)
     # a task with query classes (the sinks testbed's dormant and active queries): the cost and the
     # attention's writes per class, where a sink's eviction shows first
-    classes = {k: m[0] for k, m in dm.query_classes(ids[None]).items()} if hasattr(dm, "query_classes") else None
+    classes = dm.query_classes(ids) if hasattr(dm, "query_classes") else None
     report = {"source": source, **stream_report(module.model, ids, capacity, sinks, oracle_positions, classes)}
     atomic_write_text(saved, json.dumps(report))
     return report
@@ -231,7 +234,13 @@ def plot(report: dict, path: Path) -> Path:
 
 
 def stream_study(
-    sweep_dirs: list[Path], capacity: int, sinks: list[int], tokens: int, oracle_positions: int, log=print
+    sweep_dirs: list[Path],
+    capacity: int,
+    sinks: list[int],
+    tokens: int,
+    oracle_positions: int,
+    sequences: int = 1,
+    log=print,
 ) -> dict:
     runs = [r for r in load_sweeps(sweep_dirs) if r.ok]
     if not runs:
@@ -244,7 +253,7 @@ def stream_study(
             arm += f" ({attention_label(cell.ok_runs[0])})"
         for run in cell.ok_runs:
             log(f"{arm} seed {run.results['config'].get('seed')}: {run.dir}")
-            stream = evaluate_run(run, capacity, sinks, tokens, oracle_positions)
+            stream = evaluate_run(run, capacity, sinks, tokens, oracle_positions, sequences)
             source = stream.pop("source")
             records.append(
                 {
@@ -266,6 +275,7 @@ def stream_study(
             "cache": capacity,
             "sinks": sinks,
             "tokens": first["tokens"],
+            "sequences": first.get("sequences", 1),
             "source": source,
             "block_size": first["block_size"],
             "oracle_positions": first["oracle"]["positions"],
@@ -300,6 +310,13 @@ def main(argv: list[str] | None = None) -> None:
         "--sinks", default=DEFAULT_SINKS, metavar="K,K,...", help=f"kept-token counts ({DEFAULT_SINKS})"
     )
     parser.add_argument("--tokens", type=int, default=DEFAULT_TOKENS, help=f"tokens per run (default {DEFAULT_TOKENS})")
+    parser.add_argument(
+        "--sequences",
+        type=int,
+        default=1,
+        help="validation sequences of --tokens per run, pooled into each perplexity: each seed's ratio then holds "
+        "less of one sequence's noise (default 1)",
+    )
     parser.add_argument("--oracle-positions", type=int, default=512, help="at most this many oracle positions")
     parser.add_argument("--out", type=Path, help="output dir (default reports/<study>)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
@@ -322,7 +339,12 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("SWEEP_DIR is required; expected one or more sweep dirs (or --render REPORT_DIR)")
     if args.cache is None:
         parser.error("--cache is required; expected a positive integer (rolling cache entries)")
-    for flag, value in (("--cache", args.cache), ("--tokens", args.tokens), ("--threads", args.threads)):
+    for flag, value in (
+        ("--cache", args.cache),
+        ("--tokens", args.tokens),
+        ("--sequences", args.sequences),
+        ("--threads", args.threads),
+    ):
         if value < 1:
             parser.error(f"{flag}={value}; expected a positive integer")
     sinks = parse_sinks(parser, args.sinks, args.cache)
@@ -332,9 +354,10 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    report = stream_study(args.dirs, args.cache, sinks, args.tokens, args.oracle_positions)
+    report = stream_study(args.dirs, args.cache, sinks, args.tokens, args.oracle_positions, args.sequences)
     report["setup"]["command"] = "attnlab stream-study <sweep dirs> " + " ".join(
         [f"--cache {args.cache}", f"--sinks {args.sinks}", f"--tokens {args.tokens}"]
+        + ([f"--sequences {args.sequences}"] if args.sequences > 1 else [])
     )
     out = args.out or Path("reports") / report["study"]
     write(report, out)
