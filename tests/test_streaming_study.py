@@ -222,7 +222,8 @@ def test_stream_study_evaluates_every_run_of_a_sweep(make_cfg, tmp_path, capsys)
     assert pooled["setup"]["sequences"] == 3 and "3 validation sequences" in pooled["setup"]["source"]
     direct = stream_report(module.model, three, 8, [0, 1])
     assert [r["ppl"] for r in pooled["runs"][0]["stream"]["rolling"]] == pytest.approx(
-        [r["ppl"] for r in direct["rolling"]], rel=1e-5  # stream.json keeps 6 significant digits
+        [r["ppl"] for r in direct["rolling"]],
+        rel=1e-5,  # stream.json keeps 6 significant digits
     )
     assert pooled["runs"][0]["stream"]["evicting_positions"] == 3 * (39 - 8)
 

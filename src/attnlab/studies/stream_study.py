@@ -83,7 +83,9 @@ def evaluate_run(
 
     ckpt = run.dir / "checkpoints" / "last.ckpt"
     many = f"_s{sequences}" if sequences > 1 else ""
-    saved = run.dir / f"stream_c{capacity}_k{'-'.join(map(str, sinks))}_n{tokens}{many}_o{oracle_positions}_classes.json"
+    saved = (
+        run.dir / f"stream_c{capacity}_k{'-'.join(map(str, sinks))}_n{tokens}{many}_o{oracle_positions}_classes.json"
+    )
     if saved.is_file() and saved.stat().st_mtime >= ckpt.stat().st_mtime:
         return json.loads(saved.read_text())
     module = load_model(ckpt)[0].eval()
