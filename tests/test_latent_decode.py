@@ -11,8 +11,8 @@ from torch import nn
 from attnlab.attention import backends
 from attnlab.attention.latent import step_macs
 from attnlab.attention.module import Knockout
+from attnlab.attention.normalizations import NORMALIZATIONS
 from attnlab.attention.scaling import SCALINGS
-from attnlab.attention.weights import NORMALIZATIONS
 from attnlab.model.gpt import GPT, GPTConfig
 from attnlab.util.errors import KernelUnavailable
 

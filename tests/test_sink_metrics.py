@@ -45,7 +45,7 @@ def test_sink_heads_averages_over_the_queries_that_see_the_first_key():
     is about 1 (a sink head), while its sink_mass over every query is 3/15 = 0.2, under 0.3; the
     uniform head 1 gives queries 1..3 weights 1/2, 1/3, 1/4 on it, mean 0.361: a sink head too."""
     q, k = first_key_heads()
-    stats = attention_stats(q, k, WeightRule(1.0, Visibility(True, 4, 0)))
+    stats = attention_stats(q, k, WeightRule(scale=1.0, visibility=Visibility(True, 4, 0)))
     assert stats["sink_mass"][0] == pytest.approx(3 / 15, abs=1e-6)
     assert stats["sink_heads"].tolist() == [1.0, 1.0, 0.0]
 
@@ -56,7 +56,7 @@ def test_sink_heads_threshold_is_strict_at_epsilon():
         # query i > 0 sees i + 1 keys; logit c on key 0, 0 elsewhere: p = e^c / (e^c + i), so c = log(p i / (1 - p))
         rows = torch.arange(1, T)
         c = torch.log(p * rows / (1 - p))
-        w_rule = WeightRule(1.0, bias=lambda r, keys, c=c: first_key_bias(r, keys, c))
+        w_rule = WeightRule(scale=1.0, bias=lambda r, keys, c=c: first_key_bias(r, keys, c))
         stats = attention_stats(torch.zeros(1, 1, T, 1), torch.zeros(1, 1, T, 1), w_rule)
         assert stats["sink_heads"].item() == want
 

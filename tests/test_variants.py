@@ -123,7 +123,7 @@ def test_statistics_per_query_head_and_of_unnormalised_rows():
     for name in grouped:
         assert grouped[name].shape == (4,)
         torch.testing.assert_close(grouped[name], expanded[name], atol=1e-6, rtol=1e-6, msg=name)
-    stats = attention_stats(q, k, WeightRule(0.35, normalize="sigmoid"), block=7)
+    stats = attention_stats(q, k, WeightRule(scale=0.35, normalize="sigmoid"), block=7)
     _, p = reference(q, k, k, 0.35, "sigmoid")
     rows = p[:, :, 1:]  # query 0 sees one key: left out
     torch.testing.assert_close(stats["row_mass"], rows.sum(-1).mean((0, 2)).float(), atol=1e-5, rtol=1e-5)

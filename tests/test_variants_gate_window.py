@@ -299,7 +299,7 @@ def test_a_visibility_rule_defined_in_masks_alone_reaches_every_consumer(backend
     torch.testing.assert_close(attn(q, k, v).double(), want, atol=1e-5, rtol=1e-5)
     out, _ = backends.attend(backend, q, k, v, s, escape=logit, visibility=rule)
     torch.testing.assert_close(out.double(), want, atol=1e-5, rtol=1e-5)
-    p = WeightRule(s, rule, escape=logit)(q, k).p
+    p = WeightRule(scale=s, visibility=rule, escape=logit)(q, k).p
     torch.testing.assert_close(p.double() @ v.double(), want, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(attn.weights(q, k).p, p)
     with pytest.raises(KernelUnavailable, match="forced flash kernel takes no mask") as err:

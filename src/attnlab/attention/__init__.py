@@ -4,8 +4,9 @@ from attnlab.attention.backends import BACKENDS, DEFAULT_SCALING, attend
 from attnlab.attention.config import GATES, AttentionConfig, LatentConfig
 from attnlab.attention.masks import MASK_FILLS, Visibility, allowed_mask, fill_value
 from attnlab.attention.module import Attention, AttentionLayer, Intermediates, Knockout
+from attnlab.attention.normalizations import NORMALIZATIONS
 from attnlab.attention.scaling import SCALINGS, Scale, qk_component_std, static_scale
-from attnlab.attention.weights import NORMALIZATIONS, WeightRule, Weights
+from attnlab.attention.weights import WeightRule, Weights
 
 __all__ = [
     "BACKENDS",

@@ -28,6 +28,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
 from attnlab.attention.masks import CAUSAL, Visibility
+from attnlab.attention.normalizations import fused_names, normalization
 from attnlab.attention.sink import slot_key_attention
 from attnlab.attention.weights import WeightRule, expand_kv, per_head
 from attnlab.util.errors import KernelUnavailable
@@ -59,13 +60,13 @@ def explicit_attention(
     """weights(q, k) v, with the weights of ``WeightRule`` (every normalisation, escape slot,
     visibility and key/value groups); ``bias`` a tensor broadcastable to (B, H, Tq, Tk)."""
     rule = WeightRule(
-        scale,
-        visibility,
-        mask_fill,
-        normalize,
-        escape,
-        None if bias is None else (lambda rows, keys: bias),
-        sigmoid_keys,
+        scale=scale,
+        visibility=visibility,
+        mask_fill=mask_fill,
+        normalize=normalize,
+        escape=escape,
+        bias=None if bias is None else (lambda rows, keys: bias),
+        sigmoid_keys=sigmoid_keys,
     )
     probs = rule(q, k, key_padding_mask=key_padding_mask).p
     if dropout_p > 0:
@@ -300,10 +301,10 @@ def attend(
     kwargs["visibility"] = Visibility(causal) if visibility is None else visibility
     if backend in EXPLICIT:
         return kernel(q, k, v, scale, normalize=normalize, escape=escape, sigmoid_keys=sigmoid_keys, **kwargs)
-    if normalize != "softmax":
+    if not normalization(normalize).fused:
         raise KernelUnavailable(
-            f"attention={backend} normalises rows with softmax; model.attention.normalize={normalize} "
-            f"runs on {' and '.join(EXPLICIT)}"
+            f"attention={backend} normalises rows with {' or '.join(fused_names())}; "
+            f"model.attention.normalize={normalize} runs on {' and '.join(EXPLICIT)}"
         )
     if escape is not None:
         if q.shape[-2] == 1 and not (backend == "flash" and kwargs.get("bias") is not None):

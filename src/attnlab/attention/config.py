@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 from attnlab.attention.backends import BACKENDS
 from attnlab.attention.masks import MASK_FILLS
+from attnlab.attention.normalizations import NORMALIZATIONS
 from attnlab.attention.scaling import SCALINGS
 from attnlab.attention.sink import ESCAPES
-from attnlab.attention.weights import NORMALIZATIONS
 from attnlab.util.errors import ConfigError
 from attnlab.util.fields import Check, checked, choice, int_at_least, optional_positive_int
 
@@ -82,7 +82,9 @@ class AttentionConfig:
         "-inf", MASK_FILL, "what masked logits hold: " + ", ".join(MASK_FILLS) + " or another negative number"
     )
     normalize: str = choice(
-        "softmax", NORMALIZATIONS, "how a row of logits becomes weights; sigmoid on naive and scaled only"
+        "softmax",
+        NORMALIZATIONS,
+        "how a row of logits becomes weights (attention/normalizations.py); all but softmax on naive and scaled only",
     )
     escape: str = choice("none", ESCAPES, "an escape slot per head: zero_logit (softmax plus one) or learned")
     gate: str = choice(

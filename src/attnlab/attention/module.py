@@ -188,13 +188,13 @@ class Attention(nn.Module):
         fp32 parameters, for measurements); a differential head applies it to each of its two maps."""
         cfg = self.cfg
         rule = WeightRule(
-            self.softmax_scale(),
-            self.visibility,
-            cfg.mask_fill,
-            cfg.normalize,
-            self.escape_logit(),
-            self.logit_bias if self.alibi_slopes is not None else None,
-            self.sigmoid_keys(),
+            scale=self.softmax_scale(),
+            visibility=self.visibility,
+            mask_fill=cfg.mask_fill,
+            normalize=cfg.normalize,
+            escape=self.escape_logit(),
+            bias=self.logit_bias if self.alibi_slopes is not None else None,
+            sigmoid_keys=self.sigmoid_keys(),
         )
         return rule.detached() if fp32 else rule
 

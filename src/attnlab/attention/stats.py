@@ -57,6 +57,7 @@ from typing import NamedTuple
 import torch
 
 from attnlab.attention.masks import CAUSAL, Visibility
+from attnlab.attention.normalizations import normalization
 from attnlab.attention.weights import WeightRule, expand_kv
 
 
@@ -238,9 +239,9 @@ METRICS = (
     ),
     Metric(
         "row_mass",
-        "with sigmoid attention: mean over queries of sum_j p_ij (no normalisation makes it 1)",
+        "with a normalization whose rows need not sum to 1 (sigmoid): mean over queries of sum_j p_ij",
         rows=lambda r: r.mass,
-        applies=lambda rule: rule.normalize != "softmax",
+        applies=lambda rule: not normalization(rule.normalize).rows_sum_to_one,
         table=True,
         panel="Row mass per layer",
     ),
@@ -356,7 +357,7 @@ def attention_stats(
     ``positions``: the query positions to measure (default every one), e.g. evenly spaced ones at a
     long T: the means are then over those queries and the maxima over them. ``only``: these
     metrics alone (e.g. ``("max_logit",)``)."""
-    rule = (rule if isinstance(rule, WeightRule) else WeightRule(rule)).detached()
+    rule = (rule if isinstance(rule, WeightRule) else WeightRule(scale=rule)).detached()
     q, k = q.float(), k.float()
     b, h, t, _ = q.shape
     metrics = [m for m in METRICS if m.rows is not None and m.applies(rule) and (only is None or m.name in only)]

@@ -9,14 +9,13 @@ weights besides q and k, as the layer is configured (``Attention.weight_rule()``
   bias       an additive logit bias for (query rows, keys), e.g. ALiBi's, or None
   mask       the keys each query may see (``visibility``, masks.Visibility) and key padding,
              written with the run's ``mask_fill``; with ``cut``, the knocked-out edges too
-  normalize  NORMALIZATIONS:
-               softmax  rows sum to 1; with ``escape`` logits (H,) an extra slot whose value is
-                        zero takes exp(b) / (exp(b) + sum_j exp(s_ij)), so the real keys get 1 - escape
-               sigmoid  sigma(s * q.k + bias - log n) per key (Ramapuram et al. 2024): no row
-                        normalisation, a row's mass is whatever it sums to. n is ``sigmoid_keys``,
-                        the keys a query sees at the layer's full context, fixed so that a token's
-                        weights do not depend on how long the forward is (a KV cache, a short
-                        prompt and a full training forward agree); None: the keys of this forward
+  normalize  a name in the registry (attention/normalizations.py): softmax, sigmoid, ...; its
+             function gets the masked logits and n, ``sigmoid_keys``: the keys a query sees at the
+             layer's full context, fixed so that a token's weights do not depend on how long the
+             forward is (a KV cache, a short prompt and a full training forward agree); None: the
+             keys of this forward
+  escape     with a normalization that takes one (softmax), (H,) logits of an extra slot whose value
+             is zero: it takes exp(b) / (exp(b) + sum_j exp(s_ij)), so the real keys get 1 - escape
   groups     k with fewer heads than q (grouped-query attention) is broadcast: query head h reads
              key/value head h // (H / H_kv), as SDPA's ``enable_gqa`` does
 
@@ -26,7 +25,6 @@ assumes a row sums to 1: ``Weights.mass`` says what it sums to.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
@@ -34,8 +32,7 @@ from typing import NamedTuple
 import torch
 
 from attnlab.attention.masks import CAUSAL, Visibility, fill_value
-
-NORMALIZATIONS = ("softmax", "sigmoid")
+from attnlab.attention.normalizations import normalization
 
 Bias = Callable[[torch.Tensor, torch.Tensor], "torch.Tensor | None"]
 
@@ -70,7 +67,7 @@ class Weights(NamedTuple):
         return self.p.sum(-1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WeightRule:
     """What decides the weights besides q and k (module docstring); call it on q, k."""
 
@@ -104,7 +101,7 @@ class WeightRule:
 
     @property
     def rows_sum_to_one(self) -> bool:
-        return self.normalize == "softmax" and self.escape is None
+        return normalization(self.normalize).rows_sum_to_one and self.escape is None
 
     def __call__(
         self,
@@ -129,13 +126,11 @@ class WeightRule:
         if mask is not None:
             logits = logits.masked_fill(~mask, fill_value(self.mask_fill, logits.dtype))
         scores = logits if cut is None else logits.masked_fill(cut, float("-inf"))
-        if self.normalize == "sigmoid":
-            p = torch.sigmoid(scores - math.log(self.sigmoid_keys or t))
-        elif self.escape is not None:
+        if self.escape is not None:
             p = with_escape(scores, self.escape)[0]
         else:
-            p = torch.softmax(scores, dim=-1)
-        if self.normalize == "softmax" and self.escape is None and (key_padding_mask is not None or cut is not None):
+            p = normalization(self.normalize).weights(scores, self.sigmoid_keys or t)
+        if self.escape is None and (key_padding_mask is not None or cut is not None):
             kept = visible if cut is None else visible & ~cut
             p = p.masked_fill(~kept.any(-1, keepdim=True), 0.0)  # no key left: zero weight, not NaN
         return Weights(p, logits, visible)

@@ -36,6 +36,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from attnlab.analysis.heads import KNOCKOUT
 from attnlab.attention.backends import EXPLICIT
 from attnlab.attention.config import AttentionConfig, LatentConfig, latent_refusal
+from attnlab.attention.normalizations import fused_names, normalization
 from attnlab.config.compose import compose_config
 from attnlab.data.tokens import DTYPES as TOKEN_DTYPES
 from attnlab.model.gpt import GPTConfig
@@ -240,19 +241,20 @@ class Schema:
                 model.n_kv_head,
                 f"a divisor of model.n_head={model.n_head} (1: multi-query), or null",
             )
-        if attention.normalize != "softmax":
-            if attention.backend not in EXPLICIT:
-                raise ConfigError(
-                    "model.attention.normalize",
-                    attention.normalize,
-                    f"softmax with attention={attention.backend} (sigmoid runs on {' and '.join(EXPLICIT)})",
-                )
-            if attention.escape != "none":
-                raise ConfigError(
-                    "model.attention.escape",
-                    attention.escape,
-                    "none with model.attention.normalize=sigmoid (an escape slot is a softmax's way out)",
-                )
+        norm = normalization(attention.normalize)
+        if not norm.fused and attention.backend not in EXPLICIT:
+            raise ConfigError(
+                "model.attention.normalize",
+                attention.normalize,
+                f"{' or '.join(fused_names())} with attention={attention.backend} "
+                f"({attention.normalize} runs on {' and '.join(EXPLICIT)})",
+            )
+        if not norm.takes_escape and attention.escape != "none":
+            raise ConfigError(
+                "model.attention.escape",
+                attention.escape,
+                f"none with model.attention.normalize={attention.normalize} (an escape slot is a softmax's way out)",
+            )
         if model.pos_encoding == "alibi" and attention.backend == "flash":
             raise ConfigError(
                 "model.pos_encoding",

@@ -20,6 +20,7 @@ import math
 
 import torch
 
+from attnlab.attention.normalizations import REGISTRY, normalization
 from attnlab.interop.families import attention_defaults, lookup
 
 # low enough that the escape mass is below float32 rounding of the weights on a row whose logits'
@@ -30,7 +31,6 @@ NEUTRAL_ESCAPE_LOGIT = -20.0
 # model.attention values no parameter setting makes compute the checkpoint's softmax attention
 NOT_NEUTRAL = {
     "qk_norm": (True, "LayerNorm'd q and k lose their norms, which the checkpoint's logits depend on; expected false"),
-    "normalize": ("sigmoid", "sigmoid weights are no softmax at any parameter; expected softmax"),
     "escape": ("zero_logit", "its fixed logit 0 takes weight from every key; expected none or learned (starts at ~0)"),
     "differential": (True, "the head-wise RMSNorm drops each head's output norm; expected false"),
 }
@@ -41,6 +41,8 @@ NOT_NEUTRAL = {
 # refused at a value other than its default: one added to AttentionConfig is refused by name until it
 # is listed here or in NOT_NEUTRAL.
 NEUTRAL = {"backend", "mask_fill", "scaling", "escape", "gate", "window", "window_sinks", "sink"}
+# normalize: each normalization says whether it is neutral (attention/normalizations.py)
+NEUTRAL |= {"normalize"}
 NEUTRAL |= {"latent.d_c", "latent.d_rope", "latent.d_cq"}
 
 
@@ -49,6 +51,9 @@ def refusal(attention: dict) -> str | None:
     one line naming it and what is accepted, or None."""
     for key, default in attention_defaults():
         value = lookup(attention, key, default)
+        if key == "normalize" and not normalization(value).neutral:
+            neutral = ", ".join(n.name for n in REGISTRY.values() if n.neutral)
+            return f"model.attention.normalize={value}: no init reproduces the checkpoint (no softmax at any parameter); expected {neutral}"
         if key in NOT_NEUTRAL and value == NOT_NEUTRAL[key][0]:
             return f"model.attention.{key}={value}: no init reproduces the checkpoint ({NOT_NEUTRAL[key][1]})"
         if value != default and key not in NEUTRAL and key not in NOT_NEUTRAL:

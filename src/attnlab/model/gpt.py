@@ -24,6 +24,7 @@ from torch import nn
 from attnlab.attention import Attention, AttentionConfig, AttentionLayer, Visibility
 from attnlab.attention.cache import KVCache, RollingKVCache
 from attnlab.attention.config import kv_values_per_token
+from attnlab.attention.normalizations import REGISTRY, normalization
 from attnlab.attention.position import POS_ENCODINGS
 from attnlab.util.fields import (
     Check,
@@ -261,15 +262,26 @@ class GPT(nn.Module):
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-100)
         return logits, loss
 
+    def cache_refusal(self) -> str | None:
+        """Why no KV cache decodes this model (its normalization's weights depend on the forward's
+        length: attention/normalizations.py), or None."""
+        name = self.cfg.attention.normalize
+        if normalization(name).caches:
+            return None
+        takes = ", ".join(n.name for n in REGISTRY.values() if n.caches)
+        return f"model.attention.normalize={name} takes no KV cache; expected {takes}, or decoding without a cache"
+
     def kv_caches(self, latent_decode: str = "auto") -> list[KVCache]:
         """An empty KV cache per layer, room for block_size positions (attention/cache.py);
         ``latent_decode``: how latent attention reads it (auto, absorbed or expanded)."""
+        if (refusal := self.cache_refusal()) is not None:
+            raise ValueError(refusal)
         return [KVCache(self.cfg.block_size, latent_decode) for _ in self.blocks]
 
     def rolling_kv_caches(self, capacity: int, sinks: int) -> list[RollingKVCache]:
         """A streaming cache per layer (attention/cache.py): the first ``sinks`` tokens and the most
         recent ones, ``capacity`` entries in all, positions counted inside the cache."""
-        refusal = next(
+        refusal = self.cache_refusal() or next(
             (r for layer in self.attention_layers() if (r := layer.visibility.rolling_cache_refusal())), None
         )
         if refusal is None and self.wpe is not None:
@@ -339,7 +351,7 @@ class GPT(nn.Module):
         if stream is not None:
             caches = self.rolling_kv_caches(*stream)
         else:
-            caches = self.kv_caches() if cache else None
+            caches = self.kv_caches() if cache and self.cache_refusal() is None else None
         for step in range(max_new_tokens):
             if caches is None:
                 logits = self(idx[:, -self.cfg.block_size :])[0][:, -1, :]
