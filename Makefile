@@ -20,7 +20,7 @@ STUDY  ?=
 REPLACE ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock lint wheelhouse offline-check train test test-all plan sweep report repro bench sample gpu-check dashboard sync clean
+.PHONY: help install lock lint wheelhouse offline-check train test test-all plan sweep report repro bench sample gpu-check dashboard sync clean generated
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -53,6 +53,9 @@ test: $(STAMP) ## run the fast test suite (no network, no GPU)
 lint: $(STAMP) ## ruff: lint and format check of src/ and tests/ (fix with: .venv/bin/ruff check --fix; .venv/bin/ruff format)
 	$(BIN)/ruff check src tests
 	$(BIN)/ruff format --check src tests
+
+generated: $(STAMP) ## rewrite what code derives: the docs' key and metric tables, the W&B grid sweep files (ARGS=--check: exit 1 if stale)
+	$(PY) -m attnlab.tools.generated $(ARGS)
 
 test-all: $(STAMP) ## run every test, the slow ones too
 	$(BIN)/pytest -q -n 2 $(ARGS)

@@ -1,0 +1,67 @@
+"""Every file part that code derives: ``python -m attnlab.tools.generated [--check]`` (``make generated``).
+
+The key table of docs/configuration.md (from the schema's fields), the metric table of docs/metrics.md
+(from attention.stats.METRICS) and the W&B grid sweep files sweeps/<study>.yaml (from conf/experiment/).
+A change to a field, a metric, a normalization or a study's grid is followed by one run of this; the
+tests fail while any of them is stale. ``--check`` writes nothing and exits 1 naming the stale files.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from attnlab.attention.stats import metrics_table
+from attnlab.cli import command_parser
+from attnlab.config.schema import key_table
+from attnlab.sweeps.sweep import wandb_sweep_yaml
+from attnlab.util.files import atomic_write_text
+
+ROOT = Path(__file__).resolve().parents[3]
+# docs/<page>: (marker name, what renders the block between its start and end markers)
+BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
+    "docs/configuration.md": ("key table", key_table),
+    "docs/metrics.md": ("metrics registry", metrics_table),
+}
+
+
+def with_block(text: str, marker: str, block: str) -> str:
+    pattern = re.compile(rf"(<!-- {marker}: start -->\n)(.*?)(\n<!-- {marker}: end -->)", re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"attnlab: error: the page lost its <!-- {marker}: start/end --> markers; expected both")
+    return pattern.sub(lambda m: m.group(1) + block + m.group(3), text)
+
+
+def expected(root: Path | None = None) -> dict[Path, str]:
+    """Each generated file's path (under ``root``, default the checkout) and the content it should have now."""
+    root, out = root or ROOT, {}
+    for page, (marker, render) in BLOCKS.items():
+        path = root / page
+        out[path] = with_block(path.read_text(encoding="utf-8"), marker, render())
+    for spec in sorted((root / "sweeps").glob("*.yaml")):
+        if yaml.safe_load(spec.read_text())["method"] == "grid":  # a search sweep is written by hand
+            out[spec] = wandb_sweep_yaml(spec.stem)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = command_parser("generated", __doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 naming the stale files")
+    args = parser.parse_args(argv)
+    texts = expected()
+    stale = [path for path, text in texts.items() if path.read_text(encoding="utf-8") != text]
+    for path in stale:
+        print(f"{'stale' if args.check else 'wrote'} {path.relative_to(ROOT)}")
+    if args.check:
+        return 1 if stale else 0
+    for path in stale:
+        atomic_write_text(path, texts[path])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
