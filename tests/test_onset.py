@@ -137,15 +137,13 @@ def test_an_onset_report_compares_arms_by_log_rank_and_k_of_n(tmp_path):
     assert data["contrasts"] == {}  # no means of a bimodal outcome
 
 
-def test_an_unknown_outcome_is_refused_naming_the_accepted_ones(tmp_path):
-    from attnlab.studies.report import analysis
+def test_an_unknown_outcome_is_refused_naming_the_accepted_ones():
+    from attnlab.config.study import Question
     from attnlab.util.errors import ConfigError
 
-    conf = tmp_path / "experiment"
-    conf.mkdir()
-    (conf / "x.yaml").write_text("question:\n  ask: a\n  axis: variant\n  reference: baseline\n  outcome: average\n")
+    block = {"ask": "a", "axis": "variant", "reference": "baseline", "outcome": "average"}
     with pytest.raises(ConfigError, match="question.outcome.*continuous, learned, onset, ratio"):
-        analysis.question_of("x", ["variant"], conf_dir=tmp_path)
+        Question.from_block(block)
 
 
 def test_an_arm_leaves_the_frontier_when_a_cheaper_one_learns_earlier_beyond_noise():

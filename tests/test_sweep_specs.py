@@ -9,10 +9,11 @@ import pytest
 import yaml
 
 from attnlab.sweeps.sweep import studies, study_grid, wandb_command, wandb_sweep_yaml
+from attnlab.tools.generated import NO_WANDB_SWEEP
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = sorted((ROOT / "sweeps").glob("*.yaml"))
-TEST_ONLY = {"smoke"}  # the dk_scaling grid at 6 steps, for tests and CI: no W&B sweep
+TEST_ONLY = NO_WANDB_SWEEP
 
 
 def test_every_study_has_a_wandb_sweep():
@@ -48,6 +49,6 @@ def test_generated_sweep_follows_an_edited_grid(tmp_path, monkeypatch):
     shutil.copytree(ROOT / "conf", conf)
     exp = conf / "experiment" / "dk_scaling.yaml"
     exp.write_text(exp.read_text().replace("model.d_k: 16,32,64,128", "model.d_k: 16,256"))
-    monkeypatch.setattr("attnlab.sweeps.sweep.CONF_DIR", conf)
+    monkeypatch.setattr("attnlab.config.study.CONF_DIR", conf)
     assert "model.d_k: {values: [16, 256]}" in wandb_sweep_yaml("dk_scaling")
     assert wandb_sweep_yaml("dk_scaling") != (ROOT / "sweeps" / "dk_scaling.yaml").read_text()

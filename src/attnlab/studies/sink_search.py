@@ -22,7 +22,7 @@ import pandas as pd
 from attnlab.analysis.phase import head_history
 from attnlab.attention.stats import SINK_EPSILON, is_sink
 from attnlab.cli import command_parser
-from attnlab.config.compose import CONF_DIR
+from attnlab.config.study import study_names
 from attnlab.data.tokens import META, read_meta
 from attnlab.studies.report.data import DEFAULT_BUDGET, axes_of, cell_overrides, current_config, read_runs
 from attnlab.training.results import RESULTS
@@ -193,7 +193,7 @@ def text_studies(reports: Path) -> list[str]:
 
 
 def is_study(study: str, reports: Path) -> bool:
-    return (reports / study / "runs.csv").is_file() and (CONF_DIR / "experiment" / f"{study}.yaml").is_file()
+    return (reports / study / "runs.csv").is_file() and study in study_names()
 
 
 def search_table(rows: list[dict]) -> pd.DataFrame:

@@ -23,10 +23,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
 from attnlab.cli import command_parser
-from attnlab.config.compose import compose_config
+from attnlab.config.study import load_study
 from attnlab.studies.report import onset, tested_cells
 from attnlab.studies.report.aggregate import load_sweeps
 from attnlab.studies.report.analysis import cells_from_runs, contrasts
@@ -48,11 +47,6 @@ from attnlab.writing.pages import where
 
 DEFAULT_HOURS = 6.0  # what a study may cost on this machine when it declares no question.hours
 JOBS = 2  # runs at once, as `make sweep` runs them on two cores
-
-
-def declared(study: str) -> dict:
-    """The study's composed ``question`` block (seeds, difference, learned, hours, ...)."""
-    return OmegaConf.to_container(compose_config([f"experiment={study}"]).get("question") or {}, resolve=True)
 
 
 def current_rows(frame: pd.DataFrame, study: str) -> tuple[pd.DataFrame, int]:
@@ -226,13 +220,12 @@ def learning_rows(frame, axes, question) -> list[dict]:
 
 
 def build_plan(study: str, frame: pd.DataFrame, hours: float | None = None, dropped: int = 0) -> dict:
-    question_cfg = declared(study)
     frame = frame[frame["budget"] == DEFAULT_BUDGET] if (frame["budget"] == DEFAULT_BUDGET).any() else frame
     axes = axes_of(frame)
     cells = cells_from_runs(frame, axes)
     tested_axes, tested, _, question = tested_cells(study, frame, axes, cells)
     metric = question.metrics[0]
-    hours = float(hours or question_cfg.get("hours") or DEFAULT_HOURS)
+    hours = float(hours or load_study(study).question.hours or DEFAULT_HOURS)
     config = current_config([f"experiment={study}"])
     seconds, timed = seconds_by_cell(frame, axes, config)
     level = (study_level(study) or experiment_baseline(study) or {}).get("bigram")  # the report's, if it has one

@@ -30,14 +30,14 @@ from pathlib import Path
 from typing import TextIO
 
 from attnlab.cli import command_parser
-from attnlab.config.compose import CONF_DIR
+from attnlab.config.study import DEFAULT_STUDY, load_study, study_names
 from attnlab.sweeps import resume
 from attnlab.training.console import RUN_LOG, RUN_LOG_ENV, clock
 from attnlab.training.results import FINISHED_ENV, RESULTS
 
 
 def studies() -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
+    return study_names()
 
 
 def unknown_study(name: str, key: str) -> str | None:
@@ -49,27 +49,13 @@ def unknown_study(name: str, key: str) -> str | None:
 
 def study_grid(study: str) -> dict[str, list]:
     """The swept axes of ``experiment=<study>`` (its ``hydra.sweeper.params``), values parsed as Hydra does."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=[f"experiment={study}"], return_hydra_config=True)
-    parser = OverridesParser.create()
-    grid = {}
-    for key, value in (cfg.hydra.sweeper.params or {}).items():
-        override = parser.parse_override(f"{key}={value}")
-        grid[key] = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
-    return grid
+    return load_study(study).grid
 
 
 def declared_seeds(study: str) -> int:
     """The seeds ``experiment=<study>`` declares (``question.seeds``: what its committed report ran with);
     1 for a study that declares none."""
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=[f"experiment={study}"])
-    seeds = (cfg.get("question") or {}).get("seeds") or 1
+    seeds = load_study(study).question.seeds
     if seeds == "auto":  # the plan's seeds (make plan), under the study's time cap
         return planned_seeds(study)
     return int(seeds)
@@ -297,7 +283,7 @@ def sweep_command(
 
 def main(argv: list[str] | None = None) -> int:
     parser = command_parser("sweep", "Run a study (Hydra multirun) and build its report.")
-    parser.add_argument("--study", default="dk_scaling", help="one of: " + ", ".join(studies()))
+    parser.add_argument("--study", default=DEFAULT_STUDY, help="one of: " + ", ".join(studies()))
     parser.add_argument(
         "--seeds", type=int, default=None, help="seeds 0..N-1 (default: the study's question.seeds, else 1)"
     )

@@ -23,6 +23,7 @@ from pathlib import Path
 from attnlab.attention.stats import METRICS
 from attnlab.cli import command_parser
 from attnlab.config.compose import compose_config
+from attnlab.config.study import load_study
 from attnlab.sweeps.sweep import studies, study_grid
 from attnlab.training.wandb_runs import axis_name
 
@@ -43,28 +44,6 @@ HEAD_CURVES = [
     "heads/n_positional",
     "heads/in_context_score",
 ]
-# What each study compares its axes on (its experiment file says what to read): the final value of
-# each metric against each swept axis. Per-layer metrics are templates in {i}.
-HEADLINE = {
-    "backends": ["val/loss", "perf/tokens_per_s", "mem/peak_bytes"],
-    "dk_scaling": ["val/loss", "attn/L{i}/entropy_norm"],
-    "gqa": ["val/loss", "mem/kv_cache_bytes_per_token"],
-    "gqa_long": ["val/acc", "val/loss", "mem/kv_cache_bytes_per_token"],
-    "kv_frontier": ["onset/step", "val/acc", "mem/kv_cache_bytes_per_token"],
-    "streaming": ["val/loss", "attn/L{i}/sink_mass"],
-    "streaming_bb": ["val/loss", "attn/L{i}/sink_mass_dormant", "val/copy/acc"],
-    "induction_heads": ["val/loss", "heads/in_context_score", "heads/L{i}/induction_max"],
-    "init_scale": ["val/loss", "attn/L{i}/max_logit"],
-    "lr_sensitivity": ["val/loss", "attn/L{i}/max_logit"],
-    "mqar": ["val/acc", "val/loss"],
-    "sinks": ["val/loss", "attn/L{i}/sink_mass", "attn/L{i}/escape_mass"],
-    "sinks_bb": ["val/loss", "attn/L{i}/sink_mass_dormant", "val/copy/acc"],
-    "sinks_bb_sgd": ["val/loss", "attn/L{i}/sink_mass_dormant", "val/copy/acc"],
-    "smoke": ["val/loss", "attn/L{i}/entropy_norm"],
-    "text_sinks": ["heads/sink_max", "attn/L{i}/sink_mass", "val/loss"],
-    "variants": ["val/loss", "attn/L{i}/sink_mass", "attn/L{i}/max_logit", "perf/tokens_per_s"],
-}
-DEFAULT_HEADLINE = ["val/loss", "attn/L{i}/entropy_norm"]
 
 
 @dataclass
@@ -137,7 +116,7 @@ def build_plan(study: str | None, n_layer: int | None = None, name: str | None =
         axis: all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
         for axis, values in grid.items()
     }
-    headline = HEADLINE.get(study, DEFAULT_HEADLINE)
+    headline = load_study(study).question.headline  # what the study compares its axes on
     axes = list(grid) or ["seed"]
     title = f"Headline: {', '.join(axes)} vs {', '.join(m.replace('{i}', '*') for m in headline)}"
     panels = []

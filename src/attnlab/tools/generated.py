@@ -1,6 +1,7 @@
 """Every file part that code derives: ``python -m attnlab.tools.generated [--check]`` (``make generated``).
 
-The key table of docs/configuration.md (from the schema's fields), the metric table of docs/metrics.md
+The key table and the study table of docs/configuration.md (from the schema's fields; from each
+experiment's grid and ``question.summary``), the metric table of docs/metrics.md
 (from attention.stats.METRICS) and the W&B grid sweep files sweeps/<study>.yaml (from conf/experiment/).
 A change to a field, a metric, a normalization or a study's grid is followed by one run of this; the
 tests fail while any of them is stale. ``--check`` writes nothing and exits 1 naming the stale files.
@@ -18,14 +19,34 @@ import yaml
 from attnlab.attention.stats import metrics_table
 from attnlab.cli import command_parser
 from attnlab.config.schema import key_table
+from attnlab.config.study import DEFAULT_STUDY, load_study, study_names
 from attnlab.sweeps.sweep import wandb_sweep_yaml
 from attnlab.util.files import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[3]
+NO_WANDB_SWEEP = {"smoke"}  # the dk_scaling grid at 6 steps, for tests and CI
+
+
 # docs/<page>: (marker name, what renders the block between its start and end markers)
-BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
-    "docs/configuration.md": ("key table", key_table),
-    "docs/metrics.md": ("metrics registry", metrics_table),
+def study_table() -> str:
+    """docs/configuration.md's study table: each study's grid as Hydra composes it and its ``question.summary``."""
+
+    def value(v) -> str:
+        return str(v).lower() if isinstance(v, bool) else str(v)
+
+    rows = ["| `SWEEP=` | grid | the question |", "|---|---|---|"]
+    for name in [DEFAULT_STUDY, *(n for n in study_names() if n != DEFAULT_STUDY)]:
+        study = load_study(name)
+        grid = " × ".join(f"`{k}` ∈ {{{', '.join(map(value, vs))}}}" for k, vs in study.grid.items())
+        default = " (default)" if name == DEFAULT_STUDY else ""
+        rows.append(f"| `{name}`{default} | {grid} | {study.question.summary or study.question.ask} |")
+    return "\n".join(rows)
+
+
+# <page>: [(marker name, what renders the block between its start and end markers)]
+BLOCKS: dict[str, list[tuple[str, Callable[[], str]]]] = {
+    "docs/configuration.md": [("key table", key_table), ("study table", study_table)],
+    "docs/metrics.md": [("metrics registry", metrics_table)],
 }
 
 
@@ -39,12 +60,17 @@ def with_block(text: str, marker: str, block: str) -> str:
 def expected(root: Path | None = None) -> dict[Path, str]:
     """Each generated file's path (under ``root``, default the checkout) and the content it should have now."""
     root, out = root or ROOT, {}
-    for page, (marker, render) in BLOCKS.items():
+    for page, blocks in BLOCKS.items():
         path = root / page
-        out[path] = with_block(path.read_text(encoding="utf-8"), marker, render())
-    for spec in sorted((root / "sweeps").glob("*.yaml")):
-        if yaml.safe_load(spec.read_text())["method"] == "grid":  # a search sweep is written by hand
-            out[spec] = wandb_sweep_yaml(spec.stem)
+        text = path.read_text(encoding="utf-8")
+        for marker, render in blocks:
+            text = with_block(text, marker, render())
+        out[path] = text
+    for name in study_names():
+        spec = root / "sweeps" / f"{name}.yaml"
+        if name in NO_WANDB_SWEEP or (spec.is_file() and yaml.safe_load(spec.read_text())["method"] != "grid"):
+            continue  # a search sweep is written by hand
+        out[spec] = wandb_sweep_yaml(name)
     return out
 
 
@@ -53,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 naming the stale files")
     args = parser.parse_args(argv)
     texts = expected()
-    stale = [path for path, text in texts.items() if path.read_text(encoding="utf-8") != text]
+    stale = [path for path, text in texts.items() if not path.is_file() or path.read_text(encoding="utf-8") != text]
     for path in stale:
         print(f"{'stale' if args.check else 'wrote'} {path.relative_to(ROOT)}")
     if args.check:

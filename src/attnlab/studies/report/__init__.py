@@ -13,10 +13,9 @@ import re
 from pathlib import Path
 
 import pandas as pd
-from omegaconf import OmegaConf
 
 from attnlab.analysis.phase import head_history
-from attnlab.config.compose import CONF_DIR
+from attnlab.config.study import load_study, study_names
 from attnlab.studies.report import analysis, lr, onset, plots, render, summary
 from attnlab.studies.report.aggregate import group_cells, load_sweeps, recording_differences, swept_axes
 from attnlab.studies.report.baseline import baseline_of
@@ -50,15 +49,9 @@ def shown(path) -> str:
 
 
 def declared_axes(study: str) -> list[str]:
-    """The axes the study's experiment file sweeps (hydra.sweeper.params), with those of the experiments it extends."""
-
-    path = CONF_DIR / "experiment" / f"{study}.yaml"
-    if not path.is_file():
-        return []
-    cfg = OmegaConf.to_container(OmegaConf.load(path))
-    own = list(((cfg.get("hydra") or {}).get("sweeper") or {}).get("params") or {})
-    parents = [d for d in cfg.get("defaults", []) if isinstance(d, str) and d != "_self_"]
-    return list(dict.fromkeys([*own, *(a for p in parents for a in declared_axes(p))]))
+    """The axes the study's experiment sweeps (with those of the experiments it extends); none for a study
+    without an experiment file."""
+    return list(load_study(study).grid) if study in study_names() else []
 
 
 def build_report(sweep_dirs, reports: Path = Path("reports"), replace: bool = False, draw: bool = True) -> dict:

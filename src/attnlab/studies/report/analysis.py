@@ -14,13 +14,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from omegaconf import OmegaConf
 
-from attnlab.config.compose import CONF_DIR
+from attnlab.config.study import load_study, study_names
 from attnlab.studies.report.aggregate import RENAMED_KEYS, sort_key
 from attnlab.studies.report.data import axes_of
 from attnlab.util import significance
-from attnlab.util.errors import ConfigError
 from attnlab.writing.pages import where
 
 SCALING_AXIS = "model.attention.scaling"
@@ -115,31 +113,19 @@ class Question:
     outcome: str = "continuous"  # what a run's result is, which decides its test (significance.OUTCOMES)
 
 
-def question_of(study: str, axes: list[str], conf_dir=None) -> Question:
-    """The question declared in conf/experiment/<study>.yaml (or an experiment it extends), when its axes are
-    the study's; else every level of each axis against the axis's reference."""
-
-    path = (conf_dir or CONF_DIR) / "experiment" / f"{study}.yaml"
-    declared = {}
-    while "axis" not in declared and path.is_file():  # a child's keys over its parent's, as Hydra merges them
-        cfg = OmegaConf.to_container(OmegaConf.load(path))
-        declared = (cfg.get("question") or {}) | declared
-        parents = [d for d in cfg.get("defaults", []) if isinstance(d, str) and d != "_self_"]
-        path = path.parent / f"{parents[0]}.yaml" if parents else path.parent / "-"
-    outcome = declared.get("outcome", "continuous")
-    if outcome not in significance.OUTCOMES:
-        raise ConfigError("question.outcome", outcome, ", ".join(significance.OUTCOMES))
-    if outcome in ("learned", "onset") and declared.get("learned") is None:
-        raise ConfigError("question.learned", None, f"a threshold in (0, 1] for question.outcome={outcome}")
-    if declared.get("axis") in axes:
+def question_of(study: str, axes: list[str]) -> Question:
+    """The question the study's experiment declares (config.study), when its axis is one of the study's
+    axes; else every level of each axis against the axis's reference."""
+    declared = load_study(study).question if study in study_names() else None
+    if declared is not None and declared.axis in axes:
         return Question(
-            declared["ask"],
-            list(declared.get("metrics", ["val/loss"])),
-            [(declared["axis"], str(declared["reference"]))],
-            declared.get("across") if declared.get("across") in axes else None,
-            declared.get("difference"),
-            learned=declared.get("learned"),
-            outcome=outcome,
+            declared.ask,
+            list(declared.metrics),
+            [(declared.axis, declared.reference or "")],
+            declared.across if declared.across in axes else None,
+            declared.difference,
+            learned=declared.learned,
+            outcome=declared.outcome,
         )
     compared = [SCALING_AXIS] if SCALING_AXIS in axes else axes
     return Question("", ["val/loss"], [(a, "") for a in compared], declared=False)

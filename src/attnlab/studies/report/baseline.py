@@ -24,7 +24,8 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from attnlab.config.compose import CONF_DIR, compose_config
+from attnlab.config.compose import compose_config
+from attnlab.config.study import study_names
 from attnlab.data import TextDataModule
 from attnlab.data.tasks import IGNORE
 from attnlab.data.text import RandomWindows
@@ -208,7 +209,7 @@ def experiment_baseline(study: str) -> dict | None:
     """The attention-free level of the data ``experiment=<study>`` trains on: for a committed report whose
     runs are no longer on disk."""
 
-    if not (CONF_DIR / "experiment" / f"{study}.yaml").is_file():
+    if study not in study_names():
         return None
     cfg = compose_config([f"experiment={study}"])
     parts = {"data": cfg.data, "model": {"block_size": cfg.model.block_size}}
