@@ -198,7 +198,6 @@ def eviction(log_ratios: list[float]) -> dict:
         "above": summary.above,
         "p_sign": summary.p_sign,
         "p_wilcoxon": summary.p_wilcoxon,
-        "geomean": statistics.geometric_mean(ratios),
         "n": n,
         "verdict": verdict,
     }
