@@ -4,6 +4,8 @@ need seeds cost at their own seconds a run."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +18,8 @@ from attnlab.studies.report.data import DEFAULT_BUDGET, axes_of, read_runs
 from attnlab.sweeps import plan
 from attnlab.sweeps.sweep import declared_seeds, planned_seeds
 from attnlab.util import significance
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def runs(
@@ -128,3 +132,16 @@ def test_each_study_declares_the_seeds_its_committed_runs_hold():
         assert declared == fewest, f"{study}: question.seeds {declared}, committed {fewest} a cell"
         checked += 1
     assert checked >= 8
+
+
+def test_a_new_plan_reaches_the_studys_page(tmp_path, capsys):
+    """attnlab plan rewrites plan.json and the page that opens with its verdict: a report built before the
+    plan is not left showing the old one."""
+    reports = tmp_path / "reports"
+    shutil.copytree(ROOT / "reports" / "gqa", reports / "gqa")
+    page = reports / "gqa" / "ablation.md"
+    page.write_text(page.read_text().replace("**Plan: ", "**Plan: stale ", 1))
+    assert plan.main(["gqa", "--reports", str(reports)]) == 0
+    verdict = json.loads((reports / "gqa" / "plan.json").read_text())["verdict"]
+    assert page.read_text().splitlines()[2].startswith(f"**Plan: {verdict}")
+    assert page.read_text() == (ROOT / "reports" / "gqa" / "ablation.md").read_text()

@@ -26,7 +26,7 @@ from hydra.utils import instantiate
 
 from attnlab.cli import command_parser
 from attnlab.config.study import load_study
-from attnlab.studies.report import onset, tested_cells
+from attnlab.studies.report import onset, tested_cells, write_report
 from attnlab.studies.report.aggregate import load_sweeps
 from attnlab.studies.report.analysis import cells_from_runs, contrasts
 from attnlab.studies.report.baseline import experiment_baseline, study_level
@@ -430,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     plan = build_plan(args.study, frame, args.hours, dropped)
     write(plan, out)
+    if (out / "summary.json").is_file():  # the study's page leads with its plan's verdict: rendered again
+        write_report(out, json.loads((out / "summary.json").read_text()), draw=False)
     print(markdown(plan), end="")
     return 0
 
