@@ -37,21 +37,27 @@ def unfinished_sweep(logs: Path, spec: dict) -> Path | None:
 
 
 def committed_runs(study: str, reports: Path = Path("reports")) -> tuple[Path, list[dict]]:
-    """The finished rows of reports/<study>/runs.csv that carry a training fingerprint (older rows, written
-    before the column, cannot show they match today's settings and are not skipped)."""
+    """The finished rows of reports/<study>/runs.csv, each with its training fingerprint; an older row, written
+    before the column, has none and is skipped on its cell and seed alone: the report keeps such a row over a
+    new run of the same cell and seed, so training it again would add nothing."""
     path = Path(reports) / study / "runs.csv"
     if not path.is_file():
         return path, []
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
         columns = reader.fieldnames or []
-        if "config" not in columns or "seed" not in columns:
+        if "seed" not in columns:
             return path, []
         axes = columns[: columns.index("seed")]  # runs.csv's axes come before its seed column
         return path, [
-            {"axes": {a: row[a] for a in axes}, "seed": row["seed"], "config": row["config"], "where": str(path)}
+            {
+                "axes": {a: row[a] for a in axes},
+                "seed": row["seed"],
+                "config": row.get("config") or "",
+                "where": str(path),
+            }
             for row in reader
-            if row["status"] == "ok" and row["config"]
+            if row["status"] == "ok"
         ]
 
 

@@ -90,8 +90,9 @@ def overrides_dict(overrides: list[str]) -> dict[str, str]:
 
 def finished_before(run_dir: Path, config: dict, overrides: list[str]) -> dict | None:
     """Where a sweep's job already finished, or None: its own run dir's ok results.json with the same
-    training fingerprint, or a row of the study's runs.csv with the same cell, seed and fingerprint
-    (the file named by ``$ATTNLAB_FINISHED``). Only inside a sweep that set that variable."""
+    training fingerprint, or a row of the study's runs.csv with the same cell, seed and fingerprint, or with
+    none (a row older than the column, which the report keeps over a new run) (the file named by
+    ``$ATTNLAB_FINISHED``). Only inside a sweep that set that variable."""
     listing = os.environ.get(FINISHED_ENV)
     if not listing:
         return None
@@ -110,7 +111,7 @@ def finished_before(run_dir: Path, config: dict, overrides: list[str]) -> dict |
     except (OSError, ValueError, KeyError):
         return None
     for row in rows:
-        if row["config"] == fingerprint and str(row["seed"]) == seed:
+        if row["config"] in (fingerprint, "") and str(row["seed"]) == seed:
             if all(given.get(axis, "-") == value for axis, value in row["axes"].items()):
                 return {"where": row["where"], "in_run_dir": False}
     return None
