@@ -11,9 +11,11 @@ AXIS = re.compile(r"`([\w.]+)` ∈ \{([^}]*)\}")
 
 def grids_in_files() -> dict[str, dict[str, list[str]]]:
     """Each study's grid as Hydra composes it (an experiment that starts from another inherits its axes)."""
-    from attnlab.sweeps.sweep import studies, study_grid
+    from attnlab.config.study import load_study, study_names
 
-    return {study: {k: [str(v) for v in values] for k, values in study_grid(study).items()} for study in studies()}
+    return {
+        study: {k: [str(v) for v in values] for k, values in load_study(study).grid.items()} for study in study_names()
+    }
 
 
 def grids_in_doc() -> dict[str, dict[str, list[str]]]:

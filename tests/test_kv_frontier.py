@@ -14,10 +14,10 @@ from attnlab.attention.config import kv_values_per_token
 from attnlab.callbacks.peak_memory import PeakMemoryMonitor
 from attnlab.config.compose import compose_config
 from attnlab.config.schema import Schema
+from attnlab.config.study import load_study
 from attnlab.model import GPT, GPTConfig
-from attnlab.sweeps.sweep import study_grid
 
-GRID = study_grid("kv_frontier")
+GRID = load_study("kv_frontier").grid
 # cached values per token and layer (4 heads of 32), and the window's entries at most
 CACHE = {
     "baseline": 256,

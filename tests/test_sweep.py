@@ -21,12 +21,13 @@ from omegaconf import OmegaConf
 from scipy import stats as scipy_stats
 
 from attnlab.config.compose import CONF_DIR, compose_config
+from attnlab.config.study import study_names
 from attnlab.studies.report import build_report
 from attnlab.studies.report.aggregate import group_cells, load_runs, swept_axes
 from attnlab.studies.report.analysis import cells_from_runs, pooled
 from attnlab.studies.report.data import read_runs
 from attnlab.studies.report.lr import arms as lr_arms
-from attnlab.sweeps.sweep import SweepProgress, studies, sweep_axes
+from attnlab.sweeps.sweep import SweepProgress, sweep_axes
 from attnlab.tools.dashboard import main as dashboard_main
 from attnlab.training.results import FINGERPRINT, FINISHED_ENV, finished_before, resumable, training_fingerprint
 from attnlab.util import significance
@@ -214,9 +215,9 @@ def test_a_study_runs_the_seeds_its_question_declares():
     """Without SEEDS a study runs question.seeds, at least two so that each of its contrasts can be tested; a
     config that declares no question runs one seed. mqar and text_sinks declare the one seed their committed
     runs hold (mqar's plan reads it untested: the reference has not learned the lookup)."""
-    from attnlab.sweeps.sweep import declared_seeds, studies
+    from attnlab.sweeps.sweep import declared_seeds
 
-    declared = {s: declared_seeds(s) for s in studies()}
+    declared = {s: declared_seeds(s) for s in study_names()}
     assert declared["smoke"] == 1 and declared["induction_heads"] == 10
     assert all(n >= 2 for s, n in declared.items() if s not in ("smoke", "sinks_bb_sgd", "mqar", "text_sinks"))
 
@@ -461,7 +462,7 @@ def test_lr_sensitivity_definition(tmp_path):
     assert arm.critical_lr(None) == 1e-1  # 4.6 is past halfway from 2.0 back to ln 100; 3.0 is not
 
 
-@pytest.mark.parametrize("study", studies())
+@pytest.mark.parametrize("study", study_names())
 def test_every_experiment_composes(study, tmp_path):
     cfg = compose_config([f"experiment={study}"], tmp_path)
     assert cfg.study == study
@@ -478,7 +479,7 @@ def test_wandb_sweeps_name_only_existing_keys(path, tmp_path):
     spec = yaml.safe_load(path.read_text())
     assert spec["method"] in ("grid", "bayes", "random") and spec["metric"]["name"] == "val/loss"
     assert "${args_no_hyphens}" in spec["command"]
-    assert spec["name"] in studies()
+    assert spec["name"] in study_names()
     cfg = compose_config([], tmp_path)
     for key in spec["parameters"]:
         assert config_has(cfg, key), f"{path.name}: {key} is not a config key"

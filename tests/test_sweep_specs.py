@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attnlab.sweeps.sweep import studies, study_grid, wandb_command, wandb_sweep_yaml
+from attnlab.config.study import load_study, study_names
+from attnlab.sweeps.sweep import wandb_command, wandb_sweep_yaml
 from attnlab.tools.generated import NO_WANDB_SWEEP
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,7 +18,7 @@ TEST_ONLY = NO_WANDB_SWEEP
 
 
 def test_every_study_has_a_wandb_sweep():
-    assert sorted(set(studies()) - TEST_ONLY) == sorted(p.stem for p in SPECS)
+    assert sorted(set(study_names()) - TEST_ONLY) == sorted(p.stem for p in SPECS)
 
 
 @pytest.mark.parametrize(
@@ -33,7 +34,7 @@ def test_grid_sweep_is_generated_from_its_experiment(spec):
     "spec", [p for p in SPECS if yaml.safe_load(p.read_text())["method"] != "grid"], ids=lambda p: p.stem
 )
 def test_search_sweep_covers_its_experiments_grid(spec):
-    loaded, grid = yaml.safe_load(spec.read_text()), study_grid(spec.stem)
+    loaded, grid = yaml.safe_load(spec.read_text()), load_study(spec.stem).grid
     assert loaded["command"] == wandb_command(spec.stem)
     assert sorted(loaded["parameters"]) == sorted(grid)
     for key, param in loaded["parameters"].items():

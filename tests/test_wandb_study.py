@@ -23,7 +23,6 @@ from test_wandb_summary import records
 from attnlab.config.compose import compose_config
 from attnlab.config.study import load_study
 from attnlab.studies.report.wandb_summary import wandb_target
-from attnlab.sweeps.sweep import study_grid
 from attnlab.tools.dashboard import build_plan, link_offline_runs, offline_runs
 from attnlab.training import wandb_runs
 
@@ -35,7 +34,7 @@ def hydra_text(value) -> str:
 
 
 def grid_jobs(study: str, seeds=(0, 1)):
-    grid = study_grid(study)
+    grid = load_study(study).grid
     for values in itertools.product(*grid.values(), seeds):
         *cell, seed = values
         yield grid, dict(zip(grid, cell)), seed
@@ -44,7 +43,7 @@ def grid_jobs(study: str, seeds=(0, 1)):
 @pytest.mark.parametrize("study", STUDIES)
 def test_every_swept_key_is_a_top_level_field_with_the_runs_value(study):
     cfg = compose_config([f"experiment={study}"])
-    for key, values in study_grid(study).items():
+    for key, values in load_study(study).grid.items():
         name = wandb_runs.axis_name(key)
         assert wandb_runs.AXES.get(name) == key, (study, key, name)
         value = values[-1]
@@ -172,7 +171,7 @@ def test_summary_joins_the_recorded_group(tmp_path):
 @pytest.mark.parametrize("study", STUDIES)
 def test_dashboard_plan_groups_by_the_studys_axes_and_leads_with_its_headline(study):
     plan = build_plan(study, n_layer=2)
-    axes = [wandb_runs.axis_name(k) for k in study_grid(study)]
+    axes = [wandb_runs.axis_name(k) for k in load_study(study).grid]
     assert plan.group_by == axes and plan.study == study
     title, headline = next(iter(plan.sections.items()))
     assert title.startswith("Headline")
@@ -337,7 +336,7 @@ def smoke_sweep(request, tmp_path_factory):
 @pytest.mark.slow
 def test_smoke_sweep_is_one_group_with_named_runs_axes_and_images(smoke_sweep):
     study, _, sweep_dir = smoke_sweep
-    grid = study_grid(study)
+    grid = load_study(study).grid
     jobs = [run_records(d) for d in sorted(sweep_dir.glob("*/wandb/offline-run-*"))]
     assert len(jobs) == 4
     assert {j["group"] for j in jobs} == {study}

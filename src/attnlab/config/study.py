@@ -63,11 +63,6 @@ class Question:
             block["reference"] = str(block["reference"])
         return cls(**block)
 
-    @property
-    def declared(self) -> bool:
-        """It names the axis it compares (a study without one compares every level with a default)."""
-        return self.axis is not None
-
 
 @dataclass(frozen=True)
 class Study:

@@ -25,7 +25,7 @@ import pandas as pd
 from hydra.utils import instantiate
 
 from attnlab.cli import command_parser
-from attnlab.config.study import load_study
+from attnlab.config.study import load_study, study_names
 from attnlab.studies.report import onset, tested_cells, write_report
 from attnlab.studies.report.aggregate import load_sweeps
 from attnlab.studies.report.analysis import cells_from_runs, contrasts
@@ -38,7 +38,7 @@ from attnlab.studies.report.data import (
     frame_from_runs,
     read_runs,
 )
-from attnlab.sweeps.sweep import PLAN, studies, unknown_study
+from attnlab.sweeps.sweep import PLAN, unknown_study
 from attnlab.sweeps.sweep import main as sweep
 from attnlab.training.results import training_fingerprint
 from attnlab.util import significance
@@ -402,7 +402,7 @@ def write(plan: dict, out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = command_parser("plan", "Plan a study's seeds from its runs before the compute.")
-    parser.add_argument("study", help="one of: " + ", ".join(studies()))
+    parser.add_argument("study", help="one of: " + ", ".join(study_names()))
     parser.add_argument("--from", dest="dirs", nargs="*", default=None, help="sweep dirs to read (default: runs.csv)")
     parser.add_argument("--pilot", action="store_true", help="first run 2 seeds of every cell (make sweep, resumable)")
     parser.add_argument("--hours", type=float, default=None, help="the study's time cap (default: question.hours)")

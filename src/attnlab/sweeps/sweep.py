@@ -36,20 +36,11 @@ from attnlab.training.console import RUN_LOG, RUN_LOG_ENV, clock
 from attnlab.training.results import FINISHED_ENV, RESULTS
 
 
-def studies() -> list[str]:
-    return study_names()
-
-
 def unknown_study(name: str, key: str) -> str | None:
     """The one-line refusal of a name that is not a study, or None."""
-    if name in studies():
+    if name in study_names():
         return None
-    return f"attnlab: error: {key} {name!r} is not a study; expected one of {', '.join(studies())}"
-
-
-def study_grid(study: str) -> dict[str, list]:
-    """The swept axes of ``experiment=<study>`` (its ``hydra.sweeper.params``), values parsed as Hydra does."""
-    return load_study(study).grid
+    return f"attnlab: error: {key} {name!r} is not a study; expected one of {', '.join(study_names())}"
 
 
 def declared_seeds(study: str) -> int:
@@ -81,7 +72,7 @@ def sweep_axes(study: str, seeds: int = 1, extra: list[str] = ()) -> dict[str, l
     from hydra.errors import HydraException
 
     parser = OverridesParser.create()
-    axes = study_grid(study)
+    axes = load_study(study).grid
     for text in extra:
         try:
             override = parser.parse_override(text)
@@ -245,7 +236,7 @@ def wandb_sweep_yaml(study: str) -> str:
     def flow(values) -> str:
         return "[" + ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in values) + "]"
 
-    params = "\n".join(f"  {key}: {{values: {flow(values)}}}" for key, values in study_grid(study).items())
+    params = "\n".join(f"  {key}: {{values: {flow(values)}}}" for key, values in load_study(study).grid.items())
     command = flow(f'"{arg}"' if arg.startswith("$") else arg for arg in wandb_command(study))
     return (
         f"# W&B grid sweep generated from conf/experiment/{study}.yaml: edit that file, then\n"
@@ -283,7 +274,7 @@ def sweep_command(
 
 def main(argv: list[str] | None = None) -> int:
     parser = command_parser("sweep", "Run a study (Hydra multirun) and build its report.")
-    parser.add_argument("--study", default=DEFAULT_STUDY, help="one of: " + ", ".join(studies()))
+    parser.add_argument("--study", default=DEFAULT_STUDY, help="one of: " + ", ".join(study_names()))
     parser.add_argument(
         "--seeds", type=int, default=None, help="seeds 0..N-1 (default: the study's question.seeds, else 1)"
     )

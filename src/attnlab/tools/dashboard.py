@@ -23,8 +23,7 @@ from pathlib import Path
 from attnlab.attention.stats import METRICS
 from attnlab.cli import command_parser
 from attnlab.config.compose import compose_config
-from attnlab.config.study import load_study
-from attnlab.sweeps.sweep import studies, study_grid
+from attnlab.config.study import load_study, study_names
 from attnlab.training.wandb_runs import axis_name
 
 SECTIONS = {
@@ -94,7 +93,7 @@ def plan(n_layer: int) -> dict[str, list[str]]:
 def study_axes(study: str) -> dict[str, list]:
     """The study's swept axes by their top-level W&B names -> their grid values."""
 
-    return {axis_name(key): values for key, values in study_grid(study).items()}
+    return {axis_name(key): values for key, values in load_study(study).grid.items()}
 
 
 def study_layers(study: str) -> int:
@@ -213,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = command_parser("dashboard", __doc__.splitlines()[0])
     parser.add_argument(
-        "--study", default=None, help="one study's runs (its W&B group): one of " + ", ".join(studies())
+        "--study", default=None, help="one study's runs (its W&B group): one of " + ", ".join(study_names())
     )
     parser.add_argument("--entity", default=os.environ.get("WANDB_ENTITY"))
     parser.add_argument("--project", default="attnlab")
@@ -227,9 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--logs", default="logs", help="where the runs are (--offline)")
     args = parser.parse_args(argv)
-    if args.study is not None and args.study not in studies():
+    if args.study is not None and args.study not in study_names():
         print(
-            f"attnlab: error: --study {args.study!r} is not a study; expected one of {', '.join(studies())}",
+            f"attnlab: error: --study {args.study!r} is not a study; expected one of {', '.join(study_names())}",
             file=sys.stderr,
         )
         return 2
@@ -239,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.offline:
         if args.study is None:
             print(
-                f"attnlab: error: --offline needs --study (STUDY=...); expected one of {', '.join(studies())}",
+                f"attnlab: error: --offline needs --study (STUDY=...); expected one of {', '.join(study_names())}",
                 file=sys.stderr,
             )
             return 2

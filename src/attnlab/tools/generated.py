@@ -27,7 +27,6 @@ ROOT = Path(__file__).resolve().parents[3]
 NO_WANDB_SWEEP = {"smoke"}  # the dk_scaling grid at 6 steps, for tests and CI
 
 
-# docs/<page>: (marker name, what renders the block between its start and end markers)
 def study_table() -> str:
     """docs/configuration.md's study table: each study's grid as Hydra composes it and its ``question.summary``."""
 
