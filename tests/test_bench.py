@@ -585,7 +585,7 @@ def test_callback_overhead_measures_a_known_cost(monkeypatch):
     monkeypatch.setattr(
         throughput, "compose_config", lambda overrides, out=None: compose_config([*overrides, *MICRO], out)
     )
-    monkeypatch.setattr(throughput, "build_callbacks", lambda cfg: [Sleep()] if cfg.get("callbacks") else [])
+    monkeypatch.setattr(throughput, "build_callbacks", lambda blocks: [Sleep()] if blocks else [])
     cb = throughput.callback_overhead(steps=6, warmup=2, repeats=2, device=torch.device("cpu"), log=lambda line: None)
     extra_ms = cb["step_ms_with"] - cb["step_ms_without"]
     assert 25 < extra_ms < 60, cb
@@ -662,7 +662,7 @@ def patched_by_name(cfg) -> dict:
         torch.optim.lr_scheduler.LRScheduler: ("step",),
         wandb: ("init", "finish"),
     }
-    callbacks = {type(c) for c in train_mod.build_callbacks(cfg)} | {GracefulInterrupt}
+    callbacks = {type(c) for c in train_mod.build_callbacks(cfg.get("callbacks"))} | {GracefulInterrupt}
     named |= {cls: tuple(a for a in dir(cls) if a.startswith("on_")) for cls in callbacks}
     return {(owner, attr): getattr(owner, attr) for owner, attrs in named.items() for attr in attrs}
 

@@ -331,7 +331,9 @@ def test_precision_auto_resolves_to_what_the_device_supports(monkeypatch):
 
 
 def test_gpu_trainer_allows_tf32_and_resolves_precision(make_cfg, monkeypatch):
+    from attnlab.config.run import RunSpec
     from attnlab.training import devices
+    from attnlab.training.settle import settle
 
     calls = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -339,21 +341,31 @@ def test_gpu_trainer_allows_tf32_and_resolves_precision(make_cfg, monkeypatch):
     monkeypatch.setattr(torch, "set_float32_matmul_precision", calls.append)
     cfg = make_cfg("trainer=gpu")
     assert cfg.trainer.precision == "auto"
-    assert devices.prepare_device(cfg) is None
-    assert cfg.trainer.precision == "bf16-mixed" and calls == ["high"]
+    assert settle(cfg) == []
+    assert cfg.trainer.precision == "bf16-mixed"
+    schema = RunSpec.of(cfg).schema
+    devices.set_matmul_precision(schema.trainer, schema.tf32)
+    assert calls == ["high"]
     cfg = make_cfg("trainer=gpu", "tf32=false")
-    devices.prepare_device(cfg)
+    settle(cfg)
+    schema = RunSpec.of(cfg).schema
+    devices.set_matmul_precision(schema.trainer, schema.tf32)
     assert calls == ["high", "highest"]
 
 
 def test_cpu_runs_do_not_touch_matmul_precision(make_cfg, monkeypatch):
+    from attnlab.config.run import RunSpec
     from attnlab.training import devices
+    from attnlab.training.settle import settle
 
     calls = []
     monkeypatch.setattr(torch, "set_float32_matmul_precision", calls.append)
     cfg = make_cfg("trainer=ddp")
-    devices.prepare_device(cfg)
+    settle(cfg)
+    schema = RunSpec.of(cfg).schema
+    devices.set_matmul_precision(schema.trainer, schema.tf32)
     assert calls == [] and cfg.trainer.precision == "32"
+    assert devices.is_multiprocess(schema.trainer)  # ddp on 2 devices: Lightning starts a second process
 
 
 # ------------------------------------------------------------------------------------------ DDP

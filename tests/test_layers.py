@@ -107,3 +107,35 @@ def test_the_check_sees_relative_and_lazy_imports():
     assert unit(max(imported("from .studies import sweep\n", "attnlab.sample"))) == "studies.sweep"
     assert unit("attnlab.studies.report.layout") == "studies.report" != unit("attnlab.sweeps.sweep") == "sweeps.sweep"
     assert unit("attnlab.training.train") == "training" and unit("attnlab.attention.masks") == "attention"
+
+
+# the core modules that may hold the composed DictConfig, and why: above them the entry hands down a RunSpec
+READS_THE_COMPOSED_CONFIG = {
+    "attnlab.config.compose": "composes it",
+    "attnlab.config.schema": "the gate: reads each declared key once into the typed Schema",
+    "attnlab.config.run": "builds the RunSpec from the gate",
+    "attnlab.config.study": "composes an experiment into its Study",
+    "attnlab.training.train": "the entry point: settles, gates, and instantiates the data, callbacks and Trainer",
+    "attnlab.training.settle": "renamed keys and the resolved precision, written before the config is recorded",
+    "attnlab.training.init_from": "the checkpoint's architecture, written before the gate",
+    "attnlab.training.loggers": "instantiates the logger blocks",
+    "attnlab.training.devices": "edits Hydra's own job record so DDP's ranks rerun one job",
+}
+
+
+def test_below_the_entry_point_the_config_is_the_typed_run_spec():
+    """Outside the modules that compose, settle, gate or instantiate, no core module imports omegaconf:
+    the model, attention, callbacks, data, interop and inference read the typed spec or plain values."""
+    holders = {
+        module_name(path)
+        for path in ROOT.rglob("*.py")
+        if layer(module_name(path)) == 0
+        and unit(module_name(path)) not in DISPATCH
+        and any(
+            (isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "omegaconf")
+            or (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "omegaconf" for a in node.names))
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        )
+    }
+    assert holders <= set(READS_THE_COMPOSED_CONFIG), sorted(holders - set(READS_THE_COMPOSED_CONFIG))
+    assert "attnlab.training.wandb_runs" not in holders and "attnlab.training.results" not in holders

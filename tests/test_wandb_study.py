@@ -21,12 +21,18 @@ from omegaconf import OmegaConf
 from test_wandb_summary import records
 
 from attnlab.config.compose import compose_config
+from attnlab.config.run import Job, RunSpec, default_choices
 from attnlab.config.study import load_study
 from attnlab.studies.report.wandb_summary import wandb_target
 from attnlab.tools.dashboard import build_plan, link_offline_runs, offline_runs
 from attnlab.training import wandb_runs
 
 STUDIES = [s for s, keys in wandb_runs.committed_sweeps().items() if keys]
+
+
+def spec_of(overrides: list[str], swept=(), stamp=None) -> RunSpec:
+    """The spec a job of these overrides hands below the entry point."""
+    return RunSpec.of(compose_config(overrides, "unwritten"), Job.of(overrides, swept=swept, stamp=stamp))
 
 
 def hydra_text(value) -> str:
@@ -42,18 +48,24 @@ def grid_jobs(study: str, seeds=(0, 1)):
 
 @pytest.mark.parametrize("study", STUDIES)
 def test_every_swept_key_is_a_top_level_field_with_the_runs_value(study):
-    cfg = compose_config([f"experiment={study}"])
     for key, values in load_study(study).grid.items():
         name = wandb_runs.axis_name(key)
         assert wandb_runs.AXES.get(name) == key, (study, key, name)
         value = values[-1]
-        override = [f"{key}={hydra_text(value)}"]
+        overrides = [f"experiment={study}", f"{key}={hydra_text(value)}"]
         if name in wandb_runs.GROUP_AXES:
-            assert wandb_runs.axes(cfg, override)[name] == str(value)
+            assert wandb_runs.axes(spec_of(overrides))[name] == str(value)
         else:
-            job = compose_config([f"experiment={study}", *override])
-            assert wandb_runs.axes(job, override)[name] == OmegaConf.select(job, key) == value
-    assert wandb_runs.axes(cfg)["study"] == study
+            job = compose_config(overrides)
+            assert wandb_runs.axes(spec_of(overrides))[name] == OmegaConf.select(job, key) == value
+    assert wandb_runs.axes(spec_of([f"experiment={study}"]))["study"] == study
+
+
+def test_the_resolved_head_width_and_kv_heads_are_axes():
+    """d_k and n_kv_head are the model's resolved values, not the config's nulls."""
+    fields = wandb_runs.axes(spec_of(["model.d_model=96", "model.n_head=3"]))
+    assert (fields["d_k"], fields["n_kv_head"], fields["n_head"]) == (32, 3, 3)
+    assert wandb_runs.axes(spec_of(["model.d_k=16", "model.n_kv_head=1"]))[("d_k")] == 16
 
 
 def test_the_keys_read_as_plain_yaml_are_those_omegaconf_reads():
@@ -68,8 +80,8 @@ def test_the_keys_read_as_plain_yaml_are_those_omegaconf_reads():
         assert wandb_runs.sweeper_keys(path) == [str(k) for k in (params or {})], path.name
     defaults = OmegaConf.load(CONF_DIR / "train.yaml").defaults
     read = {str(g): str(o) for e in defaults if not isinstance(e, str) for g, o in e.items() if o is not None}
-    assert wandb_runs.default_choices() == {g: o for g, o in read.items() if not g.startswith("optional ")}
-    assert wandb_runs.default_choices()["attention"] == "scaled"
+    assert default_choices() == {g: o for g, o in read.items() if not g.startswith("optional ")}
+    assert default_choices()["attention"] == "scaled"
 
 
 def test_axes_are_read_from_the_experiment_files(tmp_path):
@@ -126,33 +138,34 @@ def test_a_single_run_is_named_by_the_axes_it_sets():
 
 
 def test_the_group_is_the_study_and_run_group_wins():
-    assert wandb_runs.run_group(compose_config(["experiment=sinks"])) == "sinks"
-    assert wandb_runs.run_group(compose_config([])) == "adhoc"
-    assert wandb_runs.run_group(compose_config(["experiment=sinks", "run_group=mine"])) == "mine"
+    assert wandb_runs.run_group(spec_of(["experiment=sinks"]).schema) == "sinks"
+    assert wandb_runs.run_group(spec_of([]).schema) == "adhoc"
+    assert wandb_runs.run_group(spec_of(["experiment=sinks", "run_group=mine"]).schema) == "mine"
 
 
 def test_a_continued_run_keeps_its_group_and_name_and_explicit_ones_win():
-    cfg = compose_config(["experiment=sinks"])
     kept = wandb_runs.wandb_identity(
-        cfg, [], earlier={"group": "sinks", "name": "bos=true escape=learned seed=2", "sweep": "s"}
+        spec_of(["experiment=sinks"]),
+        earlier={"group": "sinks", "name": "bos=true escape=learned seed=2", "sweep": "s"},
     )
     assert (kept["group"], kept["name"], kept["sweep"]) == ("sinks", "bos=true escape=learned seed=2", "s")
-    mine = wandb_runs.wandb_identity(
-        compose_config(["logger.wandb.name=mine", "logger.wandb.group=g"]), ["model.d_k=8"]
-    )
+    mine = wandb_runs.wandb_identity(spec_of(["logger.wandb.name=mine", "logger.wandb.group=g", "model.d_k=8"]))
     assert (mine["group"], mine["name"]) == ("g", "mine") and "d_k=8" in mine["tags"]
+    fresh = wandb_runs.wandb_identity(spec_of(["experiment=sinks", "model.d_k=8", "seed=4"]))
+    assert (fresh["group"], fresh["name"], fresh["sweep"]) == ("sinks", "d_k=8 seed=4", None)
 
 
 def test_tags_carry_each_axis_and_the_seed_when_swept():
-    cfg = compose_config(["experiment=sinks"])
-    tags = wandb_runs.run_tags(
-        cfg,
-        ["data.bos=True", "model.attention.escape=learned", "seed=2"],
-        ["data.bos", "model.attention.escape"],
-        "2026-01-01_00-00-00_sinks",
+    spec = spec_of(
+        ["experiment=sinks", "data.bos=True", "model.attention.escape=learned", "seed=2", "debug=smoke"],
+        swept=["data.bos", "model.attention.escape"],
+        stamp="2026-01-01_00-00-00_sinks",
     )
-    assert {"bos=true", "escape=learned", f"seed={cfg.seed}", "sweep=2026-01-01_00-00-00_sinks"} <= set(tags)
-    assert all(len(t) <= 64 for t in wandb_runs.run_tags(cfg, [f"model.attention.escape={'x' * 80}"]))
+    tags = wandb_runs.run_tags(spec)
+    assert {"bos=true", "escape=learned", "seed=2", "sweep=2026-01-01_00-00-00_sinks", "debug=smoke"} <= set(tags)
+    assert spec.job.multirun and wandb_runs.wandb_identity(spec)["sweep"] == "2026-01-01_00-00-00_sinks"
+    long = wandb_runs.run_tags(spec_of([f"data.path={'x' * 80}"]))
+    assert f"data_path={'x' * 54}" in long and all(len(t) <= 64 for t in long)
 
 
 def test_summary_joins_the_recorded_group(tmp_path):

@@ -94,6 +94,20 @@ class TrainerConfig:
         "Lightning's precision",
         axis=True,
     )
+    accelerator: str = checked(
+        REQUIRED, None, "Lightning's accelerator (gpu is refused without CUDA)", accepted="cpu, gpu, cuda or auto"
+    )
+    strategy: str = checked(
+        "auto", None, "Lightning's strategy (ddp: a process per device)", accepted="a strategy name"
+    )
+    devices: int | str | list[int] = checked(
+        1, None, "devices per node (processes under ddp)", accepted="a count, a list of ids, -1 or auto"
+    )
+    num_nodes: int = checked(1, None, "nodes", accepted="a positive integer")
+    enable_progress_bar: bool = checked(True, boolean, "the one-line progress display")
+    profiler: str | None = checked(
+        None, None, "Lightning's profiler; null: none, at the least cost per step", accepted="null or a profiler name"
+    )
 
 
 @dataclass(kw_only=True)
@@ -176,6 +190,29 @@ class CallbacksConfig:
 
 
 @dataclass(kw_only=True)
+class WandbLoggerConfig:
+    """``logger.wandb``: the keys attnlab reads; the block is the W&B logger's arguments (instantiated)."""
+
+    mode: str | None = checked(
+        "offline",
+        Check(lambda v: v is None or v in WANDB_MODES, "one of " + ", ".join(WANDB_MODES)),
+        "offline (no account, no network), online, or disabled (no W&B files)",
+    )
+    group: str | None = checked(None, None, "the W&B group; null: run_group, else the study", accepted="null or a name")
+    name: str | None = checked(
+        None, None, "the W&B run name; null: the axes the run sets, then its seed", accepted="null or a name"
+    )
+    tags: list[str] = checked([], None, "tags beside the run's own (each axis it sets, its sweep)", accepted="a list")
+
+
+@dataclass(kw_only=True)
+class LoggersConfig:
+    """``logger``: each an instantiated block; attnlab reads the W&B one's identity and mode."""
+
+    wandb: WandbLoggerConfig | None = checked(None, None, "the W&B logger (logger/wandb.yaml); absent: no W&B run")
+
+
+@dataclass(kw_only=True)
 class Schema:
     """The composed config, as far as attnlab reads it (``Schema.from_cfg(cfg)``)."""
 
@@ -189,6 +226,7 @@ class Schema:
         True, boolean, "refuse, before training, a run whose estimated memory exceeds the device's"
     )
     callbacks: CallbacksConfig | None = checked(None, None, "the measurement callbacks", instantiated=True)
+    logger: LoggersConfig | None = checked(None, None, "the experiment loggers")
     study: str = checked(
         "adhoc", None, "the study a run belongs to: its sweep dir, report dir and W&B group", accepted="a name"
     )
@@ -214,27 +252,19 @@ class Schema:
             if not ok(value):
                 raise ConfigError(key, value, accepted)
         typed = _build(cls, cfg, "")
-        typed.check(cfg)
+        typed.check()
         return typed
 
-    def check(self, cfg: DictConfig) -> None:
-        """The checks across keys: ConfigError for the first combination attnlab does not accept.
-        ``cfg`` holds what the typed view does not: the Trainer's accelerator and the W&B logger's
-        mode (blocks Hydra instantiates), and ``model.d_k`` as set (the typed one is filled in)."""
+    def check(self) -> None:
+        """The checks across keys: ConfigError for the first combination attnlab does not accept."""
         model, attention = self.model, self.model.attention
         precision = str(self.trainer.precision)
-        accelerator = cfg.trainer.get("accelerator", "auto")
+        accelerator = self.trainer.accelerator
         if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
             raise ConfigError("trainer.accelerator", accelerator, "cpu or auto on a machine without CUDA (trainer=cpu)")
         if accelerator == "cpu" and precision.startswith("16"):
             # Lightning would quietly train bf16-mixed instead: no fp16 AMP on CPU
             raise ConfigError("trainer.precision", precision, "32, 64 or bf16-mixed on CPU (16-mixed needs a GPU)")
-        if cfg.model.get("d_k") is None and model.d_model % model.n_head:
-            raise ConfigError(
-                "model.d_model",
-                model.d_model,
-                f"a multiple of model.n_head={model.n_head} when model.d_k is null (or set model.d_k)",
-            )
         if model.n_head % model.n_kv_head:
             raise ConfigError(
                 "model.n_kv_head",
@@ -271,9 +301,8 @@ class Schema:
                 raise ConfigError("optim.qk_clip", self.optim.qk_clip, "null with model.attention.qk_norm=true")
             if model.compile:  # the step's q and k are read from eager forwards
                 raise ConfigError("optim.qk_clip", self.optim.qk_clip, "null with model.compile=true")
-        wandb = (cfg.get("logger") or {}).get("wandb")
-        if wandb is not None and wandb.get("mode") not in WANDB_MODES:
-            raise ConfigError("logger.wandb.mode", wandb.get("mode"), "one of " + ", ".join(WANDB_MODES))
+        if self.logger is not None and self.logger.wandb is not None and self.logger.wandb.mode is None:
+            raise ConfigError("logger.wandb.mode", None, "one of " + ", ".join(WANDB_MODES))
 
 
 # the sections the model is built from, field by field: a key they do not declare would be dropped unread

@@ -26,6 +26,7 @@ from attnlab.attention.cache import KVCache, RollingKVCache
 from attnlab.attention.config import kv_values_per_token
 from attnlab.attention.normalizations import REGISTRY, normalization
 from attnlab.attention.position import POS_ENCODINGS
+from attnlab.util.errors import ConfigError
 from attnlab.util.fields import (
     Check,
     boolean,
@@ -114,6 +115,12 @@ class GPTConfig:
     def head_dim(d_model: int, n_head: int, d_k: int | None = None) -> int:
         """A head's width: ``d_k`` where set, else d_model / n_head (so n_head * d_k projects back to d_model).
         Static, for the readers that hold the model section as a dict or a DictConfig."""
+        if not d_k and d_model % n_head:
+            raise ConfigError(
+                "model.d_model",
+                d_model,
+                f"a multiple of model.n_head={n_head} when model.d_k is null (or set model.d_k)",
+            )
         return d_k or d_model // n_head
 
     def kv_cache_bytes(self, context: int, element_size: int) -> int:

@@ -1,7 +1,7 @@
 """The training device: what ``trainer=gpu`` resolves to, and DDP inside a Hydra multirun.
 
 - ``trainer.precision=auto`` (the ``trainer=gpu`` default) becomes ``bf16-mixed`` on a GPU that
-  supports bf16, else ``16-mixed`` (said in one line), and ``32`` on CPU.
+  supports bf16, else ``16-mixed`` (said in one line), and ``32`` on CPU (training/settle.py writes it).
 - On CUDA, fp32 matmuls may use TF32 (``tf32: true``, the default): the speed GPU users expect;
   ``tf32=false`` keeps full fp32 matmuls for exact comparisons.
 - DDP in a multirun: Lightning starts ranks 1.. by re-running ``sys.argv`` (the ``-m`` flag and
@@ -17,8 +17,10 @@ import sys
 from contextlib import contextmanager
 
 import torch
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf import OmegaConf, read_write
 
+from attnlab.config.run import Job
+from attnlab.config.schema import TrainerConfig
 from attnlab.util.errors import ConfigError
 
 # environment Lightning's launcher sets in rank 0; left in place, the next job of a multirun
@@ -44,36 +46,28 @@ def resolve_precision(precision: str, accelerator: str) -> tuple[str, str | None
     return "16-mixed", f"trainer.precision=auto: {name} has no bf16, using 16-mixed (fp16 with a gradient scaler)"
 
 
-def prepare_device(cfg: DictConfig) -> str | None:
-    """Resolve ``trainer.precision`` in ``cfg`` and set the matmul precision; returns a note or None."""
-    accelerator = str(cfg.trainer.get("accelerator", "auto"))
-    precision, note = resolve_precision(cfg.trainer.get("precision", "32"), accelerator)
-    with open_dict(cfg):
-        cfg.trainer.precision = precision
-    if uses_cuda(accelerator):
-        torch.set_float32_matmul_precision("high" if cfg.get("tf32", True) else "highest")
-    return note
+def set_matmul_precision(trainer: TrainerConfig, tf32: bool) -> None:
+    """On CUDA, let fp32 matmuls use TF32 (``tf32``) or keep them full fp32."""
+    if uses_cuda(trainer.accelerator):
+        torch.set_float32_matmul_precision("high" if tf32 else "highest")
 
 
-def is_multiprocess(cfg: DictConfig) -> bool:
+def is_multiprocess(trainer: TrainerConfig) -> bool:
     """True when Lightning will start more than one process for this run."""
-    strategy = str(cfg.trainer.get("strategy", "auto"))
-    devices = cfg.trainer.get("devices", 1)
-    n = len(devices) if OmegaConf.is_list(devices) else (int(devices) if str(devices).lstrip("-").isdigit() else 1)
-    if str(devices) == "-1" or str(devices) == "auto":
+    devices = trainer.devices
+    n = len(devices) if isinstance(devices, list) else (int(devices) if str(devices).lstrip("-").isdigit() else 1)
+    if str(devices) in ("-1", "auto"):
         n = torch.cuda.device_count() if torch.cuda.is_available() else 1
-    return (
-        strategy.startswith("ddp") and strategy != "ddp_spawn" and (n > 1 or int(cfg.trainer.get("num_nodes", 1)) > 1)
-    )
+    strategy = str(trainer.strategy)
+    return strategy.startswith("ddp") and strategy != "ddp_spawn" and (n > 1 or int(trainer.num_nodes) > 1)
 
 
 @contextmanager
-def ddp_multirun_job(cfg: DictConfig):
+def ddp_multirun_job(trainer: TrainerConfig, job: Job):
     """Within the block, Lightning's launcher starts the other ranks on this multirun job alone."""
     from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
 
-    if not (is_multiprocess(cfg) and HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN):
+    if not (job.multirun and is_multiprocess(trainer)):
         yield
         return
     hc = HydraConfig.get()
@@ -81,12 +75,12 @@ def ddp_multirun_job(cfg: DictConfig):
     if not launcher.endswith("BasicLauncher"):
         raise ConfigError(
             "trainer.strategy",
-            cfg.trainer.strategy,
+            trainer.strategy,
             f"ddp only with Hydra's basic launcher (make sweep JOBS=1): {launcher.rsplit('.', 1)[-1]} runs jobs in "
             "worker processes whose ranks Lightning cannot relaunch",
         )
     argv, run_dir = list(sys.argv), hc.run.dir
-    sys.argv = [sys.argv[0], *hc.overrides.task]  # this job's overrides, no -m, no sweep lists
+    sys.argv = [sys.argv[0], *job.overrides]  # this job's overrides, no -m, no sweep lists
     with read_write(hc):
         hc.run.dir = hc.runtime.output_dir  # Lightning passes it to the ranks as hydra.run.dir
     try:

@@ -14,6 +14,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.config.compose import CONF_DIR
+from attnlab.config.run import RunSpec
 from attnlab.training import phases, wandb_runs
 from attnlab.training.continuation import earlier_wandb
 from attnlab.training.results import RunRecord, is_rank_zero
@@ -35,12 +36,13 @@ def wandb_run_id(run_dir: Path) -> str:
     return run_id
 
 
-def build_loggers(cfg: DictConfig, run_dir: Path, identity: dict | None = None) -> list:
-    """The configured loggers. Without the wandb package (a cluster node with a site torch, say)
-    the W&B logger is left out with one line, and CSV is kept or added so the run still logs.
-    ``identity``: the W&B group, name and tags (``wandb_runs.wandb_identity``)."""
+def build_loggers(blocks: DictConfig | None, run_dir: Path, identity: dict) -> list:
+    """The configured loggers (``blocks``: the composed ``logger`` section, each a block Hydra
+    instantiates). Without the wandb package (a cluster node with a site torch, say) the W&B logger
+    is left out with one line, and CSV is kept or added so the run still logs. ``identity``: the W&B
+    group, name and tags (``wandb_runs.wandb_identity``)."""
     loggers = []
-    chosen = dict(cfg.get("logger") or {})
+    chosen = dict(blocks or {})
     if "wandb" in chosen and chosen["wandb"].mode != "disabled" and importlib.util.find_spec("wandb") is None:
         del chosen["wandb"]
         if is_rank_zero():
@@ -50,24 +52,23 @@ def build_loggers(cfg: DictConfig, run_dir: Path, identity: dict | None = None) 
                 file=sys.stderr,
             )
         chosen.setdefault("csv", OmegaConf.load(CONF_DIR / "logger" / "csv.yaml")["csv"])
-    for name, lg_cfg in chosen.items():
+    for name, block in chosen.items():
         if name == "wandb":
-            if lg_cfg.mode == "disabled":
+            if block.mode == "disabled":
                 continue  # truly off: no wandb.init, no files
-            who = identity or wandb_runs.wandb_identity(cfg, [])
             loggers.append(
                 instantiate(
-                    lg_cfg,
+                    block,
                     _convert_="all",  # settings as a dict, as wandb.init takes it
                     save_dir=str(run_dir),
                     id=wandb_run_id(run_dir),
-                    name=who["name"],
-                    group=who["group"],
-                    tags=list(dict.fromkeys([*lg_cfg.tags, *who["tags"]])),
+                    name=identity["name"],
+                    group=identity["group"],
+                    tags=list(dict.fromkeys([*block.tags, *identity["tags"]])),
                 )
             )
         else:
-            loggers.append(instantiate(lg_cfg, save_dir=str(run_dir)))
+            loggers.append(instantiate(block, save_dir=str(run_dir)))
     return loggers
 
 
@@ -86,24 +87,24 @@ def start_experiments(loggers: list) -> None:
             lg.start()
 
 
-def start_loggers(cfg: DictConfig, run_dir: Path, record: RunRecord) -> tuple[list, dict]:
+def start_loggers(blocks: DictConfig | None, spec: RunSpec, record: RunRecord) -> tuple[list, dict]:
     """The run's loggers, W&B started in a thread (nothing after this waits for it), and its W&B
     identity (group, name, tags, sweep), which results.json records for the summary run to join."""
-    continued = (run_dir / RUN_ID).exists()  # the same W&B run goes on: keep its group and name
-    identity = wandb_runs.wandb_identity(cfg, record.data["overrides"], earlier_wandb(run_dir) if continued else None)
-    if "wandb" in (cfg.get("logger") or {}):
+    continued = (spec.run_dir / RUN_ID).exists()  # the same W&B run goes on: keep its group and name
+    identity = wandb_runs.wandb_identity(spec, earlier_wandb(spec.run_dir) if continued else None)
+    if spec.schema.logger is not None and spec.schema.logger.wandb is not None:
         record.data["wandb"] = {k: identity[k] for k in ("group", "name", "sweep")}
     with phases.phase("loggers: build"):
-        loggers = build_loggers(cfg, run_dir, identity)
+        loggers = build_loggers(blocks, spec.run_dir, identity)
     start_experiments(loggers)
     return loggers, identity
 
 
-def log_config(loggers: list, cfg: DictConfig, record: RunRecord, identity: dict) -> None:
+def log_config(loggers: list, spec: RunSpec, record: RunRecord, identity: dict) -> None:
     """Every axis under its short name (W&B's columns), the sweep stamp, and the run's provenance."""
     with phases.phase("loggers: log config"):
         provenance = {k: record.data[k] for k in ("config", "overrides", "git_sha")}
-        hparams = {**wandb_runs.axes(cfg, record.data["overrides"]), "sweep": identity["sweep"], **provenance}
+        hparams = {**wandb_runs.axes(spec), "sweep": identity["sweep"], **provenance}
         for lg in loggers:
             lg.log_hyperparams(dict(hparams))
 

@@ -8,8 +8,6 @@ import os
 import time
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
-
 from attnlab.util.files import atomic_write_text, git_sha, json_safe, write_failure
 
 RESULTS = "results.json"
@@ -26,34 +24,20 @@ def is_rank_zero() -> bool:
     return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0
 
 
-def hydra_overrides() -> list[str]:
-    """The command-line overrides of this job ([] outside a Hydra app)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return []
-    return list(HydraConfig.get().overrides.task)
-
-
 class RunRecord:
     """Collects what results.json reports about one run and writes it (once per status change)."""
 
-    def __init__(self, run_dir: Path, cfg: DictConfig, config: dict | None = None):
-        """``config``: ``cfg`` already resolved to a dict, where the caller has it."""
+    def __init__(self, run_dir: Path, config: dict, overrides=()):
+        """``config``: the composed config resolved to plain values; ``overrides``: the job's."""
+        attention = (config.get("model") or {}).get("attention") or {}
         self.path = Path(run_dir) / RESULTS
         self.started = time.perf_counter()
         self.data = {
             "status": "running",
             "error": None,
-            "overrides": hydra_overrides(),
-            "config": config
-            if config is not None
-            else OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False),
-            "attention": {
-                "backend": cfg.model.attention.backend,
-                "scaling": cfg.model.attention.scaling,
-                "kernel": None,
-            },
+            "overrides": list(overrides),
+            "config": config,
+            "attention": {"backend": attention.get("backend"), "scaling": attention.get("scaling"), "kernel": None},
             "metrics": {},
             "resumed_from": None,  # {"path", "step", "skipped"} when the run continued a checkpoint
             "wall_s": None,

@@ -27,13 +27,14 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.config.compose import CONF_DIR
-from attnlab.config.schema import Schema, apply_renamed_keys
+from attnlab.config.run import Job, RunSpec
+from attnlab.config.schema import Schema
 from attnlab.interop.hf_load import HFCheckpoint
 from attnlab.training import phases
 from attnlab.training.checkpointing import AtomicCheckpointIO
 from attnlab.training.console import progress_line, quiet_lightning, run_output
 from attnlab.training.continuation import continue_from
-from attnlab.training.devices import ddp_multirun_job, prepare_device
+from attnlab.training.devices import ddp_multirun_job, set_matmul_precision
 from attnlab.training.init_from import take_architecture
 from attnlab.training.interrupt import GracefulInterrupt, Interrupted
 from attnlab.training.lit_module import GPTModule
@@ -45,11 +46,11 @@ from attnlab.training.results import (
     RESULTS,
     RunRecord,
     finished_before,
-    hydra_overrides,
     is_rank_zero,
     resumable,
     training_fingerprint,
 )
+from attnlab.training.settle import settle
 from attnlab.training.slurm import cluster_plugins, slurm_job
 from attnlab.util.errors import AttnlabError, RunFault, WriteFailed
 from attnlab.util.files import DISK_HINTS, atomic_write_text
@@ -78,8 +79,9 @@ class NoProfiler(Profiler):
         return self._nothing
 
 
-def build_callbacks(cfg: DictConfig) -> list:
-    return [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None and "_target_" in c]
+def build_callbacks(blocks: DictConfig | None) -> list:
+    """The composed ``callbacks`` section's blocks, each instantiated."""
+    return [instantiate(c) for c in (blocks or {}).values() if c is not None and "_target_" in c]
 
 
 def kernels_used(module: GPTModule) -> tuple[str | None, bool]:
@@ -118,14 +120,14 @@ def final_metrics(trainer: L.Trainer, module: GPTModule, callbacks: list) -> dic
     return metrics
 
 
-def skip_finished(run_dir: Path, config: dict, done: dict) -> dict:
+def skip_finished(run_dir: Path, config: dict, job: Job, done: dict) -> dict:
     """A sweep's job that has run before: its own results.json stays as it is; one finished in the study's
     runs.csv leaves a results.json marked ``skipped`` (the report reads the row already there)."""
     print(f"attnlab: already finished ({done['where']}); skipped", file=sys.stderr)
     if done["in_run_dir"]:
         return json.loads((run_dir / RESULTS).read_text()).get("metrics") or {}
     if is_rank_zero():
-        record = {"status": "skipped", "finished_in": done["where"], "overrides": hydra_overrides(), "config": config}
+        record = {"status": "skipped", "finished_in": done["where"], "overrides": list(job.overrides), "config": config}
         atomic_write_text(run_dir / RESULTS, json.dumps(record, indent=2, default=str))
     return {}
 
@@ -133,14 +135,13 @@ def skip_finished(run_dir: Path, config: dict, done: dict) -> dict:
 def settle_config(cfg: DictConfig) -> dict:
     """Old key names moved and trainer.precision=auto resolved (each said in a line on stderr), before
     they are recorded; the config as a dict."""
-    notes = [*apply_renamed_keys(cfg), prepare_device(cfg)]
+    notes = settle(cfg)
     for note in notes if is_rank_zero() else ():
-        if note:
-            print(f"attnlab: {note}", file=sys.stderr)
+        print(f"attnlab: {note}", file=sys.stderr)
     return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
 
 
-def open_record(cfg: DictConfig, config: dict, run_dir: Path) -> RunRecord:
+def open_record(cfg: DictConfig, config: dict, job: Job, run_dir: Path) -> RunRecord:
     """results.json's record of the run (status running); a sweep's job started again goes on from its
     last checkpoint, and a sweep that skips finished runs gets the fingerprint to know this one by."""
     if resumable(run_dir, config):
@@ -148,17 +149,19 @@ def open_record(cfg: DictConfig, config: dict, run_dir: Path) -> RunRecord:
     if is_rank_zero() and os.environ.get(FINISHED_ENV):
         atomic_write_text(run_dir / FINGERPRINT, training_fingerprint(config) + "\n")
     with phases.phase("results: run record (git sha)"):
-        record = RunRecord(run_dir, cfg, config)
+        record = RunRecord(run_dir, config, job.overrides)
     record.data["slurm"] = slurm_job()
     return record
 
 
-def build_data(cfg: DictConfig, typed: Schema, run_dir: Path):
-    """The data module, its corpus read and encoded; the run dir keeps its vocabulary."""
+def build_data(block: DictConfig, spec: RunSpec):
+    """The data module (``block``: the composed ``data`` section), its corpus read and encoded; the run
+    dir keeps its vocabulary."""
+    typed = spec.schema
     with phases.phase("data: read and encode the corpus"):
-        dm = instantiate(cfg.data, block_size=typed.model.block_size, steps=typed.trainer.max_steps, seed=typed.seed)
+        dm = instantiate(block, block_size=typed.model.block_size, steps=typed.trainer.max_steps, seed=typed.seed)
         dm.setup("fit")
-        dm.tokenizer.save(run_dir / "vocab.json")
+        dm.tokenizer.save(spec.run_dir / "vocab.json")
     return dm
 
 
@@ -173,26 +176,29 @@ def build_module(typed: Schema, dm, init_from: HFCheckpoint | None) -> GPTModule
     return module
 
 
-def run_callbacks(cfg: DictConfig, run_dir: Path) -> list:
-    """The configured callbacks, the progress line and the graceful interrupt."""
+def run_callbacks(blocks: DictConfig | None, spec: RunSpec) -> list:
+    """The configured callbacks (``blocks``: the composed ``callbacks`` section), the progress line
+    and the graceful interrupt."""
     with phases.phase("callbacks: build"):
         return [
-            *build_callbacks(cfg),
-            *progress_line(cfg.trainer.enable_progress_bar),
-            GracefulInterrupt(run_dir / "checkpoints" / "last.ckpt"),
+            *build_callbacks(blocks),
+            *progress_line(spec.schema.trainer.enable_progress_bar),
+            GracefulInterrupt(spec.run_dir / "checkpoints" / "last.ckpt"),
         ]
 
 
-def build_trainer(cfg: DictConfig, typed: Schema, loggers: list, callbacks: list, run_dir: Path) -> L.Trainer:
+def build_trainer(block: DictConfig, spec: RunSpec, loggers: list, callbacks: list) -> L.Trainer:
+    """Lightning's Trainer (``block``: the composed ``trainer`` section)."""
+    typed = spec.schema
     # the phases inside fit when recording (attnlab.training.phases), else no profiling at the least cost
-    profiler = (phases.lightning_profiler() or NoProfiler()) if cfg.trainer.get("profiler") is None else None
+    profiler = (phases.lightning_profiler() or NoProfiler()) if typed.trainer.profiler is None else None
     with phases.phase("trainer: build"):
         return instantiate(
-            cfg.trainer,
+            block,
             logger=loggers or False,
             callbacks=callbacks,
             plugins=[AtomicCheckpointIO(), *cluster_plugins()],
-            default_root_dir=str(run_dir),
+            default_root_dir=str(spec.run_dir),
             # Lightning counts val_check_interval in batches; the config, in optimizer steps
             val_check_interval=min(typed.trainer.val_check_interval, typed.trainer.max_steps)
             * typed.trainer.accumulate_grad_batches,
@@ -210,9 +216,9 @@ def check_memory(typed: Schema, module: GPTModule, dm, trainer: L.Trainer) -> St
         return check_fits(typed, n_params, dm.vocab_size, trainer.strategy.root_device, processes)
 
 
-def fit(cfg: DictConfig, trainer: L.Trainer, module: GPTModule, dm, ckpt_path: str | None) -> None:
+def fit(spec: RunSpec, trainer: L.Trainer, module: GPTModule, dm, ckpt_path: str | None) -> None:
     """Lightning's loop, then a validation at the last step if the loop's last one came earlier."""
-    with ddp_multirun_job(cfg), phases.phase("fit: Lightning loop"):
+    with ddp_multirun_job(spec.schema.trainer, spec.job), phases.phase("fit: Lightning loop"):
         trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
     if module.last_val_step != trainer.global_step:
         with phases.phase("fit: closing validation"):
@@ -242,28 +248,33 @@ class Built:
 
 
 def train(cfg: DictConfig) -> dict:
-    """Train one model as configured; write results.json in ``paths.output_dir``; return its metrics."""
+    """Train one model as configured; write results.json in ``paths.output_dir``; return its metrics.
+    The composed ``cfg`` is settled and gated into a ``RunSpec`` here; below, it is read only where
+    Hydra instantiates a block (data, callbacks, loggers, the Trainer)."""
     run_dir = Path(cfg.paths.output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    job = Job.current()
     config = settle_config(cfg)
-    if (done := finished_before(run_dir, config, hydra_overrides())) is not None:
-        return skip_finished(run_dir, config, done)
-    record = open_record(cfg, config, run_dir)
+    if (done := finished_before(run_dir, config, job.overrides)) is not None:
+        return skip_finished(run_dir, config, job, done)
+    record = open_record(cfg, config, job, run_dir)
     built = Built()
     try:
         init_from = take_architecture(cfg, record)  # a bad dir is refused before anything is built on it
-        built.typed = typed = Schema.from_cfg(cfg)  # the gate; cfg still feeds instantiate and the record
+        spec = RunSpec.of(cfg, job, run_dir, record.data["config"])  # the gate
+        built.typed = typed = spec.schema
+        set_matmul_precision(typed.trainer, typed.tf32)
         L.seed_everything(typed.seed, workers=True, verbose=False)
         ckpt_path = continue_from(typed, run_dir, record)
-        built.loggers, identity = start_loggers(cfg, run_dir, record)
-        dm = build_data(cfg, typed, run_dir)
+        built.loggers, identity = start_loggers(cfg.get("logger"), spec, record)
+        dm = build_data(cfg.data, spec)
         module = build_module(typed, dm, init_from)
-        callbacks = run_callbacks(cfg, run_dir)
-        built.trainer = trainer = build_trainer(cfg, typed, built.loggers, callbacks, run_dir)
+        callbacks = run_callbacks(cfg.get("callbacks"), spec)
+        built.trainer = trainer = build_trainer(cfg.trainer, spec, built.loggers, callbacks)
         built.estimate = check_memory(typed, module, dm, trainer)
         check_kernel_runs(module, typed, trainer)
-        log_config(built.loggers, cfg, record, identity)
-        fit(cfg, trainer, module, dm, ckpt_path)
+        log_config(built.loggers, spec, record, identity)
+        fit(spec, trainer, module, dm, ckpt_path)
         return finish(record, trainer, module, callbacks)
     except (KeyboardInterrupt, Interrupted, SIGTERMException) as caught:
         err = record_interruption(caught, built, record, run_dir)

@@ -14,12 +14,9 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-import yaml
-from omegaconf import DictConfig, OmegaConf
-
 from attnlab.config.compose import CONF_DIR
-from attnlab.config.schema import axis_keys
-from attnlab.model.gpt import GPTConfig
+from attnlab.config.run import RunSpec, config_groups, read_yaml
+from attnlab.config.schema import Schema, axis_keys
 
 # Last parts of a key that say nothing alone: such an axis is named by its last two parts (optim.name -> optim_name).
 GENERIC_NAMES = {"name", "source", "type", "path", "mode", "_target_"}
@@ -45,13 +42,6 @@ NAMED_SECTIONS = ("model.", "optim.", "data.")  # any override under these chang
 TAG_MAX = 64  # W&B's longest tag
 
 
-def read_yaml(path: Path):
-    """A config file as plain YAML (libyaml's parser where PyYAML has it). Every training process
-    reads the experiment files (``AXES``, at import) and train.yaml's defaults (``axes``) for a few
-    key names; an OmegaConf config of each would cost several times the parse."""
-    return yaml.load(Path(path).read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-
-
 def sweeper_keys(path: Path) -> list[str]:
     """The keys an experiment file sweeps (its ``hydra.sweeper.params``), in file order."""
     params = read_yaml(path)
@@ -64,11 +54,6 @@ def sweeper_keys(path: Path) -> list[str]:
 def committed_sweeps(conf_dir: Path = CONF_DIR) -> dict[str, list[str]]:
     """Each committed experiment file -> the keys it sweeps."""
     return {p.stem: sweeper_keys(p) for p in sorted((conf_dir / "experiment").glob("*.yaml"))}
-
-
-@cache
-def config_groups(conf_dir: Path = CONF_DIR) -> frozenset[str]:
-    return frozenset(p.name for p in conf_dir.iterdir() if p.is_dir())
 
 
 def derive_axes(keys: list[str]) -> dict[str, str]:
@@ -99,52 +84,22 @@ def axis_name(key: str) -> str:
     return NAME_OF.get(key) or {k: n for n, k in derive_axes([*AXES.values(), key]).items()}[key]
 
 
-def default_choices(conf_dir: Path = CONF_DIR) -> dict[str, str]:
-    """train.yaml's defaults list: group -> option (what a run without that override uses)."""
-    choices = {}
-    for entry in read_yaml(conf_dir / "train.yaml").get("defaults") or []:
-        if isinstance(entry, dict):
-            for group, option in entry.items():
-                if option is not None and not str(group).startswith("optional "):
-                    choices[str(group)] = str(option)
-    return choices
-
-
-def hydra_choices() -> dict[str, str]:
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return {}
-    return {str(k): str(v) for k, v in HydraConfig.get().runtime.choices.items() if v is not None}
-
-
-def axes(cfg: DictConfig, overrides: list[str] = ()) -> dict:
-    """The top-level W&B config fields of a run: every axis under its short name."""
-    # the job's own overrides last: in a Hydra job they agree with its choices, and HydraConfig is
-    # process-wide state that a caller outside a job (train() from Python, a test) may find stale
-    choices = default_choices() | hydra_choices() | parse_overrides(overrides, groups_only=True)
-    values = {}
-    for name, key in AXES.items():
-        values[name] = choices.get(key) if name in GROUP_AXES else OmegaConf.select(cfg, key, default=None)
-    values["d_k"] = GPTConfig.head_dim(cfg.model.d_model, cfg.model.n_head, values["d_k"])
-    values["n_kv_head"] = values["n_kv_head"] or values["n_head"]
-    values["data"] = cfg.data.get("source") or cfg.data.get("_target_", "").rsplit(".", 1)[-1]
-    values["study"] = cfg.get("study")
+def axes(spec: RunSpec) -> dict:
+    """The top-level W&B config fields of a run: every axis under its short name (a group's option for a
+    group axis, else the key's value), its d_k and KV heads as the model resolves them, its data and study."""
+    model = spec.schema.model
+    values = {name: spec.job.choices.get(key) if name in GROUP_AXES else spec.select(key) for name, key in AXES.items()}
+    values["d_k"], values["n_kv_head"] = model.d_k, model.n_kv_head
+    data = spec.config.get("data") or {}
+    values["data"] = data.get("source") or data.get("_target_", "").rsplit(".", 1)[-1]
+    values["study"] = spec.schema.study
     return values
 
 
-def parse_overrides(overrides, groups_only: bool = False) -> dict[str, str]:
-    """``key=value`` overrides as a dict (``+``/``~`` prefixes dropped); only group choices if asked."""
-    pairs = {}
-    for override in overrides or ():
-        if "=" not in override:
-            continue
-        key, value = override.split("=", 1)
-        key = key.lstrip("+~")
-        if groups_only and ("." in key or key not in GROUP_AXES):
-            continue
-        pairs[key] = value
-    return pairs
+def parse_overrides(overrides) -> dict[str, str]:
+    """``key=value`` overrides as a dict (``+``/``~`` prefixes dropped)."""
+    pairs = (o.lstrip("+~").split("=", 1) for o in overrides or () if "=" in o)
+    return {k: v for k, v in pairs}
 
 
 def names_run(key: str, swept: list[str]) -> bool:
@@ -174,60 +129,39 @@ def run_name(overrides: list[str], seed, swept: list[str] = ()) -> str:
     return " ".join([*parts, f"seed={seed}"])
 
 
-def run_group(cfg: DictConfig) -> str:
+def run_group(schema: Schema) -> str:
     """The W&B group: ``run_group`` if set, else the study."""
-    return str(cfg.get("run_group") or cfg.get("study") or "adhoc")
+    return str(schema.run_group or schema.study or "adhoc")
 
 
-def sweep_stamp() -> str | None:
-    """The sweep dir's name in a Hydra multirun (e.g. ``2026-11-30_00-11-49_sinks``), else None."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
-        return Path(HydraConfig.get().sweep.dir).name
-    return None
-
-
-def job_sweeper_keys() -> list[str]:
-    """The swept keys of the running job's config (``hydra.sweeper.params``), [] outside Hydra."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if not HydraConfig.initialized():
-        return []
-    return [str(k) for k in (OmegaConf.select(HydraConfig.get(), "sweeper.params", default=None) or {})]
-
-
-def run_tags(cfg: DictConfig, overrides: list[str], swept: list[str] = (), stamp: str | None = None) -> list[str]:
+def run_tags(spec: RunSpec) -> list[str]:
     """Each axis the run sets as ``axis=value``, ``seed=N`` when swept, ``sweep=<dir>`` in a multirun,
     ``debug=<option>`` for a debug run, and the backend and scaling."""
-    tags = [f"{name}={value}" for name, value in run_axes(overrides, swept)]
-    if "seed" in parse_overrides(overrides):
-        tags.append(f"seed={cfg.seed}")
-    if stamp:
-        tags.append(f"sweep={stamp}")
-    if debug := hydra_choices().get("debug"):
+    job, attention = spec.job, spec.schema.model.attention
+    tags = [f"{name}={value}" for name, value in run_axes(job.overrides, job.swept)]
+    if "seed" in parse_overrides(job.overrides):
+        tags.append(f"seed={spec.schema.seed}")
+    if job.stamp:
+        tags.append(f"sweep={job.stamp}")
+    if debug := job.choices.get("debug"):
         tags.append(f"debug={debug}")
-    tags += [str(cfg.model.attention.backend), str(cfg.model.attention.scaling)]
+    tags += [str(attention.backend), str(attention.scaling)]
     return list(dict.fromkeys(t[:TAG_MAX] for t in tags))
 
 
-def wandb_identity(cfg: DictConfig, overrides: list[str], earlier: dict | None = None) -> dict:
+def wandb_identity(spec: RunSpec, earlier: dict | None = None) -> dict:
     """The group, name, tags and sweep stamp of a run, as build_loggers passes them to W&B.
     ``logger.wandb.group`` / ``.name`` win; ``earlier`` (what a resumed run recorded) keeps a
     continued W&B run's group and name."""
-    swept = job_sweeper_keys()
-    stamp = sweep_stamp()
     earlier = earlier or {}
-    group = OmegaConf.select(cfg, "logger.wandb.group", default=None) or earlier.get("group") or run_group(cfg)
-    name = (
-        OmegaConf.select(cfg, "logger.wandb.name", default=None)
-        or earlier.get("name")
-        or run_name(overrides, cfg.seed, swept)
-    )
+    wandb = spec.schema.logger.wandb if spec.schema.logger is not None else None
     return {
-        "group": str(group),
-        "name": str(name),
-        "tags": run_tags(cfg, overrides, swept, stamp),
-        "sweep": earlier.get("sweep") or stamp,
+        "group": str((wandb and wandb.group) or earlier.get("group") or run_group(spec.schema)),
+        "name": str(
+            (wandb and wandb.name)
+            or earlier.get("name")
+            or run_name(spec.job.overrides, spec.schema.seed, spec.job.swept)
+        ),
+        "tags": run_tags(spec),
+        "sweep": earlier.get("sweep") or spec.job.stamp,
     }

@@ -21,11 +21,10 @@ from omegaconf import OmegaConf
 from attnlab.analysis.heads import types_by_layer
 from attnlab.analysis.phase import head_history, phase_change_step
 from attnlab.config.compose import compose_config
-from attnlab.config.schema import apply_renamed_keys
 from attnlab.studies.report.aggregate import IGNORED_AXES, RENAMED_KEYS, RunResult, swept_axes
 from attnlab.studies.report.lr import SIZE_AXES
-from attnlab.training.devices import prepare_device
 from attnlab.training.results import TRAINING, training_fingerprint
+from attnlab.training.settle import settle
 
 META = ["seed", "budget", "status", "error", "config", "run"]
 DEFAULT_BUDGET = "default"
@@ -200,8 +199,7 @@ def cell_overrides(study: str, axes: dict[str, str], budget: str) -> list[str]:
 def current_config(overrides: list[str]) -> dict:
     """The config a job of these overrides records in results.json (renamed keys moved, precision resolved)."""
     cfg = compose_config(overrides)
-    apply_renamed_keys(cfg)
-    prepare_device(cfg)
+    settle(cfg)
     # the sections a fingerprint reads; the rest interpolates Hydra's run-time paths
     out = {}
     for key in (*TRAINING, "trainer", "seed"):

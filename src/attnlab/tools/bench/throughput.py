@@ -311,7 +311,7 @@ def callback_overhead(
             arms = [(on, on_s), (off, off_s)]
             for setup, sink in arms if rep % 2 == 0 else arms[::-1]:
                 with quiet_lightning(silence_output=True):
-                    callbacks = build_callbacks(setup.cfg)
+                    callbacks = build_callbacks(setup.cfg.get("callbacks"))
                 hooks = HookTimer(device, callbacks)
                 sink.append(lightning_step_seconds(setup, warmup, callbacks, profiler=hooks))
                 if setup is on:  # hook time over the whole run (warm-up and on_train_end too), per step
@@ -322,7 +322,7 @@ def callback_overhead(
                 f"  callbacks rep {rep + 1}/{repeats}: on {on_s[-1] * 1e3:.2f} ms/step, off {off_s[-1] * 1e3:.2f} ms/step, "
                 f"plain {plain_s[-1] * 1e3:.2f} ms/step"
             )
-        names = [type(c).__name__ for c in build_callbacks(on.cfg)]
+        names = [type(c).__name__ for c in build_callbacks(on.cfg.get("callbacks"))]
     ratio = paired_ratios(on_s, off_s)
     to_plain, off_to_plain = paired_ratios(on_s, plain_s), paired_ratios(off_s, plain_s)
     on_sum, off_sum = median_and_range(on_s), median_and_range(off_s)
