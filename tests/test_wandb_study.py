@@ -22,12 +22,12 @@ from test_wandb_summary import records
 
 from attnlab.config.compose import compose_config
 from attnlab.config.run import Job, RunSpec, default_choices
-from attnlab.config.study import load_study
+from attnlab.config.study import file_sweeps, load_study, study_names, swept_keys
 from attnlab.studies.report.wandb_summary import wandb_target
 from attnlab.tools.dashboard import build_plan, link_offline_runs, offline_runs
 from attnlab.training import wandb_runs
 
-STUDIES = [s for s, keys in wandb_runs.committed_sweeps().items() if keys]
+STUDIES = [s for s, keys in swept_keys().items() if keys]
 
 
 def spec_of(overrides: list[str], swept=(), stamp=None) -> RunSpec:
@@ -69,7 +69,7 @@ def test_the_resolved_head_width_and_kv_heads_are_axes():
 
 
 def test_the_keys_read_as_plain_yaml_are_those_omegaconf_reads():
-    """sweeper_keys and default_choices read plain YAML: the keys OmegaConf's reading gives, for each
+    """file_sweeps and default_choices read plain YAML: the keys OmegaConf's reading gives, for each
     committed experiment file and train.yaml's defaults."""
     from attnlab.config.compose import CONF_DIR
 
@@ -77,11 +77,20 @@ def test_the_keys_read_as_plain_yaml_are_those_omegaconf_reads():
     assert paths
     for path in paths:
         params = OmegaConf.select(OmegaConf.load(path), "hydra.sweeper.params", default=None)
-        assert wandb_runs.sweeper_keys(path) == [str(k) for k in (params or {})], path.name
+        assert file_sweeps(path) == [str(k) for k in (params or {})], path.name
     defaults = OmegaConf.load(CONF_DIR / "train.yaml").defaults
     read = {str(g): str(o) for e in defaults if not isinstance(e, str) for g, o in e.items() if o is not None}
     assert default_choices() == {g: o for g, o in read.items() if not g.startswith("optional ")}
     assert default_choices()["attention"] == "scaled"
+
+
+def test_the_plainly_read_swept_keys_are_each_studys_grid():
+    """What a training process reads cheaply (each experiment file's own swept keys) is what the study
+    loader composes, but for the keys a study takes from the experiment it extends."""
+    for name in study_names():
+        own, grid = swept_keys()[name], list(load_study(name).grid)
+        assert set(own) <= set(grid), name
+        assert set(grid) - set(own) <= set(wandb_runs.AXES.values()), name
 
 
 def test_axes_are_read_from_the_experiment_files(tmp_path):
@@ -89,7 +98,7 @@ def test_axes_are_read_from_the_experiment_files(tmp_path):
     (tmp_path / "experiment" / "new.yaml").write_text(
         "hydra:\n  sweeper:\n    params:\n      model.foo: 1,2\n      optim.name: a,b\n"
     )
-    keys = wandb_runs.committed_sweeps(tmp_path)["new"]
+    keys = swept_keys(tmp_path)["new"]
     assert keys == ["model.foo", "optim.name"]
     derived = wandb_runs.derive_axes(["model.attention.scaling", *keys, "data.scaling"])
     assert derived == {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
@@ -26,3 +27,10 @@ def compose_config(overrides: list[str] | tuple[str, ...] = (), output_dir: str 
         with open_dict(cfg):
             cfg.paths.output_dir = str(output_dir)
     return cfg
+
+
+def read_yaml(path: Path):
+    """A config file as plain YAML, without Hydra's defaults (libyaml's parser where PyYAML has it). Every
+    training process reads train.yaml's defaults and the experiment files' swept keys for a few key
+    names; composing each would cost several times the parse."""
+    return yaml.load(Path(path).read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))

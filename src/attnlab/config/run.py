@@ -13,18 +13,10 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab.config.compose import CONF_DIR
+from attnlab.config.compose import CONF_DIR, read_yaml
 from attnlab.config.schema import Schema
-
-
-def read_yaml(path: Path):
-    """A config file as plain YAML (libyaml's parser where PyYAML has it). Every training process
-    reads train.yaml's defaults (``default_choices``) and the experiment files' swept keys
-    (wandb_runs.AXES) for a few key names; an OmegaConf config of each would cost several times the parse."""
-    return yaml.load(Path(path).read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 @cache

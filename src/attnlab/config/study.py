@@ -14,9 +14,8 @@ from functools import cache
 
 from omegaconf import OmegaConf
 
-from attnlab.config.compose import CONF_DIR
+from attnlab.config.compose import CONF_DIR, read_yaml
 from attnlab.util.errors import ConfigError
-from attnlab.util.significance import OUTCOMES
 
 DEFAULT_HEADLINE = ("val/loss", "attn/L{i}/entropy_norm")
 DEFAULT_STUDY = "dk_scaling"  # what `make sweep` and `attnlab sweep` run without a study named
@@ -42,6 +41,8 @@ class Question:
     @classmethod
     def from_block(cls, block: dict | None) -> Question:
         """The typed question of a ``question:`` block; a bad key or value raises ConfigError naming it."""
+        from attnlab.util.significance import OUTCOMES  # scipy.stats: not for the training processes that read swept_keys
+
         block = dict(block or {})
         known = [f.name for f in dataclasses.fields(cls)]
         for key in block:
@@ -71,8 +72,24 @@ class Study:
     grid: dict[str, list] = field(default_factory=dict)  # swept key -> its values
 
 
-def study_names() -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
+def study_names(conf_dir=CONF_DIR) -> list[str]:
+    return sorted(p.stem for p in (conf_dir / "experiment").glob("*.yaml"))
+
+
+def file_sweeps(path) -> list[str]:
+    """The keys one experiment file sweeps itself (its ``hydra.sweeper.params``), in file order."""
+    params = read_yaml(path)
+    for part in ("hydra", "sweeper", "params"):
+        params = params.get(part) if isinstance(params, dict) else None
+    return [str(k) for k in (params or {})]
+
+
+@cache
+def swept_keys(conf_dir=CONF_DIR) -> dict[str, list[str]]:
+    """Each study -> the keys its own experiment file sweeps, read as plain YAML: every training process
+    reads them at import (its W&B columns), where composing each study would cost seconds. A study's
+    grid (``load_study``) adds what the experiments it extends sweep."""
+    return {name: file_sweeps(conf_dir / "experiment" / f"{name}.yaml") for name in study_names(conf_dir)}
 
 
 def load_study(name: str) -> Study:

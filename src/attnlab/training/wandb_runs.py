@@ -11,12 +11,10 @@
 
 from __future__ import annotations
 
-from functools import cache
-from pathlib import Path
 
-from attnlab.config.compose import CONF_DIR
-from attnlab.config.run import RunSpec, config_groups, read_yaml
+from attnlab.config.run import RunSpec, config_groups
 from attnlab.config.schema import Schema, axis_keys
+from attnlab.config.study import swept_keys
 
 # Last parts of a key that say nothing alone: such an axis is named by its last two parts (optim.name -> optim_name).
 GENERIC_NAMES = {"name", "source", "type", "path", "mode", "_target_"}
@@ -42,20 +40,6 @@ NAMED_SECTIONS = ("model.", "optim.", "data.")  # any override under these chang
 TAG_MAX = 64  # W&B's longest tag
 
 
-def sweeper_keys(path: Path) -> list[str]:
-    """The keys an experiment file sweeps (its ``hydra.sweeper.params``), in file order."""
-    params = read_yaml(path)
-    for part in ("hydra", "sweeper", "params"):
-        params = params.get(part) if isinstance(params, dict) else None
-    return [str(k) for k in (params or {})]
-
-
-@cache
-def committed_sweeps(conf_dir: Path = CONF_DIR) -> dict[str, list[str]]:
-    """Each committed experiment file -> the keys it sweeps."""
-    return {p.stem: sweeper_keys(p) for p in sorted((conf_dir / "experiment").glob("*.yaml"))}
-
-
 def derive_axes(keys: list[str]) -> dict[str, str]:
     """Top-level name -> config key: the key's last part, or its last two parts joined by ``_`` when
     the last part is generic or already names another key."""
@@ -73,7 +57,7 @@ def derive_axes(keys: list[str]) -> dict[str, str]:
 
 # every run carries the schema's axes (each attention field and each field flagged axis=True),
 # whether or not a study sweeps them, then whatever a committed study sweeps
-AXES = derive_axes([*axis_keys(), *(key for keys in committed_sweeps().values() for key in keys)])
+AXES = derive_axes([*axis_keys(), *(key for keys in swept_keys().values() for key in keys)])
 GROUP_AXES = {name for name, key in AXES.items() if "." not in key and key in config_groups()}  # e.g. attention=sdpa
 NAME_OF = {key: name for name, key in AXES.items()}
 
