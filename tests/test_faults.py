@@ -378,8 +378,9 @@ def test_out_of_memory_during_the_run_is_one_line(tmp_path, monkeypatch, capsys)
 def test_cuda_out_of_memory_message(tmp_path):
     cfg = compose_config(["model.block_size=4096"], tmp_path)
     err = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79 GiB")
-    step = estimate_step({**cfg.model, "vocab_size": 65, "attention": dict(cfg.model.attention)}, 10**6, 12)
-    line = str(out_of_memory(err, Schema.from_cfg(cfg), 12, step))
+    typed = Schema.from_cfg(cfg)
+    step = estimate_step(typed.model, 10**6, 12)
+    line = str(out_of_memory(err, typed, 12, step))
     assert line.startswith("out of memory at step 12 (an allocation of 2.00 GiB failed)") and "attention=sdpa" in line
 
 
@@ -408,7 +409,7 @@ def test_estimate_is_close_to_the_measured_peak(backend, t, batch):
     step()  # AdamW's moments exist from now on: measure a step as the run sees it
     n = sum(p.numel() for p in model.parameters())
     measured = peak_bytes(step) + 3 * 4 * n  # params and moments were there before the peak was measured
-    assert 0.8 <= estimate_step(cfg, n, batch).total / measured <= 1.1
+    assert 0.8 <= estimate_step(GPTConfig(**cfg), n, batch).total / measured <= 1.1
 
 
 GPU_SCALE = {

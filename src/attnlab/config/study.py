@@ -41,7 +41,8 @@ class Question:
     @classmethod
     def from_block(cls, block: dict | None) -> Question:
         """The typed question of a ``question:`` block; a bad key or value raises ConfigError naming it."""
-        from attnlab.util.significance import OUTCOMES  # scipy.stats: not for the training processes that read swept_keys
+        # scipy.stats comes with it: not for the training processes, which read swept_keys
+        from attnlab.util.significance import OUTCOMES
 
         block = dict(block or {})
         known = [f.name for f in dataclasses.fields(cls)]

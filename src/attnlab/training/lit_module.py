@@ -50,12 +50,13 @@ class GPTModule(L.LightningModule):
         """``model`` and ``optim`` typed (train()) or as a checkpoint's plain dicts; the checkpoint
         holds plain dicts either way, which load without attnlab's classes (weights_only)."""
         super().__init__()
-        model = asdict(model) if isinstance(model, GPTConfig) else model
+        typed = model if isinstance(model, GPTConfig) else None
+        model = asdict(model) if typed else model
         optim = asdict(optim) if isinstance(optim, OptimConfig) else optim
         self.save_hyperparameters()  # reads the arguments as they are now: the plain dicts
         if not isinstance(model.get("compile", False), bool):
             raise ConfigError("model.compile", model["compile"], "true or false")
-        self.model = GPT(GPTConfig(**model))
+        self.model = GPT(typed or GPTConfig(**model))
         self.val_loss = MeanMetric()  # token-weighted mean NLL; val/ppl is its exp (no second log-softmax)
         # next-token accuracy over the scored positions (all of them for text; answers only for tasks);
         # validate_args off: its per-batch range checks cost more than the update itself

@@ -12,7 +12,7 @@ of memory ends with the same kind of line (``out_of_memory``).
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -54,21 +54,20 @@ def element_bytes(precision: str) -> tuple[int, int]:
     return 4, 4
 
 
-def estimate_step(model: dict, n_params: int, batch: int, precision: str = "32") -> StepMemory:
-    """Bytes one training step holds at its peak, from the model config (block_size, n_layer, ...)."""
+def estimate_step(model: GPTConfig, n_params: int, batch: int, precision: str = "32") -> StepMemory:
+    """Bytes one training step holds at its peak, from the model's config (block_size, n_layer, ...)."""
     w, a = element_bytes(precision)
-    t, n_layer, heads, d = model["block_size"], model["n_layer"], model["n_head"], model["d_model"]
-    inner = heads * GPTConfig.head_dim(d, heads, model.get("d_k"))
-    vocab = model.get("vocab_size", 256)
+    t, n_layer, heads, d = model.block_size, model.n_layer, model.n_head, model.d_model
+    inner = heads * model.d_k
     tokens = batch * t
-    per_layer = (PER_LAYER_D_ATTN_ONLY if model.get("attn_only") else PER_LAYER_D) * d + PER_LAYER_INNER * inner
+    per_layer = (PER_LAYER_D_ATTN_ONLY if model.attn_only else PER_LAYER_D) * d + PER_LAYER_INNER * inner
     # embeddings and ln_f (2 d); logits, their fp32 log-softmax and its gradient (3 x vocab, fp32)
-    activations = tokens * (n_layer * per_layer + 2 * d) * a + 3 * tokens * vocab * 4
+    activations = tokens * (n_layer * per_layer + 2 * d) * a + 3 * tokens * model.vocab_size * 4
     matrix = 0
     attention = 0
-    if model["attention"]["backend"] in EXPLICIT:
+    if model.attention.backend in EXPLICIT:
         matrix = batch * heads * t * t * 4  # softmax runs in fp32, also under autocast
-        kept = 1 + (1.5 if model.get("dropout", 0) > 0 else 0)  # probs (+ dropout output, its mask, slack)
+        kept = 1 + (1.5 if model.dropout > 0 else 0)  # probs (+ dropout output, its mask, slack)
         attention = int(matrix * (n_layer * kept + 1))  # + the gradient in flight in the backward pass
     weights = n_params * 3 * w  # params, AdamW exp_avg and exp_avg_sq
     return StepMemory(weights, n_params * w, activations, attention, matrix)
@@ -128,8 +127,9 @@ def what_to_lower(cfg: Schema, step: StepMemory) -> str:
 
 def check_fits(cfg: Schema, n_params: int, vocab_size: int, device: torch.device, processes: int = 1) -> StepMemory:
     """Raise OutOfMemory when the estimate for one step exceeds what ``device`` has available."""
-    model = asdict(cfg.model) | {"vocab_size": vocab_size}
-    step = estimate_step(model, n_params, cfg.data.batch_size, cfg.trainer.precision)
+    step = estimate_step(
+        replace(cfg.model, vocab_size=vocab_size), n_params, cfg.data.batch_size, cfg.trainer.precision
+    )
     available = available_bytes(device)
     need = step.total * processes  # CPU DDP: the processes share the machine's RAM
     if available is not None and need > available:

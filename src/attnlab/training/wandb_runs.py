@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-
 from attnlab.config.run import RunSpec, config_groups
 from attnlab.config.schema import Schema, axis_keys
 from attnlab.config.study import swept_keys

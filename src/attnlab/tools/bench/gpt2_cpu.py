@@ -111,10 +111,10 @@ def run(out_dir: Path, extra: list[str] = ()) -> dict:
     starts = timer.starts
     steps = [b - a for a, b in zip(starts, [*starts[1:], timer.ended])]
     plain = sum(steps[i - 1] for i in PLAIN_STEPS) / len(PLAIN_STEPS)
-    model = OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": 50304}
+    model = GPTConfig(**OmegaConf.to_container(cfg.model, resolve=True) | {"vocab_size": 50304})
     if n_params is None:
         with torch.device("meta"):
-            n_params = sum(p.numel() for p in GPT(GPTConfig(**model)).parameters())
+            n_params = sum(p.numel() for p in GPT(model).parameters())
     estimate = estimate_step(model, n_params, cfg.data.batch_size, str(cfg.trainer.precision))
     tokens = cfg.data.batch_size * cfg.model.block_size
     row = {
