@@ -19,6 +19,15 @@ def test_a_child_experiment_inherits_its_parents_question_and_grid():
     assert smoke.question.headline == DEFAULT_HEADLINE
 
 
+def test_a_study_carries_its_models_depth():
+    """The dashboard's per-layer panels follow the depth the experiment trains, its preset's or its own."""
+    from attnlab.config.compose import compose_config
+
+    for name in ("induction_heads", "dk_scaling", "mqar"):
+        assert load_study(name).n_layer == compose_config([f"experiment={name}"]).model.n_layer
+    assert load_study("induction_heads").n_layer == 2
+
+
 @pytest.mark.parametrize("study", study_names())
 def test_every_committed_question_is_typed(study):
     q = load_study(study).question

@@ -71,6 +71,7 @@ class Study:
     name: str
     question: Question
     grid: dict[str, list] = field(default_factory=dict)  # swept key -> its values
+    n_layer: int = 1  # the model's depth: a panel per layer on the study's dashboard
 
 
 def study_names(conf_dir=CONF_DIR) -> list[str]:
@@ -113,4 +114,4 @@ def composed(name: str, conf_dir: str) -> Study:
         override = parser.parse_override(f"{key}={value}")
         grid[key] = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
     block = OmegaConf.to_container(cfg.get("question") or {}, resolve=True)
-    return Study(name, Question.from_block(block), grid)
+    return Study(name, Question.from_block(block), grid, int(cfg.model.n_layer))

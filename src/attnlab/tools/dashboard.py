@@ -22,7 +22,6 @@ from pathlib import Path
 
 from attnlab.attention.stats import METRICS
 from attnlab.cli import command_parser
-from attnlab.config.compose import compose_config
 from attnlab.config.study import load_study, study_names
 from attnlab.training.wandb_runs import axis_name
 
@@ -96,11 +95,6 @@ def study_axes(study: str) -> dict[str, list]:
     return {axis_name(key): values for key, values in load_study(study).grid.items()}
 
 
-def study_layers(study: str) -> int:
-
-    return int(compose_config([f"experiment={study}"]).model.n_layer)
-
-
 def build_plan(study: str | None, n_layer: int | None = None, name: str | None = None) -> Plan:
     """The workspace for one study (its group, its axes, its headline first) or, without one, for
     every run grouped by backend and scaling."""
@@ -110,7 +104,7 @@ def build_plan(study: str | None, n_layer: int | None = None, name: str | None =
         sections |= {title: [Panel("media", keys)] for title, keys in MEDIA.items()}
         return Plan(name or "attnlab ablations", GROUP_BY[:2], sections)
     grid = study_axes(study)
-    layers = n_layer or study_layers(study)
+    layers = n_layer or load_study(study).n_layer
     numeric = {
         axis: all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
         for axis, values in grid.items()

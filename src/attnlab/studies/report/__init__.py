@@ -133,7 +133,9 @@ def study_budget(out: Path) -> str:
     return str(pd.read_csv(out / "runs.csv", usecols=["budget"], dtype=str, keep_default_na=False)["budget"].iloc[0])
 
 
-def tested_cells(study: str, frame, axes: list[str], cells: list) -> tuple[list[str], list, list, analysis.Question]:
+def tested_cells(
+    study: str, frame, axes: list[str], cells: list
+) -> tuple[list[str], list, list, analysis.SweepQuestion]:
     """The cells the study's question is asked of, with the question: the runs' own cells, or for a
     learning-rate grid each arm's sensitivity over its rates (then also the arms)."""
     tested_axes, tested, arms = axes, cells, []
@@ -239,7 +241,7 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
     return data
 
 
-def learning_view(frame, axes: list[str], question: analysis.Question, out: Path, draw: bool) -> dict:
+def learning_view(frame, axes: list[str], question: analysis.SweepQuestion, out: Path, draw: bool) -> dict:
     """An onset or learned study's arms, comparisons, table, figure and summary entries."""
     arms = onset.arms_of(frame, axes, question)
     family = onset.compare(arms, axes, question)
@@ -260,7 +262,7 @@ def learning_view(frame, axes: list[str], question: analysis.Question, out: Path
     }
 
 
-def per_seed_metrics(question: analysis.Question, frame) -> list[str]:
+def per_seed_metrics(question: analysis.SweepQuestion, frame) -> list[str]:
     """The per-seed table's columns: the main metrics, the question's, and an onset study's step and censoring."""
     extra = [onset.ONSET, onset.CENSORED] if question.outcome == "onset" else []
     return [m for m in dict.fromkeys([*render.MAIN_METRICS, *question.metrics, *extra]) if m in frame]

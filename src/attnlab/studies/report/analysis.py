@@ -102,7 +102,10 @@ def cells_from_summaries(table: pd.DataFrame) -> tuple[list[str], list[Cell]]:
 
 # ---------------------------------------------------------------- the question
 @dataclass
-class Question:
+class SweepQuestion:
+    """The study's declared question (config.study.Question) as one sweep's axes can answer it: which
+    axis is compared with which level, on which metrics, with which test."""
+
     ask: str
     metrics: list[str]
     compare: list[tuple[str, str]]  # (axis, reference level)
@@ -113,12 +116,12 @@ class Question:
     outcome: str = "continuous"  # what a run's result is, which decides its test (significance.OUTCOMES)
 
 
-def question_of(study: str, axes: list[str]) -> Question:
+def question_of(study: str, axes: list[str]) -> SweepQuestion:
     """The question the study's experiment declares (config.study), when its axis is one of the study's
     axes; else every level of each axis against the axis's reference."""
     declared = load_study(study).question if study in study_names() else None
     if declared is not None and declared.axis in axes:
-        return Question(
+        return SweepQuestion(
             declared.ask,
             list(declared.metrics),
             [(declared.axis, declared.reference or "")],
@@ -128,7 +131,7 @@ def question_of(study: str, axes: list[str]) -> Question:
             outcome=declared.outcome,
         )
     compared = [SCALING_AXIS] if SCALING_AXIS in axes else axes
-    return Question("", ["val/loss"], [(a, "") for a in compared], declared=False)
+    return SweepQuestion("", ["val/loss"], [(a, "") for a in compared], declared=False)
 
 
 def reference_level(levels: list[str], declared: str = "") -> str:
@@ -228,7 +231,7 @@ def compare_exactly(ref: Cell, lvl: Cell, metric: str) -> tuple[significance.Exa
     return significance.permutation(a, b), significance.exact_decides(a, b)
 
 
-def contrasts(cells: list[Cell], axes: list[str], question: Question, metric: str) -> list[Comparison]:
+def contrasts(cells: list[Cell], axes: list[str], question: SweepQuestion, metric: str) -> list[Comparison]:
     """Each compared level against the reference at every setting of the other axes; Holm over the family."""
     by_key = {tuple(c.axes[a] for a in axes): c for c in cells}
     out = []

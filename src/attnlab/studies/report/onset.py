@@ -18,7 +18,7 @@ import matplotlib.ticker
 import numpy as np
 import pandas as pd
 
-from attnlab.studies.report.analysis import Question, reference_level
+from attnlab.studies.report.analysis import SweepQuestion, reference_level
 from attnlab.studies.report.plots import colours, legend_outside, save  # plots sets the Agg backend
 from attnlab.studies.report.render import table as md_table
 from attnlab.util import significance
@@ -108,7 +108,7 @@ class OnsetComparison:
         return where(self.at)
 
 
-def arms_of(frame: pd.DataFrame, axes: list[str], question: Question) -> list[Arm]:
+def arms_of(frame: pd.DataFrame, axes: list[str], question: SweepQuestion) -> list[Arm]:
     """Each cell's finished runs as an arm: learned where the run's onset was not censored (onset studies) or
     its final ``metrics[0]`` reached ``question.learned``."""
     ok = frame[frame["status"] == "ok"]
@@ -127,7 +127,7 @@ def arms_of(frame: pd.DataFrame, axes: list[str], question: Question) -> list[Ar
     return out
 
 
-def compare(arms: list[Arm], axes: list[str], question: Question) -> list[OnsetComparison]:
+def compare(arms: list[Arm], axes: list[str], question: SweepQuestion) -> list[OnsetComparison]:
     """Each arm against the reference arm that differs from it on the compared axis alone; Holm over them."""
     if not question.compare:
         return []
