@@ -310,7 +310,7 @@ def test_sigmoid_n_counts_the_keys_a_window_leaves_visible(window, sinks, n):
             attention={"normalize": "sigmoid", "window": window, "window_sinks": sinks},
         )
     )
-    assert model.blocks[0].attn.attention.weight_rule().sigmoid_keys == n
+    assert model.blocks[0].attn.attention.weight_rule().context_keys == n
 
 
 @pytest.mark.parametrize("variant", ["alibi", "alibi_escape_mqa"])

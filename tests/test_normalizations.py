@@ -92,10 +92,10 @@ def test_the_config_accepts_a_registered_name_and_names_every_accepted_value(rel
 def test_the_explicit_kernels_compute_it(relu, backend):
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(2, 2, 7, 4, generator=g, dtype=torch.float64) for _ in range(3))
-    out, _ = attend(backend, q, k, v, 0.5, normalize="relu", sigmoid_keys=BLOCK)
+    out, _ = attend(backend, q, k, v, 0.5, normalize="relu", context_keys=BLOCK)
     torch.testing.assert_close(out, reference(q, k, v, 0.5, BLOCK), atol=1e-12, rtol=1e-12)
     # relu_forward's n is the forward's own key count: 7 here
-    out, _ = attend(backend, q, k, v, 0.5, normalize="relu_forward", sigmoid_keys=BLOCK)
+    out, _ = attend(backend, q, k, v, 0.5, normalize="relu_forward", context_keys=BLOCK)
     torch.testing.assert_close(out, reference(q, k, v, 0.5, 7), atol=1e-12, rtol=1e-12)
 
 
@@ -147,7 +147,7 @@ def test_decoding_follows_the_caches_flag(relu):
 def test_the_statistics_log_the_row_mass_where_rows_need_not_sum_to_one(relu):
     g = torch.Generator().manual_seed(5)
     q, k = (torch.randn(1, 2, 6, 4, generator=g) for _ in range(2))
-    stats = attention_stats(q, k, WeightRule(scale=0.5, normalize="relu", sigmoid_keys=6))
+    stats = attention_stats(q, k, WeightRule(scale=0.5, normalize="relu", context_keys=6))
     s = (q @ k.transpose(-2, -1)) * 0.5
     mass = (torch.relu(s).masked_fill(~torch.ones(6, 6, dtype=torch.bool).tril(), 0) / 6).sum(-1)
     torch.testing.assert_close(

@@ -55,7 +55,7 @@ def explicit_attention(
     bias=None,
     normalize="softmax",
     escape=None,
-    sigmoid_keys=None,
+    context_keys=None,
 ):
     """weights(q, k) v, with the weights of ``WeightRule`` (every normalisation, escape slot,
     visibility and key/value groups); ``bias`` a tensor broadcastable to (B, H, Tq, Tk)."""
@@ -66,7 +66,7 @@ def explicit_attention(
         normalize=normalize,
         escape=escape,
         bias=None if bias is None else (lambda rows, keys: bias),
-        sigmoid_keys=sigmoid_keys,
+        context_keys=context_keys,
     )
     probs = rule(q, k, key_padding_mask=key_padding_mask).p
     if dropout_p > 0:
@@ -279,14 +279,14 @@ def attend(
     scale,
     normalize: str = "softmax",
     escape: torch.Tensor | None = None,
-    sigmoid_keys: int | None = None,
+    context_keys: int | None = None,
     visibility: Visibility | None = None,
     causal: bool = True,
     **kwargs,
 ) -> tuple[torch.Tensor, str]:
     """Run ``backend`` and return (output, name of the kernel that ran). q is (B, H, T, d); k and v
     may have fewer heads (H_kv dividing H: grouped-query attention). ``escape``: (H,) escape
-    logits, or None; ``normalize``: softmax, or sigmoid on the explicit backends (``sigmoid_keys``:
+    logits, or None; ``normalize``: softmax, or sigmoid on the explicit backends (``context_keys``:
     its n, WeightRule); ``visibility``: the keys a query sees (masks.Visibility), by default
     ``Visibility(causal)``."""
     try:
@@ -300,7 +300,7 @@ def attend(
         )
     kwargs["visibility"] = Visibility(causal) if visibility is None else visibility
     if backend in EXPLICIT:
-        return kernel(q, k, v, scale, normalize=normalize, escape=escape, sigmoid_keys=sigmoid_keys, **kwargs)
+        return kernel(q, k, v, scale, normalize=normalize, escape=escape, context_keys=context_keys, **kwargs)
     if not normalization(normalize).fused:
         raise KernelUnavailable(
             f"attention={backend} normalises rows with {' or '.join(fused_names())}; "

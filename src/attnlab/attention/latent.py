@@ -216,7 +216,7 @@ class LatentAttention:
                 dropout_p=dropout_p,
                 bias=None if bias is None else bias.view(1, 1, h, t_k),
                 normalize=att.cfg.normalize,
-                sigmoid_keys=att.sigmoid_keys(),
+                context_keys=att.context_keys(),
             )
             out = out.view(b, h, 1, width)
         else:
@@ -233,7 +233,7 @@ class LatentAttention:
                 bias=bias,
                 normalize=att.cfg.normalize,
                 escape=escape,
-                sigmoid_keys=att.sigmoid_keys(),
+                context_keys=att.context_keys(),
             )
         att.ran(kernel)
         return out

@@ -194,7 +194,7 @@ class Attention(nn.Module):
             normalize=cfg.normalize,
             escape=self.escape_logit(),
             bias=self.logit_bias if self.alibi_slopes is not None else None,
-            sigmoid_keys=self.sigmoid_keys(),
+            context_keys=self.context_keys(),
         )
         return rule.detached() if fp32 else rule
 
@@ -204,9 +204,9 @@ class Attention(nn.Module):
             return [(q, k)]
         return list(zip(q.chunk(2, dim=-1), k.chunk(2, dim=-1)))
 
-    def sigmoid_keys(self) -> int | None:
-        """n of sigmoid's -log n: the keys a query sees at the full context (the block, or the
-        window and its kept first tokens), or None (the keys of each forward) without a context."""
+    def context_keys(self) -> int | None:
+        """The n a normalization gets (sigmoid's -log n, say): the keys a query sees at the full context
+        (the block, or the window and its kept first tokens), or None (the keys of each forward) without one."""
         return self.visibility.keys_seen(self.context)
 
     @torch.no_grad()
@@ -261,7 +261,7 @@ class Attention(nn.Module):
             bias=bias,
             normalize=cfg.normalize,
             escape=self.escape_logit(),
-            sigmoid_keys=self.sigmoid_keys(),
+            context_keys=self.context_keys(),
         )
 
     def _map_times_v(self, q, k, v, key_padding_mask) -> tuple[torch.Tensor, str]:

@@ -1,7 +1,7 @@
 """How a row of logits becomes weights: each normalization once, with the flags the rest of attnlab reads.
 
 A normalization maps the masked logits (B, H, r, T) and n, the keys a query sees at the layer's full
-context (``WeightRule.sigmoid_keys``, else the keys of the forward), to the weights on the keys. Other
+context (``WeightRule.context_keys``, else the keys of the forward), to the weights on the keys. Other
 modules never compare its name; they ask it:
 
   rows_sum_to_one  every row sums to 1, so max_prob and the maps read as a distribution; otherwise the

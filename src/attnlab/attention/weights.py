@@ -10,7 +10,7 @@ weights besides q and k, as the layer is configured (``Attention.weight_rule()``
   mask       the keys each query may see (``visibility``, masks.Visibility) and key padding,
              written with the run's ``mask_fill``; with ``cut``, the knocked-out edges too
   normalize  a name in the registry (attention/normalizations.py): softmax, sigmoid, ...; its
-             function gets the masked logits and n, ``sigmoid_keys``: the keys a query sees at the
+             function gets the masked logits and n, ``context_keys``: the keys a query sees at the
              layer's full context, fixed so that a token's weights do not depend on how long the
              forward is (a KV cache, a short prompt and a full training forward agree); None: the
              keys of this forward
@@ -77,7 +77,7 @@ class WeightRule:
     normalize: str = "softmax"
     escape: torch.Tensor | None = None  # (H,) escape logits, softmax only
     bias: Bias | None = None
-    sigmoid_keys: int | None = None  # n of sigmoid's -log n (module docstring)
+    context_keys: int | None = None  # the n every normalization gets (module docstring)
 
     def detached(self) -> WeightRule:
         """The same rule with its scale and escape logits detached in fp32: what measurements use."""
@@ -129,7 +129,7 @@ class WeightRule:
         if self.escape is not None:
             p = with_escape(scores, self.escape)[0]
         else:
-            p = normalization(self.normalize).weights(scores, self.sigmoid_keys or t)
+            p = normalization(self.normalize).weights(scores, self.context_keys or t)
         if self.escape is None and (key_padding_mask is not None or cut is not None):
             kept = visible if cut is None else visible & ~cut
             p = p.masked_fill(~kept.any(-1, keepdim=True), 0.0)  # no key left: zero weight, not NaN
