@@ -8,10 +8,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+plt.switch_backend("agg")  # files only: no display is assumed, whatever the environment chose
 
 DPI = 90
 

@@ -93,10 +93,10 @@ def kernels_used(module: GPTModule) -> tuple[str | None, bool]:
     return "+".join(names) or None, any(len(kernels) > 1 for kernels in layers)
 
 
-def check_kernel_runs(module: GPTModule, cfg: Schema, trainer: L.Trainer) -> None:
+def check_kernel_runs(module: GPTModule, typed: Schema, trainer: L.Trainer) -> None:
     """One tiny forward on the training device and precision, so an unavailable kernel fails now."""
     with phases.phase("kernel check forward"):
-        x = torch.zeros(1, min(8, cfg.model.block_size), dtype=torch.long, device=trainer.strategy.root_device)
+        x = torch.zeros(1, min(8, typed.model.block_size), dtype=torch.long, device=trainer.strategy.root_device)
         model = module.model.to(x.device)
         with torch.no_grad(), trainer.precision_plugin.forward_context():
             model(x)

@@ -14,16 +14,15 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
 
 from attnlab.data.tokens import load_tokenizer, padded
-from attnlab.studies.report.aggregate import RunResult  # noqa: E402
+from attnlab.studies.report.aggregate import RunResult
 from attnlab.util import significance
-from attnlab.writing.pages import short, where  # noqa: E402
+from attnlab.writing.pages import short, where
+
+plt.switch_backend("agg")  # files only: no display is assumed, whatever the environment chose
 
 LR_AXIS = "optim.lr"
 SIZE_AXES = ("model", "model.d_model", "model.n_layer")  # the axes that change the model's size

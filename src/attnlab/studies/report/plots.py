@@ -7,16 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib
+import matplotlib.pyplot as plt
 import matplotlib.ticker
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from attnlab.attention.stats import SINK_EPSILON
+from attnlab.callbacks.attention_stats import read_history
+from attnlab.studies.report.aggregate import Cell
+from attnlab.studies.report.lr import LR_AXIS
+from attnlab.writing.pages import short, where
 
-from attnlab.attention.stats import SINK_EPSILON  # noqa: E402
-from attnlab.callbacks.attention_stats import read_history  # noqa: E402
-from attnlab.studies.report.aggregate import Cell  # noqa: E402
-from attnlab.studies.report.lr import LR_AXIS  # noqa: E402
-from attnlab.writing.pages import short, where  # noqa: E402
+plt.switch_backend("agg")  # files only: no display is assumed, whatever the environment chose
 
 
 def _numeric(value: str) -> float | None:
