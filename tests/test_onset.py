@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from attnlab.callbacks.onset import StopWhenLearned
 from attnlab.config.compose import compose_config
@@ -77,6 +78,7 @@ def test_kv_frontier_stops_multi_head_at_its_onset_and_records_it(tmp_path):
     assert results["onset/step"] == metrics["step"] < 1500
     assert results["onset/step"] % 250 == 0 and results["val/acc"] >= 0.9
     assert results["machine/cpus"] >= 1 and results["machine/load"] >= 0
+    assert results["machine/threads"] == torch.get_num_threads()
 
 
 def onset_runs(arms: dict[str, list[tuple[int, bool]]]):
