@@ -145,3 +145,14 @@ def test_a_new_plan_reaches_the_studys_page(tmp_path, capsys):
     verdict = json.loads((reports / "gqa" / "plan.json").read_text())["verdict"]
     assert page.read_text().splitlines()[2].startswith(f"**Plan: {verdict}")
     assert page.read_text() == (ROOT / "reports" / "gqa" / "ablation.md").read_text()
+
+
+def test_a_resolved_comparison_needs_no_budget():
+    """A comparison already beyond seed noise reads "-" under "within budget": nothing is left to run for it."""
+    frame = runs({"baseline": [1.50, 1.51, 1.49, 1.50, 1.52], "gate": [1.20, 1.21, 1.19, 1.20, 1.22]})
+    made = plan.build_plan("variants", frame, hours=0.001)
+    (row,) = made["comparisons"]
+    assert row["resolved"] and plan.budget_cell(row) == "-"
+    assert plan.budget_cell(row | {"resolved": False}) == ("yes" if row["within_budget"] else "no")
+    line = next(x for x in plan.markdown(made).splitlines() if x.startswith("| variant: gate vs baseline"))
+    assert line.endswith("| resolved | - |")

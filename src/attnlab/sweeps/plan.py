@@ -337,6 +337,13 @@ PLANNED_FOR = {
 PLANNED_FOR["onset"] = PLANNED_FOR["learned"] + "; the log-rank test's power now is simulated from the arms' own runs"
 
 
+def budget_cell(row: dict) -> str:
+    """Whether the study's hours bring a comparison to the seeds it needs; "-" where it needs none."""
+    if row["resolved"]:
+        return "-"
+    return "yes" if row["within_budget"] else "no"
+
+
 def markdown(plan: dict) -> str:
     def num(x, fmt=".3g"):
         return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
@@ -372,7 +379,7 @@ def markdown(plan: dict) -> str:
                 f"| {r['comparison']} | {r['where']} | {r['seeds'][0]}, {r['seeds'][1]} | {r['reference']} | {r['level']} "
                 f"| {r['test']} | {num(r['p_holm'], '.2g')} | {num(r['power_never_learns'], '.2f')} "
                 f"| {num(r['power_logrank'], '.2f')} | {'resolved' if r['resolved'] else num(r['seeds_needed'], 'd')} "
-                f"| {'yes' if r['within_budget'] else 'no'} |"
+                f"| {budget_cell(r)} |"
             )
     else:
         lines += [
@@ -386,7 +393,7 @@ def markdown(plan: dict) -> str:
                 f"| {r['comparison']} | {r['where']} | {r['seeds'][0]}, {r['seeds'][1]} | {num(r['reference'], '.4g')} "
                 f"| {num(r['level'], '.4g')} | {num(r['std_reference'])}, {num(r['std_level'])} | {num(sd[0])}, {num(sd[1])} "
                 f"| {r['test']} | {num(r['p_holm'], '.2g')} "
-                f"| {'resolved' if r['resolved'] else num(r['seeds_needed'], 'd')} | {'yes' if r['within_budget'] else 'no'} |"
+                f"| {'resolved' if r['resolved'] else num(r['seeds_needed'], 'd')} | {budget_cell(r)} |"
             )
     lines += ["", "| cell | seconds a run (its median) | machine load per CPU (median) |", "|---|---|---|"]
     lines += [f"| {cell} | {sec:.0f} | {num(loads.get(cell), '.2f')} |" for cell, sec in seconds.items()]
