@@ -130,15 +130,24 @@ def test_qk_norm_finding_follows_the_reports_tested_verdicts(reports):
     assert verdicts()["proxy_l"] == "none"
 
 
-def test_lr_finding_is_untested_until_every_arm_beats_the_attention_free_level(reports):
-    lr = findings.lr_sensitivity(reports)
-    assert lr["above_attention_free"] is None  # every arm's best loss is below the bigram level
+def test_an_lr_setting_whose_reference_is_at_the_attention_free_level_reads_untested(reports):
+    """The report's budget rule reaches the finding per model size: a size whose reference arm does not
+    beat the attention-free level reads untested, with the report's reason, and the others keep their verdict."""
 
-    def raise_the_bar(data):
-        data["attention_free_level"]["bigram"] = lr["best_loss"] - 0.1
+    def groups():
+        return {r["setting"]: (v, r.get("why")) for v, rows in findings.lr_sensitivity(reports)["groups"] for r in rows}
 
-    edit(reports, "lr_sensitivity/summary.json", raise_the_bar)
-    assert findings.lr_sensitivity(reports)["above_attention_free"] == pytest.approx(0.1)
+    before = groups()
+
+    def above_the_level(data):
+        c = next(c for c in data["contrasts"]["lr_sensitivity"] if c["where"].startswith("model=proxy_l"))
+        c["verdict"], c["untested_because"] = "untested", "the reference arm is not below the attention-free level"
+
+    edit(reports, "lr_sensitivity/summary.json", above_the_level)
+    after = groups()
+    assert before["proxy_l"][0] == "lowers"
+    assert after["proxy_l"] == ("untested", "the reference arm is not below the attention-free level")
+    assert {k: v for k, v in after.items() if k != "proxy_l"} == {k: v for k, v in before.items() if k != "proxy_l"}
 
 
 def test_induction_count_and_interval_follow_the_phase_change_steps(reports):

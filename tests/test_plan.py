@@ -14,6 +14,8 @@ import pytest
 
 from attnlab.config.compose import CONF_DIR, compose_config
 from attnlab.data.tasks import MQARDataModule
+from attnlab.studies import report
+from attnlab.studies.report.analysis import cells_from_runs
 from attnlab.studies.report.data import DEFAULT_BUDGET, axes_of, read_runs
 from attnlab.sweeps import plan
 from attnlab.sweeps.sweep import declared_seeds, planned_seeds
@@ -156,3 +158,20 @@ def test_a_resolved_comparison_needs_no_budget():
     assert plan.budget_cell(row | {"resolved": False}) == ("yes" if row["within_budget"] else "no")
     line = next(x for x in plan.markdown(made).splitlines() if x.startswith("| variant: gate vs baseline"))
     assert line.endswith("| resolved | - |")
+
+
+def test_a_reference_arm_at_the_attention_free_level_leaves_its_comparison_untested():
+    """As the report reads it: a comparison whose reference arm ends at or above the attention-free level
+    is untested whatever its p, no seeds are planned for it, and the plan's verdict says so."""
+    frame = runs({"baseline": [1.50, 1.51, 1.49, 1.50, 1.52], "gate": [1.20, 1.21, 1.19, 1.20, 1.22]})
+    clear = plan.build_plan("variants", frame, hours=10)
+    assert clear["comparisons"][0]["resolved"] and plan.verdict(clear).startswith("answered")
+    cells = cells_from_runs(frame, ["variant"])
+    tested_axes, tested, _, question = report.tested_cells("variants", frame, ["variant"], cells)
+    for level, blocked in ((1.49, True), (1.51, False)):  # the baseline's mean val loss is 1.504
+        (row,) = plan.continuous_rows(tested, tested_axes, question, "val/loss", 0.0, cells, level)
+        assert bool(row["unanswerable"]) == blocked and row["resolved"] != blocked
+        assert plan.seeds_cell(row) == ("untested" if blocked else "resolved")
+        assert (row["seeds_needed"] is None) == blocked and plan._answered(row) != blocked
+    made = clear | {"comparisons": [row | {"unanswerable": "the reference arm is not below the attention-free level"}]}
+    assert plan.verdict(made).startswith("untested: in 1 of 1 comparisons the reference arm is not below")

@@ -194,9 +194,6 @@ def lr_sensitivity(reports: Path) -> dict:
     as the report tested them (summary.json's contrasts and interactions)."""
     summary = _json(reports, "lr_sensitivity/summary.json")
     arms = summary["lr_sensitivity"]["arms"]
-    # the budget rule: a model above the attention-free (bigram) level does not use its attention yet
-    best = max(min(a["loss"].values()) for a in arms)
-    above = best - summary["attention_free_level"]["bigram"]
     words = {
         "lower": "lowers",
         "higher": "raises",
@@ -207,8 +204,9 @@ def lr_sensitivity(reports: Path) -> dict:
     }
 
     def row(c: dict, setting: str) -> dict:
-        if c.get("ci95") is None:
-            return {"setting": setting, "verdict": "untested"}
+        # the report's budget rule included: a reference arm above the attention-free level leaves it untested
+        if c.get("ci95") is None or c["verdict"] == "untested":
+            return {"setting": setting, "verdict": "untested", "why": c.get("untested_because")}
         lo, hi = c["ci95"]
         n = min(c["n"]) if "n" in c else None
         return {
@@ -244,8 +242,6 @@ def lr_sensitivity(reports: Path) -> dict:
         "across": f"{crossed[0]['first']} to {crossed[0]['last']}" if crossed else "",
         "max_logit_without": largest_logit(False),
         "max_logit_with": largest_logit(True),
-        "best_loss": best,
-        "above_attention_free": above if above >= 0 else None,
     }
 
 

@@ -28,7 +28,7 @@ from attnlab.cli import command_parser
 from attnlab.config.study import load_study, study_names
 from attnlab.studies.report import onset, tested_cells, write_report
 from attnlab.studies.report.aggregate import load_sweeps
-from attnlab.studies.report.analysis import cells_from_runs, contrasts
+from attnlab.studies.report.analysis import cells_from_runs, contrasts, reference_gap, reference_learned
 from attnlab.studies.report.baseline import experiment_baseline, study_level
 from attnlab.studies.report.data import (
     DEFAULT_BUDGET,
@@ -146,11 +146,16 @@ def exact_seeds(family_size: int, alpha: float = significance.ALPHA) -> int:
     return n
 
 
-def continuous_rows(tested, axes, question, metric: str, floor_sd: float) -> list[dict]:
+def continuous_rows(
+    tested, axes, question, metric: str, floor_sd: float, grid: list | None = None, level: float | None = None
+) -> list[dict]:
     """Per comparison of a continuous outcome: the seeds a side at which Welch's test finds the declared
     difference, each sd taken at its upper 80 % bound (Browne 1995) and never below the metric's resolution, and no fewer
-    than the exact test needs where it decides."""
+    than the exact test needs where it decides. A comparison whose reference arm does not beat the attention-free
+    ``level`` (its best over the ``grid`` cells it shares, as the report reads it) needs a longer budget, not seeds."""
     family = contrasts(tested, axes, question, metric)
+    reference_gap(family, grid or [], level)
+    reference_learned(family, grid or [], question.learned)
     rows = []
     for c in family:
         std_ref = c.test.std_ref if c.test else math.nan
@@ -159,7 +164,9 @@ def continuous_rows(tested, axes, question, metric: str, floor_sd: float) -> lis
         resolved = c.verdict in ("higher", "lower")  # beyond seed noise already: these seeds answer it
         known = all(math.isfinite(sd) and sd > 0 for sd in sds)
         need = None
-        if resolved:
+        if c.unanswerable_because is not None:
+            resolved = False
+        elif resolved:
             need = min(c.n)
         elif known and question.difference:
             need = significance.seeds_needed(*sds, question.difference)
@@ -179,6 +186,7 @@ def continuous_rows(tested, axes, question, metric: str, floor_sd: float) -> lis
                 "p_holm": c.p_holm,
                 "resolved": resolved,
                 "seeds_needed": need,
+                "unanswerable": c.unanswerable_because,
             }
         )
     return rows
@@ -249,7 +257,7 @@ def build_plan(study: str, frame: pd.DataFrame, hours: float | None = None, drop
     rows = (
         learning_rows(frame, axes, question)
         if learning
-        else continuous_rows(tested, tested_axes, question, metric, floor_sd)
+        else continuous_rows(tested, tested_axes, question, metric, floor_sd, cells, level)
     )
     per_seed = sum(seconds.values()) if seconds else None  # one seed of every cell
     most = max(2, int(hours * 3600 * JOBS / per_seed)) if per_seed else None
@@ -290,7 +298,9 @@ def build_plan(study: str, frame: pd.DataFrame, hours: float | None = None, drop
 
 
 def _answered(row: dict) -> bool:
-    """Resolved, or its seeds already detect what the plan plans for."""
+    """Resolved, or its seeds already detect what the plan plans for (never where no seeds can answer it)."""
+    if row.get("unanswerable"):
+        return False
     return row["resolved"] or (row["seeds_needed"] or math.inf) <= min(row["seeds"])
 
 
@@ -316,6 +326,19 @@ def verdict(plan: dict) -> str:
     rows = plan["comparisons"]
     if rows and all(_answered(r) for r in rows):
         return "answered: every comparison is resolved or its seeds detect what the plan plans for"
+    if blocked := [r for r in rows if r.get("unanswerable")]:
+        others = [r for r in rows if not r.get("unanswerable")]
+        rest = (
+            "; the other comparisons are answered"
+            if others and all(_answered(r) for r in others)
+            else f"; {sum(not _answered(r) for r in others)} others need seeds"
+            if others
+            else ""
+        )
+        return (
+            f"untested: in {len(blocked)} of {len(rows)} comparisons {' or '.join(sorted({r['unanswerable'] for r in blocked}))} "
+            f"(a longer budget or an easier task first){rest}"
+        )
     if plan["seeds_for_all"] is None:
         return "untested: no seed spread to plan from (run the plan with --pilot)"
     open_rows = [r for r in rows if not _answered(r)]
@@ -337,6 +360,13 @@ PLANNED_FOR = {
 PLANNED_FOR["onset"] = PLANNED_FOR["learned"] + "; the log-rank test's power now is simulated from the arms' own runs"
 
 
+def seeds_cell(row: dict) -> str:
+    """The seeds a comparison needs: "resolved", "untested" where no number of seeds answers it, else a count."""
+    if row["resolved"]:
+        return "resolved"
+    return "untested" if row.get("unanswerable") else num(row["seeds_needed"], "d")
+
+
 def budget_cell(row: dict) -> str:
     """Whether the study's hours bring a comparison to the seeds it needs; "-" where it needs none."""
     if row["resolved"]:
@@ -344,10 +374,11 @@ def budget_cell(row: dict) -> str:
     return "yes" if row["within_budget"] else "no"
 
 
-def markdown(plan: dict) -> str:
-    def num(x, fmt=".3g"):
-        return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
+def num(x, fmt=".3g") -> str:
+    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
 
+
+def markdown(plan: dict) -> str:
     floor = plan["task_floor"] or {}
     seconds = plan["seconds_per_cell"] or {}
     loads = plan["load_per_cpu"] or {}
@@ -393,7 +424,7 @@ def markdown(plan: dict) -> str:
                 f"| {r['comparison']} | {r['where']} | {r['seeds'][0]}, {r['seeds'][1]} | {num(r['reference'], '.4g')} "
                 f"| {num(r['level'], '.4g')} | {num(r['std_reference'])}, {num(r['std_level'])} | {num(sd[0])}, {num(sd[1])} "
                 f"| {r['test']} | {num(r['p_holm'], '.2g')} "
-                f"| {'resolved' if r['resolved'] else num(r['seeds_needed'], 'd')} | {budget_cell(r)} |"
+                f"| {seeds_cell(r)} | {budget_cell(r)} |"
             )
     lines += ["", "| cell | seconds a run (its median) | machine load per CPU (median) |", "|---|---|---|"]
     lines += [f"| {cell} | {sec:.0f} | {num(loads.get(cell), '.2f')} |" for cell, sec in seconds.items()]

@@ -171,7 +171,7 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
     level = (baseline or {}).get("bigram")
     tested_axes, tested, arms, question = tested_cells(study, frame, axes, cells)
     if arms and draw:
-        lr.plot(arms, (baseline or {}).get("unigram"), out / "lr_sensitivity.png")
+        lr.plot(arms, (baseline or {}).get("unigram"), out / "lr_sensitivity.png", level)
     families, learning = {}, None
     if question.outcome in ("learned", "onset") and frame is not None:  # k of n and onsets, not means
         learning = learning_view(frame, axes, question, out, draw)

@@ -177,12 +177,20 @@ class Comparison:
         return "exact" if self.exact is not None and self.exact_decides else "Welch" if self.test else "-"
 
     @property
-    def untested_because(self) -> str | None:
-        """Why the comparison cannot be answered here, or None."""
+    def unanswerable_because(self) -> str | None:
+        """Why no number of seeds answers the comparison at this budget (its reference arm does not use its
+        attention), or None."""
         if self.below is not None and self.below <= 0:
             return "the reference arm is not below the attention-free level"
         if self.unlearned:
             return "the reference arm has not learned the task"
+        return None
+
+    @property
+    def untested_because(self) -> str | None:
+        """Why the comparison cannot be answered here, or None."""
+        if self.unanswerable_because is not None:
+            return self.unanswerable_because
         if self.p is None:
             return "under two seeds a side"
         if self.exact is not None and self.exact_decides and not self.exact.reachable():

@@ -151,9 +151,10 @@ def sensitivity_frame(arms: list[Arm]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def plot(arms: list[Arm], context_free: float | None, path: Path) -> Path | None:
+def plot(arms: list[Arm], context_free: float | None, path: Path, attention_free: float | None = None) -> Path | None:
     """Final loss against the learning rate, one panel per size, one line per arm (the paper's Fig. 1): mean over
-    seeds with the seeds' range as error bars, the initial loss dashed, the unigram level dotted."""
+    seeds with the seeds' range as error bars, the initial loss dashed, the unigram level dotted, and the
+    attention-free (bigram) level a reference arm's best must beat for its comparison to be tested."""
     sizes = list(dict.fromkeys(a.size_label for a in arms))
     if not sizes:
         return None
@@ -171,6 +172,8 @@ def plot(arms: list[Arm], context_free: float | None, path: Path) -> Path | None
             ax.axhline(group[0].initial, color="k", ls="--", lw=0.8, label="initial loss ln(V)")
         if context_free is not None:
             ax.axhline(context_free, color="grey", ls=":", lw=1.0, label="unigram level")
+        if attention_free is not None:
+            ax.axhline(attention_free, color="tab:red", ls="-.", lw=0.8, label="attention-free (bigram) level")
         ax.set_xscale("log")
         ax.set_title(size or "all", fontsize=9)
         ax.set_xlabel("learning rate")
