@@ -82,7 +82,7 @@ def axes(spec: RunSpec) -> dict:
 def parse_overrides(overrides) -> dict[str, str]:
     """``key=value`` overrides as a dict (``+``/``~`` prefixes dropped)."""
     pairs = (o.lstrip("+~").split("=", 1) for o in overrides or () if "=" in o)
-    return {k: v for k, v in pairs}
+    return dict(pairs)
 
 
 def names_run(key: str, swept: list[str]) -> bool:
