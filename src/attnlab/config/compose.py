@@ -34,3 +34,8 @@ def read_yaml(path: Path):
     training process reads train.yaml's defaults and the experiment files' swept keys for a few key
     names; composing each would cost several times the parse."""
     return yaml.load(Path(path).read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def parse_overrides(overrides) -> dict[str, str]:
+    """``key=value`` overrides as a dict (``+``/``~`` prefixes dropped; a bare flag has no value and is skipped)."""
+    return dict(o.lstrip("+~").split("=", 1) for o in overrides or () if "=" in o)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab.config.compose import CONF_DIR, read_yaml
+from attnlab.config.compose import CONF_DIR, parse_overrides, read_yaml
 from attnlab.config.schema import Schema
 
 
@@ -43,8 +43,7 @@ def default_choices(conf_dir: Path = CONF_DIR) -> dict[str, str]:
 
 def group_choices(overrides) -> dict[str, str]:
     """The group options among ``overrides`` (``attention=sdpa``; ``+``/``~`` prefixes dropped)."""
-    pairs = (o.lstrip("+~").split("=", 1) for o in overrides if "=" in o)
-    return {k: v for k, v in pairs if "." not in k and k in config_groups()}
+    return {k: v for k, v in parse_overrides(overrides).items() if "." not in k and k in config_groups()}
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import os
 import time
 from pathlib import Path
 
+from attnlab.config.compose import parse_overrides
 from attnlab.util.files import atomic_write_text, git_sha, json_safe, write_failure
 
 RESULTS = "results.json"
@@ -68,8 +69,7 @@ def training_fingerprint(config: dict) -> str:
 
 def overrides_dict(overrides: list[str]) -> dict[str, str]:
     """A job's ``key=value`` overrides as a dict (``+``/``~`` prefixes and Hydra's own keys dropped)."""
-    pairs = (o.lstrip("+~").split("=", 1) for o in overrides if "=" in o)
-    return {k: v for k, v in pairs if not k.startswith("hydra")}
+    return {k: v for k, v in parse_overrides(overrides).items() if not k.startswith("hydra")}
 
 
 def finished_before(run_dir: Path, config: dict, overrides: list[str]) -> dict | None:

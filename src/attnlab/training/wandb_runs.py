@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from attnlab.config.compose import parse_overrides
 from attnlab.config.run import RunSpec, config_groups
 from attnlab.config.schema import Schema, axis_keys
 from attnlab.config.study import swept_keys
@@ -77,12 +78,6 @@ def axes(spec: RunSpec) -> dict:
     values["data"] = data.get("source") or data.get("_target_", "").rsplit(".", 1)[-1]
     values["study"] = spec.schema.study
     return values
-
-
-def parse_overrides(overrides) -> dict[str, str]:
-    """``key=value`` overrides as a dict (``+``/``~`` prefixes dropped)."""
-    pairs = (o.lstrip("+~").split("=", 1) for o in overrides or () if "=" in o)
-    return dict(pairs)
 
 
 def names_run(key: str, swept: list[str]) -> bool:
