@@ -28,7 +28,7 @@ from attnlab.cli import command_parser
 from attnlab.config.study import load_study, study_names
 from attnlab.studies.report import onset, tested_cells, write_report
 from attnlab.studies.report.aggregate import load_sweeps
-from attnlab.studies.report.analysis import cells_from_runs, contrasts, reference_gap, reference_learned
+from attnlab.studies.report.analysis import cells_from_runs, contrasts
 from attnlab.studies.report.baseline import experiment_baseline, study_level
 from attnlab.studies.report.data import (
     DEFAULT_BUDGET,
@@ -153,9 +153,7 @@ def continuous_rows(
     difference, each sd taken at its upper 80 % bound (Browne 1995) and never below the metric's resolution, and no fewer
     than the exact test needs where it decides. A comparison whose reference arm does not beat the attention-free
     ``level`` (its best over the ``grid`` cells it shares, as the report reads it) needs a longer budget, not seeds."""
-    family = contrasts(tested, axes, question, metric)
-    reference_gap(family, grid or [], level)
-    reference_learned(family, grid or [], question.learned)
+    family = contrasts(tested, axes, question, metric, grid, level)
     rows = []
     for c in family:
         std_ref = c.test.std_ref if c.test else math.nan
@@ -164,11 +162,9 @@ def continuous_rows(
         resolved = c.verdict in ("higher", "lower")  # beyond seed noise already: these seeds answer it
         known = all(math.isfinite(sd) and sd > 0 for sd in sds)
         need = None
-        if c.unanswerable_because is not None:
-            resolved = False
-        elif resolved:
+        if resolved:
             need = min(c.n)
-        elif known and question.difference:
+        elif known and question.difference and c.unanswerable_because is None:
             need = significance.seeds_needed(*sds, question.difference)
             need = max(need, exact_seeds(len(family))) if need is not None else None
         rows.append(
@@ -327,14 +323,13 @@ def verdict(plan: dict) -> str:
     if rows and all(_answered(r) for r in rows):
         return "answered: every comparison is resolved or its seeds detect what the plan plans for"
     if blocked := [r for r in rows if r.get("unanswerable")]:
-        others = [r for r in rows if not r.get("unanswerable")]
-        rest = (
-            "; the other comparisons are answered"
-            if others and all(_answered(r) for r in others)
-            else f"; {sum(not _answered(r) for r in others)} others need seeds"
-            if others
-            else ""
-        )
+        open_others = sum(not _answered(r) for r in rows if not r.get("unanswerable"))
+        if open_others:
+            rest = f"; {open_others} others need seeds"
+        elif len(blocked) < len(rows):
+            rest = "; the other comparisons are answered"
+        else:
+            rest = ""
         return (
             f"untested: in {len(blocked)} of {len(rows)} comparisons {' or '.join(sorted({r['unanswerable'] for r in blocked}))} "
             f"(a longer budget or an easier task first){rest}"
@@ -409,7 +404,7 @@ def markdown(plan: dict) -> str:
             lines.append(
                 f"| {r['comparison']} | {r['where']} | {r['seeds'][0]}, {r['seeds'][1]} | {r['reference']} | {r['level']} "
                 f"| {r['test']} | {num(r['p_holm'], '.2g')} | {num(r['power_never_learns'], '.2f')} "
-                f"| {num(r['power_logrank'], '.2f')} | {'resolved' if r['resolved'] else num(r['seeds_needed'], 'd')} "
+                f"| {num(r['power_logrank'], '.2f')} | {seeds_cell(r)} "
                 f"| {budget_cell(r)} |"
             )
     else:

@@ -23,6 +23,7 @@ from pathlib import Path
 from attnlab.attention.stats import METRICS
 from attnlab.cli import command_parser
 from attnlab.config.study import load_study, study_names
+from attnlab.sweeps.sweep import unknown_study
 from attnlab.training.wandb_runs import axis_name
 
 SECTIONS = {
@@ -220,11 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--logs", default="logs", help="where the runs are (--offline)")
     args = parser.parse_args(argv)
-    if args.study is not None and args.study not in study_names():
-        print(
-            f"attnlab: error: --study {args.study!r} is not a study; expected one of {', '.join(study_names())}",
-            file=sys.stderr,
-        )
+    if args.study is not None and (refusal := unknown_study(args.study, "--study")):
+        print(refusal, file=sys.stderr)
         return 2
     if args.layers is not None and args.layers < 1:
         print(f"attnlab: error: --layers {args.layers}: expected a positive integer", file=sys.stderr)

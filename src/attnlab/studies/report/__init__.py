@@ -176,9 +176,7 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
     if question.outcome in ("learned", "onset") and frame is not None:  # k of n and onsets, not means
         learning = learning_view(frame, axes, question, out, draw)
     for metric in question.metrics if learning is None else ():
-        family = analysis.contrasts(tested, tested_axes, question, metric)
-        analysis.reference_gap(family, cells, level)
-        analysis.reference_learned(family, cells, question.learned)
+        family = analysis.contrasts(tested, tested_axes, question, metric, cells, level)
         if family:
             families[metric] = family
     crossed = (

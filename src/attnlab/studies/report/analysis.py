@@ -239,8 +239,17 @@ def compare_exactly(ref: Cell, lvl: Cell, metric: str) -> tuple[significance.Exa
     return significance.permutation(a, b), significance.exact_decides(a, b)
 
 
-def contrasts(cells: list[Cell], axes: list[str], question: SweepQuestion, metric: str) -> list[Comparison]:
-    """Each compared level against the reference at every setting of the other axes; Holm over the family."""
+def contrasts(
+    cells: list[Cell],
+    axes: list[str],
+    question: SweepQuestion,
+    metric: str,
+    grid: list[Cell] | None = None,
+    level: float | None = None,
+) -> list[Comparison]:
+    """Each compared level against the reference at every setting of the other axes; Holm over the family.
+    With the ``grid`` of run cells, each reference arm is also checked against the attention-free ``level``
+    and the question's ``learned`` (``reference_gap``, ``reference_learned``): the budget rule every reader shares."""
     by_key = {tuple(c.axes[a] for a in axes): c for c in cells}
     out = []
     for axis, declared in question.compare:
@@ -274,6 +283,9 @@ def contrasts(cells: list[Cell], axes: list[str], question: SweepQuestion, metri
         c.p_holm = p
         if c.test and question.difference and metric == question.metrics[0]:
             c.seeds_needed = seeds_to_detect(c.test, question.difference)
+    if grid is not None:
+        reference_gap(out, grid, level)
+        reference_learned(out, grid, question.learned)
     return out
 
 
