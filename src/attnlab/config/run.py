@@ -26,19 +26,16 @@ def config_groups(conf_dir: Path = CONF_DIR) -> frozenset[str]:
 
 
 @cache
-def _default_choices(conf_dir: Path) -> tuple[tuple[str, str], ...]:
+def default_choices(conf_dir: Path = CONF_DIR) -> dict[str, str]:
+    """train.yaml's defaults list: group -> option (what a run without that override uses); read once,
+    so callers merge it into a new dict rather than change it."""
     choices = {}
     for entry in read_yaml(conf_dir / "train.yaml").get("defaults") or []:
         if isinstance(entry, dict):
             for group, option in entry.items():
                 if option is not None and not str(group).startswith("optional "):
                     choices[str(group)] = str(option)
-    return tuple(choices.items())
-
-
-def default_choices(conf_dir: Path = CONF_DIR) -> dict[str, str]:
-    """train.yaml's defaults list: group -> option (what a run without that override uses)."""
-    return dict(_default_choices(conf_dir))
+    return choices
 
 
 def group_choices(overrides) -> dict[str, str]:
