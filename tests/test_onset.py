@@ -73,12 +73,13 @@ def test_kv_frontier_stops_multi_head_at_its_onset_and_records_it(tmp_path):
         tmp_path,
     )
     metrics = train(cfg)
-    results = json.loads((tmp_path / "results.json").read_text())["metrics"]
+    record = json.loads((tmp_path / "results.json").read_text())
+    results = record["metrics"]
     assert results["onset/censored"] == 0.0
     assert results["onset/step"] == metrics["step"] < 1500
     assert results["onset/step"] % 250 == 0 and results["val/acc"] >= 0.9
     assert results["machine/cpus"] >= 1 and results["machine/load"] >= 0
-    assert results["machine/threads"] == torch.get_num_threads()
+    assert record["provenance"]["threads"] == torch.get_num_threads()
 
 
 def onset_runs(arms: dict[str, list[tuple[int, bool]]]):

@@ -7,9 +7,12 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
+import attnlab
 from attnlab.attention import BACKENDS
 from attnlab.config.compose import CONF_DIR, compose_config
+from attnlab.training.results import training_fingerprint
 from attnlab.training.train import train
 
 GROUPS = ["attention", "model", "data", "trainer", "logger", "callbacks"]
@@ -60,7 +63,12 @@ def test_smoke_training_every_backend_writes_results(backend, model, make_cfg):
     for key in ("train/loss", "val/loss", "val/ppl", "val/acc", "perf/tokens_per_s"):
         assert key in results["metrics"] and results["metrics"][key] == pytest.approx(metrics[key])
     assert results["config"]["model"]["attention"]["backend"] == backend
-    assert set(results) >= {"status", "error", "overrides", "config", "attention", "metrics", "wall_s", "git_sha"}
+    assert set(results) >= {"status", "error", "overrides", "config", "attention", "metrics", "wall_s", "provenance"}
+    made = results["provenance"]
+    assert made["config"] == training_fingerprint(results["config"]) and made["threads"] == torch.get_num_threads()
+    assert made["torch"] == torch.__version__ and made["device"].split(":")[0] == "cpu"
+    assert made["version"] == attnlab.__version__ and made["dirty"] in (True, False)
+    assert len(made["commit"]) == 40  # the checkout the tests run in
 
 
 def test_llama_preset_trains_with_the_default_callbacks(make_cfg):

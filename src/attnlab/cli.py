@@ -40,6 +40,11 @@ COMMANDS = {
         "cli",
         "reproduce and check the source articles' claims (--mode fast|full)",
     ),
+    "verify": (
+        "attnlab.studies.verify",
+        "main",
+        "train committed rows of reports/<study>/runs.csv again and compare them bit for bit (--seeds, --stamp)",
+    ),
     "bench": ("attnlab.tools.bench.__main__", "main", "kernel, memory and training-throughput benchmarks (--mode)"),
     "sample": ("attnlab.inference.sample", "main", "generate text from a run's checkpoint (default: the latest run)"),
     "analyze": ("attnlab.inference.analyze", "main", "head scores and head types of a run dir or checkpoint"),

@@ -3,8 +3,8 @@
 Wall times measure the machine as much as the run; the planner prices seeds from them, so each
 run records the 1-minute load average sampled every ``every_n_steps`` steps (and at its start and
 end) beside ``os.cpu_count()``. ``machine/load_per_cpu`` above 1 means the run waited for a core.
-``machine/threads`` is torch's intra-op thread count: a CPU run's numbers are reproducible bit for bit
-at the same count and not across counts (the kernels' reductions split differently).
+Torch's thread count, which decides whether a CPU run repeats bit for bit, is part of the run's provenance
+(``training.results.provenance``), not of this record.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 
 import lightning as L
-import torch
 
 
 def load_now() -> float | None:
@@ -26,14 +25,12 @@ class MachineLoad(L.Callback):
     def __init__(self, every_n_steps: int = 100):
         self.every_n_steps = every_n_steps
         self.samples: list[float] = []
-        self.threads: int | None = None
 
     def _sample(self) -> None:
         if (value := load_now()) is not None:
             self.samples.append(value)
 
     def on_fit_start(self, trainer, pl_module):
-        self.threads = torch.get_num_threads()
         self._sample()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
@@ -52,5 +49,4 @@ class MachineLoad(L.Callback):
             "machine/load_max": max(self.samples),
             "machine/cpus": float(os.cpu_count() or 1),
             "machine/load_per_cpu": mean / (os.cpu_count() or 1),
-            "machine/threads": float(self.threads or torch.get_num_threads()),
         }

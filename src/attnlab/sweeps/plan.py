@@ -50,16 +50,16 @@ JOBS = 2  # runs at once, as `make sweep` runs them on two cores
 
 
 def current_rows(frame: pd.DataFrame, study: str) -> tuple[pd.DataFrame, int]:
-    """The rows trained with today's settings of their cell (rows older than the fingerprint column are
-    kept: nothing says they differ); returns them and how many rows were left out."""
+    """The rows trained with today's settings of their cell (a row without a fingerprint is left out: the
+    sweep trains its cell and seed again); returns them and how many rows were left out."""
     if "config" not in frame:
-        return frame, 0
+        return frame.iloc[0:0], len(frame)
     axes = axes_of(frame)
     keep = []
     cache: dict[tuple, str] = {}
     for _, row in frame.iterrows():
         if not row["config"]:
-            keep.append(True)
+            keep.append(False)
             continue
         key = (*(str(row[a]) for a in axes), row["budget"])
         if key not in cache:

@@ -37,9 +37,8 @@ def unfinished_sweep(logs: Path, spec: dict) -> Path | None:
 
 
 def committed_runs(study: str, reports: Path = Path("reports")) -> tuple[Path, list[dict]]:
-    """The finished rows of reports/<study>/runs.csv, each with its training fingerprint; an older row, written
-    before the column, has none and is skipped on its cell and seed alone: the report keeps such a row over a
-    new run of the same cell and seed, so training it again would add nothing."""
+    """The finished rows of reports/<study>/runs.csv, each with its training fingerprint; a row without one
+    (written before the column) is trained again, and the report replaces it with that run."""
     path = Path(reports) / study / "runs.csv"
     if not path.is_file():
         return path, []

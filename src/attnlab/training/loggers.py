@@ -103,7 +103,7 @@ def start_loggers(blocks: DictConfig | None, spec: RunSpec, record: RunRecord) -
 def log_config(loggers: list, spec: RunSpec, record: RunRecord, identity: dict) -> None:
     """Every axis under its short name (W&B's columns), the sweep stamp, and the run's provenance."""
     with phases.phase("loggers: log config"):
-        provenance = {k: record.data[k] for k in ("config", "overrides", "git_sha")}
+        provenance = {k: record.data[k] for k in ("config", "overrides", "provenance")}
         hparams = {**wandb_runs.axes(spec), "sweep": identity["sweep"], **provenance}
         for lg in loggers:
             lg.log_hyperparams(dict(hparams))

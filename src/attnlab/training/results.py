@@ -8,8 +8,11 @@ import os
 import time
 from pathlib import Path
 
+import torch
+
+import attnlab
 from attnlab.config.compose import parse_overrides
-from attnlab.util.files import atomic_write_text, git_sha, json_safe, write_failure
+from attnlab.util.files import atomic_write_text, json_safe, source_commit, write_failure
 
 RESULTS = "results.json"
 # set by a sweep: the JSON file of runs its study has already finished (studies/resume.py writes it)
@@ -42,7 +45,7 @@ class RunRecord:
             "metrics": {},
             "resumed_from": None,  # {"path", "step", "skipped"} when the run continued a checkpoint
             "wall_s": None,
-            "git_sha": git_sha(),
+            "provenance": provenance(config),
         }
 
     def finish(self, status: str, metrics: dict | None = None, error: str | None = None, **extra) -> None:
@@ -55,6 +58,40 @@ class RunRecord:
                 atomic_write_text(self.path, text)
             except (OSError, RuntimeError) as err:
                 raise write_failure("the run record", self.path, len(text.encode()), err) from None
+
+
+# what made a run, beside its metrics in results.json and runs.csv: two rows are one experiment only where
+# the fingerprint agrees, and a CPU row comes back bit for bit only at the same torch, device and threads
+PROVENANCE = ("config", "version", "commit", "dirty", "torch", "device", "threads")
+
+
+def provenance(config: dict, device: torch.device | None = None) -> dict:
+    """What made the run: its training fingerprint, attnlab's version and source commit (``dirty`` where
+    src/ or conf/ differ from it), torch's version, the device it trained on and torch's thread count."""
+    commit, dirty = source_commit()
+    return {
+        "config": training_fingerprint(config),
+        "version": attnlab.__version__,
+        "commit": commit,
+        "dirty": dirty,
+        "torch": torch.__version__,
+        "device": describe_device(device) if device is not None else None,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def describe_device(device: torch.device) -> str:
+    """``cpu: <model>`` or ``cuda: <name>``: the kernels a run's reductions ran on."""
+    if device.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(device)}"
+    model = ""
+    try:
+        model = next(
+            (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), ""
+        )
+    except OSError:
+        pass
+    return f"{device.type}: {model}" if model else device.type
 
 
 def training_fingerprint(config: dict) -> str:
@@ -74,9 +111,8 @@ def overrides_dict(overrides: list[str]) -> dict[str, str]:
 
 def finished_before(run_dir: Path, config: dict, overrides: list[str]) -> dict | None:
     """Where a sweep's job already finished, or None: its own run dir's ok results.json with the same
-    training fingerprint, or a row of the study's runs.csv with the same cell, seed and fingerprint, or with
-    none (a row older than the column, which the report keeps over a new run) (the file named by
-    ``$ATTNLAB_FINISHED``). Only inside a sweep that set that variable."""
+    training fingerprint, or a row of the study's runs.csv with the same cell, seed and fingerprint (the
+    file named by ``$ATTNLAB_FINISHED``). Only inside a sweep that set that variable."""
     listing = os.environ.get(FINISHED_ENV)
     if not listing:
         return None
@@ -94,8 +130,8 @@ def finished_before(run_dir: Path, config: dict, overrides: list[str]) -> dict |
         rows = json.loads(Path(listing).read_text())["runs"]
     except (OSError, ValueError, KeyError):
         return None
-    for row in rows:
-        if row["config"] in (fingerprint, "") and str(row["seed"]) == seed:
+    for row in rows:  # a row without a fingerprint is trained again: the report replaces it with the new run
+        if row["config"] == fingerprint and str(row["seed"]) == seed:
             if all(given.get(axis, "-") == value for axis, value in row["axes"].items()):
                 return {"where": row["where"], "in_run_dir": False}
     return None

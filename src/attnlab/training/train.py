@@ -47,6 +47,7 @@ from attnlab.training.results import (
     RunRecord,
     finished_before,
     is_rank_zero,
+    provenance,
     resumable,
     training_fingerprint,
 )
@@ -148,7 +149,7 @@ def open_record(cfg: DictConfig, config: dict, job: Job, run_dir: Path) -> RunRe
         cfg.resume = config["resume"] = True
     if is_rank_zero() and os.environ.get(FINISHED_ENV):
         atomic_write_text(run_dir / FINGERPRINT, training_fingerprint(config) + "\n")
-    with phases.phase("results: run record (git sha)"):
+    with phases.phase("results: run record (provenance)"):
         record = RunRecord(run_dir, config, job.overrides)
     record.data["slurm"] = slurm_job()
     return record
@@ -271,6 +272,7 @@ def train(cfg: DictConfig) -> dict:
         module = build_module(typed, dm, init_from)
         callbacks = run_callbacks(cfg.get("callbacks"), spec)
         built.trainer = trainer = build_trainer(cfg.trainer, spec, built.loggers, callbacks)
+        record.data["provenance"].update(provenance(config, trainer.strategy.root_device))
         built.estimate = check_memory(typed, module, dm, trainer)
         check_kernel_runs(module, typed, trainer)
         log_config(built.loggers, spec, record, identity)

@@ -28,6 +28,25 @@ def git_sha(cwd: str | Path | None = None) -> str | None:
         return None
 
 
+def source_commit() -> tuple[str | None, bool | None]:
+    """The commit of the code that is running (the checkout holding this package, wherever the process
+    started) and whether its src/ or conf/ differ from it; (None, None) for an installed wheel."""
+    root = Path(__file__).resolve().parents[3]
+    if not (root / ".git").exists():
+        return None, None
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        if sha.returncode:
+            return None, None
+        # only what a run executes or composes: a changed report or doc does not make a run's code dirty
+        diff = subprocess.run(
+            ["git", "diff", "--quiet", "HEAD", "--", "src", "conf"], cwd=root, capture_output=True, timeout=10
+        )
+        return sha.stdout.strip(), bool(diff.returncode)
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+
+
 @contextmanager
 def atomic_file(path: Path, mode: str = "w"):
     """Open a temp file beside ``path``; on success fsync and rename it over ``path``.

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import jinja2
+import markupsafe
 
 from attnlab.util import significance
 from attnlab.writing.markdown import markdown_table
@@ -163,6 +164,14 @@ def paragraph(text: str) -> str:
     return re.sub(r"(?<=\S) *\n *(?=\S)", " ", text)
 
 
+def md_inline(text: str) -> markupsafe.Markup:
+    """A line of Markdown's inline code and links as HTML (escaped first): the one sentence a page shares
+    with its Markdown twin."""
+    html = str(markupsafe.escape(text))
+    html = re.sub(r"`([^`]+)`", r"<code>\1</code>", html)
+    return markupsafe.Markup(re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", r'<a href="\2">\1</a>', html))
+
+
 TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("attnlab.writing", "templates"),
     undefined=jinja2.StrictUndefined,
@@ -179,6 +188,7 @@ TEMPLATES.filters.update(
     cell=cell,
     signed=lambda t: signed_ci(t.diff, t.lo, t.hi),
     md_table=md_table,
+    md_inline=md_inline,
     paragraph=paragraph,
     label=label,
     short=short,

@@ -16,7 +16,7 @@ import pandas as pd
 
 from attnlab.analysis.phase import head_history
 from attnlab.config.study import load_study, study_names
-from attnlab.studies.report import analysis, lr, onset, plots, render, summary
+from attnlab.studies.report import analysis, lr, onset, plots, provenance, render, summary
 from attnlab.studies.report.aggregate import group_cells, load_sweeps, recording_differences, swept_axes
 from attnlab.studies.report.baseline import baseline_of
 from attnlab.studies.report.data import (
@@ -162,10 +162,14 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
         meta["sweep_dir"] = shown(meta["sweep_dir"])
     study = meta.get("study") or out.name
     frame = read_runs(out / "runs.csv") if (out / "runs.csv").is_file() else None
+    unpooled = []
     if frame is not None:
         frame = frame[frame["budget"] == frame["budget"].iloc[0]]
+        made = provenance.made_by(frame)
+        frame, unpooled = provenance.one_experiment(frame, axes_of(frame), str(out / "runs.csv"))
         axes, cells = axes_of(frame), analysis.cells_from_runs(frame)
     else:
+        made = provenance.made_by(None)
         axes, cells = analysis.cells_from_summaries(pd.read_csv(out / "ablation.csv", dtype=str, keep_default_na=False))
     baseline = meta.get("attention_free_level")
     level = (baseline or {}).get("bigram")
@@ -224,6 +228,9 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
         if frame is not None
         else [],
         "recording": meta.get("recording_differences") or [],
+        "made_by": made,
+        "unpooled": unpooled,
+        "verified": provenance.verification(out),
         "alpha": significance.ALPHA,
         "outcomes": significance.OUTCOMES,
         "learning": learning,

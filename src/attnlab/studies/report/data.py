@@ -2,8 +2,9 @@
 
 Columns: the swept axes (the config keys that differ between runs, as the override spelled them),
 then ``seed``, ``budget`` (``default``, or the extra overrides a sweep ran with, e.g. ``debug=smoke``),
-``status``, ``error``, ``config`` (a hash of what the run trained: ``training_fingerprint``), ``run`` (the
-run dir's name), then every final metric the run logged (per-layer
+``status``, ``error``, what made the run (``config``: a hash of what it trained, ``training_fingerprint``;
+``version``, ``commit`` and ``dirty``: attnlab's code; ``torch``, ``device``, ``threads``: what it ran on,
+``results.PROVENANCE``), ``run`` (the run dir's name), then every final metric the run logged (per-layer
 ones included), each run's head types per layer (``head_type/L{i}/{type}``: heads of that type) and the
 step of its phase change (``phase/step``, where ``phase/measured`` is 1). A notebook opens it with
 ``pandas.read_csv``; ``read_runs`` keeps the axes as text (``0.02`` and ``fan_in`` in one column).
@@ -23,10 +24,10 @@ from attnlab.analysis.phase import head_history, phase_change_step
 from attnlab.config.compose import compose_config
 from attnlab.studies.report.aggregate import IGNORED_AXES, RENAMED_KEYS, RunResult, swept_axes
 from attnlab.studies.report.lr import SIZE_AXES
-from attnlab.training.results import TRAINING, training_fingerprint
+from attnlab.training.results import PROVENANCE, TRAINING, training_fingerprint
 from attnlab.training.settle import settle
 
-META = ["seed", "budget", "status", "error", "config", "run"]
+META = ["seed", "budget", "status", "error", *PROVENANCE, "run"]
 DEFAULT_BUDGET = "default"
 # per-step values and bookkeeping that results.json keeps beside the final metrics
 SKIPPED = ("train/", "step", "epoch", "lr-")
@@ -40,7 +41,7 @@ def axes_of(frame: pd.DataFrame) -> list[str]:
 def read_runs(path: Path) -> pd.DataFrame:
     header = pd.read_csv(path, nrows=0).columns
     axes = list(header[: list(header).index("seed")])
-    text = {c: str for c in [*axes, "budget", "status", "error", "config", "run"]}
+    text = {c: str for c in [*axes, *META] if c != "seed"}
     frame = pd.read_csv(path, dtype=text, keep_default_na=False, na_values={c: [""] for c in header if c not in text})
     frame["seed"] = pd.to_numeric(frame["seed"], errors="coerce").astype("Int64")
     return frame
@@ -71,6 +72,20 @@ def _number(value) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def provenance_of(results: dict) -> dict[str, str]:
+    """A run's provenance columns as text ("" where unknown); a results.json written before the block keeps
+    its fingerprint and its git sha (``-dirty`` then meant any tracked file)."""
+    made = dict(results.get("provenance") or {})
+    if not made:
+        sha = results.get("git_sha") or ""
+        made = {"commit": sha.removesuffix("-dirty"), "dirty": sha.endswith("-dirty") if sha else None}
+        if (threads := (results.get("metrics") or {}).get("machine/threads")) is not None:
+            made["threads"] = int(threads)
+    if results.get("config"):
+        made["config"] = training_fingerprint(results["config"])
+    return {k: "" if made.get(k) is None else str(made[k]) for k in PROVENANCE}
+
+
 def frame_from_runs(runs: list[RunResult], declared_axes: list[str] = ()) -> pd.DataFrame:
     """runs.csv's rows from the runs' results.json (and heads.json for the head types over training)."""
     axes = swept_axes(runs)
@@ -83,12 +98,13 @@ def frame_from_runs(runs: list[RunResult], declared_axes: list[str] = ()) -> pd.
             budget=budget_of(run, axes),
             status=run.results.get("status") or "unknown",
             error=run.results.get("error") or "",
-            config=training_fingerprint(run.results["config"]) if run.results.get("config") else "",
+            **provenance_of(run.results),
             run=run.dir.name,
         )
         if run.ok:
             metrics = run.results.get("metrics", {})
             row.update({k: v for k, v in metrics.items() if not k.startswith(SKIPPED) and _number(v) is not None})
+            row.pop("machine/threads", None)  # a provenance column now
             if _number(run.results.get("wall_s")) is not None:  # what the plan times a run by
                 row["wall_s"] = run.results["wall_s"]
             layers = run.results.get("config", {}).get("model", {}).get("n_layer", 0)
@@ -183,9 +199,14 @@ def merge(
             "or --replace (REPLACE=1) to start the table from these runs"
         )
     key = [*axes, "seed"]
-    seen = both[0][key].astype(str).apply(tuple, axis=1)
-    dup = both[1][key].astype(str).apply(tuple, axis=1).isin(set(seen))
-    merged = pd.concat([both[0], both[1][~dup]], ignore_index=True)
+    seen, arriving = (f[key].astype(str).apply(tuple, axis=1) for f in both)
+    proven = [f["config"].fillna("").astype(str) != "" if "config" in f else f["seed"].isna() for f in both]
+    # a committed row without a fingerprint gives way to a new run of its cell and seed that has one
+    superseded = seen.isin(set(arriving[proven[1]])) & ~proven[0]
+    dup = arriving.isin(set(seen[~superseded]))
+    for cell in seen[superseded]:
+        print(f"attnlab: {where}: {', '.join(map(str, cell))} had no training fingerprint: replaced by the new run")
+    merged = pd.concat([both[0][~superseded], both[1][~dup]], ignore_index=True)
     metrics = [c for c in merged.columns if c not in axes and c not in META]
     return merged[[*axes, *(c for c in META if c in merged), *metrics]], both[1][dup]
 
