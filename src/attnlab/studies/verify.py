@@ -34,7 +34,7 @@ from attnlab.studies.report.data import (
     read_runs,
     write_runs,
 )
-from attnlab.studies.report.provenance import VERIFY, cell_label
+from attnlab.studies.report.provenance import VERIFY
 from attnlab.training.results import PROVENANCE, RESULTS, provenance, training_fingerprint
 from attnlab.util.files import atomic_write_text
 
@@ -131,15 +131,13 @@ def train_again(study: str, row: pd.Series, axes: list[str], threads: str, run_d
     return json.loads(results.read_text())
 
 
-def check(study: str, row: pd.Series, axes: list[str], here: str, scratch: Path) -> Check:
+def check(study: str, row: pd.Series, axes: list[str], here: str, run_dir: Path) -> Check:
     threads = str(row.get("threads") or "") or SWEEP_THREADS
     found = Check({a: str(row[a]) for a in axes}, str(row["budget"]), int(row["seed"]), threads)
     if (reason := why_not(row, study, axes, here)) is not None:
         found.detail = reason
         return found
-    results = train_again(
-        study, row, axes, threads, scratch / f"{cell_label(row, axes)}-{found.seed}".replace("/", "_")
-    )
+    results = train_again(study, row, axes, threads, run_dir)
     if results.get("status") != "ok":
         found.detail = f"the run did not finish: {results.get('error')}"
         return found
@@ -174,7 +172,8 @@ def verify(study: str, reports: Path, seeds: int | None, jobs: int, do_stamp: bo
     rows = sample(frame, seeds)
     with tempfile.TemporaryDirectory(prefix=f"attnlab-verify-{study}-") as scratch:
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            checks = list(pool.map(lambda r: check(study, r, axes, here, Path(scratch)), rows))
+            runs = [(row, Path(scratch) / str(i)) for i, row in enumerate(rows)]  # a run dir Hydra's grammar takes
+            checks = list(pool.map(lambda job: check(study, job[0], axes, here, job[1]), runs))
     record = {k: made[k] for k in ("version", "commit", "dirty", "torch", "device")} | {
         "threads": sorted({c.threads for c in checks}),
         "cells": [asdict(c) for c in checks],
@@ -216,11 +215,12 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"attnlab: {', '.join(f'{k}={v}' for k, v in found.cell.items())} seed {found.seed}: {found.verdict} ({found.detail})"
         )
-    differs = sum(c.verdict == "differs" for c in checks)
+    count = {v: sum(c.verdict == v for c in checks) for v in ("identical", "differs", "not checkable")}
     print(
-        f"attnlab: {len(checks) - differs} of {len(checks)} cells did not differ -> {args.reports / args.study / VERIFY}"
+        f"attnlab: {count['identical']} identical, {count['differs']} differ, {count['not checkable']} not checkable "
+        f"-> {args.reports / args.study / VERIFY}"
     )
-    return 1 if differs else 0
+    return 0 if count["identical"] and not count["differs"] else 1  # nothing compared is no check
 
 
 if __name__ == "__main__":
