@@ -40,6 +40,11 @@ COMMANDS = {
         "cli",
         "reproduce and check the source articles' claims (--mode fast|full)",
     ),
+    "render": (
+        "attnlab.studies.rerender",
+        "main",
+        "every page and figure under reports/ again from its committed data (--check: orphans and stale pages)",
+    ),
     "verify": (
         "attnlab.studies.verify",
         "main",

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnlab.analysis.phase import head_history
 from attnlab.config.study import load_study, study_names
-from attnlab.studies.report import analysis, lr, onset, plots, provenance, render, summary
-from attnlab.studies.report.aggregate import group_cells, load_sweeps, recording_differences, swept_axes
+from attnlab.studies.report import analysis, history, lr, onset, plots, provenance, render, summary
+from attnlab.studies.report.aggregate import load_sweeps, recording_differences
 from attnlab.studies.report.baseline import baseline_of
 from attnlab.studies.report.data import (
     DEFAULT_BUDGET,
@@ -106,17 +105,11 @@ def build_report(sweep_dirs, reports: Path = Path("reports"), replace: bool = Fa
             recording_differences=recording_differences(runs),
         )
         out.mkdir(parents=True, exist_ok=True)
-        ids = set(rows["run"])
-        if (
-            fresh and draw
-        ):  # the plots over training need the runs' histories: drawn when the report is these runs alone
-            cells = group_cells([r for r in runs if r.dir.name in ids], swept_axes(runs))
-            plots.max_logit_over_training(cells, out / "max_logit_over_training.png")
-            plots.extreme_tokens_over_training(cells, out / "sink_formation.png")
-            plots.heads_over_training(
-                {c.label: [h for r in c.ok_runs if len(h := head_history(r.dir)) > 1] for c in cells},
-                out / "heads_over_training.png",
-            )
+        added = rows[~rows["run"].isin(set(duplicates["run"]))]
+        traces = history.of_runs(runs, axes, added)
+        if not traces.empty or (fresh and (out / history.HISTORIES).is_file()):
+            kept = None if fresh else history.read(out)
+            write_runs(history.merged(kept, traces, axes), out / history.HISTORIES)
         write_runs(merged, out / "runs.csv")
         written = write_report(out, meta, draw)
         log_summary_run(name, out, sorted(out.glob("*.png")), runs, sweep_dirs[0])
@@ -191,6 +184,7 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
     effects = analysis.pooled(cells, axes, "val/loss") if not arms and learning is None else []
     if draw:
         plots.final_value_plots(cells, axes, level, out, question.metrics[0])
+        over_training(out, frame, axes)
     view = {
         "study": study,
         "axes": axes,
@@ -244,6 +238,21 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
     data = {**meta, **summary.summary_json(view, frame, cells, effects, arms, out)}
     atomic_write_text(out / "summary.json", json.dumps(data, indent=2, default=summary.json_default) + "\n")
     return data
+
+
+def over_training(out: Path, frame, axes: list[str]) -> None:
+    """The figures over training, from histories.csv's rows of the runs the report pools."""
+    traces = history.read(out)
+    if traces is None or frame is None:
+        return
+    stats = history.by_cell(traces, frame, axes, "stats")
+    plots.max_logit_over_training(stats, out / "max_logit_over_training.png")
+    plots.extreme_tokens_over_training(stats, out / "sink_formation.png")
+    heads = [
+        (label, cell, [h for h in seeds if len(h) > 1])
+        for label, cell, seeds in history.by_cell(traces, frame, axes, "heads")
+    ]
+    plots.heads_over_training(heads, out / "heads_over_training.png")
 
 
 def learning_view(frame, axes: list[str], question: analysis.SweepQuestion, out: Path, draw: bool) -> dict:

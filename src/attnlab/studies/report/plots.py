@@ -1,6 +1,6 @@
 """Plots of a sweep: a metric against a numeric axis (one line per other-axes combination),
-per-layer entropy against d_k, max logit over training from each run's attention_stats.jsonl,
-and the head analysis over training from each run's heads.json."""
+per-layer entropy against d_k, and the max logit, first-token statistics and head analysis over
+training from the histories the report keeps (``history``)."""
 
 from __future__ import annotations
 
@@ -163,6 +163,13 @@ def layer_stat_vs_axis(cells, x_axis: str, stat: str, layers: int, path: Path) -
     return save(fig, path)
 
 
+class _Cell:
+    """A cell as the figures over training read it: its label and axes."""
+
+    def __init__(self, label: str, axes: dict):
+        self.label, self.axes = label, axes
+
+
 def _colour_axis(cells) -> str | None:
     """The axis a study compares (the scaling rule when swept, else the one with the fewest levels): colours
     within a panel; the other axes make the panels."""
@@ -174,12 +181,11 @@ def _colour_axis(cells) -> str | None:
     return min(axes, key=lambda a: (len({c.axes[a] for c in cells}), axes.index(a)))
 
 
-def max_logit_over_training(cells: list[Cell], path: Path) -> Path | None:
-    """Max over layers of the max logit against the step, every finished seed drawn: one panel per combination
-    of the other axes, one colour per level of the compared axis (``_colour_axis``), legend outside."""
-    with_history = [(cell, [(run, read_history(run.dir)) for run in cell.ok_runs]) for cell in cells]
-    with_history = [(cell, [(r, h) for r, h in runs if h]) for cell, runs in with_history]
-    with_history = [(cell, runs) for cell, runs in with_history if runs]
+def max_logit_over_training(groups: list[tuple[str, dict, list[list[dict]]]], path: Path) -> Path | None:
+    """Max over layers of the max logit against the step, every seed with a history drawn (``groups``: per
+    cell its label, axes and each seed's points, ``history.by_cell``): one panel per combination of the other
+    axes, one colour per level of the compared axis (``_colour_axis``), legend outside."""
+    with_history = [(_Cell(label, axes), seeds) for label, axes, seeds in groups if seeds]
     if not with_history:
         return None
     colour_axis = _colour_axis([c for c, _ in with_history])
@@ -195,7 +201,7 @@ def max_logit_over_training(cells: list[Cell], path: Path) -> Path | None:
     for ax, (name, group) in zip(axes.flat, panels.items()):
         for cell, runs in group:
             level = cell.axes[colour_axis] if colour_axis else None
-            for seed, (_run, points) in enumerate(runs):
+            for seed, points in enumerate(runs):
                 steps = [p["step"] for p in points]
                 values = [max(v for k, v in p.items() if k.endswith("/max_logit")) for p in points]
                 ax.plot(
@@ -216,7 +222,7 @@ def max_logit_over_training(cells: list[Cell], path: Path) -> Path | None:
         ax.set_xlabel("step")
     for row in axes:
         row[0].set_ylabel("max logit (max over layers)")
-    fig.suptitle("max logit over training, every seed one line", fontsize=9)
+    fig.suptitle("max logit over training, one line per seed whose history the report keeps", fontsize=9)
     fig.tight_layout()
     legend_outside(fig)
     return save(fig, path)
@@ -229,16 +235,18 @@ EXTREME_PANELS = {
 }
 
 
-def extreme_tokens_over_training(cells: list[Cell], path: Path, layer: int = 0) -> Path | None:
+def extreme_tokens_over_training(
+    groups: list[tuple[str, dict, list[list[dict]]]], path: Path, layer: int = 0
+) -> Path | None:
     """When a sink forms: layer ``layer``'s dormant first-token weight, value drain and residual peak
     against the step, one colour per cell and one line per seed (every seed drawn); None if no run
     recorded them (a task without query classes)."""
     fig, axes = plt.subplots(1, len(EXTREME_PANELS), figsize=(4.2 * len(EXTREME_PANELS), 3.4), squeeze=False)
     drawn = False
-    palette = colours(len(cells))
-    for colour, cell in enumerate(cells):
-        for seed, run in enumerate(cell.ok_runs):
-            points = [p for p in read_history(run.dir) if f"attn/L{layer}/sink_mass_dormant" in p]
+    palette = colours(len(groups))
+    for colour, (label, _axes, seeds) in enumerate(groups):
+        for seed, history in enumerate(seeds):
+            points = [p for p in history if f"attn/L{layer}/sink_mass_dormant" in p]
             if not points:
                 continue
             drawn = True
@@ -249,7 +257,7 @@ def extreme_tokens_over_training(cells: list[Cell], path: Path, layer: int = 0) 
                     color=palette[colour],
                     lw=0.9,
                     alpha=0.8,
-                    label=cell.label if seed == 0 else None,
+                    label=label if seed == 0 else None,
                 )
     if not drawn:
         plt.close(fig)
@@ -298,12 +306,12 @@ HEAD_PANELS = {
 }
 
 
-def heads_over_training(histories: dict[str, list[list[dict]]], path: Path) -> Path | None:
-    """The head analysis' history of every seed of each cell ({cell label: [history per seed]}, one
-    colour per cell): copying accuracy, then per layer the best induction score and the knockout of
-    the whole layer, against the step; None if no run has one. Every seed is drawn, so a seed that
-    never makes the phase change shows as its own flat line."""
-    histories = {label: runs for label, runs in histories.items() if runs}
+def heads_over_training(groups: list[tuple[str, dict, list[list[dict]]]], path: Path) -> Path | None:
+    """The head analysis' history of every seed of each cell (``history.by_cell``, one colour per cell):
+    copying accuracy, then per layer the best induction score and the knockout of the whole layer, against
+    the step; None if no run has one. Every seed is drawn, so a seed that never makes the phase change shows
+    as its own flat line."""
+    histories = {label: runs for label, _axes, runs in groups if runs}
     if not histories:
         return None
     fig, axes = plt.subplots(1, len(HEAD_PANELS), figsize=(4.2 * len(HEAD_PANELS), 3.4), squeeze=False)

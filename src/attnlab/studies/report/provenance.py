@@ -28,7 +28,7 @@ def one_experiment(frame: pd.DataFrame, axes: list[str], where: str) -> tuple[pd
         known = sorted(set(made) - {""})
         label = cell_label(rows.iloc[0], axes)
         if len(known) > 1:
-            parts = "; ".join(f"{fp}: seeds {', '.join(map(str, rows['seed'][made == fp]))}" for fp in known)
+            parts = "; ".join(f"{fp}: seeds {', '.join(map(str, sorted(rows['seed'][made == fp])))}" for fp in known)
             raise SystemExit(
                 f"attnlab: error: {where}: {label} holds rows of {len(known)} training fingerprints ({parts}); "
                 "expected one a cell: train the cell again with today's settings (attnlab sweep) or move the others out"
@@ -36,7 +36,7 @@ def one_experiment(frame: pd.DataFrame, axes: list[str], where: str) -> tuple[pd
         unproven = rows.index[made == ""]
         if known and len(unproven):
             keep[unproven] = False
-            notes.append(f"{label}: seeds {', '.join(map(str, rows['seed'][unproven]))}")
+            notes.append(f"{label}: seeds {', '.join(map(str, sorted(rows['seed'][unproven])))}")
     return frame[keep], notes
 
 
@@ -45,7 +45,7 @@ def made_by(frame: pd.DataFrame | None) -> str:
     if frame is None:
         return "Per-seed rows were not kept: nothing records what trained them."
     if "config" not in frame:
-        return f"None of the {len(frame)} rows records what trained it (written before runs carried a fingerprint)."
+        return f"None of the {len(frame)} rows records what trained it (no training fingerprint, code or machine)."
     known = frame[frame["config"].fillna("").astype(str) != ""]
     line = f"{len(known)} of {len(frame)} rows carry a training fingerprint"
     parts = []
