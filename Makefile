@@ -20,7 +20,7 @@ STUDY  ?=
 REPLACE ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock lint wheelhouse offline-check train test test-all plan sweep report repro bench sample gpu-check dashboard sync clean generated
+.PHONY: help install lock lint wheelhouse offline-check train test test-all plan sweep report render verify repro bench sample gpu-check dashboard sync clean generated
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -68,6 +68,12 @@ sweep: $(STAMP) ## Hydra multirun of a study (SWEEP=dk_scaling|backends|..., SEE
 
 report: $(STAMP) ## add sweeps' runs to reports/<study>/runs.csv and rebuild its report (DIR="a b c"; default the latest; REPLACE=1: from these runs alone)
 	$(BIN)/attnlab report $(DIR) $(if $(REPLACE),--replace)
+
+render: $(STAMP) ## every page and figure under reports/ and the README's findings again from the committed data (ARGS=--check: exit 1 on a file no code writes or a stale page)
+	$(BIN)/attnlab render $(ARGS)
+
+verify: $(STAMP) ## train one seed of each cell of reports/<STUDY>/runs.csv again and compare bit for bit -> verify.json (ARGS="--seeds all --stamp --jobs 2")
+	$(BIN)/attnlab verify $(STUDY) $(ARGS)
 
 repro: $(STAMP) ## reproduce and check the source articles' claims into reports/repro/ (REPRO=fast: no training claims, writes reports/repro/fast/)
 	$(BIN)/attnlab repro --mode $(REPRO) $(ARGS)

@@ -639,7 +639,7 @@ def patched_by_name(cfg) -> dict:
     named = {
         train_mod: ("train", "check_kernel_runs", "build_callbacks"),
         loggers: ("start_experiments",),
-        results: ("git_sha",),
+        results: ("source_commit",),
         results.RunRecord: ("__init__", "finish"),
         GPTModule: (
             "__init__",

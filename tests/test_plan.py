@@ -51,9 +51,9 @@ def test_seeds_needed_plan_from_each_sds_upper_bound_and_price_the_cells_that_ne
     for arm, row in by_arm.items():
         lvl = frame[frame["variant"] == arm]["val/loss"].to_numpy()
         upper = [significance.planning_sd(a.std(ddof=1), 3) for a in (ref, lvl)]
-        expected = max(significance.seeds_needed(*upper, 0.02), plan.exact_seeds(2))
+        expected = max(significance.seeds_needed(*upper, 0.02), significance.exact_seeds_for(2))
         assert row["seeds_needed"] == expected and row["sd_planned"] == pytest.approx(upper)
-    assert plan.exact_seeds(2) == 5  # 2/C(8,4) = 0.029 is not below 0.05/2; 2/C(10,5) = 0.0079 is
+    assert significance.exact_seeds_for(2) == 5  # 2/C(8,4) = 0.029 is not below 0.05/2; 2/C(10,5) = 0.0079 is
     # the hours: each cell brought to the seeds its comparisons need, at its own seconds
     need = {a: r["seeds_needed"] for a, r in by_arm.items()}
     cost = (max(need.values()) - 3) * 100 + (need["mqa"] - 3) * 100 + (need["gate"] - 3) * 400

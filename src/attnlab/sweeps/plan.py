@@ -137,15 +137,6 @@ def resolution(config: dict, metric: str) -> float:
     return 0.0
 
 
-def exact_seeds(family_size: int, alpha: float = significance.ALPHA) -> int:
-    """The fewest seeds a side at which the exact permutation test can pass Holm's first step over the
-    family: 2 / C(2n, n) below alpha / family size."""
-    n = 2
-    while 2 / math.comb(2 * n, n) >= alpha / max(family_size, 1):
-        n += 1
-    return n
-
-
 def continuous_rows(
     tested, axes, question, metric: str, floor_sd: float, grid: list | None = None, level: float | None = None
 ) -> list[dict]:
@@ -166,7 +157,7 @@ def continuous_rows(
             need = min(c.n)
         elif known and question.difference and c.unanswerable_because is None:
             need = significance.seeds_needed(*sds, question.difference)
-            need = max(need, exact_seeds(len(family))) if need is not None else None
+            need = max(need, significance.exact_seeds_for(len(family))) if need is not None else None
         rows.append(
             {
                 "comparison": f"{c.axis}: {c.level} vs {c.reference}",

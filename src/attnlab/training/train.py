@@ -149,7 +149,7 @@ def open_record(cfg: DictConfig, config: dict, job: Job, run_dir: Path) -> RunRe
         cfg.resume = config["resume"] = True
     if is_rank_zero() and os.environ.get(FINISHED_ENV):
         atomic_write_text(run_dir / FINGERPRINT, training_fingerprint(config) + "\n")
-    with phases.phase("results: run record (provenance)"):
+    with phases.phase("results: run record (git sha)"):
         record = RunRecord(run_dir, config, job.overrides)
     record.data["slurm"] = slurm_job()
     return record

@@ -10,7 +10,8 @@ its own test, chosen by what the data are (``OUTCOMES``):
   it assumes no distribution, which two to five seeds cannot show;
 - learned (reached a threshold or not): k of n with Wilson intervals, Fisher's exact test, its exact power;
 - onset (the step a run learned, right-censored at its budget): Kaplan-Meier curves (``ecdf`` on
-  ``CensoredData``), the median onset with its interval, the log-rank test, its power by simulation;
+  ``CensoredData``), the median onset with its interval, the log-rank statistic with its p by
+  permutation of the arm labels (exact at the few runs an arm has), its power by simulation;
 - skewed ratios: the median with a bootstrap interval, the sign test and Wilcoxon's signed-rank test on
   the log ratios.
 
@@ -20,6 +21,8 @@ reads a spread no smaller than the metric's resolution and, at few seeds, its up
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 import warnings
 from collections.abc import Sequence
@@ -297,16 +300,23 @@ def _flat(values: np.ndarray) -> bool:
     return len(values) > 1 and np.ptp(values) == 0
 
 
-def exact_decides(reference: Sequence[float], level: Sequence[float], alpha: float = ALPHA) -> bool:
-    """Which test decides a continuous contrast. The exact test, where a side has no spread (Welch's t then
-    rests on one side's spread alone) or where it is shown and its seeds can reach ``alpha``; Welch's t
-    where the exact test cannot reach it (2 or 3 seeds a side) and both sides vary."""
+def exact_decides(reference: Sequence[float], level: Sequence[float]) -> bool:
+    """Which test decides a continuous contrast: the exact test wherever it is shown (a side of EXACT_UP_TO
+    seeds or fewer, or without spread), Welch's t from EXACT_UP_TO + 1 seeds a side. Below that Welch's
+    false-positive rate exceeds its level where the sides' spreads differ (at 3 a side and an sd ratio of
+    4, two to three times alpha at Holm's small thresholds), and a sd from so few seeds cannot show they
+    do not; where the exact test cannot reach alpha, the comparison is not resolved."""
     ref, lvl = _finite(reference), _finite(level)
-    if _flat(ref) or _flat(lvl):
-        return True
-    if not exact_shown(ref, lvl) or min(len(ref), len(lvl)) < 2:
-        return False
-    return 2 / math.comb(len(ref) + len(lvl), len(ref)) < alpha
+    return min(len(ref), len(lvl)) >= 2 and exact_shown(ref, lvl)
+
+
+def exact_seeds_for(comparisons: int, alpha: float = ALPHA) -> int:
+    """Seeds a side at which an exact two-sample test can reach ``alpha`` after Holm over ``comparisons``
+    (its smallest p, 2 / C(2n, n), below alpha / comparisons)."""
+    n = 2
+    while 2 / math.comb(2 * n, n) >= alpha / max(comparisons, 1):
+        n += 1
+    return n
 
 
 def _mean_difference(x, y, axis=-1):
@@ -472,13 +482,64 @@ def kaplan_meier(times: Sequence[float], censored_: Sequence[bool], confidence: 
     )
 
 
+def _logrank_statistic(labels: np.ndarray, at_risk: np.ndarray, events: np.ndarray) -> np.ndarray:
+    """(O - E)^2 / V of the group marked 1 in each row of ``labels`` (arrangements x runs), with
+    ``at_risk`` and ``events`` (runs x distinct event steps) the pooled runs' risk sets and events."""
+    n = at_risk.sum(axis=0)
+    d = events.sum(axis=0)
+    n1 = labels @ at_risk
+    o1 = (labels @ events).sum(axis=1)
+    share = n1 / n
+    e1 = (d * share).sum(axis=1)
+    ties = np.where(n > 1, (n - d) / np.maximum(n - 1, 1), 0.0)  # the hypergeometric variance's tie term
+    v = (d * share * (1 - share) * ties).sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(v > 0, (o1 - e1) ** 2 / v, 0.0)
+
+
 def logrank_p(ref_times, ref_censored, level_times, level_censored) -> float:
-    """The log-rank test's two-sided p of two arms' onsets (``scipy.stats.logrank``); NaN where neither
-    arm has an event (nothing to compare)."""
-    if all(ref_censored) and all(level_censored):
+    """The log-rank statistic's two-sided p by permutation of the arm labels over the pooled runs: exact
+    over every arrangement where they number EXACT_ENUMERATION or fewer, else RESAMPLES fixed-seed
+    resamples (each counted with the observed one, so p >= 1/(RESAMPLES + 1)). At the few runs an arm
+    has here the chi-square limit (``scipy.stats.logrank``) is not reached: it can promise a p that no
+    arrangement of the runs gives. NaN where neither arm has an event."""
+    ref_c, lvl_c = np.asarray(ref_censored, bool), np.asarray(level_censored, bool)
+    if ref_c.all() and lvl_c.all():
         return math.nan
-    res = stats.logrank(censored(level_times, level_censored), censored(ref_times, ref_censored))
-    return float(res.pvalue)
+    times = np.concatenate([np.asarray(level_times, float), np.asarray(ref_times, float)])
+    event = ~np.concatenate([lvl_c, ref_c])
+    steps = np.unique(times[event])
+    at_risk = (times[:, None] >= steps[None, :]).astype(float)
+    events = ((times[:, None] == steps[None, :]) & event[:, None]).astype(float)
+    k, total = len(lvl_c), len(times)
+    observed = np.zeros((1, total))
+    observed[0, :k] = 1
+    stat = _logrank_statistic(observed, at_risk, events)[0]
+    null = _logrank_statistic(_arrangements(total, k), at_risk, events)
+    at_least = np.sum(null >= stat - 1e-9 * max(stat, 1.0))
+    if math.comb(total, k) <= EXACT_ENUMERATION:
+        return float(at_least / len(null))
+    return float((1 + at_least) / (RESAMPLES + 1))
+
+
+@functools.lru_cache(maxsize=16)
+def _arrangements(total: int, k: int) -> np.ndarray:
+    """Every way to mark k of ``total`` runs as one arm (rows of 0/1), or RESAMPLES fixed-seed draws of
+    them where they number more than EXACT_ENUMERATION."""
+    if math.comb(total, k) <= EXACT_ENUMERATION:
+        chosen = np.array(list(itertools.combinations(range(total), k)), dtype=int).reshape(-1, k)
+    else:
+        chosen = np.random.default_rng(0).random((RESAMPLES, total)).argsort(axis=1)[:, :k]
+    labels = np.zeros((len(chosen), total))
+    np.put_along_axis(labels, chosen, 1.0, axis=1)
+    labels.setflags(write=False)
+    return labels
+
+
+def logrank_p_min(n_ref: int, n_level: int) -> float:
+    """The smallest p the permutation log-rank can give at these runs an arm (its two most extreme
+    arrangements, as for the permutation test of means)."""
+    return min(1.0, 2 / math.comb(n_ref + n_level, n_ref))
 
 
 def logrank_power(

@@ -262,7 +262,15 @@ def learning_view(frame, axes: list[str], question: analysis.SweepQuestion, out:
     axis = question.compare[0][0] if question.compare else None
     caps = [a.survival.cap for a in arms if a.survival is not None]
     nbytes = onset.cache_bytes(frame, axis) if axis else {}
-    front = onset.frontier(arms, axis, nbytes) if nbytes else []
+    resolved = onset.frontier(arms, axis, nbytes) if nbytes else []
+    front = resolved or []
+    unresolved = None
+    if resolved is None:  # Holm over every pair of arms: what the pairs need and how many runs an arm would do
+        pairs = len(nbytes) * (len(nbytes) - 1) // 2
+        unresolved = (
+            f"Not resolved: {min(a.n for a in arms)} runs an arm cannot reach p < {significance.ALPHA} after Holm "
+            f"over its {pairs} pairs of arms ({significance.exact_seeds_for(pairs)} an arm can)"
+        )
     if draw and caps and axis:
         onset.plot(arms, axis, max(caps), out / onset.FIGURE, nbytes, front)
     return {
@@ -270,6 +278,7 @@ def learning_view(frame, axes: list[str], question: analysis.SweepQuestion, out:
         "table": onset.table(family),
         "summary": onset.summary(family, arms, axis, nbytes, front),
         "on_frontier": front,
+        "frontier_unresolved": unresolved,
         "tally": onset.tally(arms, axis) if axis else [],
         "cap": max(caps) if caps else None,
         "reference_learned": family[0].ref.k if family else None,

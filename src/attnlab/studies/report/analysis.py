@@ -19,7 +19,7 @@ from attnlab.config.study import load_study, study_names
 from attnlab.studies.report.aggregate import RENAMED_KEYS, sort_key
 from attnlab.studies.report.data import axes_of
 from attnlab.util import significance
-from attnlab.writing.pages import where
+from attnlab.writing.pages import sig, where
 
 SCALING_AXIS = "model.attention.scaling"
 REFERENCES = ("none", "false", "False", "0", "baseline")
@@ -160,6 +160,8 @@ class Comparison:
     seeds_needed: int | None = None  # seeds a side to detect the question's difference at this spread
     exact: significance.Exact | None = None  # the permutation test, where shown (few seeds or no spread)
     exact_decides: bool = False  # it decides the verdict (significance.exact_decides), else Welch's t does
+    family: int = 1  # comparisons Holm corrects over with this one
+    target: float | None = None  # the declared difference a tie must be able to detect to read "no difference"
 
     @property
     def diff(self) -> float:
@@ -195,6 +197,15 @@ class Comparison:
             return "under two seeds a side"
         if self.exact is not None and self.exact_decides and not self.exact.reachable():
             return f"{self.n[0]} and {self.n[1]} seeds cannot reach p < {significance.ALPHA} by an exact test"
+        if self.exact is not None and self.exact_decides and not self.exact.reachable(significance.ALPHA / self.family):
+            return (
+                f"not resolved: {self.n[0]} and {self.n[1]} seeds cannot reach p < {significance.ALPHA} after Holm over "
+                f"{self.family} comparisons by an exact test ({significance.exact_seeds_for(self.family)} a side can)"
+            )
+        tie = self.p_holm is not None and self.p_holm >= significance.ALPHA
+        if tie and self.target and (self.detectable is None or self.detectable > self.target):
+            shown = "no bound on" if self.detectable is None else f"{sig(self.detectable)} or more,"
+            return f"not resolved: these seeds detect {shown} short of the {sig(self.target)} asked"
         return None
 
     @property
@@ -280,9 +291,12 @@ def contrasts(
             )
             out[-1].exact, out[-1].exact_decides = compare_exactly(twin, cell, metric)
     for c, p in zip(out, significance.holm([c.p for c in out])):
-        c.p_holm = p
-        if c.test and question.difference and metric == question.metrics[0]:
-            c.seeds_needed = seeds_to_detect(c.test, question.difference)
+        c.p_holm, c.family = p, len(out)
+        if question.difference and metric == question.metrics[0]:
+            c.target = question.difference
+            if c.test and (needed := seeds_to_detect(c.test, question.difference)) is not None:
+                # at EXACT_UP_TO seeds or fewer the exact test decides: no fewer than it needs after Holm
+                c.seeds_needed = max(needed, significance.exact_seeds_for(len(out)))
     if grid is not None:
         reference_gap(out, grid, level)
         reference_learned(out, grid, question.learned)

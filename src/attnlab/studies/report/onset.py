@@ -71,6 +71,8 @@ class OnsetComparison:
     p_logrank: float | None = None
     p_holm: float | None = None  # the deciding test's (log-rank for onsets, Fisher for learned), Holm over the arms
     onset: bool = True
+    family: int = 1  # comparisons Holm corrects over with this one
+    power: float | None = None  # a tie's: the log-rank's power at these runs against the difference they show
 
     @property
     def p(self) -> float | None:
@@ -90,6 +92,17 @@ class OnsetComparison:
             return "neither arm learned"
         if not self.onset and self.fisher.p_min >= significance.ALPHA:
             return f"{self.ref.n} and {self.arm.n} runs cannot reach p < {significance.ALPHA} by Fisher's test"
+        p_min = significance.logrank_p_min(self.ref.n, self.arm.n) if self.onset else self.fisher.p_min
+        if p_min * self.family >= significance.ALPHA:
+            return (
+                f"not resolved: {self.ref.n} and {self.arm.n} runs cannot reach p < {significance.ALPHA} after Holm "
+                f"over {self.family} comparisons ({significance.exact_seeds_for(self.family)} an arm can)"
+            )
+        if self.power is not None and self.power < significance.POWER:
+            return (
+                f"not resolved: the log-rank's power against the difference these runs show is {self.power:.2f} "
+                f"at {min(self.ref.n, self.arm.n)} an arm"
+            )
         return None
 
     @property
@@ -150,7 +163,16 @@ def compare(arms: list[Arm], axes: list[str], question: SweepQuestion) -> list[O
         at = {x: arm.axes[x] for x in axes if x != axis and len({a.axes[x] for a in arms}) > 1}
         out.append(OnsetComparison(axis, arm.axes[axis], ref_level, at, ref, arm, fisher, p_logrank, onset=onset))
     for c, p in zip(out, significance.holm([c.p for c in out])):
-        c.p_holm = p
+        c.p_holm, c.family = p, len(out)
+        if onset and c.p is not None and (p is None or p >= significance.ALPHA):  # a tie: could these runs see one?
+            c.power = significance.logrank_power(
+                c.ref.steps,
+                ~c.ref.learned,
+                c.arm.steps,
+                ~c.arm.learned,
+                min(c.ref.n, c.arm.n),
+                significance.ALPHA / len(out),
+            )
     return out
 
 
@@ -165,11 +187,14 @@ def cache_bytes(frame: pd.DataFrame, axis: str) -> dict[str, float]:
     return {str(k): float(rows[BYTES].iloc[0]) for k, rows in ok.groupby(axis, sort=False)}
 
 
-def frontier(arms: list[Arm], axis: str, nbytes: dict[str, float]) -> list[str]:
+def frontier(arms: list[Arm], axis: str, nbytes: dict[str, float]) -> list[str] | None:
     """The arms no other arm dominates: b dominates a when its cache holds no more bytes a token and it
-    learns earlier beyond seed noise (the log-rank test of the pair, Holm over every pair of arms)."""
+    learns earlier beyond seed noise (the log-rank test of the pair, Holm over every pair of arms). None
+    where the runs an arm has cannot reach alpha after Holm over the pairs: not resolved."""
     known = [a for a in arms if a.axes[axis] in nbytes and a.steps is not None]
     pairs = [(a, b) for i, a in enumerate(known) for b in known[i + 1 :]]
+    if pairs and min(significance.logrank_p_min(a.n, b.n) for a, b in pairs) * len(pairs) >= significance.ALPHA:
+        return None
     p = [significance.logrank_p(a.steps, ~a.learned, b.steps, ~b.learned) for a, b in pairs]
     dominated = set()
     for (a, b), p_holm in zip(pairs, significance.holm(p)):
