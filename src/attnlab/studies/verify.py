@@ -95,12 +95,15 @@ def compare(row: pd.Series, metrics: dict) -> tuple[str, str, str | None, float 
 
 
 def sample(frame: pd.DataFrame, seeds: int | None) -> list[pd.Series]:
-    """The lowest ``seeds`` finished seeds of each cell (None: all of them)."""
+    """``seeds`` finished rows of each cell (None: all of them), those that record the least first (no
+    commit before a commit), then the lowest seeds: the rows whose provenance is least known get checked."""
     axes = axes_of(frame)
-    ok = frame[frame["status"] == "ok"].sort_values("seed")
+    ok = frame[frame["status"] == "ok"].copy()
+    ok["_known"] = ok["commit"].fillna("").astype(str) != "" if "commit" in ok else False
+    ok = ok.sort_values(["_known", "seed"], kind="stable")
     rows = []
     for _, cell in ok.groupby([*axes, "budget"], sort=False, dropna=False):
-        rows += [r for _, r in (cell if seeds is None else cell.head(seeds)).iterrows()]
+        rows += [r.drop("_known") for _, r in (cell if seeds is None else cell.head(seeds)).iterrows()]
     return rows
 
 

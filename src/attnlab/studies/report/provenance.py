@@ -48,6 +48,11 @@ def made_by(frame: pd.DataFrame | None) -> str:
         return f"None of the {len(frame)} rows records what trained it (no training fingerprint, code or machine)."
     known = frame[frame["config"].fillna("").astype(str) != ""]
     line = f"{len(known)} of {len(frame)} rows carry a training fingerprint"
+    if "commit" in known:
+        known = known[known["commit"].fillna("").astype(str) != ""]
+        line += f", {len(known)} the code and machine that made them"
+    else:
+        known = known.iloc[0:0]
     parts = []
     for column, name in (("commit", "commit"), ("torch", "torch"), ("device", "device"), ("threads", "threads")):
         values = sorted(set(known[column].fillna("").astype(str)) - {""}) if column in known else []
