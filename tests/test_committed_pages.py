@@ -1,7 +1,7 @@
 """Every file under reports/ is a record (data a command wrote from its runs, ``rerender.RECORDS``) or the
 render of records, byte for byte: each report dir rendered again from its records alone gives back every
-page, table and figure it holds, and nothing else is there. The README's findings block is the render of
-the reports, and the repro was judged on the report files it reads."""
+page, table and figure it holds, and nothing else is there. Every block a hand-written page includes is
+its render, and the repro was judged on the report files it reads."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from attnlab.repro import record
-from attnlab.studies import findings
-from attnlab.studies.rerender import check_dir, is_record
+from attnlab.studies.rerender import check_dir, is_record, render_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / "reports"
@@ -46,6 +45,7 @@ def test_the_repro_was_judged_on_the_committed_reports():
     assert record.stale_inputs(ROOT / "reports" / "repro", ROOT) == []
 
 
-def test_the_readme_findings_are_the_render_of_the_reports():
-    readme = text(ROOT / "README.md")
-    assert findings.splice(readme, findings.render(REPORTS)) == readme
+def test_every_rendered_block_of_a_page_is_its_fresh_render():
+    """The README's findings from the reports, the verdict rules in docs/inference.md from the rule table."""
+    for path, fresh in render_blocks(ROOT, REPORTS).items():
+        assert fresh == text(path), path

@@ -37,8 +37,9 @@ def test_readme_block_is_the_render_of_the_committed_reports():
 def test_check_fails_on_a_stale_block_and_write_repairs_it(tmp_path):
     readme = tmp_path / "README.md"
     text = (ROOT / "README.md").read_text()
-    head, rest = text.split(findings.START)
-    readme.write_text(head + findings.START + "\n- a typed finding\n" + findings.END + rest.split(findings.END)[1])
+    start, end = "<!-- findings:start -->", "<!-- findings:end -->"
+    head, rest = text.split(start)
+    readme.write_text(head + start + "\n- a typed finding\n" + end + rest.split(end)[1])
     assert findings.main(["--check", "--readme", str(readme)]) == 1
     assert findings.main(["--write", "--readme", str(readme)]) == 0
     assert readme.read_text() == (ROOT / "README.md").read_text()
@@ -66,23 +67,33 @@ def dk_row(reports: Path, init: str, d_k: int) -> dict:
 
 
 def test_dk_verdict_flips_when_the_unscaled_cell_matches_the_scaled_one(reports):
-    """The block reads the report's own tests: give the unscaled runs the scaled runs' losses, re-render the
-    report from its runs, and the finding for that cell reads no difference."""
+    """The block reads the report's own tests: at six seeds a side (what the exact test needs after Holm over
+    the 8 cells) a cell whose unscaled runs end far lower reads "raises"; give them the scaled runs' losses,
+    re-render the report from its runs, and the finding for that cell reads no difference."""
+    import numpy as np
     import pandas as pd
 
     from attnlab.studies.report import write_report
 
+    runs = pd.read_csv(ROOT / "reports" / "dk_scaling" / "runs.csv")
+    cell = (runs["model.init_std"] == "fan_in") & (runs["model.d_k"] == 128)
+    more = runs[cell].copy()
+    more["seed"] += 3  # three more seeds of the cell, a little apart from the first three
+    more["val/loss"] += np.tile([0.001, -0.002, 0.0015], len(more) // 3)
+    runs = pd.concat([runs, more], ignore_index=True)
+    write = lambda: (
+        runs.to_csv(reports / "dk_scaling" / "runs.csv", index=False),
+        write_report(reports / "dk_scaling", draw=False),
+    )  # noqa: E731
+    write()
     assert dk_row(reports, "fan_in", 128)["verdict"] == "raises"
-    shutil.copy(ROOT / "reports" / "dk_scaling" / "runs.csv", reports / "dk_scaling" / "runs.csv")
-    runs = pd.read_csv(reports / "dk_scaling" / "runs.csv")
     cell = (runs["model.init_std"] == "fan_in") & (runs["model.d_k"] == 128)
     scaled = runs[cell & (runs["model.attention.scaling"] == "inv_sqrt_d")].set_index("seed")["val/loss"]
     unscaled = cell & (runs["model.attention.scaling"] == "none")
     runs.loc[unscaled, "val/loss"] = runs.loc[unscaled, "seed"].map(scaled)
-    runs.to_csv(reports / "dk_scaling" / "runs.csv", index=False)
-    write_report(reports / "dk_scaling", draw=False)
+    write()
     row = dk_row(reports, "fan_in", 128)
-    assert row["verdict"] == "none" and row["diff"] == pytest.approx(0, abs=1e-12) and row["detectable"] > 0
+    assert row["verdict"] == "none" and row["diff"] == pytest.approx(0, abs=1e-12) and 0 < row["detectable"] < 0.05
 
 
 def test_eviction_with_one_far_seed_is_a_cost_and_consistent_seeds_collapse(reports):

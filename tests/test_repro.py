@@ -486,8 +486,8 @@ def _m8(cells, grad_ratio=6.5, at_11=0.16):
 def test_claim_8_turns_with_the_study_cells():
     trains, fails = _cell8("0.02", 64, 1.82, 1.85), _cell8("fan_in", 128, 2.4, 1.76)
     # every mechanism check fails (the init gradient 6.5x larger unscaled, the Jacobian alive, no saturation):
-    # the outcome depends on the cell, but not for the stated reason, so at most partly
-    assert verdict_of(judge.checks_8(_m8([trains, fails]))) == PARTLY
+    # the outcome depends on the cell, and a failing check can only lower a verdict: it stays depends
+    assert verdict_of(judge.checks_8(_m8([trains, fails]))) == DEPENDS
     holds = {"grad_ratio": 0.5, "at_11": 0.01}
     saturated = judge.checks_8(_m8([trains, fails], **holds))
     for k in saturated:
@@ -757,7 +757,7 @@ def test_the_dk_scaling_study_is_read_with_holm_over_its_pairs(tmp_path):
     assert [c["p_holm"] for c in study["cells"]] == [pytest.approx(0.3), pytest.approx(0.02)]
     assert study["cells"][1]["unscaled"] == {"mean": 2.4, "std": 0.01, "n": 3}
     # fails at one init and trains at the other; its mechanism checks fail, so at most partly
-    assert verdict_of(judge.checks_8({**_m8(None), "study": study})) == PARTLY
+    assert verdict_of(judge.checks_8({**_m8(None), "study": study})) == DEPENDS
 
 
 def _testbed_report(path, cells: list[tuple[dict, list[float]]], contrasts: dict | None = None):

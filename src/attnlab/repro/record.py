@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from attnlab.repro.sources import ARTICLES, where
+from attnlab.repro.verdict import rules_markdown
 from attnlab.util.files import atomic_write_text
 from attnlab.writing.pages import TEMPLATES, VERDICTS
 
@@ -22,7 +23,13 @@ def render(report: dict) -> dict[str, str]:
     """{'repro.md': ..., 'README_section.md': ...} from repro.json's content."""
     claims = sorted(report["claims"], key=lambda c: c["id"])
     tally = {v: sum(c["verdict"] == v for c in claims) for v in VERDICTS}
-    context = {"claims": claims, "meta": report["meta"], "tally": tally, "verdicts": VERDICTS}
+    context = {
+        "claims": claims,
+        "meta": report["meta"],
+        "tally": tally,
+        "verdicts": VERDICTS,
+        "rules": rules_markdown(),
+    }
     context |= {"where": where, "articles": list(ARTICLES.values())}
     return {name: TEMPLATES.get_template(f"{name}.j2").render(**context) for name in ("repro.md", "README_section.md")}
 

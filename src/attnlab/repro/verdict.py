@@ -3,15 +3,8 @@
 A ``Check`` is one statement of the source held against a measurement: its id (a short slug that tests
 and code key on), its name (the statement, in this repository's words), the measured value, the source's figure or the threshold it is held to, and
 whether it passed (None: not tested here, ``needs`` says what would test it). The verdict is a
-function of the checks alone, so a test can flip a measurement and see it turn:
-
-- a plain main check fails -> ``differs``; one is untested -> ``untested``;
-- main checks of one statement under different conditions (``condition`` set) that pass under one
-  and fail under another -> ``depends`` (the conditions are printed with it);
-- a ``detail`` check (a printed figure, a side remark) fails while the main ones hold -> ``partly``;
-- a ``mechanism`` check (the reason the source gives for its claim) fails -> at most ``partly``: the
-  outcome may hold, but not for the stated reason, so neither ``agrees`` nor ``depends`` is earned;
-- else ``agrees``.
+function of the checks alone, so a test can flip a measurement and see it turn; ``RULES`` is the one table
+of what each verdict requires, which ``verdict_of`` applies and repro.md and docs/inference.md render.
 
 An interval that straddles its threshold, or a single seed, is an untested check, never a pass.
 """
@@ -24,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from attnlab.util.files import json_safe
+from attnlab.writing.markdown import markdown_table
 from attnlab.writing.pages import AGREES, DEPENDS, DIFFERS, PARTLY, UNTESTED
 
 MAIN, DETAIL, MECHANISM = "main", "detail", "mechanism"
@@ -64,11 +58,36 @@ class Check:
         self.passed = None if self.passed is None else bool(self.passed)
 
 
+# The verdict rules, first match wins; a check's role (main, detail, mechanism) is set where the claim is.
+RULES = (
+    (DIFFERS, "a main check fails (a statement checked under several conditions: it fails under every one decided)"),
+    (
+        UNTESTED,
+        "no main check fails, but one could not be decided here: one seed, an interval across its threshold, "
+        "seeds that cannot reach the test's level, a mechanism that did not form",
+    ),
+    (DEPENDS, "a main statement checked under several conditions holds under some and fails under others"),
+    (PARTLY, "every main check holds, but a detail (a printed figure, a magnitude, a side remark) fails"),
+    (AGREES, "every main and detail check holds"),
+)
+MECHANISM_RULE = (
+    "A failing mechanism check (the reason the source gives) can only lower a verdict: agrees becomes partly, "
+    "since the outcome holds but not for the stated reason; partly, depends, differs and untested stay."
+)
+
+
 def verdict_of(checks: list[Check]) -> str:
+    """The first of RULES the checks meet, then MECHANISM_RULE."""
     verdict = _main_verdict(checks)
-    if verdict in (AGREES, DEPENDS) and any(c.passed is False for c in checks if c.role == MECHANISM):
+    if verdict == AGREES and any(c.passed is False for c in checks if c.role == MECHANISM):
         return PARTLY
     return verdict
+
+
+def rules_markdown() -> str:
+    """RULES and MECHANISM_RULE as the block repro.md and docs/inference.md print."""
+    table = markdown_table(["verdict", "when (the first row that applies)"], [[f"**{v}**", w] for v, w in RULES])
+    return f"{table}\n\n{MECHANISM_RULE}\n"
 
 
 def _main_verdict(checks: list[Check]) -> str:

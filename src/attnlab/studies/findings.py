@@ -22,10 +22,10 @@ from attnlab.analysis.phase import PHASE_LEVEL
 from attnlab.attention.stats import SINK_EPSILON, is_sink
 from attnlab.studies.stream_study import COLLAPSE_RATIO, NO_COST, NO_COST_RATIO, eviction
 from attnlab.util import significance
+from attnlab.writing import markdown
 from attnlab.writing.pages import TEMPLATES, VERDICTS, short
 
 ROOT = Path(__file__).resolve().parents[3]
-START, END = "<!-- findings:start -->", "<!-- findings:end -->"
 # the committed files the block reads, relative to reports/
 INPUTS = (
     "dk_scaling/summary.json",
@@ -309,11 +309,7 @@ def render(reports: Path = ROOT / "reports") -> str:
 
 def splice(readme: str, block: str) -> str:
     """README text with the block between the markers replaced."""
-    if START not in readme or END not in readme:
-        raise SystemExit(f"README.md: the markers {START} and {END} are missing")
-    head, rest = readme.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{START}\n{block}{END}{tail}"
+    return markdown.splice(readme, "findings", block, "README.md")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,6 @@
 """``attnlab render``: every page, table and figure under reports/ written again from the data committed
-beside it, and the README's findings block from the reports; nothing is trained or measured.
+beside it, and the blocks hand-written pages include (``BLOCKS``: the README's findings, the verdict rules
+in docs/inference.md); nothing is trained or measured.
 
 A file under reports/ is either a record (data a command wrote from its runs or measurements: ``RECORDS``
 names each kind and its writer) or a render of records. ``check_dir`` finds what is neither: a file no code
@@ -19,12 +20,14 @@ import pandas as pd
 
 from attnlab.cli import command_parser
 from attnlab.repro import record
+from attnlab.repro.verdict import rules_markdown
 from attnlab.studies import findings, stream_study
 from attnlab.studies.report import write_report
 from attnlab.studies.sink_search import page
 from attnlab.sweeps import plan
 from attnlab.tools.bench import bench_report, decode, gpt2_cpu
 from attnlab.util.files import atomic_write_text
+from attnlab.writing import markdown
 
 # what each kind of record under reports/ is and which command writes it (paths relative to reports/)
 RECORDS = {
@@ -101,20 +104,37 @@ def render_dir(out: Path, draw: bool = True) -> None:
         atomic_write_text(out / "search.md", page(frame, studies, int((~from_studies).sum())))
 
 
-def render_all(reports: Path, readme: Path | None, draw: bool = True) -> None:
+# the rendered blocks of hand-written pages: (page relative to the checkout, block name, its render)
+BLOCKS = (
+    ("README.md", "findings", lambda reports: findings.render(reports)),
+    ("docs/inference.md", "verdict-rules", lambda reports: rules_markdown()),
+)
+
+
+def render_blocks(root: Path, reports: Path) -> dict[Path, str]:
+    """Each page with a rendered block: its text with every block rendered afresh."""
+    pages = {}
+    for rel, name, render in BLOCKS:
+        path = root / rel
+        text = pages.get(path) or path.read_text(encoding="utf-8")
+        pages[path] = markdown.splice(text, name, render(reports), rel)
+    return pages
+
+
+def render_all(reports: Path, root: Path | None, draw: bool = True) -> None:
     for out in sorted(p for p in reports.iterdir() if p.is_dir()):
         render_dir(out, draw)
-    if readme is not None:
-        text = readme.read_text(encoding="utf-8")
-        fresh = findings.splice(text, findings.render(reports))
-        if fresh != text:
-            atomic_write_text(readme, fresh)
+    for path, text in (render_blocks(root, reports) if root is not None else {}).items():
+        if text != path.read_text(encoding="utf-8"):
+            atomic_write_text(path, text)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = command_parser("render", "Every page and figure under reports/ again from its committed data.")
     parser.add_argument("--reports", type=Path, default=Path("reports"))
-    parser.add_argument("--readme", type=Path, default=Path("README.md"), help="whose findings block to render")
+    parser.add_argument(
+        "--root", type=Path, default=Path("."), help="the checkout whose README and docs blocks to render (default .)"
+    )
     parser.add_argument(
         "--check",
         action="store_true",
@@ -124,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.reports.is_dir():
         parser.error(f"--reports={args.reports} is not a directory; expected the reports/ folder")
     if not args.check:
-        render_all(args.reports, args.readme if args.readme.is_file() else None)
+        render_all(args.reports, args.root if (args.root / "README.md").is_file() else None)
         print(f"attnlab: rendered every report under {args.reports} from its records")
         return 0
     bad = 0
