@@ -214,6 +214,23 @@ def t_interval(values: Sequence[float], confidence: float = 1 - ALPHA) -> tuple[
     return mean, float(lo), float(hi)
 
 
+def percentile_interval(values: Sequence[float], confidence: float = 1 - ALPHA) -> tuple[float, float]:
+    """The percentile-bootstrap interval of the mean (``scipy.stats.bootstrap``, RESAMPLES fixed-seed
+    resamples): it lies within the values' own range, so a bounded metric's interval stays in its bounds."""
+    v = _finite(values)
+    if len(v) < 2 or np.ptp(v) == 0:
+        return float(v.mean()), float(v.mean())
+    res = stats.bootstrap(
+        (v,),
+        np.mean,
+        n_resamples=RESAMPLES,
+        confidence_level=confidence,
+        method="percentile",
+        rng=np.random.default_rng(0),
+    )
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
 def t_interval_from_stats(mean: float, std: float, n: int, confidence: float = 1 - ALPHA) -> tuple[float, float]:
     """The t interval of a mean known only by its sample std and count."""
     if n < 2 or not math.isfinite(std) or std == 0:

@@ -203,7 +203,7 @@ def write_report(out: Path, meta: dict | None = None, draw: bool = True) -> dict
         "per_seed_kept": frame is not None,
         "figures": [p.name for p in render.figures(out, question.metrics[0])],
         "out": out,
-        "main": render.main_table(cells, axes, level),
+        "main": render.main_table(cells, axes, level, question if question.outcome in ("learned", "onset") else None),
         "comparisons": [render.comparisons_table(f) for f in families.values()],
         "pooled": render.pooled_table(effects) if effects else None,
         "layers": render.layer_tables(cells, axes),

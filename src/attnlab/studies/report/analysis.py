@@ -52,14 +52,27 @@ class Cell:
         return list(self.samples.get(key, []))
 
     def interval(self, key: str) -> tuple[float, float] | None:
+        """The mean's 95 % interval: a percentile bootstrap for a metric bounded by definition (it stays in
+        the bounds a t interval can leave on a bimodal accuracy), else the t interval."""
         s = self.stats(key)
         if s is None or s[2] < 2:
             return None
+        if bounded(key) and key in self.samples:
+            return significance.percentile_interval(self.samples[key])
         return significance.t_interval_from_stats(*s)
 
     @property
     def label(self) -> str:
         return where(self.axes)
+
+
+# metrics in [0, 1] by definition (an accuracy, a probability, a normalised entropy, a share of weight)
+BOUNDED = ("acc", "max_prob", "max_prob_max", "entropy_norm", "onset/censored")
+
+
+def bounded(metric: str) -> bool:
+    last = metric.rsplit("/", 1)[-1]
+    return metric in BOUNDED or last in BOUNDED or last.startswith("sink_mass")
 
 
 def cells_from_runs(frame: pd.DataFrame, axes: list[str] | None = None, sort: bool = True) -> list[Cell]:

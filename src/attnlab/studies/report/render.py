@@ -31,14 +31,17 @@ def varies(cells, key: str) -> bool:
     return len({round(m, 12) for c in cells if (m := c.mean(key)) is not None}) > 1
 
 
-def main_table(cells, axes: list[str], level: float | None) -> dict:
-    """Per cell the run-level metrics some run logged, each mean [95 % t interval]; a metric whose value is
-    the same in every cell is left out (it says nothing about the axes)."""
+def main_table(cells, axes: list[str], level: float | None, learned=None) -> dict:
+    """Per cell the run-level metrics some run logged, each mean [95 % interval: t, or a percentile bootstrap
+    for a bounded metric]; a metric whose value is the same in every cell is left out (it says nothing about
+    the axes). ``learned``: a learned or onset study's ``(question, k of n per cell)``, shown first, beside
+    any mean: its runs are bimodal, and the mean alone hides how many learned."""
     keys = [
         k for k in MAIN_METRICS if k == "val/loss" and any(c.mean(k) is not None for c in cells) or varies(cells, k)
     ]
     rows = [
         [*(c.axes[a] for a in axes), f"{c.n_ok}" + (f", FAILED {c.n_failed}" if c.n_failed else "")]
+        + ([learned_of(c, learned)] if learned else [])
         + [mean_ci(c.mean(k), c.interval(k)) for k in keys]
         for c in cells
     ]
@@ -51,7 +54,21 @@ def main_table(cells, axes: list[str], level: float | None) -> dict:
                 *(f"{level:.3f}" if k == "val/loss" else "-" for k in keys),
             ]
         )
-    return table([*map(short, axes), "seeds", *map(label, keys)], rows)
+    learned_column = ["learned (k of n)"] if learned else []
+    if learned and level is not None and "val/loss" in keys:
+        rows[-1].insert(len(axes) + 1, "-")
+    return table([*map(short, axes), "seeds", *learned_column, *map(label, keys)], rows)
+
+
+def learned_of(cell, question) -> str:
+    """k of n: the cell's runs that learned (an onset not censored, or the first metric at question.learned)."""
+    if question.outcome == "onset":
+        values = cell.samples.get("onset/censored")
+        k = None if values is None else int((values == 0).sum())
+    else:
+        values = cell.samples.get(question.metrics[0])
+        k = None if values is None or question.learned is None else int((values >= question.learned).sum())
+    return "-" if k is None else f"{k} of {len(values)}"
 
 
 def comparisons_table(family) -> dict:
