@@ -206,7 +206,11 @@ def eviction(log_ratios: list[float]) -> dict:
 def markdown(report: dict) -> str:
     """stream.md from stream.json's content alone (templates/stream.md.j2)."""
     return TEMPLATES.get_template("stream.md.j2").render(
-        **report, collapse_ratio=COLLAPSE_RATIO, no_cost_ratio=NO_COST_RATIO, sink_threshold=SINK_EPSILON
+        **report,
+        collapse_ratio=COLLAPSE_RATIO,
+        no_cost_ratio=NO_COST_RATIO,
+        sink_threshold=SINK_EPSILON,
+        min_ratios=significance.MIN_RATIOS,
     )
 
 

@@ -597,11 +597,14 @@ class Ratios:
         return self.p_sign
 
 
+MIN_RATIOS = 3  # a bootstrap of two values is those values
+
+
 def ratios(values: Sequence[float], confidence: float = 1 - ALPHA) -> Ratios | None:
-    """None below three finite positive ratios: a bootstrap of two values is those values."""
+    """None below MIN_RATIOS finite positive ratios."""
     r = _finite(values)
     r = r[r > 0]
-    if len(r) < 3:
+    if len(r) < MIN_RATIOS:
         return None
     boot = stats.bootstrap(
         (r,),

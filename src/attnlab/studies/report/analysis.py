@@ -230,6 +230,16 @@ class Comparison:
         return self.test.detectable
 
     @property
+    def detects_target(self) -> bool:
+        """Whether these seeds can see the declared difference: the deciding exact test can reach the level
+        after Holm over the family, and the smallest difference detectable at 80 % power is at most it."""
+        if not self.target or self.detectable is None or self.detectable > self.target:
+            return False
+        return not (
+            self.exact is not None and self.exact_decides and not self.exact.reachable(significance.ALPHA / self.family)
+        )
+
+    @property
     def verdict(self) -> str:
         """higher | lower (beyond seed noise after Holm, by the deciding test) | none | untested (see
         ``untested_because``: no test these seeds can pass, or a reference arm that does not do the task)."""
