@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from attnlab.repro import record
-from attnlab.studies.rerender import check_dir, is_record, render_blocks
+from attnlab.tools.render import check_dir, is_record, render_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / "reports"

@@ -2,7 +2,7 @@
 flags: the config accepts its name, the schema and the fused kernels refuse it where they cannot compute
 it, model.init_from refuses it where no init is neutral, decoding refuses a KV cache where its weights
 depend on the forward's length, and the statistics log the row mass where rows need not sum to 1. The
-test registers ReLU attention (relu(s q.k) / n, Wortsman et al. 2023) twice, with n fixed by the context
+test registers ReLU attention (relu(s q.k) / n, Wortsman et al. 2023) twice, under probe names, with n fixed by the context
 and with n the keys of the forward, and checks each consumer against a float64 reference."""
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ BLOCK = 10
 
 
 @pytest.fixture
-def relu():
-    """relu (n: the keys a query sees at the full context, so it caches) and relu_forward (n: the keys
-    of this forward, so a cached step would see other weights), removed again after the test."""
+def probe_relu():
+    """probe_relu (n: the keys a query sees at the full context, so it caches) and probe_relu_forward (n: the
+    keys of this forward, so a cached step would see other weights), removed again after the test; named apart
+    from docs/development.md's worked example, which registers relu itself."""
     added = [
         register(
             Normalization(
@@ -43,8 +44,8 @@ def relu():
             )
         )
         for name, weights, caches in (
-            ("relu", lambda s, n: torch.relu(s) / n, True),
-            ("relu_forward", lambda s, _n: torch.relu(s) / s.shape[-1], False),
+            ("probe_relu", lambda s, n: torch.relu(s) / n, True),
+            ("probe_relu_forward", lambda s, _n: torch.relu(s) / s.shape[-1], False),
         )
     ]
     yield added
@@ -78,62 +79,62 @@ def tiny(normalize: str, backend: str = "scaled") -> GPT:
     return model
 
 
-def test_the_config_accepts_a_registered_name_and_names_every_accepted_value(relu):
-    assert AttentionConfig(normalize="relu").normalize == "relu"
+def test_the_config_accepts_a_registered_name_and_names_every_accepted_value(probe_relu):
+    assert AttentionConfig(normalize="probe_relu").normalize == "probe_relu"
     with pytest.raises(ValueError) as err:
         AttentionConfig(normalize="cosine")
     assert "model.attention.normalize='cosine'" in str(err.value)
-    assert str(err.value).endswith("expected one of softmax, sigmoid, relu, relu_forward")
+    assert str(err.value).endswith(", probe_relu, probe_relu_forward")  # every registered name, these last
     with pytest.raises(ValueError, match="registered already"):
-        register(relu[0])
+        register(probe_relu[0])
 
 
 @pytest.mark.parametrize("backend", ["naive", "scaled"])
-def test_the_explicit_kernels_compute_it(relu, backend):
+def test_the_explicit_kernels_compute_it(probe_relu, backend):
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(2, 2, 7, 4, generator=g, dtype=torch.float64) for _ in range(3))
-    out, _ = attend(backend, q, k, v, 0.5, normalize="relu", context_keys=BLOCK)
+    out, _ = attend(backend, q, k, v, 0.5, normalize="probe_relu", context_keys=BLOCK)
     torch.testing.assert_close(out, reference(q, k, v, 0.5, BLOCK), atol=1e-12, rtol=1e-12)
-    # relu_forward's n is the forward's own key count: 7 here
-    out, _ = attend(backend, q, k, v, 0.5, normalize="relu_forward", context_keys=BLOCK)
+    # probe_relu_forward's n is the forward's own key count: 7 here
+    out, _ = attend(backend, q, k, v, 0.5, normalize="probe_relu_forward", context_keys=BLOCK)
     torch.testing.assert_close(out, reference(q, k, v, 0.5, 7), atol=1e-12, rtol=1e-12)
 
 
 @pytest.mark.parametrize("backend", ["sdpa", "flash"])
-def test_the_fused_kernels_and_the_schema_refuse_it_by_its_flag(relu, backend, make_cfg):
+def test_the_fused_kernels_and_the_schema_refuse_it_by_its_flag(probe_relu, backend, make_cfg):
     q = k = v = torch.zeros(1, 2, 3, 4)
-    with pytest.raises(KernelUnavailable, match="model.attention.normalize=relu runs on naive and scaled"):
-        attend(backend, q, k, v, 0.5, normalize="relu")
+    with pytest.raises(KernelUnavailable, match="model.attention.normalize=probe_relu runs on naive and scaled"):
+        attend(backend, q, k, v, 0.5, normalize="probe_relu")
     with pytest.raises(ConfigError) as err:
-        Schema.from_cfg(make_cfg(f"attention={backend}", "model.attention.normalize=relu"))
-    assert str(err.value).startswith("model.attention.normalize='relu'") and "softmax" in str(err.value)
+        Schema.from_cfg(make_cfg(f"attention={backend}", "model.attention.normalize=probe_relu"))
+    assert str(err.value).startswith("model.attention.normalize='probe_relu'") and "softmax" in str(err.value)
     with pytest.raises(ConfigError) as err:
-        Schema.from_cfg(make_cfg("model.attention.normalize=relu", "model.attention.escape=learned"))
+        Schema.from_cfg(make_cfg("model.attention.normalize=probe_relu", "model.attention.escape=learned"))
     assert str(err.value).startswith("model.attention.escape='learned'")
-    assert Schema.from_cfg(make_cfg("model.attention.normalize=relu")).model.attention.normalize == "relu"
+    assert Schema.from_cfg(make_cfg("model.attention.normalize=probe_relu")).model.attention.normalize == "probe_relu"
 
 
-def test_init_from_refuses_a_normalization_that_is_not_neutral(relu):
-    problem = neutral.refusal({"normalize": "relu"})
-    assert problem.startswith("model.attention.normalize=relu: no init reproduces the checkpoint")
+def test_init_from_refuses_a_normalization_that_is_not_neutral(probe_relu):
+    problem = neutral.refusal({"normalize": "probe_relu"})
+    assert problem.startswith("model.attention.normalize=probe_relu: no init reproduces the checkpoint")
     assert problem.endswith("expected softmax")
     assert neutral.refusal({"normalize": "softmax"}) is None
 
 
-def test_decoding_follows_the_caches_flag(relu):
-    """relu caches: a cached step gives the full forward's logits. relu_forward does not: the KV cache is
+def test_decoding_follows_the_caches_flag(probe_relu):
+    """probe_relu caches: a cached step gives the full forward's logits. probe_relu_forward does not: the KV cache is
     refused naming the key, and generation falls back to rerunning the window (the same tokens as
     cache=False)."""
     x = torch.randint(0, 13, (2, BLOCK), generator=torch.Generator().manual_seed(1))
-    model = tiny("relu")
+    model = tiny("probe_relu")
     full = model(x)[0]
     caches = model.kv_caches()
     model.next_logits(x[:, :4], caches)
     steps = [model.next_logits(x[:, t : t + 1], caches) for t in range(4, BLOCK)]
     torch.testing.assert_close(torch.stack(steps, 1), full[:, 4:], atol=1e-10, rtol=1e-10)
 
-    forward = tiny("relu_forward")
-    with pytest.raises(ValueError, match="model.attention.normalize=relu_forward takes no KV cache"):
+    forward = tiny("probe_relu_forward")
+    with pytest.raises(ValueError, match="model.attention.normalize=probe_relu_forward takes no KV cache"):
         forward.kv_caches()
     with pytest.raises(ValueError, match="takes no KV cache"):
         forward.rolling_kv_caches(6, 1)
@@ -144,10 +145,10 @@ def test_decoding_follows_the_caches_flag(relu):
     assert torch.equal(*outs)
 
 
-def test_the_statistics_log_the_row_mass_where_rows_need_not_sum_to_one(relu):
+def test_the_statistics_log_the_row_mass_where_rows_need_not_sum_to_one(probe_relu):
     g = torch.Generator().manual_seed(5)
     q, k = (torch.randn(1, 2, 6, 4, generator=g) for _ in range(2))
-    stats = attention_stats(q, k, WeightRule(scale=0.5, normalize="relu", context_keys=6))
+    stats = attention_stats(q, k, WeightRule(scale=0.5, normalize="probe_relu", context_keys=6))
     s = (q @ k.transpose(-2, -1)) * 0.5
     mass = (torch.relu(s).masked_fill(~torch.ones(6, 6, dtype=torch.bool).tril(), 0) / 6).sum(-1)
     torch.testing.assert_close(

@@ -204,7 +204,7 @@ def test_a_grouped_model_has_fewer_key_value_weights_and_agrees_across_backends(
             "model.attention.normalize",
             "sigmoid runs on naive and scaled",
         ),
-        (["model.attention.normalize=relu"], "model.attention.normalize", "one of softmax, sigmoid"),
+        (["model.attention.normalize=cosine"], "model.attention.normalize", "one of softmax, sigmoid"),
         (
             ["model.attention.normalize=sigmoid", "model.attention.escape=zero_logit"],
             "model.attention.escape",

@@ -40,16 +40,6 @@ COMMANDS = {
         "cli",
         "reproduce and check the source articles' claims (--mode fast|full)",
     ),
-    "render": (
-        "attnlab.studies.rerender",
-        "main",
-        "every page and figure under reports/ again from its committed data (--check: orphans and stale pages)",
-    ),
-    "verify": (
-        "attnlab.studies.verify",
-        "main",
-        "train committed rows of reports/<study>/runs.csv again and compare them bit for bit (--seeds, --stamp)",
-    ),
     "bench": ("attnlab.tools.bench.__main__", "main", "kernel, memory and training-throughput benchmarks (--mode)"),
     "sample": ("attnlab.inference.sample", "main", "generate text from a run's checkpoint (default: the latest run)"),
     "analyze": ("attnlab.inference.analyze", "main", "head scores and head types of a run dir or checkpoint"),
@@ -87,6 +77,16 @@ COMMANDS = {
         "attnlab.inference.export",
         "main",
         "write a run's model as a Hugging Face dir (--format hf): GPT-2, Llama or DeepSeek-V3, loadable offline by transformers",
+    ),
+    "render": (
+        "attnlab.tools.render",
+        "main",
+        "every page and figure under reports/ again from its committed data (--check: orphans and stale pages)",
+    ),
+    "verify": (
+        "attnlab.studies.verify",
+        "main",
+        "train committed rows of reports/<study>/runs.csv again and compare them bit for bit (--seeds, --stamp)",
     ),
 }
 ERROR_PREFIX = "attnlab: error: "

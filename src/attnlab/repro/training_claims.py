@@ -429,6 +429,15 @@ def claim_13_measurements(res: dict, reports: Path) -> dict:
 BB_COLUMNS = ("dormant", "active", "escape", "row_mass", "copy_acc", "max_prob", "entropy_norm", "val_loss")
 
 
+def sink_cell(arm: dict) -> str:
+    """A testbed arm's sink count, or untested where its attention stays uniform in every seed (a head the
+    heads analysis would type uniform): no sink can form where no head attends to anything yet."""
+    entropy = [x for x in arm.get("entropy_norm", []) if x is not None]
+    if entropy and min(entropy) >= THRESHOLDS["uniform"]:
+        return "untested (uniform attention)"
+    return k_of_n(bb_sinks(arm))["seeds"]
+
+
 def claim_13(m: dict) -> Claim:
     m = json_safe(m, digits=KEPT_DIGITS)
 
@@ -465,10 +474,7 @@ def claim_13(m: dict) -> Claim:
                 f"The sinks testbed ({bb['source']}: one layer, one head; trigger queries need the previous token, the "
                 "dormant ones nothing): per arm, the range over seeds",
                 ["arm", "sink in", *BB_COLUMNS],
-                [
-                    [name, k_of_n(bb_sinks(a))["seeds"], *(span(a.get(k, [])) for k in BB_COLUMNS)]
-                    for name, a in bb["arms"].items()
-                ],
+                [[name, sink_cell(a), *(span(a.get(k, [])) for k in BB_COLUMNS)] for name, a in bb["arms"].items()],
                 note=f"dormant / active: the first-token weight of the queries that need no attention / that do; uniform "
                 f"attention gives {bb['uniform']:.3f}. max_prob and entropy_norm are over all queries. SGD reaching a copy "
                 f"accuracy under {COPY_SOLVED} does not separate the optimiser from how far training got."

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
+
 from attnlab.analysis.phase import PHASE_LEVEL
 from attnlab.attention.stats import SINK_EPSILON, is_sink
+from attnlab.studies.report.data import axes_of, read_runs
+from attnlab.studies.report.provenance import one_experiment
 from attnlab.studies.stream_study import COLLAPSE_RATIO, NO_COST, NO_COST_RATIO, eviction
 from attnlab.util import significance
 from attnlab.writing import markdown
@@ -36,6 +39,7 @@ INPUTS = (
     "streaming_bb/stream.json",
     "streaming/stream.json",
     "lr_sensitivity/summary.json",
+    "lr_sensitivity/runs.csv",
     "kv_frontier/summary.json",
     "kv_frontier/plan.json",
     "repro/repro.json",
@@ -223,15 +227,15 @@ def lr_sensitivity(reports: Path) -> dict:
     rows = [row(c, c["where"].split(",")[0].removeprefix("model=")) for c in summary["contrasts"]["lr_sensitivity"]]
     crossed = [x for x in summary["interactions"] if x["metric"] == "lr_sensitivity"]
 
+    runs = read_runs(reports / "lr_sensitivity" / "runs.csv")
+    runs, _ = one_experiment(runs, axes_of(runs), "lr_sensitivity/runs.csv")  # the rows the report pools
+    logits = runs.filter(regex=r"^attn/L\d+/max_logit$")
+
     def largest_logit(qk_norm: bool) -> float:
-        return max(
-            x
-            for a in arms
-            if f"qk_norm={qk_norm}" in a["arm"]
-            for per_layer in a["max_logit"].values()
-            for x in per_layer
-            if x is not None and math.isfinite(x)
-        )
+        """The largest max logit any pooled run logged in any layer, at any rate and size."""
+        chosen = runs["model.attention.qk_norm"].astype(str) == str(qk_norm)
+        values = logits[chosen & (runs["status"] == "ok")].to_numpy(float)
+        return float(np.nanmax(values[np.isfinite(values)]))
 
     return {
         "groups": _by_verdict(rows),

@@ -38,6 +38,7 @@ from attnlab.studies.report.data import (
     frame_from_runs,
     read_runs,
 )
+from attnlab.studies.report.provenance import one_experiment
 from attnlab.sweeps.sweep import PLAN, unknown_study
 from attnlab.sweeps.sweep import main as sweep
 from attnlab.training.results import training_fingerprint
@@ -47,26 +48,29 @@ from attnlab.writing.pages import where
 
 DEFAULT_HOURS = 6.0  # what a study may cost on this machine when it declares no question.hours
 JOBS = 2  # runs at once, as `make sweep` runs them on two cores
+PILOT_SEEDS = 2  # --pilot: the fewest seeds that show a spread
 
 
 def current_rows(frame: pd.DataFrame, study: str) -> tuple[pd.DataFrame, int]:
-    """The rows trained with today's settings of their cell (a row without a fingerprint is left out: the
-    sweep trains its cell and seed again); returns them and how many rows were left out."""
+    """The rows trained with today's settings of their cell, pooled as the report pools them (a row without
+    a fingerprint only where no row of its cell has one: ``provenance.one_experiment``); returns them and
+    how many rows were left out."""
     if "config" not in frame:
-        return frame.iloc[0:0], len(frame)
+        return frame, 0
     axes = axes_of(frame)
     keep = []
     cache: dict[tuple, str] = {}
     for _, row in frame.iterrows():
         if not row["config"]:
-            keep.append(False)
+            keep.append(True)
             continue
         key = (*(str(row[a]) for a in axes), row["budget"])
         if key not in cache:
             cache[key] = training_fingerprint(current_config(cell_overrides(study, dict(zip(axes, key)), key[-1])))
         keep.append(cache[key] == row["config"])
     mask = np.array(keep, dtype=bool)
-    return frame[mask], int((~mask).sum())
+    kept, _ = one_experiment(frame[mask], axes, study)
+    return kept, len(frame) - len(kept)
 
 
 def seconds_per_run(frame: pd.DataFrame, config: dict) -> tuple[float | None, str]:
@@ -186,10 +190,17 @@ def learning_rows(frame, axes, question) -> list[dict]:
     the arms' own runs."""
     arms = onset.arms_of(frame, axes, question)
     rows = []
-    for c in onset.compare(arms, axes, question):
+    family = onset.compare(arms, axes, question)
+    for c in family:
         rate = c.ref.k / c.ref.n
         resolved = c.verdict not in ("none", "untested")
         need = min(c.ref.n, c.arm.n) if resolved else significance.fisher_seeds_needed(rate, 0.0) if rate > 0 else None
+        if c.onset and not resolved and c.p is not None:  # a tie answers only at 80 % power against what it shows
+            need = significance.logrank_seeds_needed(
+                c.ref.steps, ~c.ref.learned, c.arm.steps, ~c.arm.learned, significance.ALPHA / len(family)
+            )
+        if need is not None and not resolved:  # no fewer than the exact test needs after Holm over the family
+            need = max(need, significance.exact_seeds_for(len(family)))
         power_logrank = (
             significance.logrank_power(c.ref.steps, ~c.ref.learned, c.arm.steps, ~c.arm.learned, min(c.ref.n, c.arm.n))
             if c.onset
@@ -428,7 +439,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = command_parser("plan", "Plan a study's seeds from its runs before the compute.")
     parser.add_argument("study", help="one of: " + ", ".join(study_names()))
     parser.add_argument("--from", dest="dirs", nargs="*", default=None, help="sweep dirs to read (default: runs.csv)")
-    parser.add_argument("--pilot", action="store_true", help="first run 2 seeds of every cell (make sweep, resumable)")
+    parser.add_argument(
+        "--pilot", action="store_true", help=f"first run {PILOT_SEEDS} seeds of every cell (make sweep, resumable)"
+    )
     parser.add_argument("--hours", type=float, default=None, help="the study's time cap (default: question.hours)")
     parser.add_argument("--reports", default="reports")
     args, extra = parser.parse_known_args(argv)
@@ -437,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = Path(args.reports) / args.study
     if args.pilot:
-        sweep(["--study", args.study, "--seeds", "2", "--jobs", str(JOBS), *extra])
+        sweep(["--study", args.study, "--seeds", str(PILOT_SEEDS), "--jobs", str(JOBS), *extra])
     if args.dirs:
         frame = frame_from_runs(load_sweeps([Path(d) for d in args.dirs]))
     elif (out / "runs.csv").is_file():

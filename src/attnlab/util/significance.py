@@ -514,7 +514,14 @@ def _logrank_statistic(labels: np.ndarray, at_risk: np.ndarray, events: np.ndarr
         return np.where(v > 0, (o1 - e1) ** 2 / v, 0.0)
 
 
-def logrank_p(ref_times, ref_censored, level_times, level_censored) -> float:
+def logrank_p(
+    ref_times,
+    ref_censored,
+    level_times,
+    level_censored,
+    enumerate_up_to: int = EXACT_ENUMERATION,
+    draws: int = RESAMPLES,
+) -> float:
     """The log-rank statistic's two-sided p by permutation of the arm labels over the pooled runs: exact
     over every arrangement where they number EXACT_ENUMERATION or fewer, else RESAMPLES fixed-seed
     resamples (each counted with the observed one, so p >= 1/(RESAMPLES + 1)). At the few runs an arm
@@ -532,21 +539,21 @@ def logrank_p(ref_times, ref_censored, level_times, level_censored) -> float:
     observed = np.zeros((1, total))
     observed[0, :k] = 1
     stat = _logrank_statistic(observed, at_risk, events)[0]
-    null = _logrank_statistic(_arrangements(total, k), at_risk, events)
+    null = _logrank_statistic(_arrangements(total, k, enumerate_up_to, draws), at_risk, events)
     at_least = np.sum(null >= stat - 1e-9 * max(stat, 1.0))
-    if math.comb(total, k) <= EXACT_ENUMERATION:
+    if math.comb(total, k) <= enumerate_up_to:
         return float(at_least / len(null))
-    return float((1 + at_least) / (RESAMPLES + 1))
+    return float((1 + at_least) / (draws + 1))
 
 
-@functools.lru_cache(maxsize=16)
-def _arrangements(total: int, k: int) -> np.ndarray:
-    """Every way to mark k of ``total`` runs as one arm (rows of 0/1), or RESAMPLES fixed-seed draws of
-    them where they number more than EXACT_ENUMERATION."""
-    if math.comb(total, k) <= EXACT_ENUMERATION:
+@functools.lru_cache(maxsize=32)
+def _arrangements(total: int, k: int, enumerate_up_to: int = EXACT_ENUMERATION, draws: int = RESAMPLES) -> np.ndarray:
+    """Every way to mark k of ``total`` runs as one arm (rows of 0/1), or ``draws`` fixed-seed draws of
+    them where they number more than ``enumerate_up_to``."""
+    if math.comb(total, k) <= enumerate_up_to:
         chosen = np.array(list(itertools.combinations(range(total), k)), dtype=int).reshape(-1, k)
     else:
-        chosen = np.random.default_rng(0).random((RESAMPLES, total)).argsort(axis=1)[:, :k]
+        chosen = np.random.default_rng(0).random((draws, total)).argsort(axis=1)[:, :k]
     labels = np.zeros((len(chosen), total))
     np.put_along_axis(labels, chosen, 1.0, axis=1)
     labels.setflags(write=False)
@@ -570,11 +577,26 @@ def logrank_power(
     if ref[:, 1].all() and lvl[:, 1].all():
         return math.nan
     hits = 0
-    for _ in range(draws):
+    for _ in range(draws):  # each draw's p from at most 5,000 arrangements: enough to tell p from alpha
         a, b = ref[rng.integers(0, len(ref), n)], lvl[rng.integers(0, len(lvl), n)]
-        p = logrank_p(a[:, 0], a[:, 1].astype(bool), b[:, 0], b[:, 1].astype(bool))
+        p = logrank_p(a[:, 0], a[:, 1].astype(bool), b[:, 0], b[:, 1].astype(bool), 5_000, 1_999)
         hits += bool(math.isfinite(p) and p < alpha)
     return hits / draws
+
+
+def logrank_seeds_needed(
+    ref_times, ref_censored, level_times, level_censored, alpha: float = ALPHA, start: int = 2, most: int = 30
+) -> int | None:
+    """The fewest runs an arm (from ``start``) at which the log-rank's simulated power against the difference
+    these runs show reaches POWER at ``alpha``; None beyond ``most`` (the difference is too small for a
+    plan) or where neither arm has an event."""
+    for n in range(max(start, 2), most + 1):
+        power = logrank_power(ref_times, ref_censored, level_times, level_censored, n, alpha, draws=200)
+        if math.isnan(power):
+            return None
+        if power >= POWER:
+            return n
+    return None
 
 
 # ---------------------------------------------------------------- skewed ratios

@@ -28,11 +28,11 @@ KEPT = {
 
 def of_runs(runs: list[RunResult], axes: list[str], rows: pd.DataFrame) -> pd.DataFrame:
     """The histories of the ok ``runs`` whose cell and seed ``rows`` (runs.csv rows) hold, keyed by both."""
-    wanted = set(rows[[*axes, "seed"]].astype(str).apply(tuple, axis=1))
+    wanted = {(*(str(r[a]) for a in axes), seed_text(r["seed"])) for _, r in rows.iterrows()}
     out = []
     for run in runs:
         key = {a: str(run.overrides.get(a, "-")) for a in axes} | {"seed": run.seed}  # as runs.csv keys a run
-        if not run.ok or tuple(map(str, key.values())) not in wanted:
+        if not run.ok or (*list(key.values())[:-1], seed_text(run.seed)) not in wanted:
             continue
         for source, points in (("stats", read_history(run.dir)), ("heads", head_history(run.dir))):
             for p in points:
@@ -57,8 +57,10 @@ def merged(committed: pd.DataFrame | None, new: pd.DataFrame, axes: list[str]) -
     if new.empty:
         return committed
     key = [*axes, "seed"]
-    fresh = set(new[key].astype(str).apply(tuple, axis=1))
-    kept = committed[~committed[key].astype(str).apply(tuple, axis=1).isin(fresh)]
+    def ident(f: pd.DataFrame) -> pd.Series:
+        return pd.Series([(*(str(r[a]) for a in axes), seed_text(r["seed"])) for _, r in f.iterrows()], index=f.index)
+
+    kept = committed[~ident(committed).isin(set(ident(new)))]
     return pd.concat([kept, new], ignore_index=True)[
         [*key, "source", "step", *sorted(set(kept) | set(new) - {*key, "source", "step"})]
     ]
@@ -75,7 +77,9 @@ def by_cell(
         cell = dict(zip(axes, map(str, key if isinstance(key, tuple) else (key,))))
         seeds = []
         for seed in rows["seed"]:
-            mine = points[(points["seed"] == int(seed)) & _matches(points, cell)].sort_values("step")
+            mine = points[(points["seed"].map(seed_text) == seed_text(seed)) & _matches(points, cell)].sort_values(
+                "step"
+            )
             if len(mine):
                 seeds.append(
                     [
@@ -86,6 +90,11 @@ def by_cell(
         if seeds:
             groups.append((where(cell), cell, seeds))
     return groups
+
+
+def seed_text(seed) -> str:
+    """A seed as both tables key it: its integer, or "" where a run records none."""
+    return "" if seed is None or pd.isna(seed) else str(int(seed))
 
 
 def _matches(points: pd.DataFrame, cell: dict) -> pd.Series:

@@ -695,6 +695,7 @@ def shortfall(row: dict, mha: dict, b: str, setup: dict) -> str:
     tp, base, y = row["throughput"][b], mha["throughput"][b], setup["yardsticks"]
     ms, roof = 1e3 / tp["tokens_per_s"], 1e3 * tp["roofline_s_per_token"]
     mha_ms, mha_roof = 1e3 / base["tokens_per_s"], 1e3 * base["roofline_s_per_token"]
+    above = ms - roof - (mha_ms - mha_roof)
     return (
         f"{row['variant']} at T {row['T']}, B {b}: {tp['ratio_to_mha']:.2f}x against a goal of "
         f"{latent_goal(row['T'], int(b)):.1f}x. A token reads {tp['bytes_read_per_token'] / 1e3:.0f} kB "
@@ -704,7 +705,9 @@ def shortfall(row: dict, mha: dict, b: str, setup: dict) -> str:
         f"{base['roofline_s_per_token'] / tp['roofline_s_per_token']:.2f}x ({tp['bound']}-bound). Measured, a "
         f"token takes {ms:.3f} ms against a roofline of {roof:.3f} ms (mha {mha_ms:.3f} against {mha_roof:.3f}): "
         f"{100 * (1 - roof / ms):.0f} % of its time lies above the roofline (per-operation overhead, and "
-        f"kernels below the yardsticks' rates), {ms - roof - (mha_ms - mha_roof):+.3f} ms a token more than mha's."
+        f"kernels below the yardsticks' rates), {abs(above):.3f} ms a token {'more' if above > 0 else 'less'} than "
+        "mha's. The times are each arm's median tokens/s; the ratio is the median of the alternated repeats' own "
+        "ratios, so the two can disagree where the repeats vary."
     )
 
 
