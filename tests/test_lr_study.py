@@ -15,6 +15,7 @@ from attnlab.studies.report.lr import arms
 from attnlab.util import significance
 
 LRS = ["1e-3", "1e-2", "1e-1"]
+SEEDS = 6  # beyond the exact test's few seeds a side: Welch's t decides
 VOCAB = 50  # initial loss ln 50 = 3.91
 
 
@@ -47,7 +48,7 @@ def study(tmp_path):
     for size in ("small", "big"):
         for qk in ("false", "true"):
             for lr in LRS:
-                for seed in range(3):
+                for seed in range(SEEDS):
                     logit = 500.0 if qk == "false" and lr == "1e-1" else 8.0
                     fake(tmp_path / "sweep", size, qk, lr, seed, losses(size, qk, lr, seed), logit)
     summary = build_report(tmp_path / "sweep", reports=tmp_path / "reports", draw=False)
@@ -61,7 +62,7 @@ def test_per_seed_sensitivity_and_critical_rate(study):
     init = math.log(VOCAB)
     expected = [
         statistics.fmean([2.5 + 0.03 * s, 2.0 + 0.01 * s, init if s == 2 else 3.6 + 0.01 * s]) - (2.0 + 0.01 * s)
-        for s in range(3)
+        for s in range(SEEDS)
     ]
     assert big_off.initial == pytest.approx(init) and big_off.per_seed() == pytest.approx(expected)
     assert big_off.critical_lr(None) == 1e-1 and big_off.failed[1e-1] == 1
@@ -91,7 +92,7 @@ def test_qk_norm_is_tested_per_size_and_its_change_across_sizes(study):
     )
     assert (cross["first"], cross["last"]) == ("small", "big") and cross["diff"] == pytest.approx(expected)
     cells = [
-        (statistics.fmean(v), statistics.stdev(v), 3, sign)
+        (statistics.fmean(v), statistics.stdev(v), SEEDS, sign)
         for v, sign in zip([*effect["big"], *effect["small"]], (1, -1, -1, 1))
     ]
     assert cross["p"] == pytest.approx(significance.interaction(cells).p) and cross["verdict"] == "smaller"
@@ -131,9 +132,10 @@ def test_the_source_statements_follow_the_data(study):
     summary, _ = study
     v = _verdicts(summary)
     # the big model without qk-norm comes apart at 1e-1, the small one does not: sensitivity grows with size,
-    # qk-norm lowers it only where it comes apart, and its logits there are 500 against 8
+    # qk-norm lowers it only where it comes apart (the small size's tie is resolved), and its logits there are
+    # 500 against 8
     assert v["without qk-layernorm, LR sensitivity grows with model size"] == "agrees"
-    assert v["qk-layernorm lowers LR sensitivity at every size"] == "untested"
+    assert v["qk-layernorm lowers LR sensitivity at every size"] == "disagrees"
     assert v["qk-layernorm's benefit grows with model size"] == "agrees"
     assert v["without qk-layernorm the attention logits grow many times larger at high rates"] == "agrees"
 

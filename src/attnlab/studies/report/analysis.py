@@ -350,8 +350,23 @@ class Interaction:
     p_holm: float | None = None
 
     @property
+    def untested_because(self) -> str | None:
+        """Why the interaction answers nothing here: a reference arm that does not use its attention, or cells
+        of so few seeds that its Welch-type test cannot decide (there is no exact test of it here)."""
+        if self.below is not None and self.below <= 0:
+            return "a reference arm is not below the attention-free level"
+        if self.test is None:
+            return "under two seeds a cell"
+        if min(self.test.n_ref, self.test.n_level) <= significance.EXACT_UP_TO:
+            return (
+                f"not resolved: a Welch-type test does not decide at {significance.EXACT_UP_TO} seeds a cell or fewer, "
+                "and an interaction has no exact test here"
+            )
+        return None
+
+    @property
     def verdict(self) -> str:
-        if self.test is None or (self.below is not None and self.below <= 0):
+        if self.untested_because is not None:
             return "untested"
         return ("larger" if self.test.diff > 0 else "smaller") if (self.p_holm or 1) < significance.ALPHA else "none"
 

@@ -57,6 +57,7 @@ def merged(committed: pd.DataFrame | None, new: pd.DataFrame, axes: list[str]) -
     if new.empty:
         return committed
     key = [*axes, "seed"]
+
     def ident(f: pd.DataFrame) -> pd.Series:
         return pd.Series([(*(str(r[a]) for a in axes), seed_text(r["seed"])) for _, r in f.iterrows()], index=f.index)
 

@@ -20,7 +20,7 @@ import pandas as pd
 from attnlab.data.tokens import load_tokenizer, padded
 from attnlab.studies.report.aggregate import RunResult
 from attnlab.util import significance
-from attnlab.writing.pages import short, where
+from attnlab.writing.pages import p_text, short, signed_ci, where
 
 plt.switch_backend("agg")  # files only: no display is assumed, whatever the environment chose
 
@@ -195,58 +195,63 @@ LOGIT_GROWTH = 10.0  # "many times": the no-qk-norm arm's largest logit at the t
 def against_source(
     arms: list[Arm], family: list, interactions: list, difference: float, axis: str = "model.attention.qk_norm"
 ):
-    """The paper's five statements about qk-layernorm and scale, each with what these arms measure and a
-    verdict: agrees | disagrees | untested (a difference inside seed noise, or an axis these arms lack).
-    ``family`` and ``interactions``: the report's own Holm-corrected tests of qk-norm per size and across sizes."""
+    """The paper's five statements about qk-layernorm and scale, each with what these arms measure, a verdict
+    (agrees | disagrees | untested) and why it is untested, read by the rules the report's Answer reads:
+    the budget rule (a size whose reference arm is not below the attention-free level answers nothing), the
+    deciding test (exact at a few seeds a side) and "not resolved" for a tie. ``family`` and ``interactions``:
+    the report's own Holm-corrected tests of qk-norm per size and across sizes."""
     off = [a for a in arms if str(a.setting.get(axis)).lower() == "false"]
     on = [a for a in arms if str(a.setting.get(axis)).lower() == "true"]
     if len(off) < 2 or len(on) < 2 or len(off) != len(on):
         return []
-    rows = []
-
-    def growth(group: list[Arm]):
-        return significance.welch(group[0].per_seed(), group[-1].per_seed())
-
-    sizes = f"{off[0].size_label} to {off[-1].size_label}"
-    grow = growth(off)
-    rows.append(
-        {
-            "statement": f"without qk-layernorm, LR sensitivity grows with model size ({sizes})",
-            "measured": grow,
-            "verdict": _sign_verdict(grow, +1),
-        }
-    )
     per_size = [c for c in family if c.metric == METRICS[0] and c.axis == axis]
+    # a statement across sizes needs every size it reads to use its attention (the Answer's budget rule)
+    blocked = next((f"{c.where}: {c.unanswerable_because}" for c in per_size if c.unanswerable_because), None)
+    sizes = f"{off[0].size_label} to {off[-1].size_label}"
+    rows = [_signed_row(f"without qk-layernorm, LR sensitivity grows with model size ({sizes})", off, +1, blocked)]
     shown = [c for c in per_size if c.verdict == "lower"]
+    against = [c for c in per_size if c.verdict in ("none", "higher")]
+    open_ = [c for c in per_size if c.verdict == "untested"]
     rows.append(
         {
             "statement": "qk-layernorm lowers LR sensitivity at every size",
-            "measured": f"lower beyond seed noise at {len(shown)} of {len(per_size)} sizes (Welch, Holm over the sizes)",
-            "verdict": "agrees"
-            if per_size and len(shown) == len(per_size)
-            else ("disagrees" if not shown else "untested"),
+            "measured": f"lower beyond seed noise at {len(shown)} of {len(per_size)} sizes (Holm over the sizes)",
+            "verdict": "disagrees" if against else "agrees" if per_size and not open_ else "untested",
+            "why": None if against or not open_ else "; ".join(f"{c.where}: {c.untested_because}" for c in open_),
         }
     )
-    flat = growth(on)
+    flat = significance.welch(on[0].per_seed(), on[-1].per_seed())
+    inside = flat is not None and -difference <= flat.lo and flat.hi <= difference
+    beyond = flat is not None and (flat.lo > difference or flat.hi < -difference)
+    few = flat is not None and min(flat.n_ref, flat.n_level) <= significance.EXACT_UP_TO
     rows.append(
         {
             "statement": f"with qk-layernorm, LR sensitivity stays flat as the model grows (within the study's {difference})",
-            "measured": flat,
-            "verdict": "untested"
-            if flat is None
-            else "agrees"
-            if -difference <= flat.lo and flat.hi <= difference
-            else "disagrees"
-            if flat.lo > difference or flat.hi < -difference  # the whole interval beyond the threshold
-            else "untested",
+            "measured": "-" if flat is None else f"{signed_ci(flat.diff, flat.lo, flat.hi)} (Welch's interval)",
+            **_verdict(
+                blocked
+                or ("under two seeds a side" if flat is None else None)
+                or (
+                    f"not resolved: {flat.n_ref} and {flat.n_level} seeds a side give no interval that decides"
+                    if few
+                    else None
+                )
+                or (None if inside or beyond else f"not resolved: the interval reaches past {difference}"),
+                "agrees" if inside else "disagrees",
+            ),
         }
     )
     x = next((i for i in interactions if i.metric == METRICS[0] and i.test), None)
     rows.append(
         {
             "statement": "qk-layernorm's benefit grows with model size (the size x qk-norm interaction)",
-            "measured": x.test if x else None,
-            "verdict": _sign_verdict(x.test if x else None, -1),
+            "measured": "-"
+            if x is None
+            else f"{signed_ci(x.test.diff, x.test.lo, x.test.hi)}, Holm p {p_text(x.p_holm)}",
+            **_verdict(
+                "no interaction tested" if x is None else x.untested_because or _tie(x.verdict),
+                "agrees" if x is not None and x.verdict == "smaller" else "disagrees",
+            ),
         }
     )
     top = max(off[-1].lrs)
@@ -256,13 +261,40 @@ def against_source(
         {
             "statement": f"without qk-layernorm the attention logits grow many times larger at high rates (over {LOGIT_GROWTH:g}x at lr {top:g}, {off[-1].size_label})",
             "measured": f"largest logit {peak[0]:.4g} without, {peak[1]:.4g} with: {ratio:.3g}x (mean over seeds)",
-            "verdict": "untested" if ratio != ratio else ("agrees" if ratio > LOGIT_GROWTH else "disagrees"),
+            **_verdict(
+                None if ratio == ratio else "no logits logged", "agrees" if ratio > LOGIT_GROWTH else "disagrees"
+            ),
         }
     )
     return rows
 
 
-def _sign_verdict(test, sign: int) -> str:
-    if test is None or test.p >= significance.ALPHA:
-        return "untested"
-    return "agrees" if test.diff * sign > 0 else "disagrees"
+def _verdict(why: str | None, decided: str) -> dict:
+    return {"verdict": "untested", "why": why} if why else {"verdict": decided, "why": None}
+
+
+def _tie(verdict: str) -> str | None:
+    return "not resolved: no difference beyond seed noise at these seeds" if verdict == "none" else None
+
+
+def _signed_row(statement: str, group: list[Arm], sign: int, blocked: str | None) -> dict:
+    """The smallest size's arm against the largest's, decided as every comparison of the report is: the
+    exact test at EXACT_UP_TO seeds a side or fewer, Welch's t beyond."""
+    ref, lvl = group[0].per_seed(), group[-1].per_seed()
+    welch = significance.welch(ref, lvl)
+    if welch is None:
+        return {"statement": statement, "measured": "-", **_verdict("under two seeds a side", "")}
+    exact = significance.permutation(ref, lvl) if significance.exact_decides(ref, lvl) else None
+    p, name = (exact.p, "exact") if exact else (welch.p, "Welch")
+    measured = f"{signed_ci(welch.diff, *((None, None) if exact else (welch.lo, welch.hi)))}, {name} p {p_text(p)}"
+    why = blocked or (
+        f"{exact.n_ref} and {exact.n_level} seeds cannot reach p < {significance.ALPHA} by an exact test"
+        if exact and not exact.reachable()
+        else None
+    )
+    why = why or (f"not resolved: {name} p {p_text(p)}" if p >= significance.ALPHA else None)
+    return {
+        "statement": statement,
+        "measured": measured,
+        **_verdict(why, "agrees" if welch.diff * sign > 0 else "disagrees"),
+    }

@@ -13,10 +13,6 @@ from attnlab.util import significance
 from attnlab.writing.pages import TEMPLATES
 
 
-def _measured(m) -> dict | str | None:
-    return {"diff": m.diff, "ci95": [m.lo, m.hi], "p": m.p, "n": [m.n_ref, m.n_level]} if hasattr(m, "diff") else m
-
-
 def cells_csv(cells, axes: list[str]) -> str:
     """ablation.csv: per cell the seed counts and every metric's mean, sample std and 95 % t interval."""
     keys = list(dict.fromkeys(k for c in cells for k in c.samples))
@@ -192,7 +188,7 @@ def summary_json(view: dict, frame, cells, effects, arms, out: Path) -> dict:
             ],
             "critical_fraction": lr.CRITICAL_FRACTION,
             "against_source": [
-                {"statement": r["statement"], "verdict": r["verdict"], "measured": _measured(r["measured"])}
+                {"statement": r["statement"], "verdict": r["verdict"], "why": r["why"], "measured": r["measured"]}
                 for r in view["source"]
             ],
         }
