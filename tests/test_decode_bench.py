@@ -216,3 +216,12 @@ def test_attnlab_greedy_is_generate_with_top_k_1():
     model = GPT(GPTConfig(**decode.HF_SHAPES["micro"], **decode.GPT2_BLOCK)).eval()
     prompt = torch.randint(0, 61, (2, 4), generator=torch.Generator().manual_seed(0))
     assert torch.equal(decode.attnlab_greedy(model, prompt, 9), model.generate(prompt, 9, top_k=1))
+
+
+def test_any_batch_list_is_measured_latency_at_batch_1_included():
+    """Without batch 1 in the list, the latency and cache bytes are still measured at batch 1, and throughput
+    only at the batches asked for."""
+    section = decode.decode_section(**{**decode.DECODE["tiny"], "contexts": (16,), "batches": (4,)}, log=lambda _: None)
+    for r in section["rows"]:
+        assert list(r["throughput"]) == ["4"] and r["ms_per_token"] > 0 and r["prefill_s"] > 0
+        assert r["kv_bytes_per_token"] == r["kv_bytes_per_token_formula"]

@@ -236,7 +236,9 @@ def decode_section(
         ).to(device)
         per = {n: {"prefill_s": [], "decode_s": [], "tput": {b: [] for b in batches}} for n in names}
         load_at_T = os.getloadavg()[0]
-        for b in batches:
+        # batch 1 measures the latency (prefill, ms a token) and the cache bytes whatever ``batches`` holds;
+        # the others give throughput alone
+        for b in dict.fromkeys((1, *batches)):
             caches = {}
             with torch.no_grad():
                 for n in names:  # warm-up and the prefill the repeats rewind to
@@ -256,7 +258,8 @@ def decode_section(
                         per[n]["prefill_s"].append(time.perf_counter() - t0)
                     _rewind(cs, T)
                     s = _decode(model, cs, ids[:b, T:], new_tokens)
-                    per[n]["tput"][b].append(b * new_tokens / s)
+                    if b in per[n]["tput"]:
+                        per[n]["tput"][b].append(b * new_tokens / s)
                     if b == 1:
                         per[n]["decode_s"].append(s)
             if b == 1:
