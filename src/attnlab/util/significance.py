@@ -220,11 +220,16 @@ def percentile_interval(values: Sequence[float], confidence: float = 1 - ALPHA) 
     v = _finite(values)
     if len(v) < 2 or np.ptp(v) == 0:
         return float(v.mean()), float(v.mean())
+    return _bootstrap(v, np.mean, confidence)
+
+
+def _bootstrap(values: np.ndarray, statistic, confidence: float) -> tuple[float, float]:
+    """The percentile-bootstrap interval of ``statistic`` over RESAMPLES fixed-seed resamples."""
     res = stats.bootstrap(
-        (v,),
-        np.mean,
-        n_resamples=RESAMPLES,
+        (values,),
+        statistic,
         confidence_level=confidence,
+        n_resamples=RESAMPLES,
         method="percentile",
         rng=np.random.default_rng(0),
     )
@@ -628,14 +633,7 @@ def ratios(values: Sequence[float], confidence: float = 1 - ALPHA) -> Ratios | N
     r = r[r > 0]
     if len(r) < MIN_RATIOS:
         return None
-    boot = stats.bootstrap(
-        (r,),
-        np.median,
-        confidence_level=confidence,
-        n_resamples=RESAMPLES,
-        method="percentile",
-        rng=np.random.default_rng(0),
-    )
+    lo, hi = _bootstrap(r, np.median, confidence)
     logs = np.log(r)
     nonzero = logs[logs != 0]
     above = int((r > 1).sum())
@@ -644,8 +642,8 @@ def ratios(values: Sequence[float], confidence: float = 1 - ALPHA) -> Ratios | N
     return Ratios(
         len(r),
         float(np.median(r)),
-        float(boot.confidence_interval.low),
-        float(boot.confidence_interval.high),
+        lo,
+        hi,
         above,
         p_sign,
         p_wilcoxon,
