@@ -2,16 +2,17 @@
 
 ``attnlab train`` takes Hydra overrides exactly as ``python -m attnlab.training.train`` does; the other
 commands take ``--options`` (and the run or sweep dir they act on as a positional argument),
-parsed by :func:`command_parser`, so every command reports bad input as one
+parsed by `attnlab.util.cli.command_parser`, so every command reports bad input as one
 ``attnlab: error: ...`` line and exit code 2.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.util
 import sys
+
+from attnlab.util.cli import ERROR_PREFIX
 
 # command -> (module, entry function, one-line help). Modules are imported only when run.
 COMMANDS = {
@@ -89,20 +90,6 @@ COMMANDS = {
         "train committed rows of reports/<study>/runs.csv again and compare them bit for bit (--seeds, --stamp)",
     ),
 }
-ERROR_PREFIX = "attnlab: error: "
-
-
-class CommandParser(argparse.ArgumentParser):
-    """argparse with attnlab's error line: usage, then ``attnlab: error: ...``, exit 2."""
-
-    def error(self, message: str):
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{ERROR_PREFIX}{message}\n")
-
-
-def command_parser(command: str, description: str | None = None) -> CommandParser:
-    """The argument parser of ``attnlab <command>`` (also used by ``python -m attnlab.<module>``)."""
-    return CommandParser(prog=f"attnlab {command}", description=description)
 
 
 def usage() -> str:

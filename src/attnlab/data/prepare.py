@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from attnlab.cli import ERROR_PREFIX, command_parser
 from attnlab.data.text import read_text_file, shakespeare_text
 from attnlab.data.tokens import META, TOKENIZER, TiktokenTokenizer, tiktoken_missing
+from attnlab.util.cli import ERROR_PREFIX, command_parser
 from attnlab.util.errors import DataError
 
 ENCODINGS = ("bpe", "gpt2")

@@ -16,9 +16,9 @@ import torch
 
 from attnlab.analysis.heads import analyze_heads, build_probes
 from attnlab.analysis.outputs import HEADS_MD, write_outputs
-from attnlab.cli import command_parser
 from attnlab.interop.hf_load import is_hf_dir
 from attnlab.training.checkpointing import load_model
+from attnlab.util.cli import command_parser
 from attnlab.util.errors import AttnlabError, CheckpointError, DataError
 
 

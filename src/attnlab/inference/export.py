@@ -17,11 +17,11 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from attnlab.cli import command_parser
 from attnlab.inference.analyze import locate
 from attnlab.interop.families import NAMES, InteropError, family_of, hf_config
 from attnlab.interop.state_dicts import to_hf
 from attnlab.training.checkpointing import load_model
+from attnlab.util.cli import command_parser
 from attnlab.util.errors import AttnlabError
 
 FORMATS = ("hf",)

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import torch
 
-from attnlab.cli import command_parser
 from attnlab.data.tokens import load_tokenizer
 from attnlab.interop.hf_load import is_hf_dir
 from attnlab.training.checkpointing import load_model
+from attnlab.util.cli import command_parser
 from attnlab.util.errors import CheckpointError, DataError
 
 

@@ -29,11 +29,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from attnlab.cli import command_parser
 from attnlab.data.text import read_text_file
 from attnlab.data.tokens import load_tokenizer
 from attnlab.inference.analyze import locate
 from attnlab.training.checkpointing import load_model
+from attnlab.util.cli import command_parser
 from attnlab.util.errors import AttnlabError, CheckpointError, DataError
 
 DEFAULT_SINKS = "0,1,2,4"

@@ -11,10 +11,10 @@ import json
 import sys
 from pathlib import Path
 
-from attnlab.cli import command_parser
 from attnlab.repro.record import render_dir, stale_inputs
 from attnlab.repro.runner import MODES, OUT, main
 from attnlab.repro.wandb_run import log_repro_summary
+from attnlab.util.cli import command_parser
 
 
 def cli(argv: list[str] | None = None) -> int:

@@ -21,11 +21,11 @@ import pandas as pd
 
 from attnlab.analysis.phase import head_history
 from attnlab.attention.stats import SINK_EPSILON, is_sink
-from attnlab.cli import command_parser
 from attnlab.config.study import study_names
 from attnlab.data.tokens import META, read_meta
 from attnlab.studies.report.data import DEFAULT_BUDGET, axes_of, cell_overrides, current_config, read_runs
 from attnlab.training.results import RESULTS
+from attnlab.util.cli import command_parser
 from attnlab.util.files import atomic_write_text
 from attnlab.writing.pages import TEMPLATES, plain, where
 

@@ -22,13 +22,13 @@ import statistics
 from pathlib import Path
 
 from attnlab.attention.stats import SINK_EPSILON
-from attnlab.cli import command_parser
 from attnlab.inference.analyze import run_datamodule
 from attnlab.inference.stream import DEFAULT_SINKS, parse_sinks, run_tokens, stream_report
 from attnlab.studies.report.aggregate import RunResult, group_cells, load_sweeps, swept_axes
 from attnlab.studies.report.plots import colours, legend_outside, save
 from attnlab.training.checkpointing import load_model
 from attnlab.util import significance
+from attnlab.util.cli import command_parser
 from attnlab.util.files import atomic_write_text, json_safe
 from attnlab.writing.pages import TEMPLATES
 

@@ -23,7 +23,6 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from attnlab.cli import command_parser
 from attnlab.studies.report import write_report
 from attnlab.studies.report.data import (
     META,
@@ -36,6 +35,7 @@ from attnlab.studies.report.data import (
 )
 from attnlab.studies.report.provenance import VERIFY
 from attnlab.training.results import PROVENANCE, RESULTS, provenance, training_fingerprint
+from attnlab.util.cli import command_parser
 from attnlab.util.files import atomic_write_text
 
 # what measures the machine, not the trained model: not expected to repeat

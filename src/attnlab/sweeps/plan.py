@@ -24,7 +24,6 @@ import numpy as np
 import pandas as pd
 from hydra.utils import instantiate
 
-from attnlab.cli import command_parser
 from attnlab.config.study import load_study, study_names
 from attnlab.studies.report import onset, tested_cells, write_report
 from attnlab.studies.report.aggregate import load_sweeps
@@ -43,6 +42,7 @@ from attnlab.sweeps.sweep import PLAN, unknown_study
 from attnlab.sweeps.sweep import main as sweep
 from attnlab.training.results import training_fingerprint
 from attnlab.util import significance
+from attnlab.util.cli import command_parser
 from attnlab.util.files import atomic_write_text
 from attnlab.writing.pages import where
 

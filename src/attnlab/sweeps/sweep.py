@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from attnlab.cli import command_parser
 from attnlab.config.study import DEFAULT_STUDY, load_study, study_names
 from attnlab.sweeps import resume
 from attnlab.training.console import RUN_LOG, RUN_LOG_ENV, clock
 from attnlab.training.results import FINISHED_ENV, RESULTS
+from attnlab.util.cli import command_parser
 
 
 def unknown_study(name: str, key: str) -> str | None:

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnlab.attention.stats import METRICS
-from attnlab.cli import command_parser
 from attnlab.config.study import load_study, study_names
 from attnlab.sweeps.sweep import unknown_study
 from attnlab.training.wandb_runs import axis_name
+from attnlab.util.cli import command_parser
 
 SECTIONS = {
     "Loss": ["train/loss", "val/loss", "val/ppl", "val/acc"],

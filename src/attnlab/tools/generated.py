@@ -17,10 +17,10 @@ from pathlib import Path
 import yaml
 
 from attnlab.attention.stats import metrics_table
-from attnlab.cli import command_parser
 from attnlab.config.schema import key_table
 from attnlab.config.study import DEFAULT_STUDY, load_study, study_names
 from attnlab.sweeps.sweep import wandb_sweep_yaml
+from attnlab.util.cli import command_parser
 from attnlab.util.files import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from attnlab.attention import BACKENDS
-from attnlab.cli import command_parser
+from attnlab.util.cli import command_parser
 from attnlab.util.errors import AttnlabError
 from attnlab.writing.markdown import markdown_table
 

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from attnlab.cli import command_parser
 from attnlab.repro import record
 from attnlab.repro.verdict import rules_markdown
 from attnlab.studies import findings, stream_study
@@ -26,6 +25,7 @@ from attnlab.studies.report import write_report
 from attnlab.studies.sink_search import page
 from attnlab.sweeps import plan
 from attnlab.tools.bench import bench_report, decode, gpt2_cpu
+from attnlab.util.cli import command_parser
 from attnlab.util.files import atomic_write_text
 from attnlab.writing import markdown
 

@@ -13,11 +13,11 @@ import json
 import sys
 from pathlib import Path
 
-from attnlab.cli import command_parser
 from attnlab.studies.report import build_report, latest_sweep, write_report
 from attnlab.studies.report.baseline import experiment_baseline
 from attnlab.studies.report.data import frame_from_committed, write_runs
 from attnlab.studies.report.plots import stats_over_training
+from attnlab.util.cli import command_parser
 
 
 def compare(pairs: list[str], out: Path = Path("reports/compare")) -> int:

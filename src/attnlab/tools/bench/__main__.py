@@ -43,7 +43,6 @@ import torch
 
 from attnlab.attention import BACKENDS
 from attnlab.attention.backends import flash_attn_package
-from attnlab.cli import command_parser
 from attnlab.tools.bench.bench_report import (
     _kept_sections,
     memory_summary,
@@ -60,6 +59,7 @@ from attnlab.tools.bench.kernels import KernelPlan, matmul_peak_gflops, run_kern
 from attnlab.tools.bench.latent_train import LATENT_TRAIN, latent_train_section
 from attnlab.tools.bench.longctx import LongctxPlan, long_context, run_settings
 from attnlab.tools.bench.throughput import callback_overhead, device_overrides, train_throughput
+from attnlab.util.cli import command_parser
 from attnlab.util.files import git_sha
 
 SECTIONS = ("kernels", "train", "callbacks", "e2e", "longctx", "compile", "decode", "latent_train")

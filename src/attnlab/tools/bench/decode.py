@@ -28,7 +28,6 @@ from pathlib import Path
 import torch
 
 from attnlab.attention.latent import step_macs
-from attnlab.cli import command_parser
 from attnlab.data.tokens import load_tokenizer
 from attnlab.inference.sample import resolve_checkpoint
 from attnlab.interop.families import family_of, hf_config
@@ -37,6 +36,7 @@ from attnlab.model.gpt import GPT, GPTConfig
 from attnlab.tools.bench.kernels import matmul_peak_gflops
 from attnlab.tools.bench.timing import measure
 from attnlab.training.checkpointing import load_model
+from attnlab.util.cli import command_parser
 from attnlab.util.errors import CheckpointError
 from attnlab.util.files import atomic_write_text, git_sha
 from attnlab.writing.markdown import markdown_table

@@ -25,13 +25,13 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from attnlab.cli import command_parser
 from attnlab.config.compose import compose_config
 from attnlab.data.prepare import prepare
 from attnlab.data.text import shakespeare_text
 from attnlab.model import GPT, GPTConfig
 from attnlab.training.resources import estimate_step
 from attnlab.training.train import train
+from attnlab.util.cli import command_parser
 from attnlab.util.files import git_sha
 
 STEPS, EVERY = 6, 3
