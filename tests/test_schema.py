@@ -15,8 +15,9 @@ from omegaconf import OmegaConf
 
 from attnlab.attention import DEFAULT_SCALING, AttentionConfig, LatentConfig
 from attnlab.config.compose import compose_config, find_conf_dir
-from attnlab.config.schema import Schema, axis_keys, key_table, rules, walk
+from attnlab.config.schema import Schema, axis_keys, rules, walk
 from attnlab.model import GPTConfig
+from attnlab.tools.generated import key_table
 from attnlab.training import wandb_runs
 from attnlab.util.errors import ConfigError
 from attnlab.util.fields import checked, choice, positive_int

@@ -76,7 +76,6 @@ THRESHOLDS = {
     "positional": 0.7,
 }
 TYPES = ("induction", "previous_token", "sink", "escape", "uniform", "positional", "content")
-KNOCKOUT = ("final", "always", "never")  # when the callback measures induction_knockout
 
 
 def _rows(p: torch.Tensor) -> torch.Tensor:

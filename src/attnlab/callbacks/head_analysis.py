@@ -21,10 +21,11 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
-from attnlab.analysis.heads import KNOCKOUT, THRESHOLDS, Probes, analyze_heads, build_probes
+from attnlab.analysis.heads import THRESHOLDS, Probes, analyze_heads, build_probes
 from attnlab.analysis.outputs import table_columns, table_rows, write_outputs
 from attnlab.analysis.probe import training_precision
 from attnlab.callbacks.cadence import log_metrics
+from attnlab.config.schema import KNOCKOUT
 
 
 class HeadAnalysis(Callback):

@@ -7,7 +7,7 @@ it. The other sections are declared here. Fields are made with attnlab.util.fiel
 ``choice``; a field without a default (``REQUIRED``) takes its value from conf/, which holds it.
 
 What follows from the schema: ``rules()``, the per-key config checks; ``axis_keys()``, the keys
-every run carries as W&B axes (wandb_runs.AXES); ``key_table()``, docs/configuration.md's key table
+every run carries as W&B axes (wandb_runs.AXES); ``tools.generated.key_table()``, docs/configuration.md's key table
 (a test keeps the two equal); and ``Schema.from_cfg``, the one gate a composed config passes before
 anything runs (every per-key check, then the checks across keys, ``Schema.check``: one line per bad
 key, naming what is accepted) and the typed view train() reads. A checked key absent from the
@@ -33,11 +33,9 @@ from functools import cache
 import torch
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-from attnlab.analysis.heads import KNOCKOUT
 from attnlab.attention.backends import EXPLICIT
 from attnlab.attention.config import AttentionConfig, LatentConfig, latent_refusal
 from attnlab.attention.normalizations import fused_names, normalization
-from attnlab.config.compose import compose_config
 from attnlab.data.tokens import DTYPES as TOKEN_DTYPES
 from attnlab.model.gpt import GPTConfig
 from attnlab.util.errors import ConfigError
@@ -54,7 +52,8 @@ from attnlab.util.fields import (
     positive_int,
     positive_number,
 )
-from attnlab.writing.markdown import markdown_table
+
+KNOCKOUT = ("final", "always", "never")  # when the head-analysis callback measures induction_knockout
 
 OPTIMIZERS = ("adamw", "sgd")
 PRECISIONS = ("auto", "32", "32-true", "64", "64-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true")
@@ -362,7 +361,7 @@ def has_default(f) -> bool:
     return f.default is not MISSING or f.default_factory is not MISSING
 
 
-def _plain(value):
+def plain_value(value):
     return OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
 
 
@@ -377,7 +376,7 @@ def _build(cls, node, prefix: str):
                 raise ConfigError(key, None, (field_check(f) or Check(None, "a value")).accepted)
             continue
         value, sub = node[f.name], section_type(cls, f)
-        kwargs[f.name] = _build(sub, value, key + ".") if sub is not None and value is not None else _plain(value)
+        kwargs[f.name] = _build(sub, value, key + ".") if sub is not None and value is not None else plain_value(value)
     return cls(**kwargs)
 
 
@@ -408,29 +407,3 @@ def axis_keys(cls=Schema) -> list[str]:
 def accepted(f) -> str:
     check = field_check(f)
     return check.accepted if check is not None else f.metadata.get("accepted", "")
-
-
-def default_text(key: str, composed: DictConfig) -> str:
-    """The value a run without overrides gets (the composed default config's), or "-" where it sets
-    no such key (an option of a group, data=tokens say, does)."""
-    missing = object()
-    value = _plain(OmegaConf.select(composed, key, default=missing))
-    if value is missing:
-        return "-"
-    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _code(text: str) -> str:
-    return text if text == "-" else f"`{text}`"
-
-
-def key_table(composed: DictConfig | None = None, cls=Schema) -> str:
-    """docs/configuration.md's key table: every key the schema declares, its default in the
-    composed default config (``attnlab train`` with no overrides), what it accepts and what it does."""
-    if composed is None:
-        composed = compose_config()
-    rows = [
-        (f"`{key}`", _code(default_text(key, composed)), accepted(f), f.metadata.get("doc", ""))
-        for key, f, _ in walk(cls)
-    ]
-    return markdown_table(("key", "default", "accepts", "what it sets"), rows)

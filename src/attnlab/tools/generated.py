@@ -15,13 +15,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
+from omegaconf import OmegaConf
 
 from attnlab.attention.stats import metrics_table
-from attnlab.config.schema import key_table
+from attnlab.config.compose import compose_config
+from attnlab.config.schema import Schema, accepted, plain_value, walk
 from attnlab.config.study import DEFAULT_STUDY, load_study, study_names
 from attnlab.sweeps.sweep import wandb_sweep_yaml
 from attnlab.util.cli import command_parser
 from attnlab.util.files import atomic_write_text
+from attnlab.writing.markdown import markdown_table
 
 ROOT = Path(__file__).resolve().parents[3]
 NO_WANDB_SWEEP = {"smoke"}  # the dk_scaling grid at 6 steps, for tests and CI
@@ -40,6 +43,32 @@ def study_table() -> str:
         default = " (default)" if name == DEFAULT_STUDY else ""
         rows.append(f"| `{name}`{default} | {grid} | {study.question.summary or study.question.ask} |")
     return "\n".join(rows)
+
+
+def default_text(key: str, composed) -> str:
+    """The value a run without overrides gets (the composed default config's), or "-" where it sets
+    no such key (an option of a group, data=tokens say, does)."""
+    missing = object()
+    value = plain_value(OmegaConf.select(composed, key, default=missing))
+    if value is missing:
+        return "-"
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _code(text: str) -> str:
+    return text if text == "-" else f"`{text}`"
+
+
+def key_table(composed=None, cls=Schema) -> str:
+    """docs/configuration.md's key table: every key the schema declares, its default in the
+    composed default config (``attnlab train`` with no overrides), what it accepts and what it does."""
+    if composed is None:
+        composed = compose_config()
+    rows = [
+        (f"`{key}`", _code(default_text(key, composed)), accepted(f), f.metadata.get("doc", ""))
+        for key, f, _ in walk(cls)
+    ]
+    return markdown_table(("key", "default", "accepts", "what it sets"), rows)
 
 
 # <page>: [(marker name, what renders the block between its start and end markers)]
