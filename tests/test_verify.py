@@ -49,7 +49,7 @@ def test_a_row_comes_back_bit_for_bit_and_an_altered_one_is_found(committed, tmp
     def alter(frame):
         frame.loc[frame[AXIS] == "inv_sqrt_d", "val/loss"] += 1e-9
 
-    code, cells, _ = verify_copy(committed, tmp_path, alter)
+    code, cells, _ = verify_copy(committed, tmp_path, alter, "--jobs", "2")  # two runs at once
     assert cells["none"]["verdict"] == "identical" and cells["none"]["compared"] > 5
     assert cells["inv_sqrt_d"]["verdict"] == "differs" and cells["inv_sqrt_d"]["metric"] == "val/loss"
     assert cells["inv_sqrt_d"]["difference"] == pytest.approx(1e-9, rel=1e-3)

@@ -134,10 +134,11 @@ def train_again(study: str, row: pd.Series, axes: list[str], threads: str, run_d
     return json.loads(results.read_text())
 
 
-def check(study: str, row: pd.Series, axes: list[str], here: str, run_dir: Path) -> Check:
+def check(study: str, row: pd.Series, axes: list[str], reason: str | None, run_dir: Path) -> Check:
+    """Train ``row`` again unless ``reason`` (``why_not``'s) says it cannot be here."""
     threads = str(row.get("threads") or "") or SWEEP_THREADS
     found = Check({a: str(row[a]) for a in axes}, str(row["budget"]), int(row["seed"]), threads)
-    if (reason := why_not(row, study, axes, here)) is not None:
+    if reason is not None:
         found.detail = reason
         return found
     results = train_again(study, row, axes, threads, run_dir)
@@ -175,8 +176,10 @@ def verify(study: str, reports: Path, seeds: int | None, jobs: int, do_stamp: bo
     rows = sample(frame, seeds)
     with tempfile.TemporaryDirectory(prefix=f"attnlab-verify-{study}-") as scratch:
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            runs = [(row, Path(scratch) / str(i)) for i, row in enumerate(rows)]  # a run dir Hydra's grammar takes
-            checks = list(pool.map(lambda job: check(study, job[0], axes, here, job[1]), runs))
+            # composing today's config is Hydra's global state: done here, one row after the other
+            reasons = [why_not(row, study, axes, here) for row in rows]
+            runs = [(row, reason, Path(scratch) / str(i)) for i, (row, reason) in enumerate(zip(rows, reasons))]
+            checks = list(pool.map(lambda job: check(study, job[0], axes, job[1], job[2]), runs))
     record = {k: made[k] for k in ("version", "commit", "dirty", "torch", "device")} | {
         "threads": sorted({c.threads for c in checks}),
         "cells": [asdict(c) for c in checks],
