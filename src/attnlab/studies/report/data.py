@@ -200,7 +200,7 @@ def merge(
         )
     key = [*axes, "seed"]
     seen, arriving = (f[key].astype(str).apply(tuple, axis=1) for f in both)
-    proven = [f["config"].fillna("").astype(str) != "" if "config" in f else f["seed"].isna() for f in both]
+    proven = [f["config"].fillna("").astype(str) != "" if "config" in f else pd.Series(False, f.index) for f in both]
     # a committed row without a fingerprint gives way to a new run of its cell and seed that has one
     superseded = seen.isin(set(arriving[proven[1]])) & ~proven[0]
     dup = arriving.isin(set(seen[~superseded]))
