@@ -73,8 +73,10 @@ def verification(out: Path) -> str:
     cells = record["cells"]
     count = {v: sum(c["verdict"] == v for c in cells) for v in ("identical", "differs", "not checkable")}
     commit = (record.get("commit") or "unknown")[:7] + ("-dirty" if record.get("dirty") else "")
+    threads = record.get("threads")
+    threads = ", ".join(map(str, threads)) if isinstance(threads, list) else threads
     return (
         f"`attnlab verify` at commit {commit} trained one seed of each of {len(cells)} cells again "
-        f"({record.get('threads')} thread(s), {record.get('device')}): {count['identical']} identical bit for bit, "
+        f"({threads} thread(s), {record.get('device')}): {count['identical']} identical bit for bit, "
         f"{count['differs']} differ, {count['not checkable']} not checkable ([{VERIFY}]({VERIFY}))."
     )
