@@ -28,13 +28,13 @@ from attnlab.studies.report.data import (
     META,
     axes_of,
     cell_overrides,
-    current_config,
     provenance_of,
     read_runs,
+    today_fingerprint,
     write_runs,
 )
 from attnlab.studies.report.provenance import VERIFY
-from attnlab.training.results import PROVENANCE, RESULTS, provenance, training_fingerprint
+from attnlab.training.results import FINISHED_ENV, PROVENANCE, RESULTS, provenance
 from attnlab.util.cli import command_parser
 from attnlab.util.files import atomic_write_text
 
@@ -114,7 +114,7 @@ def why_not(row: pd.Series, study: str, axes: list[str], here: str) -> str | Non
         return f"trained on {device}; this machine trains on {here}"
     fingerprint = str(row.get("config") or "")
     if fingerprint:
-        today = training_fingerprint(current_config(cell_overrides(study, {a: row[a] for a in axes}, row["budget"])))
+        today = today_fingerprint(study, tuple((a, str(row[a])) for a in axes), row["budget"])
         if today != fingerprint:
             return f"trained other settings than today's experiment file (fingerprint {fingerprint}, today {today})"
     return None
@@ -124,7 +124,7 @@ def train_again(study: str, row: pd.Series, axes: list[str], threads: str, run_d
     """The row's cell and seed trained alone, at ``threads``; its results.json."""
     overrides = [*cell_overrides(study, {a: row[a] for a in axes}, row["budget"]), f"seed={int(row['seed'])}"]
     env = dict(os.environ) | {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "WANDB_MODE": "offline"}
-    env.pop("ATTNLAB_FINISHED", None)  # never skipped as finished: the point is to train it
+    env.pop(FINISHED_ENV, None)  # never skipped as finished: the point is to train it
     cmd = [sys.executable, "-m", "attnlab.training.train", *overrides, f"hydra.run.dir={run_dir}"]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     results = run_dir / RESULTS

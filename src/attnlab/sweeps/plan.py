@@ -32,15 +32,14 @@ from attnlab.studies.report.baseline import experiment_baseline, study_level
 from attnlab.studies.report.data import (
     DEFAULT_BUDGET,
     axes_of,
-    cell_overrides,
     current_config,
     frame_from_runs,
     read_runs,
+    today_fingerprint,
 )
 from attnlab.studies.report.provenance import one_experiment
 from attnlab.sweeps.sweep import PLAN, unknown_study
 from attnlab.sweeps.sweep import main as sweep
-from attnlab.training.results import training_fingerprint
 from attnlab.util import significance
 from attnlab.util.cli import command_parser
 from attnlab.util.files import atomic_write_text
@@ -59,15 +58,9 @@ def current_rows(frame: pd.DataFrame, study: str) -> tuple[pd.DataFrame, int]:
         return frame, 0
     axes = axes_of(frame)
     keep = []
-    cache: dict[tuple, str] = {}
     for _, row in frame.iterrows():
-        if not row["config"]:
-            keep.append(True)
-            continue
-        key = (*(str(row[a]) for a in axes), row["budget"])
-        if key not in cache:
-            cache[key] = training_fingerprint(current_config(cell_overrides(study, dict(zip(axes, key)), key[-1])))
-        keep.append(cache[key] == row["config"])
+        cell = tuple((a, str(row[a])) for a in axes)
+        keep.append(not row["config"] or today_fingerprint(study, cell, row["budget"]) == row["config"])
     mask = np.array(keep, dtype=bool)
     kept, _ = one_experiment(frame[mask], axes, study)
     return kept, len(frame) - len(kept)

@@ -45,9 +45,9 @@ from attnlab.training.results import (
     FINISHED_ENV,
     RESULTS,
     RunRecord,
+    describe_device,
     finished_before,
     is_rank_zero,
-    provenance,
     resumable,
     training_fingerprint,
 )
@@ -272,7 +272,7 @@ def train(cfg: DictConfig) -> dict:
         module = build_module(typed, dm, init_from)
         callbacks = run_callbacks(cfg.get("callbacks"), spec)
         built.trainer = trainer = build_trainer(cfg.trainer, spec, built.loggers, callbacks)
-        record.data["provenance"].update(provenance(config, trainer.strategy.root_device))
+        record.data["provenance"]["device"] = describe_device(trainer.strategy.root_device)
         built.estimate = check_memory(typed, module, dm, trainer)
         check_kernel_runs(module, typed, trainer)
         log_config(built.loggers, spec, record, identity)

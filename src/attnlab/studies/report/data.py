@@ -12,6 +12,7 @@ step of its phase change (``phase/step``, where ``phase/measured`` is 1). A note
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -215,6 +216,13 @@ def cell_overrides(study: str, axes: dict[str, str], budget: str) -> list[str]:
     """The overrides a cell's job ran with: its experiment, its axes, its budget's own overrides."""
     extra = [] if budget == DEFAULT_BUDGET else budget.split(",")
     return [f"experiment={study}", *(f"{a}={v}" for a, v in axes.items() if v != "-"), *extra]
+
+
+@functools.cache
+def today_fingerprint(study: str, cell: tuple[tuple[str, str], ...], budget: str) -> str:
+    """The training fingerprint a cell's runs get from today's experiment file (``cell``: its (axis, value)
+    pairs), composed once a cell."""
+    return training_fingerprint(current_config(cell_overrides(study, dict(cell), budget)))
 
 
 def current_config(overrides: list[str]) -> dict:
